@@ -1,0 +1,207 @@
+// rindle-streams reader client: follow a streamed model response over SSE, with no dependencies.
+// Vendor this file, or load it from the Worker at `/client.js`.
+//
+//   import { followStream } from './client.js';
+//   const handle = followStream({
+//     streamId, token,                              // a read-scoped token
+//     onText: (text, seq) => render(text),          // the whole text so far, never shorter
+//     onDurable: (durableSeq) => mark(durableSeq),  // text below this is committed to D1
+//     onEnd: ({ status, seq, error, text }) => done(status),
+//     onError: (err) => show(err),                  // gave up reconnecting
+//   });
+//   handle.drop();   // simulate a lost connection: rejoin at ?from=<text length>
+//   handle.close();  // stop following
+//   const final = await handle.done;  // { text, seq, durableSeq, ended, status, error }
+//
+// Offsets (`seq`, `from`, `durableSeq`) are UTF-16 code units, i.e. JavaScript string lengths.
+// In Node 20 pass `EventSourceImpl` (e.g. the `eventsource` package) and, if needed, `fetchImpl`.
+
+export const TERMINAL_STATUSES = ['complete', 'cancelled', 'error', 'interrupted'];
+
+/** Two prefixes of one text merge by taking the longer (contract P makes this enough). */
+export function spliceStreamText(a, b) {
+  return b.length > a.length ? b : a;
+}
+
+/** The SSE `id:` of a frame: where a subscription that saw it resumes. */
+export function frameResumePoint(frame) {
+  if (frame?.type === 'open') return frame.from;
+  if (frame?.type === 'chunk') return frame.seq;
+  return undefined;
+}
+
+/** The durable text: the message row's body, then its chunk rows `{ seq, text }` in seq order. */
+export function assembleDurableText(body, chunks = []) {
+  return (body ?? '') + [...chunks].sort((x, y) => x.seq - y.seq).map((c) => c.text).join('');
+}
+
+/** A chunk starts beyond the text the reader holds: the frames between were lost. */
+export class StreamGapError extends Error {
+  constructor(have, from) {
+    super(`stream gap: have ${have} code units, chunk starts at ${from}`);
+    this.name = 'StreamGapError';
+    this.have = have;
+    this.from = from;
+  }
+}
+
+export const initialState = (text = '') =>
+  ({ text, seq: text.length, durableSeq: 0, ended: false, status: 'connecting', error: undefined });
+
+/**
+ * Fold one frame into a reader state, returning a new state (the input is not modified).
+ * The text never shrinks; a chunk that starts past its end throws {@link StreamGapError}.
+ * `stale` and `absent` carry no text: the caller must rejoin from the durable text.
+ */
+export function applyFrame(state, frame) {
+  const s = { ...state };
+  switch (frame.type) {
+    case 'open':
+      s.seq = Math.max(s.seq, frame.seq);
+      s.durableSeq = Math.max(s.durableSeq, frame.durableSeq);
+      if (!s.ended) s.status = 'streaming';
+      break;
+    case 'chunk':
+      if (frame.from > s.text.length) throw new StreamGapError(s.text.length, frame.from);
+      if (frame.from + frame.text.length > s.text.length) s.text = s.text.slice(0, frame.from) + frame.text;
+      s.seq = Math.max(s.seq, frame.seq, s.text.length);
+      break;
+    case 'durable':
+      s.durableSeq = Math.max(s.durableSeq, frame.seq);
+      break;
+    case 'end':
+      s.ended = true;
+      s.status = frame.status;
+      s.error = frame.error;
+      s.durableSeq = Math.max(s.durableSeq, frame.seq);
+      break;
+    case 'stale':
+      s.durableSeq = Math.max(s.durableSeq, frame.durableSeq ?? 0);
+      break;
+  }
+  return s;
+}
+
+/**
+ * Follow one stream. See the header comment for usage. Native EventSource reconnects by itself
+ * (with Last-Event-ID) on network errors; this only steps in when it reaches CLOSED without an
+ * `end`, on `stale`/`absent`/a gap (read `/text`, then rejoin), and on `drop()`.
+ */
+export function followStream({
+  streamId, token, baseUrl = '', prefix = '/streams', initialText = '', from = initialText.length,
+  onText, onDurable, onEnd, onError,
+  EventSourceImpl = globalThis.EventSource, fetchImpl = globalThis.fetch,
+  maxRetries = 6, retryDelayMs = 250,
+}) {
+  const base = `${baseUrl}${prefix}/${encodeURIComponent(streamId)}`;
+  const auth = token == null ? '' : `token=${encodeURIComponent(token)}`;
+  let state = initialState(initialText);
+  let es = null;
+  let gen = 0; // bumped by every (re)join, so a superseded EventSource or fetch is ignored
+  let retries = 0;
+  let timer = null;
+  let settle;
+  const done = new Promise((resolve, reject) => { settle = { resolve, reject }; });
+  done.catch(() => {}); // onError is the primary channel; an unobserved `done` must not crash Node
+
+  const detach = () => {
+    gen += 1;
+    clearTimeout(timer);
+    if (es) es.close();
+    es = null;
+  };
+
+  const update = (next) => {
+    const prev = state;
+    state = next;
+    if (next.text !== prev.text) onText?.(next.text, next.seq);
+    if (next.durableSeq !== prev.durableSeq) onDurable?.(next.durableSeq);
+  };
+
+  const finish = () => {
+    detach();
+    onEnd?.({ status: state.status, seq: state.durableSeq, error: state.error, text: state.text });
+    settle.resolve(state);
+  };
+
+  const fail = (err) => {
+    detach();
+    state = { ...state, error: err.message };
+    onError?.(err);
+    settle.reject(err);
+  };
+
+  // Rejoin after a backoff, at most `maxRetries` times in a row without a successful `open`.
+  const retry = (why) => {
+    detach();
+    if (retries >= maxRetries) return fail(new Error(`stream ${streamId}: gave up after ${retries} retries (${why})`));
+    const mine = gen;
+    timer = setTimeout(() => mine === gen && connect(state.text.length), retryDelayMs * 2 ** retries);
+    retries += 1;
+  };
+
+  const connect = (at) => {
+    detach();
+    const mine = gen;
+    const query = [auth, `from=${at}`].filter(Boolean).join('&');
+    const source = new EventSourceImpl(`${base}/events?${query}`);
+    es = source;
+    source.addEventListener('message', (ev) => {
+      if (mine !== gen) return;
+      let frame;
+      let next;
+      try {
+        frame = JSON.parse(ev.data);
+        next = applyFrame(state, frame);
+      } catch (err) {
+        return recover(err.message); // a gap, or a frame that is not JSON: rejoin from D1
+      }
+      update(next); // outside the try: an exception in the app's callback is not a stream fault
+      if (frame.type === 'open') retries = 0;
+      if (frame.type === 'end') finish();
+      else if (frame.type === 'stale' || frame.type === 'absent') recover(frame.type);
+    });
+    source.addEventListener('error', () => {
+      // CONNECTING: the browser is already reconnecting with Last-Event-ID. CLOSED: it gave up.
+      if (mine === gen && source.readyState === (EventSourceImpl.CLOSED ?? 2)) retry('connection closed');
+    });
+  };
+
+  // Read the durable text, splice it in, then end (terminal row) or rejoin the live stream.
+  const recover = async (why) => {
+    detach();
+    const mine = gen;
+    let body;
+    try {
+      const res = await fetchImpl(`${base}/text${auth ? `?${auth}` : ''}`);
+      body = await res.json();
+      if (!res.ok) throw new Error(`${body.error ?? res.status}: ${body.message ?? 'text read failed'}`);
+    } catch (err) {
+      if (mine === gen) retry(`${why}; ${err.message}`);
+      return;
+    }
+    if (mine !== gen) return; // closed, dropped or superseded meanwhile
+    const text = spliceStreamText(state.text, body.text ?? '');
+    update({ ...state, text, seq: Math.max(state.seq, text.length), durableSeq: Math.max(state.durableSeq, body.seq ?? 0) });
+    if (!TERMINAL_STATUSES.includes(body.status)) return retry(why);
+    state = { ...state, ended: true, status: body.status, error: body.error };
+    finish();
+  };
+
+  connect(from);
+  return {
+    get text() { return state.text; },
+    get seq() { return state.seq; },
+    get durableSeq() { return state.durableSeq; },
+    get status() { return state.status; },
+    get state() { return state; },
+    drop() {
+      if (!state.ended && es) connect(state.text.length);
+    },
+    close() {
+      detach();
+      settle.resolve(state);
+    },
+    done,
+  };
+}

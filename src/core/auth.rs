@@ -1,0 +1,208 @@
+//! Authorization: which bearer may do what to which stream.
+//!
+//! The default is an HS256 JWT (claims `sub`, `stream`, `scope`, `exp`) verified with the
+//! maintained `jsonwebtoken` crate; an embedding Worker can implement [`Authorizer`] instead.
+//! Time is an input (`now_secs`), so expiry is checked here rather than by a clock.
+
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use thiserror::Error;
+
+/// What a request needs to be allowed to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Read,
+    Write,
+    Cancel,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Write => "write",
+            Scope::Cancel => "cancel",
+        }
+    }
+}
+
+/// Who was allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub sub: String,
+}
+
+/// Why a request was denied. The HTTP answer is the same `forbidden` for every variant (so a
+/// denial never reveals whether a stream exists); the variant is for logs and tests.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Denied {
+    #[error("no token was presented")]
+    MissingToken,
+    #[error("the token could not be verified: {0}")]
+    Invalid(String),
+    #[error("the token has expired")]
+    Expired,
+    #[error("the token is not valid for this stream")]
+    WrongStream,
+    #[error("the token lacks the {0:?} scope")]
+    MissingScope(Scope),
+    #[error("denied: {0}")]
+    Custom(String),
+}
+
+/// One authorization question.
+#[derive(Debug, Clone, Copy)]
+pub struct AuthRequest<'a> {
+    pub token: Option<&'a str>,
+    pub stream_id: &'a str,
+    pub scope: Scope,
+    /// The `meta` the stream was opened with, when the stream is live here.
+    pub meta: Option<&'a serde_json::Value>,
+    pub now_secs: u64,
+}
+
+/// Decides whether a request may proceed. Runs before anything else touches the stream.
+pub trait Authorizer {
+    fn authorize(&self, request: &AuthRequest<'_>) -> Result<Principal, Denied>;
+}
+
+#[derive(Debug, Deserialize)]
+struct Claims {
+    sub: String,
+    stream: String,
+    scope: String,
+    exp: u64,
+}
+
+/// HS256 JWTs signed with the app's secret.
+pub struct JwtAuthorizer {
+    key: DecodingKey,
+    validation: Validation,
+}
+
+/// A signing secret too short to be one.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("STREAM_JWT_SECRET must be at least {MIN_SECRET_BYTES} bytes (set it with `wrangler secret put STREAM_JWT_SECRET`, or in .dev.vars locally)")]
+pub struct WeakSecret;
+
+/// The shortest HS256 secret accepted.
+pub const MIN_SECRET_BYTES: usize = 16;
+
+impl JwtAuthorizer {
+    pub fn new(secret: &[u8]) -> Result<Self, WeakSecret> {
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(WeakSecret);
+        }
+        // Only HS256 is accepted: `alg: none` and every other algorithm are refused by the
+        // crate's algorithm check. Expiry is checked below against the caller's clock.
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.validate_exp = false;
+        validation.validate_aud = false;
+        validation.required_spec_claims.clear();
+        let key = DecodingKey::from_secret(secret).map_err(|_| WeakSecret)?;
+        Ok(Self { key, validation })
+    }
+}
+
+impl Authorizer for JwtAuthorizer {
+    fn authorize(&self, req: &AuthRequest<'_>) -> Result<Principal, Denied> {
+        let token = req.token.filter(|t| !t.is_empty()).ok_or(Denied::MissingToken)?;
+        let claims = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation)
+            .map_err(|e| Denied::Invalid(e.to_string()))?
+            .claims;
+        if claims.exp <= req.now_secs {
+            return Err(Denied::Expired);
+        }
+        if !stream_claim_matches(&claims.stream, req.stream_id) {
+            return Err(Denied::WrongStream);
+        }
+        if !claims.scope.split_ascii_whitespace().any(|s| s == req.scope.as_str()) {
+            return Err(Denied::MissingScope(req.scope));
+        }
+        Ok(Principal { sub: claims.sub })
+    }
+}
+
+/// A `stream` claim is an exact id, or a prefix ending in `*`.
+pub fn stream_claim_matches(claim: &str, stream_id: &str) -> bool {
+    match claim.strip_suffix('*') {
+        Some(prefix) => stream_id.starts_with(prefix),
+        None => claim == stream_id,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{encode, EncodingKey, Header};
+    use serde_json::json;
+
+    const SECRET: &[u8] = b"test-secret-0123456789";
+    const NOW: u64 = 1_800_000_000;
+
+    fn token(claims: serde_json::Value, secret: &[u8]) -> String {
+        encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret).unwrap()).unwrap()
+    }
+
+    fn ask(token: Option<&str>, stream: &str, scope: Scope) -> Result<Principal, Denied> {
+        JwtAuthorizer::new(SECRET).unwrap().authorize(&AuthRequest { token, stream_id: stream, scope, meta: None, now_secs: NOW })
+    }
+
+    fn claims(stream: &str, scope: &str, exp: u64) -> serde_json::Value {
+        json!({"sub": "u1", "stream": stream, "scope": scope, "exp": exp})
+    }
+
+    #[test]
+    fn a_short_secret_is_refused() {
+        assert!(JwtAuthorizer::new(b"short").is_err());
+    }
+
+    #[test]
+    fn a_valid_token_is_allowed() {
+        let t = token(claims("m1", "read write", NOW + 60), SECRET);
+        assert_eq!(ask(Some(&t), "m1", Scope::Write), Ok(Principal { sub: "u1".into() }));
+    }
+
+    #[test]
+    fn prefix_claims_match_by_prefix() {
+        let t = token(claims("chat-7:*", "read", NOW + 60), SECRET);
+        assert!(ask(Some(&t), "chat-7:m1", Scope::Read).is_ok());
+        assert_eq!(ask(Some(&t), "chat-8:m1", Scope::Read), Err(Denied::WrongStream));
+    }
+
+    #[test]
+    fn every_bad_token_is_denied() {
+        assert_eq!(ask(None, "m1", Scope::Read), Err(Denied::MissingToken));
+        let wrong_key = token(claims("m1", "read", NOW + 60), b"another-secret-9876543210");
+        assert!(matches!(ask(Some(&wrong_key), "m1", Scope::Read), Err(Denied::Invalid(_))));
+        let expired = token(claims("m1", "read", NOW - 1), SECRET);
+        assert_eq!(ask(Some(&expired), "m1", Scope::Read), Err(Denied::Expired));
+        let read_only = token(claims("m1", "read", NOW + 60), SECRET);
+        assert_eq!(ask(Some(&read_only), "m1", Scope::Cancel), Err(Denied::MissingScope(Scope::Cancel)));
+        assert!(matches!(ask(Some("not.a.jwt"), "m1", Scope::Read), Err(Denied::Invalid(_))));
+    }
+
+    #[test]
+    fn alg_none_and_other_algorithms_are_refused() {
+        use base64_url as b64;
+        let body = b64(&claims("m1", "read", NOW + 60).to_string());
+        let none = format!("{}.{}.", b64(r#"{"alg":"none","typ":"JWT"}"#), body);
+        assert!(matches!(ask(Some(&none), "m1", Scope::Read), Err(Denied::Invalid(_))));
+        let hs512 = encode(&Header::new(Algorithm::HS512), &claims("m1", "read", NOW + 60), &EncodingKey::from_secret(SECRET).unwrap()).unwrap();
+        assert!(matches!(ask(Some(&hs512), "m1", Scope::Read), Err(Denied::Invalid(_))));
+    }
+
+    /// Unpadded base64url, enough to hand-build an `alg: none` token.
+    fn base64_url(s: &str) -> String {
+        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let b = s.as_bytes();
+        let mut out = String::new();
+        for chunk in b.chunks(3) {
+            let n = chunk.iter().enumerate().fold(0u32, |acc, (i, &x)| acc | u32::from(x) << (16 - 8 * i));
+            for i in 0..=chunk.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+}

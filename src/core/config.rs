@@ -1,0 +1,217 @@
+//! Settings: the live stream's policy and the service's configuration (SPEC §8), parsed from
+//! the Worker's string vars and refused with a clear message when wrong.
+
+use crate::core::durable::{ColumnNames, MappingError, TableMapping};
+use thiserror::Error;
+
+/// How a checkpoint is confirmed and how a stream opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckpointMode {
+    /// Mapped tables: the open probe and CAS, and a read-back after every checkpoint.
+    Tables {
+        /// A host column is mapped: the open write is a CAS and its read-back names the winner.
+        host_cas: bool,
+    },
+    /// An app-supplied sink: it commits what it is given and may report the stored length.
+    Sink,
+}
+
+/// The live stream's policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamConfig {
+    /// A checkpoint is due when this many UTF-16 units are not yet durable.
+    pub checkpoint_chars: u64,
+    /// ... or this long after the oldest un-checkpointed change.
+    pub checkpoint_interval_ms: u64,
+    /// Retries of one store operation after its first failure.
+    pub retries: u32,
+    /// The first retry's delay; each later one doubles.
+    pub retry_backoff_ms: u64,
+    /// How long a sealed stream stays joinable.
+    pub linger_ms: u64,
+    /// A reader's queue bound; past it the reader gets `stale`.
+    pub max_queued_frames: usize,
+    /// Text kept below `durableSeq` (sink mode only); `None` keeps everything.
+    pub retain_chars: Option<u64>,
+    /// The largest checkpoint slice, in UTF-8 bytes (well under D1's 2,000,000-byte rows).
+    pub max_slice_bytes: usize,
+    /// The largest body compacted into one row at seal; a larger one stays as chunk rows.
+    pub max_compact_bytes: usize,
+    pub mode: CheckpointMode,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        Self {
+            checkpoint_chars: 512,
+            checkpoint_interval_ms: 750,
+            retries: 3,
+            retry_backoff_ms: 50,
+            linger_ms: 30_000,
+            max_queued_frames: 1024,
+            retain_chars: None,
+            max_slice_bytes: 256 * 1024,
+            max_compact_bytes: 1_900_000,
+            mode: CheckpointMode::Tables { host_cas: true },
+        }
+    }
+}
+
+impl StreamConfig {
+    /// The delay before retry number `retry` (1-based), or `None` when retries are exhausted.
+    pub fn retry_delay(&self, retry: u32) -> Option<u64> {
+        (retry >= 1 && retry <= self.retries).then(|| self.retry_backoff_ms << (retry - 1).min(20))
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.checkpoint_chars == 0 {
+            return Err(ConfigError::invalid("CHECKPOINT_CHARS", "must be at least 1"));
+        }
+        if self.checkpoint_interval_ms == 0 {
+            return Err(ConfigError::invalid("CHECKPOINT_INTERVAL_MS", "must be at least 1"));
+        }
+        if self.retries > 10 {
+            return Err(ConfigError::invalid("CHECKPOINT_RETRIES", "must be at most 10"));
+        }
+        if self.max_queued_frames < 4 {
+            return Err(ConfigError::invalid("MAX_QUEUED_FRAMES", "must be at least 4"));
+        }
+        if self.retain_chars.is_some() && matches!(self.mode, CheckpointMode::Tables { .. }) {
+            return Err(ConfigError::invalid(
+                "RETAIN_CHARS",
+                "is honoured only with a custom checkpoint sink: mapped tables keep the whole text for compaction",
+            ));
+        }
+        if self.max_slice_bytes == 0 || self.max_slice_bytes > 1_000_000 {
+            return Err(ConfigError::invalid("max_slice_bytes", "must be between 1 and 1,000,000"));
+        }
+        Ok(())
+    }
+}
+
+/// A configuration the service refuses to start with.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    #[error("configuration {name}: {reason}")]
+    Invalid { name: &'static str, reason: String },
+    #[error("configuration COLUMNS/MESSAGE_TABLE/CHUNK_TABLE: {0}")]
+    Mapping(#[from] MappingError),
+}
+
+impl ConfigError {
+    fn invalid(name: &'static str, reason: impl Into<String>) -> Self {
+        ConfigError::Invalid { name, reason: reason.into() }
+    }
+}
+
+/// Everything the service is configured with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub stream: StreamConfig,
+    pub path_prefix: String,
+    pub keepalive_ms: u64,
+    pub sse_retry_ms: u64,
+    pub max_append_bytes: usize,
+    pub lease_ms: u64,
+    pub mapping: TableMapping,
+}
+
+impl Settings {
+    /// Parses the Worker's vars; `var(name)` returns a var's value if set. Unset vars take
+    /// their defaults; a set but malformed var is an error, never ignored.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let defaults = StreamConfig::default();
+        let number = |name: &'static str, default: u64, min: u64, max: u64| -> Result<u64, ConfigError> {
+            match var(name) {
+                None => Ok(default),
+                Some(raw) => match raw.trim().parse::<u64>() {
+                    Ok(n) if (min..=max).contains(&n) => Ok(n),
+                    _ => Err(ConfigError::invalid(name, format!("{raw:?} is not an integer between {min} and {max}"))),
+                },
+            }
+        };
+        let names = match var("COLUMNS") {
+            Some(json) if !json.trim().is_empty() => ColumnNames::from_json(&json)?,
+            _ => ColumnNames::default(),
+        };
+        let mapping = TableMapping::new(
+            &var("MESSAGE_TABLE").unwrap_or_else(|| "messages".into()),
+            &var("CHUNK_TABLE").unwrap_or_else(|| "message_chunks".into()),
+            &names,
+        )?;
+        let retain_chars = match var("RETAIN_CHARS") {
+            Some(raw) if !raw.trim().is_empty() => Some(number("RETAIN_CHARS", 0, 0, u64::from(u32::MAX))?),
+            _ => None,
+        };
+        let stream = StreamConfig {
+            checkpoint_chars: number("CHECKPOINT_CHARS", defaults.checkpoint_chars, 1, 1 << 20)?,
+            checkpoint_interval_ms: number("CHECKPOINT_INTERVAL_MS", defaults.checkpoint_interval_ms, 1, 600_000)?,
+            retries: number("CHECKPOINT_RETRIES", u64::from(defaults.retries), 0, 10)? as u32,
+            linger_ms: number("LINGER_MS", defaults.linger_ms, 0, 3_600_000)?,
+            max_queued_frames: number("MAX_QUEUED_FRAMES", defaults.max_queued_frames as u64, 4, 1 << 20)? as usize,
+            retain_chars,
+            mode: CheckpointMode::Tables { host_cas: mapping.host.is_some() },
+            ..defaults
+        };
+        stream.validate()?;
+        let path_prefix = var("PATH_PREFIX").unwrap_or_else(|| "/streams".into());
+        if !path_prefix.starts_with('/') || path_prefix.ends_with('/') || path_prefix.contains("//") {
+            return Err(ConfigError::invalid("PATH_PREFIX", format!("{path_prefix:?} must start with '/' and not end with '/'")));
+        }
+        Ok(Settings {
+            stream,
+            path_prefix,
+            keepalive_ms: number("KEEPALIVE_MS", 15_000, 100, 600_000)?,
+            sse_retry_ms: number("SSE_RETRY_MS", 1000, 0, 600_000)?,
+            max_append_bytes: number("MAX_APPEND_BYTES", 1 << 20, 1, 64 << 20)? as usize,
+            lease_ms: number("LEASE_MS", 10_000, 1000, 3_600_000)?,
+            mapping,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Settings::from_vars(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_follow_the_spec() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(s.stream.checkpoint_chars, 512);
+        assert_eq!(s.stream.checkpoint_interval_ms, 750);
+        assert_eq!(s.stream.retries, 3);
+        assert_eq!(s.stream.linger_ms, 30_000);
+        assert_eq!(s.stream.max_queued_frames, 1024);
+        assert_eq!(s.keepalive_ms, 15_000);
+        assert_eq!(s.sse_retry_ms, 1000);
+        assert_eq!(s.path_prefix, "/streams");
+    }
+
+    #[test]
+    fn malformed_vars_are_refused_by_name() {
+        let err = settings(&[("CHECKPOINT_CHARS", "lots")]).unwrap_err().to_string();
+        assert!(err.contains("CHECKPOINT_CHARS"), "{err}");
+        assert!(settings(&[("PATH_PREFIX", "streams")]).is_err());
+        assert!(settings(&[("COLUMNS", r#"{"body":"a\"b"}"#)]).is_err());
+        assert!(settings(&[("COLUMNS", "not json")]).is_err());
+    }
+
+    #[test]
+    fn retain_chars_is_refused_in_tables_mode() {
+        let err = settings(&[("RETAIN_CHARS", "100")]).unwrap_err().to_string();
+        assert!(err.contains("RETAIN_CHARS"), "{err}");
+    }
+
+    #[test]
+    fn the_retry_schedule_is_three_retries_doubling_from_50ms() {
+        let c = StreamConfig::default();
+        let delays: Vec<_> = (1..=4).map(|n| c.retry_delay(n)).collect();
+        assert_eq!(delays, vec![Some(50), Some(100), Some(200), None]);
+    }
+}

@@ -1,0 +1,12 @@
+//! The durable plane: the app's message row and the protocol's chunk rows, and the SQL that
+//! moves text into them. Nothing here performs I/O; the shell runs the statements.
+
+pub mod mapping;
+pub mod plan;
+pub mod rows;
+pub mod sql;
+
+pub use mapping::{ColumnNames, Ident, MappingError, TableMapping};
+pub use plan::{Shape, StorePlan};
+pub use rows::{judge_host, judge_probe, ColumnValue, OpenProbe, OpenRefused, RowState, UnusableRow};
+pub use sql::{chunk_id, Dialect, MappedSql, Statement, Value};

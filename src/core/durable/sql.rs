@@ -1,0 +1,276 @@
+//! Every statement the durable plane runs, as SQL text plus bound parameters.
+//!
+//! Values are always bound, never spliced into the text; identifiers come from a validated
+//! [`TableMapping`] and are double-quoted. The D1/SQLite dialect is the one deployed; the
+//! Postgres dialect differs only in placeholders and column types.
+
+use super::mapping::TableMapping;
+use crate::core::frame::{EndStatus, STATUS_STREAMING};
+
+/// The SQL dialect of the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// SQLite, as D1 speaks it: `?N` placeholders.
+    Sqlite,
+    /// PostgreSQL: `$N` placeholders, `bigint`, `boolean`.
+    Postgres,
+}
+
+impl Dialect {
+    fn placeholder(self, n: usize) -> String {
+        match self {
+            Dialect::Sqlite => format!("?{n}"),
+            Dialect::Postgres => format!("${n}"),
+        }
+    }
+
+    fn text_type(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "TEXT",
+            Dialect::Postgres => "text",
+        }
+    }
+
+    fn int_type(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "INTEGER",
+            Dialect::Postgres => "bigint",
+        }
+    }
+}
+
+/// A bound parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Text(String),
+    Int(i64),
+    Bool(bool),
+    Null,
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Value::Text(s.to_owned())
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Self {
+        Value::Text(s)
+    }
+}
+
+impl From<u64> for Value {
+    fn from(n: u64) -> Self {
+        // Offsets are bounded by MAX_OFFSET (2^53), far inside i64.
+        Value::Int(i64::try_from(n).expect("offsets fit in i64"))
+    }
+}
+
+impl From<Option<&str>> for Value {
+    fn from(s: Option<&str>) -> Self {
+        s.map_or(Value::Null, Value::from)
+    }
+}
+
+/// One statement with its parameters, numbered from 1 in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Statement {
+    pub sql: String,
+    pub params: Vec<Value>,
+}
+
+/// The deterministic id of a chunk row: a replayed checkpoint collides with itself and is
+/// absorbed by `ON CONFLICT DO NOTHING`, so retries need no dedup ledger.
+pub fn chunk_id(stream_id: &str, seq: u64) -> String {
+    format!("{stream_id}:{seq}")
+}
+
+/// Builds the plane's statements for one mapping and dialect.
+#[derive(Debug, Clone)]
+pub struct MappedSql {
+    map: TableMapping,
+    dialect: Dialect,
+}
+
+impl MappedSql {
+    pub fn new(map: TableMapping, dialect: Dialect) -> Self {
+        Self { map, dialect }
+    }
+
+    pub fn mapping(&self) -> &TableMapping {
+        &self.map
+    }
+
+    fn p(&self, n: usize) -> String {
+        self.dialect.placeholder(n)
+    }
+
+    /// The chunk table's DDL, one statement per entry, for the app's migration.
+    pub fn chunk_table_ddl(&self) -> Vec<String> {
+        let m = &self.map;
+        let (text, int) = (self.dialect.text_type(), self.dialect.int_type());
+        let index = super::mapping::Ident::new(&format!("{}_stream_seq", m.chunks.name()))
+            .expect("a valid table name plus a suffix is still valid");
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} ({} {text} PRIMARY KEY, {} {text} NOT NULL, {} {int} NOT NULL, {} {text} NOT NULL)",
+                m.chunks, m.chunk_key, m.chunk_stream, m.chunk_seq, m.chunk_text
+            ),
+            // Reads are always "this stream's chunks in order", and compaction deletes by stream.
+            format!(
+                "CREATE INDEX IF NOT EXISTS {index} ON {} ({}, {})",
+                m.chunks, m.chunk_stream, m.chunk_seq
+            ),
+        ]
+    }
+
+    /// The open probe: the row's length and status, read once and judged by
+    /// [`super::open::judge_probe`].
+    pub fn probe_open(&self, stream_id: &str) -> Statement {
+        let m = &self.map;
+        Statement {
+            sql: format!("SELECT {} AS seq, {} AS status FROM {} WHERE {} = {}", m.seq, m.status, m.message, m.key, self.p(1)),
+            params: vec![stream_id.into()],
+        }
+    }
+
+    /// The open write. With a host column it is the CAS half of the single-flight guard: it
+    /// claims the row only where no producer holds it, and [`Self::read_host`] names the winner.
+    pub fn mark_streaming(&self, stream_id: &str, host_token: &str) -> Statement {
+        let m = &self.map;
+        match &m.host {
+            Some(host) => Statement {
+                sql: format!(
+                    "UPDATE {} SET {} = {}, {host} = {} WHERE {} = {} AND ({} IS NULL OR {} <> {})",
+                    m.message, m.status, self.p(1), self.p(2), m.key, self.p(3), m.status, m.status, self.p(1)
+                ),
+                params: vec![STATUS_STREAMING.into(), host_token.into(), stream_id.into()],
+            },
+            None => Statement {
+                sql: format!("UPDATE {} SET {} = {} WHERE {} = {}", m.message, m.status, self.p(1), m.key, self.p(2)),
+                params: vec![STATUS_STREAMING.into(), stream_id.into()],
+            },
+        }
+    }
+
+    /// The read-back half of the open CAS; `None` when no host column is mapped.
+    pub fn read_host(&self, stream_id: &str) -> Option<Statement> {
+        let m = &self.map;
+        let host = m.host.as_ref()?;
+        Some(Statement {
+            sql: format!("SELECT {host} AS host FROM {} WHERE {} = {}", m.message, m.key, self.p(1)),
+            params: vec![stream_id.into()],
+        })
+    }
+
+    /// One checkpoint, run as ONE transaction: insert the slice `[from, to)` as a chunk row,
+    /// then compare-and-swap the row's length from `from` to `to`. Both are gated on
+    /// `seq = from`, so a replay or a stale re-cover after a lost ack changes nothing; which
+    /// case happened is decided by [`Self::read_state`], never assumed.
+    pub fn append(&self, stream_id: &str, from: u64, to: u64, text: &str) -> [Statement; 2] {
+        let m = &self.map;
+        let p = |n| self.p(n);
+        [
+            Statement {
+                sql: format!(
+                    "INSERT INTO {} ({}, {}, {}, {}) SELECT {}, {}, {}, {} WHERE EXISTS (SELECT 1 FROM {} WHERE {} = {} AND {} = {}) ON CONFLICT DO NOTHING",
+                    m.chunks, m.chunk_key, m.chunk_stream, m.chunk_seq, m.chunk_text,
+                    p(1), p(2), p(3), p(4), m.message, m.key, p(2), m.seq, p(5)
+                ),
+                params: vec![chunk_id(stream_id, to).into(), stream_id.into(), to.into(), text.into(), from.into()],
+            },
+            Statement {
+                sql: format!("UPDATE {} SET {} = {} WHERE {} = {} AND {} = {}", m.message, m.seq, p(1), m.key, p(2), m.seq, p(3)),
+                params: vec![to.into(), stream_id.into(), from.into()],
+            },
+        ]
+    }
+
+    /// The read-back after every checkpoint: the stored length (the only thing that advances
+    /// `durableSeq`) and, when mapped, the cancel flag.
+    pub fn read_state(&self, stream_id: &str) -> Statement {
+        let m = &self.map;
+        let cancel = m.cancel.as_ref().map_or(String::new(), |c| format!(", {c} AS cancel"));
+        Statement {
+            sql: format!("SELECT {} AS seq{cancel} FROM {} WHERE {} = {}", m.seq, m.message, m.key, self.p(1)),
+            params: vec![stream_id.into()],
+        }
+    }
+
+    /// Compaction, as ONE transaction: the whole body, its length and the final status go on
+    /// the message row, and the stream's chunk rows go away. Whatever the chunks did or did not
+    /// capture, the row ends up right, so this also repairs an earlier failed checkpoint.
+    pub fn compact(&self, stream_id: &str, body: &str, status: EndStatus, error: Option<&str>) -> [Statement; 2] {
+        let m = &self.map;
+        let mut sets = vec![format!("{} = {}", m.body, self.p(1)), format!("{} = {}", m.seq, self.p(2)), format!("{} = {}", m.status, self.p(3))];
+        let mut params: Vec<Value> = vec![body.into(), crate::core::utf16::len(body).into(), status.as_str().into()];
+        if let Some(col) = &m.error {
+            params.push(error.into());
+            sets.push(format!("{col} = {}", self.p(params.len())));
+        }
+        params.push(stream_id.into());
+        [
+            Statement {
+                sql: format!("UPDATE {} SET {} WHERE {} = {}", m.message, sets.join(", "), m.key, self.p(params.len())),
+                params,
+            },
+            Statement {
+                sql: format!("DELETE FROM {} WHERE {} = {}", m.chunks, m.chunk_stream, self.p(1)),
+                params: vec![stream_id.into()],
+            },
+        ]
+    }
+
+    /// The seal of a body too large to compact into one row: the chunk rows stay (they are
+    /// the durable text), and only the status and error change.
+    pub fn seal_in_place(&self, stream_id: &str, status: EndStatus, error: Option<&str>) -> Statement {
+        let m = &self.map;
+        let mut sets = vec![format!("{} = {}", m.status, self.p(1))];
+        let mut params: Vec<Value> = vec![status.as_str().into()];
+        if let Some(col) = &m.error {
+            params.push(error.into());
+            sets.push(format!("{col} = {}", self.p(params.len())));
+        }
+        params.push(stream_id.into());
+        Statement {
+            sql: format!("UPDATE {} SET {} WHERE {} = {}", m.message, sets.join(", "), m.key, self.p(params.len())),
+            params,
+        }
+    }
+
+    /// Sets the row's cancel flag; `None` when no cancel column is mapped.
+    pub fn request_cancel(&self, stream_id: &str) -> Option<Statement> {
+        let m = &self.map;
+        let cancel = m.cancel.as_ref()?;
+        let truth = match self.dialect {
+            Dialect::Sqlite => Value::Int(1),
+            Dialect::Postgres => Value::Bool(true),
+        };
+        Some(Statement {
+            sql: format!("UPDATE {} SET {cancel} = {} WHERE {} = {}", m.message, self.p(1), m.key, self.p(2)),
+            params: vec![truth, stream_id.into()],
+        })
+    }
+
+    /// The row half of the durable text: body, length and status.
+    pub fn read_row(&self, stream_id: &str) -> Statement {
+        let m = &self.map;
+        Statement {
+            sql: format!("SELECT {} AS body, {} AS seq, {} AS status FROM {} WHERE {} = {}", m.body, m.seq, m.status, m.message, m.key, self.p(1)),
+            params: vec![stream_id.into()],
+        }
+    }
+
+    /// The chunk half of the durable text, in `seq` order.
+    pub fn read_chunks(&self, stream_id: &str) -> Statement {
+        let m = &self.map;
+        Statement {
+            sql: format!(
+                "SELECT {} AS seq, {} AS text FROM {} WHERE {} = {} ORDER BY {}",
+                m.chunk_seq, m.chunk_text, m.chunks, m.chunk_stream, self.p(1), m.chunk_seq
+            ),
+            params: vec![stream_id.into()],
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The six frames of the wire (SPEC §3) and the statuses they carry.
+
+use serde::{Deserialize, Serialize};
+
+/// How a stream ended. Also the terminal values of the message row's status column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndStatus {
+    Complete,
+    Cancelled,
+    Error,
+    Interrupted,
+}
+
+impl EndStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndStatus::Complete => "complete",
+            EndStatus::Cancelled => "cancelled",
+            EndStatus::Error => "error",
+            EndStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "complete" => EndStatus::Complete,
+            "cancelled" => EndStatus::Cancelled,
+            "error" => EndStatus::Error,
+            "interrupted" => EndStatus::Interrupted,
+            _ => return None,
+        })
+    }
+}
+
+/// The status column's value while a producer holds the row.
+pub const STATUS_STREAMING: &str = "streaming";
+
+/// One frame of a subscription; serialized as one JSON object with a `type` field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", rename_all_fields = "camelCase")]
+pub enum Frame {
+    /// First frame of every live subscription; `from` is the offset actually used.
+    Open { stream_id: String, from: u64, seq: u64, durable_seq: u64, ended: bool },
+    /// Produced text covering `[from, seq)`.
+    Chunk { from: u64, seq: u64, text: String },
+    /// Everything below `seq` is committed.
+    Durable { seq: u64 },
+    /// Sealed; `seq` is the durable length.
+    End {
+        seq: u64,
+        status: EndStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// The live buffer no longer holds what the reader needs; rejoin from the durable text.
+    Stale { floor_seq: u64, durable_seq: u64 },
+    /// No live stream here; read the durable text.
+    Absent,
+}
+
+impl Frame {
+    /// The offset a reconnecting reader resumes from after this frame (its SSE `id:`), if any.
+    pub fn resume_point(&self) -> Option<u64> {
+        match self {
+            Frame::Open { from, .. } => Some(*from),
+            Frame::Chunk { seq, .. } => Some(*seq),
+            _ => None,
+        }
+    }
+
+    /// True for the frames after which a subscription carries nothing more.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Frame::End { .. } | Frame::Stale { .. } | Frame::Absent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn frames_serialize_with_the_specs_field_names() {
+        let cases = [
+            (
+                Frame::Open { stream_id: "m1".into(), from: 2, seq: 5, durable_seq: 1, ended: false },
+                json!({"type":"open","streamId":"m1","from":2,"seq":5,"durableSeq":1,"ended":false}),
+            ),
+            (
+                Frame::Chunk { from: 0, seq: 2, text: "😀".into() },
+                json!({"type":"chunk","from":0,"seq":2,"text":"😀"}),
+            ),
+            (Frame::Durable { seq: 7 }, json!({"type":"durable","seq":7})),
+            (
+                Frame::End { seq: 9, status: EndStatus::Complete, error: None },
+                json!({"type":"end","seq":9,"status":"complete"}),
+            ),
+            (
+                Frame::End { seq: 9, status: EndStatus::Error, error: Some("boom".into()) },
+                json!({"type":"end","seq":9,"status":"error","error":"boom"}),
+            ),
+            (
+                Frame::Stale { floor_seq: 3, durable_seq: 4 },
+                json!({"type":"stale","floorSeq":3,"durableSeq":4}),
+            ),
+            (Frame::Absent, json!({"type":"absent"})),
+        ];
+        for (frame, expected) in cases {
+            let value = serde_json::to_value(&frame).unwrap();
+            assert_eq!(value, expected);
+            assert_eq!(serde_json::from_value::<Frame>(value).unwrap(), frame);
+        }
+    }
+
+    #[test]
+    fn only_open_and_chunk_have_a_resume_point() {
+        assert_eq!(
+            Frame::Open { stream_id: "s".into(), from: 3, seq: 9, durable_seq: 0, ended: false }
+                .resume_point(),
+            Some(3)
+        );
+        assert_eq!(Frame::Chunk { from: 3, seq: 9, text: "abcdef".into() }.resume_point(), Some(9));
+        assert_eq!(Frame::Durable { seq: 9 }.resume_point(), None);
+        assert_eq!(Frame::Absent.resume_point(), None);
+    }
+}

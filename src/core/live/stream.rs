@@ -1,0 +1,609 @@
+//! The live stream: phases, inputs, outputs and the reader side.
+
+use super::readers::{Pull, ReaderId, Readers};
+use crate::core::config::{CheckpointMode, StreamConfig};
+use crate::core::durable::{OpenProbe, OpenRefused, RowState};
+use crate::core::frame::{EndStatus, Frame};
+use crate::core::text::TextBuffer;
+use std::collections::VecDeque;
+use thiserror::Error;
+
+/// Milliseconds on the shell's clock. The machine never reads a clock; time is an input.
+pub type Millis = u64;
+
+/// Names one store operation, so its reply finds its way back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub u64);
+
+/// Names one pending request (open, flush or seal) until it settles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket(pub u64);
+
+/// A store operation for the shell to perform and answer with [`LiveStream::handle_store`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreRequest {
+    pub id: OpId,
+    pub op: StoreOp,
+}
+
+/// What the store is asked to do. In tables mode each maps to the statements of
+/// [`crate::core::durable::MappedSql`]; a sink interprets them itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreOp {
+    /// Read the row's length and status for the open verdict. Reply: [`StoreReply::Probe`].
+    ProbeOpen,
+    /// Mark the row `streaming` (claiming it with `host_token` where a host column is mapped).
+    MarkStreaming { host_token: String },
+    /// Read the host column back. Reply: [`StoreReply::Host`].
+    ReadHost,
+    /// One checkpoint: `text` covers `[from, to)`. Tables mode answers [`StoreReply::Applied`]
+    /// and is confirmed by a [`StoreOp::ReadState`]; a sink may answer [`StoreReply::State`].
+    Append { from: u64, to: u64, text: String },
+    /// Read the row's stored length and cancel flag. Reply: [`StoreReply::State`].
+    ReadState,
+    /// The terminal write.
+    Seal(SealWrite),
+}
+
+/// The terminal write of a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealWrite {
+    pub status: EndStatus,
+    pub error: Option<String>,
+    /// The produced length.
+    pub seq: u64,
+    /// The body to compact into the row, covering `[body_from, seq)`; `None` seals in place
+    /// (the body is too large for one row and stays as chunk rows, all already committed).
+    pub body: Option<String>,
+    pub body_from: u64,
+}
+
+/// A successful store answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreReply {
+    /// A write ran; it says nothing about what the row now holds.
+    Applied,
+    Probe(Option<OpenProbe>),
+    Host(Option<String>),
+    State(RowState),
+}
+
+/// A failed store operation: it may or may not have committed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{0}")]
+pub struct StoreFailure(pub String);
+
+/// Something for the shell to do, drained with [`LiveStream::poll_output`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    Store(StoreRequest),
+    /// A parked reader has frames: pull it.
+    Wake(ReaderId),
+    /// A request settled.
+    Settled(Ticket, Settlement),
+    /// Something worth one log line.
+    Event(StreamEvent),
+    /// The stream is over (refused, or its linger window passed): drop the machine.
+    Retired,
+}
+
+/// How a request settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settlement {
+    Opened(Result<(), OpenError>),
+    /// The confirmed `durableSeq`.
+    Flushed(Result<u64, FlushError>),
+    Sealed(Result<SealReport, SealShortfall>),
+}
+
+/// Why an open failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Refused(#[from] OpenRefused),
+    #[error("the store failed while opening: {0}")]
+    Store(String),
+}
+
+/// A flush that could not be confirmed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FlushError {
+    #[error("checkpoint failed with {durable_seq} of {seq} characters durable: {reason}")]
+    CheckpointFailed { seq: u64, durable_seq: u64, reason: String },
+    #[error("the stream ended with only {durable_seq} of {seq} characters durable")]
+    EndedShort { seq: u64, durable_seq: u64 },
+    #[error("the stream is not open")]
+    NotOpen,
+}
+
+/// A seal that committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealReport {
+    pub status: EndStatus,
+    pub seq: u64,
+    pub durable_seq: u64,
+}
+
+/// A seal that could not commit: the stream ended anyway, short of what was produced.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("the seal could not commit ({reason}); {durable_seq} of {seq} characters are durable")]
+pub struct SealShortfall {
+    pub status: EndStatus,
+    pub seq: u64,
+    pub durable_seq: u64,
+    pub reason: String,
+}
+
+/// A push that was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum PushError {
+    #[error("the stream is not open")]
+    NotOpen,
+    #[error("the stream is closed")]
+    Closed,
+}
+
+/// What a producer learns from a push.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PushReceipt {
+    pub seq: u64,
+    pub durable_seq: u64,
+    pub cancelled: bool,
+}
+
+/// Observable moments, one log line each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    Opened,
+    OpenFailed(OpenError),
+    /// One attempt failed; `will_retry` says whether another follows.
+    CheckpointAttemptFailed { from: u64, to: u64, attempt: u32, will_retry: bool, error: String },
+    /// A checkpoint round gave up; the text stays in the buffer.
+    CheckpointFailed { from: u64, to: u64, error: String },
+    Sealed { status: EndStatus, seq: u64, durable_seq: u64, shortfall: Option<String> },
+    ReaderDropped { reader: ReaderId, reason: super::DropReason },
+}
+
+/// Counters for `/stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub checkpoints: u64,
+    pub failures: u64,
+    pub retries: u64,
+    pub bytes_written: u64,
+}
+
+/// Where the stream is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Awaiting the store's word on the open.
+    Opening { ticket: Ticket, step: OpenStep, retry: u32 },
+    Live,
+    /// A seal is requested; the terminal write is pending.
+    Sealing(Seal),
+    /// Sealed; joinable until `linger_until`.
+    Ended { seal: Seal, shortfall: Option<SealShortfall>, linger_until: Millis },
+    /// Refused at open, or past its linger window.
+    Retired,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OpenStep {
+    Probing(OpId),
+    Marking(OpId),
+    ReadingHost(OpId),
+    /// Waiting to retry the step that failed (`probe` says which).
+    Backoff { until: Millis, probe: bool },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Seal {
+    pub status: EndStatus,
+    pub error: Option<String>,
+    /// The body cannot be compacted into one row: commit the tail as chunks, then seal in place.
+    pub in_place: bool,
+    /// An in-place seal's tail could not be committed; seal with what is durable.
+    pub tail_abandoned: bool,
+}
+
+/// What the stream reports about itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamState {
+    Opening,
+    Live,
+    Sealing,
+    Ended(EndStatus),
+    Retired,
+}
+
+/// One stream's live state. See the module docs for the driving loop.
+#[derive(Debug)]
+pub struct LiveStream {
+    pub(crate) id: String,
+    pub(crate) cfg: StreamConfig,
+    pub(crate) phase: Phase,
+    pub(crate) buf: TextBuffer,
+    pub(crate) durable_seq: u64,
+    pub(crate) cancelled: bool,
+    pub(crate) readers: Readers,
+    pub(crate) host_token: String,
+    pub(crate) ck: super::checkpoint::Checkpointing,
+    pub(crate) flush_waiters: Vec<(Ticket, u64)>,
+    pub(crate) seal_tickets: Vec<Ticket>,
+    next_op: u64,
+    next_ticket: u64,
+    outputs: VecDeque<Output>,
+    pub(crate) stats: Stats,
+}
+
+impl LiveStream {
+    /// Starts opening `stream_id`; the ticket settles with [`Settlement::Opened`].
+    /// `host_token` is this producer's claim on the row (the open CAS).
+    pub fn open(stream_id: &str, cfg: StreamConfig, host_token: &str, now: Millis) -> (Self, Ticket) {
+        let _ = now;
+        let mut s = Self {
+            id: stream_id.to_owned(),
+            readers: Readers::new(cfg.max_queued_frames),
+            cfg,
+            phase: Phase::Retired,
+            buf: TextBuffer::new(),
+            durable_seq: 0,
+            cancelled: false,
+            host_token: host_token.to_owned(),
+            ck: Default::default(),
+            flush_waiters: Vec::new(),
+            seal_tickets: Vec::new(),
+            next_op: 0,
+            next_ticket: 0,
+            outputs: VecDeque::new(),
+            stats: Stats::default(),
+        };
+        let ticket = s.ticket();
+        let step = s.first_open_step(true);
+        s.phase = Phase::Opening { ticket, step, retry: 0 };
+        (s, ticket)
+    }
+
+    // ---- getters
+
+    pub fn stream_id(&self) -> &str {
+        &self.id
+    }
+
+    /// The produced length.
+    pub fn seq(&self) -> u64 {
+        self.buf.seq()
+    }
+
+    /// The confirmed durable length.
+    pub fn durable_seq(&self) -> u64 {
+        self.durable_seq
+    }
+
+    /// A cancel was requested (directly, or seen in a read-back).
+    pub fn cancelled(&self) -> bool {
+        self.cancelled
+    }
+
+    pub fn state(&self) -> StreamState {
+        match &self.phase {
+            Phase::Opening { .. } => StreamState::Opening,
+            Phase::Live => StreamState::Live,
+            Phase::Sealing(_) => StreamState::Sealing,
+            Phase::Ended { seal, .. } => StreamState::Ended(seal.status),
+            Phase::Retired => StreamState::Retired,
+        }
+    }
+
+    /// Readers receiving live frames.
+    pub fn reader_count(&self) -> usize {
+        self.readers.live_count()
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Approximate memory held: retained text plus queued frames (frames are shared, so
+    /// this counts queue slots, not copies).
+    pub fn retained_bytes(&self) -> usize {
+        self.buf.retained_bytes() + self.readers.queued_frames() * std::mem::size_of::<usize>()
+    }
+
+    // ---- producer inputs
+
+    /// Appends produced text and fans it out at once.
+    pub fn push(&mut self, text: &str, now: Millis) -> Result<PushReceipt, PushError> {
+        match self.phase {
+            Phase::Live => {}
+            Phase::Opening { .. } | Phase::Retired => return Err(PushError::NotOpen),
+            Phase::Sealing(_) | Phase::Ended { .. } => return Err(PushError::Closed),
+        }
+        if !text.is_empty() {
+            let (from, seq) = self.buf.push(text);
+            self.fan_out(Frame::Chunk { from, seq, text: text.to_owned() });
+            self.drive(now);
+        }
+        Ok(self.receipt())
+    }
+
+    pub fn receipt(&self) -> PushReceipt {
+        PushReceipt { seq: self.seq(), durable_seq: self.durable_seq, cancelled: self.cancelled }
+    }
+
+    /// Asks for everything produced so far to be durable; settles with [`Settlement::Flushed`].
+    pub fn flush(&mut self, now: Millis) -> Ticket {
+        let ticket = self.ticket();
+        let at = self.seq();
+        let settled = match &self.phase {
+            Phase::Opening { .. } | Phase::Retired => Some(Err(FlushError::NotOpen)),
+            _ if self.durable_seq >= at => Some(Ok(self.durable_seq)),
+            // After a failed seal the shortfall is permanent: nothing will retry it.
+            Phase::Ended { .. } => Some(Err(FlushError::EndedShort { seq: at, durable_seq: self.durable_seq })),
+            Phase::Live | Phase::Sealing(_) => None,
+        };
+        match settled {
+            Some(result) => self.settle(ticket, Settlement::Flushed(result)),
+            None => {
+                self.flush_waiters.push((ticket, at));
+                self.ck.forced = true;
+                self.drive(now);
+            }
+        }
+        ticket
+    }
+
+    /// Seals `complete`, or `cancelled` when a cancel was seen.
+    pub fn close(&mut self, now: Millis) -> Ticket {
+        let status = if self.cancelled { EndStatus::Cancelled } else { EndStatus::Complete };
+        self.seal(status, None, now)
+    }
+
+    /// Seals `error` with the producer's message.
+    pub fn fail(&mut self, error: &str, now: Millis) -> Ticket {
+        self.seal(EndStatus::Error, Some(error.to_owned()), now)
+    }
+
+    /// Seals with `status`; settles with [`Settlement::Sealed`]. A second seal joins the first
+    /// (or, once ended, gets the first one's outcome): a stream seals once.
+    pub fn seal(&mut self, status: EndStatus, error: Option<String>, now: Millis) -> Ticket {
+        let ticket = self.ticket();
+        match &self.phase {
+            Phase::Live => {
+                let in_place = self.must_seal_in_place();
+                self.phase = Phase::Sealing(Seal { status, error, in_place, tail_abandoned: false });
+                self.seal_tickets.push(ticket);
+                self.drive(now);
+            }
+            Phase::Sealing(_) => self.seal_tickets.push(ticket),
+            Phase::Ended { seal, shortfall, .. } => {
+                let outcome = self.seal_outcome(seal.status, shortfall.clone());
+                self.settle(ticket, Settlement::Sealed(outcome));
+            }
+            Phase::Opening { .. } | Phase::Retired => {
+                let shortfall = SealShortfall {
+                    status,
+                    seq: self.seq(),
+                    durable_seq: self.durable_seq,
+                    reason: "the stream is not open".into(),
+                };
+                self.settle(ticket, Settlement::Sealed(Err(shortfall)));
+            }
+        }
+        ticket
+    }
+
+    /// Records a cancel request; the producer learns it from its next receipt.
+    pub fn cancel(&mut self) {
+        self.cancelled = true;
+    }
+
+    // ---- reader inputs
+
+    /// Attaches a reader at UTF-16 offset `from`: replays `open`, the text from there, a
+    /// `durable` and (if ended) `end` in this one step, then registers it for live frames, so no
+    /// delta can fall between replay and live tail.
+    pub fn subscribe(&mut self, from: u64) -> ReaderId {
+        let ended = match &self.phase {
+            Phase::Live | Phase::Sealing(_) => None,
+            Phase::Ended { seal, .. } => Some(seal.clone()),
+            Phase::Opening { .. } | Phase::Retired => return self.readers.attach(vec![Frame::Absent]),
+        };
+        let seq = self.seq();
+        let wanted = from.min(seq);
+        if wanted < self.buf.floor() {
+            return self.readers.attach(vec![self.stale_frame()]);
+        }
+        let at = self.buf.char_floor(wanted);
+        let mut replay = vec![Frame::Open {
+            stream_id: self.id.clone(),
+            from: at,
+            seq,
+            durable_seq: self.durable_seq,
+            ended: ended.is_some(),
+        }];
+        if seq > at {
+            replay.push(Frame::Chunk { from: at, seq, text: self.buf.tail(at).to_owned() });
+        }
+        if self.durable_seq > at {
+            replay.push(Frame::Durable { seq: self.durable_seq });
+        }
+        if let Some(seal) = ended {
+            replay.push(self.end_frame(&seal));
+        }
+        self.readers.attach(replay)
+    }
+
+    /// Takes what is queued for a reader, as SSE bytes.
+    pub fn pull(&mut self, reader: ReaderId) -> Pull {
+        self.readers.pull(reader)
+    }
+
+    /// A reader's client went away.
+    pub fn detach(&mut self, reader: ReaderId) {
+        self.readers.detach(reader);
+    }
+
+    // ---- time
+
+    /// The next moment [`Self::handle_timeout`] has work to do.
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        let phase_deadline = match &self.phase {
+            Phase::Opening { step: OpenStep::Backoff { until, .. }, .. } => Some(*until),
+            Phase::Ended { linger_until, .. } => Some(*linger_until),
+            _ => None,
+        };
+        [phase_deadline, self.ck.deadline()].into_iter().flatten().min()
+    }
+
+    /// Does whatever is due at `now`.
+    pub fn handle_timeout(&mut self, now: Millis) {
+        match self.phase {
+            Phase::Opening { step: OpenStep::Backoff { until, probe }, ticket, retry } if until <= now => {
+                let step = self.first_open_step(probe);
+                self.phase = Phase::Opening { ticket, step, retry };
+            }
+            Phase::Ended { linger_until, .. } if linger_until <= now => {
+                self.phase = Phase::Retired;
+                self.push_output(Output::Retired);
+            }
+            _ => {}
+        }
+        self.checkpoint_timeout(now);
+    }
+
+    // ---- outputs
+
+    /// The next thing for the shell to do.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    // ---- internals shared with the checkpoint driver
+
+    pub(crate) fn push_output(&mut self, o: Output) {
+        self.outputs.push_back(o);
+    }
+
+    pub(crate) fn ticket(&mut self) -> Ticket {
+        self.next_ticket += 1;
+        Ticket(self.next_ticket)
+    }
+
+    pub(crate) fn request(&mut self, op: StoreOp) -> OpId {
+        self.next_op += 1;
+        let id = OpId(self.next_op);
+        self.push_output(Output::Store(StoreRequest { id, op }));
+        id
+    }
+
+    pub(crate) fn settle(&mut self, ticket: Ticket, s: Settlement) {
+        self.push_output(Output::Settled(ticket, s));
+    }
+
+    pub(crate) fn event(&mut self, e: StreamEvent) {
+        self.push_output(Output::Event(e));
+    }
+
+    pub(crate) fn stale_frame(&self) -> Frame {
+        Frame::Stale { floor_seq: self.buf.floor(), durable_seq: self.durable_seq }
+    }
+
+    pub(crate) fn end_frame(&self, seal: &Seal) -> Frame {
+        Frame::End { seq: self.durable_seq, status: seal.status, error: seal.error.clone() }
+    }
+
+    pub(crate) fn fan_out(&mut self, frame: Frame) {
+        let stale = self.stale_frame();
+        let (wake, dropped) = self.readers.fan_out(frame, || stale.clone());
+        for reader in wake {
+            self.push_output(Output::Wake(reader));
+        }
+        for reader in dropped {
+            self.push_output(Output::Wake(reader));
+            self.event(StreamEvent::ReaderDropped { reader, reason: super::DropReason::QueueFull });
+        }
+    }
+
+    pub(crate) fn finish_readers(&mut self, frame: Frame) {
+        for reader in self.readers.finish_all(frame) {
+            self.push_output(Output::Wake(reader));
+        }
+    }
+
+    /// The first store request of an open attempt (`probe`: start from the probe).
+    fn first_open_step(&mut self, probe: bool) -> OpenStep {
+        match (&self.cfg.mode, probe) {
+            (CheckpointMode::Tables { .. }, true) => OpenStep::Probing(self.request(StoreOp::ProbeOpen)),
+            _ => {
+                let host_token = self.host_token.clone();
+                OpenStep::Marking(self.request(StoreOp::MarkStreaming { host_token }))
+            }
+        }
+    }
+
+    fn must_seal_in_place(&self) -> bool {
+        matches!(self.cfg.mode, CheckpointMode::Tables { .. })
+            && (self.buf.floor() > 0 || self.buf.retained_bytes() > self.cfg.max_compact_bytes)
+    }
+
+    pub(crate) fn seal_outcome(&self, status: EndStatus, shortfall: Option<SealShortfall>) -> Result<SealReport, SealShortfall> {
+        match shortfall {
+            Some(s) => Err(s),
+            None => Ok(SealReport { status, seq: self.seq(), durable_seq: self.durable_seq }),
+        }
+    }
+
+    // ---- the open handshake's replies
+
+    pub(crate) fn handle_open_reply(&mut self, op: OpId, result: Result<StoreReply, StoreFailure>, now: Millis) {
+        let Phase::Opening { ticket, step, retry } = self.phase.clone() else { return };
+        let probe = matches!(step, OpenStep::Probing(_));
+        let verdict: Result<Option<OpenStep>, OpenError> = match (step, result) {
+            (OpenStep::Probing(id), Ok(StoreReply::Probe(row))) if id == op => {
+                crate::core::durable::judge_probe(row.as_ref()).map_err(OpenError::from).map(|()| {
+                    let host_token = self.host_token.clone();
+                    Some(OpenStep::Marking(self.request(StoreOp::MarkStreaming { host_token })))
+                })
+            }
+            (OpenStep::Marking(id), Ok(_)) if id == op => match self.cfg.mode {
+                CheckpointMode::Tables { host_cas: true } => Ok(Some(OpenStep::ReadingHost(self.request(StoreOp::ReadHost)))),
+                _ => Ok(None),
+            },
+            (OpenStep::ReadingHost(id), Ok(StoreReply::Host(host))) if id == op => {
+                crate::core::durable::judge_host(&self.host_token, host.as_deref()).map(|()| None).map_err(OpenError::from)
+            }
+            (OpenStep::Probing(id) | OpenStep::Marking(id) | OpenStep::ReadingHost(id), outcome) if id == op => {
+                let reason = match outcome {
+                    Err(e) => e.0,
+                    Ok(other) => format!("unexpected store reply {other:?}"),
+                };
+                match self.cfg.retry_delay(retry + 1) {
+                    // A failed mark or host read retries the whole write-then-read attempt: a
+                    // lost ack on the mark reads back our own token on replay.
+                    Some(delay) => {
+                        self.stats.retries += 1;
+                        self.phase = Phase::Opening { ticket, step: OpenStep::Backoff { until: now + delay, probe }, retry: retry + 1 };
+                        return;
+                    }
+                    None => Err(OpenError::Store(reason)),
+                }
+            }
+            _ => return, // a reply for an operation this phase no longer awaits
+        };
+        match verdict {
+            Ok(Some(step)) => self.phase = Phase::Opening { ticket, step, retry },
+            Ok(None) => {
+                self.phase = Phase::Live;
+                self.event(StreamEvent::Opened);
+                self.settle(ticket, Settlement::Opened(Ok(())));
+            }
+            Err(e) => {
+                self.phase = Phase::Retired;
+                self.event(StreamEvent::OpenFailed(e.clone()));
+                self.settle(ticket, Settlement::Opened(Err(e)));
+                self.push_output(Output::Retired);
+            }
+        }
+    }
+}

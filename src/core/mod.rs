@@ -1,0 +1,26 @@
+//! The pure core: everything in the specification that is logic rather than I/O.
+//!
+//! ```text
+//!   producer ──push──▶ ┌──────────── LiveStream (live/) ───────────┐ ──frames──▶ readers
+//!                      │ TextBuffer · Readers · checkpoint driver   │
+//!                      └───────┬───────────────────────▲───────────┘
+//!                     StoreRequest (durable/ SQL)   StoreReply
+//!                              ▼                       │
+//!                            the shell runs it against D1 (or a sink)
+//! ```
+//!
+//! Nothing in this tree performs I/O, reads a clock or depends on the Workers runtime: time
+//! is an input, and store operations and reader wake-ups are outputs. The Worker shell
+//! (`src/edge`, wasm32 only) performs them.
+
+pub mod auth;
+pub mod config;
+pub mod durable;
+pub mod frame;
+pub mod live;
+pub mod reading;
+pub mod sse;
+pub mod stream_id;
+pub mod text;
+pub mod utf16;
+pub mod utf8;

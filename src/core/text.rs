@@ -1,0 +1,174 @@
+//! The live buffer: the produced text from some floor offset to `seq`, addressable by UTF-16
+//! offset without rescanning from the start.
+
+use super::utf16;
+
+/// Keep a mark at least this often, so locating an offset scans at most about this many bytes.
+const MARK_SPACING_BYTES: usize = 4096;
+
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    unit: u64,
+    byte: usize,
+}
+
+/// Produced text retained from [`TextBuffer::floor`] up to [`TextBuffer::seq`].
+#[derive(Debug, Clone)]
+pub struct TextBuffer {
+    text: String,
+    /// UTF-16 offset of `text`'s first byte.
+    floor: u64,
+    seq: u64,
+    /// Sorted `(unit, byte)` positions inside `text`, relative to its start; always holds (floor, 0).
+    marks: Vec<Mark>,
+}
+
+impl Default for TextBuffer {
+    fn default() -> Self {
+        Self { text: String::new(), floor: 0, seq: 0, marks: vec![Mark { unit: 0, byte: 0 }] }
+    }
+}
+
+impl TextBuffer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The produced length.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The lowest offset still held.
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// Bytes held, for memory accounting.
+    pub fn retained_bytes(&self) -> usize {
+        self.text.len()
+    }
+
+    /// Appends `s`; returns the UTF-16 range it now covers.
+    pub fn push(&mut self, s: &str) -> (u64, u64) {
+        let from = self.seq;
+        let mut last = *self.marks.last().expect("marks always hold the start");
+        let mut unit = self.seq;
+        let base = self.text.len();
+        for (i, c) in s.char_indices() {
+            if base + i - last.byte >= MARK_SPACING_BYTES {
+                last = Mark { unit, byte: base + i };
+                self.marks.push(last);
+            }
+            unit += c.len_utf16() as u64;
+        }
+        self.text.push_str(s);
+        self.seq = unit;
+        (from, self.seq)
+    }
+
+    /// Locates `offset` (clamped into `[floor, seq]`, moved down out of a surrogate pair).
+    fn locate(&self, offset: u64) -> utf16::Located {
+        let offset = offset.clamp(self.floor, self.seq);
+        let idx = self.marks.partition_point(|m| m.unit <= offset) - 1;
+        let m = self.marks[idx];
+        utf16::locate_from(&self.text, m.byte, m.unit, offset)
+    }
+
+    /// `offset` moved down to the start of the character it falls in (and up to the floor).
+    pub fn char_floor(&self, offset: u64) -> u64 {
+        self.locate(offset).unit
+    }
+
+    /// The held text in `[from, to)`; both ends are clamped into the buffer and floored to a
+    /// character start.
+    pub fn slice(&self, from: u64, to: u64) -> &str {
+        let a = self.locate(from);
+        let b = self.locate(to.max(a.unit));
+        &self.text[a.byte..b.byte]
+    }
+
+    /// The held text from `from` to the end.
+    pub fn tail(&self, from: u64) -> &str {
+        &self.text[self.locate(from).byte..]
+    }
+
+    /// The whole held text (from [`Self::floor`]).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The end of the longest slice starting at `from` that fits in `max_bytes` (and `to`),
+    /// never splitting a character; at least one character when any text is there, so a single
+    /// character wider than the cap still makes progress.
+    pub fn capped_end(&self, from: u64, to: u64, max_bytes: usize) -> u64 {
+        let whole = self.slice(from, to);
+        let mut fitted = utf16::prefix_within_bytes(whole, max_bytes);
+        if fitted.is_empty() {
+            fitted = whole.chars().next().map_or("", |c| &whole[..c.len_utf8()]);
+        }
+        self.locate(from).unit + utf16::len(fitted)
+    }
+
+    /// Drops everything below `offset` (floored to a character start).
+    pub fn trim_below(&mut self, offset: u64) {
+        let at = self.locate(offset);
+        if at.unit <= self.floor {
+            return;
+        }
+        self.text.drain(..at.byte);
+        self.floor = at.unit;
+        self.marks.retain(|m| m.unit > at.unit);
+        for m in &mut self.marks {
+            m.byte -= at.byte;
+        }
+        self.marks.insert(0, Mark { unit: at.unit, byte: 0 });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(n: usize) -> String {
+        let alphabet = ["a", "😀", "é", "👩‍💻", "日", "e\u{301}", "🇫🇷", "\n"];
+        (0..n).map(|i| alphabet[(i * 7 + i / 3) % alphabet.len()]).collect()
+    }
+
+    #[test]
+    fn slices_match_a_utf16_reference_across_marks() {
+        let text = sample(6000);
+        let mut buf = TextBuffer::new();
+        for piece in text.split_inclusive(['a', '\n']) {
+            buf.push(piece);
+        }
+        assert_eq!(buf.seq(), utf16::len(&text));
+        for from in (0..buf.seq()).step_by(97) {
+            for to in [from, from + 1, from + 333, buf.seq()] {
+                assert_eq!(buf.slice(from, to), utf16::slice(&text, from, to), "[{from},{to})");
+            }
+        }
+    }
+
+    #[test]
+    fn trimming_keeps_offsets_absolute() {
+        let text = sample(3000);
+        let mut buf = TextBuffer::new();
+        buf.push(&text);
+        let cut = buf.char_floor(5001);
+        buf.trim_below(5001);
+        assert_eq!(buf.floor(), cut);
+        assert_eq!(buf.tail(cut), utf16::slice(&text, cut, u64::MAX));
+        assert_eq!(buf.slice(cut + 10, cut + 50), utf16::slice(&text, cut + 10, cut + 50));
+        buf.push("tail😀");
+        assert!(buf.as_str().ends_with("tail😀"));
+    }
+
+    #[test]
+    fn capped_end_respects_the_byte_cap_and_always_progresses() {
+        let mut buf = TextBuffer::new();
+        buf.push("😀😀😀");
+        assert_eq!(buf.capped_end(0, 6, 9), 4, "two 4-byte emoji fit in 9 bytes");
+        assert_eq!(buf.capped_end(0, 6, 1), 2, "one character even when wider than the cap");
+    }
+}

@@ -1,0 +1,536 @@
+// Unit tests of public/client.js against recorded frame sequences (fixtures/*.json), and of the mock
+// model server (mock/). Run: node --test tests/client/
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, readdirSync } from 'node:fs';
+import {
+  applyFrame, assembleDurableText, followStream, frameResumePoint, initialState, spliceStreamText,
+  StreamGapError, TERMINAL_STATUSES,
+} from '../../public/client.js';
+import { mockText, mockTokens } from '../../mock/mock-text.mjs';
+import { startMockServer } from '../../mock/model-server.mjs';
+
+const FIXTURES = new URL('./fixtures/', import.meta.url);
+const fixture = (name) => JSON.parse(readFileSync(new URL(name, FIXTURES), 'utf8'));
+const tick = () => new Promise((resolve) => setImmediate(resolve));
+
+// ------------------------------------------------------------------ browser stand-ins
+//
+// FakeEventSource and the fake fetch below stand in for the browser's EventSource and fetch: the
+// test hands the client one recorded frame at a time, so its splice and rejoin logic is driven
+// deterministically, with no server, no network and no timing.
+
+function fakeBrowser(textResponses = []) {
+  const sources = [];
+  const fetches = [];
+  class FakeEventSource {
+    static CONNECTING = 0;
+    static OPEN = 1;
+    static CLOSED = 2;
+    constructor(url) {
+      this.url = url;
+      this.readyState = FakeEventSource.CONNECTING;
+      this.listeners = new Map();
+      sources.push(this);
+    }
+    addEventListener(type, fn) {
+      this.listeners.set(type, [...(this.listeners.get(type) ?? []), fn]);
+    }
+    close() {
+      this.readyState = FakeEventSource.CLOSED;
+    }
+    dispatch(type, event) {
+      for (const fn of this.listeners.get(type) ?? []) fn(event);
+    }
+    /** One SSE `message` event carrying one frame, as the server writes it (`data: <json>`). */
+    emit(frame) {
+      assert.notEqual(this.readyState, FakeEventSource.CLOSED, `frame sent to a closed EventSource: ${JSON.stringify(frame)}`);
+      this.readyState = FakeEventSource.OPEN;
+      const id = frameResumePoint(frame);
+      this.dispatch('message', { data: JSON.stringify(frame), lastEventId: id === undefined ? '' : String(id) });
+    }
+    /** A network error the browser recovers from by itself (it reconnects with Last-Event-ID). */
+    nativeReconnect() {
+      this.readyState = FakeEventSource.CONNECTING;
+      this.dispatch('error', {});
+    }
+    /** The browser gave up on this EventSource (e.g. a 5xx answer to its reconnect). */
+    giveUp() {
+      this.readyState = FakeEventSource.CLOSED;
+      this.dispatch('error', {});
+    }
+  }
+  const queue = [...textResponses];
+  const fetch = async (url) => {
+    fetches.push(url);
+    const next = queue.shift() ?? { status: 500, body: { error: 'unexpected', message: 'no recorded /text answer left' } };
+    return { ok: next.status < 300, status: next.status, json: async () => structuredClone(next.body) };
+  };
+  const waitForSource = async (i) => {
+    for (let n = 0; sources.length <= i; n++) {
+      if (n > 5000) assert.fail(`the client never opened EventSource #${i + 1}`);
+      await tick();
+    }
+    return sources[i];
+  };
+  return { EventSource: FakeEventSource, fetch, sources, fetches, waitForSource };
+}
+
+const fromOf = (url) => new URL(url, 'http://reader.test').searchParams.get('from');
+
+/** Follow a fixture's stream: feed each recorded connection its frames, and collect what the app saw. */
+async function replay(fx, extra = {}) {
+  const browser = fakeBrowser(fx.textResponses);
+  const seen = { texts: [], durables: [], ends: [], errors: [] };
+  const handle = followStream({
+    streamId: fx.streamId,
+    token: fx.token,
+    ...fx.options,
+    retryDelayMs: 0,
+    onText: (text, seq) => seen.texts.push({ text, seq }),
+    onDurable: (d) => seen.durables.push(d),
+    onEnd: (end) => seen.ends.push(end),
+    onError: (err) => seen.errors.push(err),
+    EventSourceImpl: browser.EventSource,
+    fetchImpl: browser.fetch,
+    ...extra,
+  });
+  for (const [i, conn] of fx.connections.entries()) {
+    const es = await browser.waitForSource(i);
+    assert.equal(fromOf(es.url), String(conn.from), `connection #${i + 1} joins at the right offset`);
+    for (const ev of conn.events) {
+      if (ev.transport === 'reconnect') es.nativeReconnect();
+      else if (ev.transport === 'closed') es.giveUp();
+      else es.emit(ev);
+    }
+  }
+  const final = await handle.done;
+  return { final, seen, browser, handle };
+}
+
+/** What every fixture must satisfy, whatever its path to the end. */
+function assertFollowed(fx, { final, seen, browser }) {
+  const { expect } = fx;
+  assert.equal(final.text, expect.text, 'exact final text');
+  assert.equal(final.status, expect.status);
+  assert.equal(final.durableSeq, expect.durableSeq);
+  assert.equal(final.ended, true);
+  assert.equal(browser.sources.length, expect.connections, 'EventSources opened');
+  assert.equal(browser.fetches.length, expect.textFetches, '/text reads');
+  assert.ok(browser.sources.every((es) => es.readyState === 2), 'every EventSource is closed at the end');
+  let prev = fx.options?.initialText ?? '';
+  for (const { text, seq } of seen.texts) {
+    assert.ok(text.length > prev.length && text.startsWith(prev), `text never shrinks: ${JSON.stringify(prev)} → ${JSON.stringify(text)}`);
+    assert.ok(expect.text.startsWith(text), 'every intermediate text is a prefix of the final one');
+    assert.ok(seq >= text.length);
+    prev = text;
+  }
+  for (let i = 1; i < seen.durables.length; i++) assert.ok(seen.durables[i] > seen.durables[i - 1], 'durableSeq is monotone');
+  assert.equal(seen.ends.length, 1, 'onEnd exactly once');
+  assert.deepEqual(seen.ends[0], { status: expect.status, seq: expect.durableSeq, error: expect.error ?? undefined, text: expect.text });
+  assert.deepEqual(seen.errors, []);
+}
+
+// ------------------------------------------------------------------ the recorded fixtures
+
+describe('recorded fixtures', () => {
+  const names = readdirSync(FIXTURES).filter((n) => n.endsWith('.json'));
+
+  test('every recorded frame obeys SPEC §3 (chunk text covers [from, seq) exactly, well-formed)', () => {
+    for (const name of names) {
+      const fx = fixture(name);
+      for (const c of fx.cases ?? [fx]) {
+        for (const conn of c.connections) {
+          for (const f of conn.events.filter((e) => e.type === 'chunk')) {
+            assert.equal(f.text.length, f.seq - f.from, `${name}: ${JSON.stringify(f)}`);
+            assert.ok(f.text.isWellFormed(), `${name}: no lone surrogate`);
+          }
+          for (const f of conn.events.filter((e) => e.type === 'end')) assert.ok(TERMINAL_STATUSES.includes(f.status));
+        }
+      }
+    }
+  });
+
+  for (const name of ['splice-emoji', 'reconnect-overlap', 'stale-fallback', 'absent-terminal', 'absent-streaming', 'gap', 'late-join', 'closed-rejoin']) {
+    test(name, async () => {
+      const fx = fixture(`${name}.json`);
+      const run = await replay(fx);
+      assertFollowed(fx, run);
+      for (const url of run.browser.sources.map((s) => s.url)) {
+        assert.match(url, /^\/streams\/msg_01\/events\?token=read-token&from=\d+$/);
+      }
+      for (const url of run.browser.fetches) assert.equal(url, '/streams/msg_01/text?token=read-token');
+    });
+  }
+
+  for (const c of fixture('end-statuses.json').cases) {
+    test(`end with status ${c.status}`, async () => {
+      const fx = { ...fixture('end-statuses.json'), ...c };
+      const run = await replay(fx);
+      assertFollowed(fx, run);
+      assert.equal(run.final.error, c.expect.error ?? undefined);
+    });
+  }
+
+  test('surrogate pairs: seq counts UTF-16 code units', async () => {
+    const { final } = await replay(fixture('splice-emoji.json'));
+    assert.equal(final.text.length, 45);
+    assert.equal(Array.from(final.text).length, 38, 'seven astral characters, two units each');
+    assert.ok(final.text.includes('👩\u200d💻') && final.text.includes('🇯🇵') && final.text.includes('e\u0301'));
+  });
+});
+
+// ------------------------------------------------------------------ pure helpers
+
+describe('pure helpers', () => {
+  test('spliceStreamText takes the longer of two prefixes', () => {
+    assert.equal(spliceStreamText('ab', 'abc👍'), 'abc👍');
+    assert.equal(spliceStreamText('abc👍', 'ab'), 'abc👍');
+    assert.equal(spliceStreamText('', ''), '');
+  });
+
+  test('frameResumePoint: open → from, chunk → seq, others → undefined', () => {
+    assert.equal(frameResumePoint({ type: 'open', from: 3, seq: 9 }), 3);
+    assert.equal(frameResumePoint({ type: 'chunk', from: 3, seq: 9, text: 'abcdef' }), 9);
+    for (const type of ['durable', 'end', 'stale', 'absent']) assert.equal(frameResumePoint({ type, seq: 9 }), undefined);
+  });
+
+  test('assembleDurableText: body, then chunk rows in seq order', () => {
+    assert.equal(assembleDurableText('Hi ', [{ seq: 7, text: '💻!' }, { seq: 3, text: '👩\u200d' }]), 'Hi 👩\u200d💻!');
+    assert.equal(assembleDurableText(null, []), '');
+    assert.equal(assembleDurableText('sealed'), 'sealed');
+  });
+
+  test('applyFrame splices, never shrinks, never mutates its input', () => {
+    const s0 = initialState();
+    const s1 = applyFrame(s0, { type: 'chunk', from: 0, seq: 4, text: 'ab👍' });
+    assert.deepEqual(s0, initialState(), 'input untouched');
+    assert.equal(s1.text, 'ab👍');
+    assert.equal(s1.seq, 4);
+    const replayed = applyFrame(s1, { type: 'chunk', from: 0, seq: 2, text: 'ab' });
+    assert.equal(replayed.text, 'ab👍', 'a shorter replay does not shrink the text');
+    const extended = applyFrame(s1, { type: 'chunk', from: 2, seq: 6, text: '👍cd' });
+    assert.equal(extended.text, 'ab👍cd', 'an overlapping replay extends it');
+  });
+
+  test('applyFrame reports a gap with a typed error', () => {
+    const fx = fixture('gap.json');
+    let state = initialState();
+    const [open, first, afterGap] = fx.connections[0].events;
+    state = applyFrame(applyFrame(state, open), first);
+    assert.throws(() => applyFrame(state, afterGap), (err) => {
+      assert.ok(err instanceof StreamGapError);
+      assert.deepEqual({ have: err.have, from: err.from }, fx.expect.gapAt);
+      return true;
+    });
+  });
+
+  test('applyFrame: durable is monotone, end seals, open records the watermarks', () => {
+    let s = applyFrame(initialState(), { type: 'open', streamId: 'x', from: 0, seq: 10, durableSeq: 4, ended: false });
+    assert.deepEqual([s.seq, s.durableSeq, s.status], [10, 4, 'streaming']);
+    s = applyFrame(s, { type: 'durable', seq: 8 });
+    s = applyFrame(s, { type: 'durable', seq: 6 });
+    assert.equal(s.durableSeq, 8);
+    s = applyFrame(s, { type: 'end', seq: 10, status: 'error', error: 'boom' });
+    assert.deepEqual([s.ended, s.status, s.error, s.durableSeq], [true, 'error', 'boom', 10]);
+  });
+});
+
+// ------------------------------------------------------------------ handle behaviour
+
+describe('followStream handle', () => {
+  const fx = fixture('splice-emoji.json');
+  const events = fx.connections[0].events;
+
+  test('drop() closes the EventSource and rejoins at ?from=<text length>', async () => {
+    const browser = fakeBrowser();
+    const handle = followStream({ streamId: 'msg_01', token: 'read-token', EventSourceImpl: browser.EventSource, fetchImpl: browser.fetch });
+    const first = await browser.waitForSource(0);
+    assert.equal(fromOf(first.url), '0');
+    for (const f of events.slice(0, 4)) first.emit(f); // open, two chunks, durable: text ends mid-flag
+    assert.equal(handle.text.length, 17);
+    handle.drop();
+    assert.equal(first.readyState, 2, 'the dropped EventSource is closed');
+    const second = await browser.waitForSource(1);
+    assert.equal(fromOf(second.url), '17', 'a new EventSource carries no Last-Event-ID, so ?from= says where');
+    second.emit({ type: 'open', streamId: 'msg_01', from: 17, seq: 45, durableSeq: 5, ended: false });
+    second.emit({ type: 'chunk', from: 17, seq: 45, text: fx.expect.text.slice(17) });
+    second.emit({ type: 'end', seq: 45, status: 'complete' });
+    const final = await handle.done;
+    assert.equal(final.text, fx.expect.text);
+    assert.equal(second.readyState, 2);
+    assert.equal(browser.sources.length, 2);
+  });
+
+  test('close() stops following and resolves done with the state so far', async () => {
+    const browser = fakeBrowser();
+    const handle = followStream({ streamId: 'msg_01', EventSourceImpl: browser.EventSource, fetchImpl: browser.fetch });
+    const es = await browser.waitForSource(0);
+    assert.equal(es.url, '/streams/msg_01/events?from=0', 'no token, no token parameter');
+    es.emit(events[0]);
+    es.emit(events[1]);
+    handle.close();
+    assert.equal(es.readyState, 2);
+    const final = await handle.done;
+    assert.equal(final.text, 'Hi 👩');
+    assert.equal(final.ended, false);
+    handle.drop();
+    await tick();
+    assert.equal(browser.sources.length, 1, 'a closed handle does not reconnect');
+  });
+
+  test('an exception in the app’s onText is the app’s, not a stream fault to recover from', async () => {
+    const browser = fakeBrowser();
+    const handle = followStream({ streamId: 'msg_01', onText: () => { throw new Error('app bug'); }, EventSourceImpl: browser.EventSource, fetchImpl: browser.fetch });
+    const es = await browser.waitForSource(0);
+    es.emit(events[0]);
+    assert.throws(() => es.emit(events[1]), /app bug/);
+    assert.equal(handle.text, 'Hi 👩', 'the frame was still applied');
+    assert.deepEqual(browser.fetches, [], 'no /text fallback');
+    assert.equal(es.readyState, 1, 'still following');
+    handle.close();
+  });
+
+  test('close() during a /text fallback wins: no rejoin afterwards', async () => {
+    let answer;
+    const browser = fakeBrowser();
+    const fetchImpl = (url) => {
+      browser.fetches.push(url);
+      return new Promise((resolve) => { answer = resolve; });
+    };
+    const handle = followStream({ streamId: 'msg_01', retryDelayMs: 0, EventSourceImpl: browser.EventSource, fetchImpl });
+    (await browser.waitForSource(0)).emit({ type: 'absent' });
+    assert.equal(browser.fetches.length, 1);
+    handle.close();
+    answer({ ok: true, status: 200, json: async () => ({ text: 'late', seq: 4, status: 'streaming' }) });
+    for (let i = 0; i < 20; i++) await tick();
+    assert.equal(browser.sources.length, 1);
+    assert.equal(handle.text, '', 'a superseded answer is ignored');
+  });
+
+  test('baseUrl, prefix and an id needing escapes', async () => {
+    const browser = fakeBrowser([{ status: 200, body: { text: 'x', seq: 1, status: 'complete' } }]);
+    const handle = followStream({ streamId: 'chat/1 a', token: 't&k', baseUrl: 'https://edge.test', prefix: '/s', EventSourceImpl: browser.EventSource, fetchImpl: browser.fetch });
+    const es = await browser.waitForSource(0);
+    assert.equal(es.url, 'https://edge.test/s/chat%2F1%20a/events?token=t%26k&from=0');
+    es.emit({ type: 'absent' });
+    await handle.done;
+    assert.deepEqual(browser.fetches, ['https://edge.test/s/chat%2F1%20a/text?token=t%26k']);
+  });
+
+  test('rejoining is bounded: a row stuck in streaming ends in onError', async () => {
+    const streaming = { status: 200, body: { text: 'Hi', seq: 2, status: 'streaming' } };
+    const browser = fakeBrowser([streaming, streaming, streaming, { status: 403, body: { error: 'forbidden', message: 'no' } }]);
+    const errors = [];
+    const handle = followStream({ streamId: 'msg_01', token: 't', maxRetries: 3, retryDelayMs: 0, onError: (e) => errors.push(e), EventSourceImpl: browser.EventSource, fetchImpl: browser.fetch });
+    for (let i = 0; i < 4; i++) (await browser.waitForSource(i)).emit({ type: 'absent' });
+    await assert.rejects(handle.done, /gave up after 3 retries/);
+    assert.equal(errors.length, 1);
+    assert.equal(handle.text, 'Hi', 'the durable text read on the way is kept');
+    assert.equal(browser.sources.length, 4);
+    assert.deepEqual(browser.sources.slice(1).map((s) => fromOf(s.url)), ['2', '2', '2']);
+    assert.ok(browser.sources.every((s) => s.readyState === 2));
+  });
+});
+
+// ------------------------------------------------------------------ mock text
+
+describe('mock text', () => {
+  test('deterministic: same options, same tokens; another seed, another text', () => {
+    assert.deepEqual(mockTokens({ seed: 3, tokens: 200 }), mockTokens({ seed: 3, tokens: 200 }));
+    assert.notEqual(mockText({ seed: 3, tokens: 200 }), mockText({ seed: 4, tokens: 200 }));
+    assert.equal(mockText({ seed: 3, tokens: 200 }), mockTokens({ seed: 3, tokens: 200 }).join(''));
+    assert.equal(mockTokens().length, 120, 'defaults: 120 tokens');
+    assert.deepEqual(mockTokens({ tokens: 0 }), []);
+  });
+
+  test('each token is a non-empty, well-formed string', () => {
+    for (let seed = 0; seed < 50; seed++) {
+      const tokens = mockTokens({ seed, tokens: 300 });
+      assert.equal(tokens.length, 300);
+      for (const t of tokens) assert.ok(t.length > 0 && t.isWellFormed(), `seed ${seed}: ${JSON.stringify(t)}`);
+    }
+  });
+
+  test('the text is emoji-heavy and tricky, and tokens split grapheme clusters', () => {
+    const tokens = mockTokens({ seed: 1, tokens: 400 });
+    const text = tokens.join('');
+    assert.match(text, /\u200d/u, 'ZWJ sequences');
+    assert.match(text, /[\u{1F1E6}-\u{1F1FF}]{2}/u, 'flags');
+    assert.match(text, /[\u{1F3FB}-\u{1F3FF}]/u, 'skin tones');
+    assert.match(text, /\u0301|\u0303|\u0308|\u030a/u, 'combining marks');
+    assert.match(text, /[\u4e00-\u9fff]/u, 'CJK');
+    assert.match(text, /\n/, 'newlines');
+    assert.ok(text.length > Array.from(text).length, 'astral characters (surrogate pairs)');
+    assert.ok(tokens.some((t) => /^[\u200d\u0300-\u036f\u{1F3FB}-\u{1F3FF}]/u.test(t)), 'some token starts mid-cluster');
+  });
+});
+
+// ------------------------------------------------------------------ mock model server
+
+/** A minimal SSE reader: `{ event, data }` for each dispatched event, and how the body ended. */
+async function readSse(res) {
+  const events = [];
+  const decoder = new TextDecoder();
+  let buf = '';
+  let error = null;
+  try {
+    for await (const bytes of res.body) buf += decoder.decode(bytes, { stream: true });
+  } catch (err) {
+    error = err;
+  }
+  buf += decoder.decode();
+  const blocks = buf.split('\n\n');
+  const tail = blocks.pop(); // what follows the last blank line never dispatches
+  for (const block of blocks) {
+    let event = 'message';
+    const data = [];
+    for (const line of block.split('\n')) {
+      if (line.startsWith('event: ')) event = line.slice(7);
+      else if (line.startsWith('data: ')) data.push(line.slice(6));
+    }
+    if (data.length) events.push({ event, data: data.join('\n') });
+  }
+  return { events, error, tail };
+}
+
+/** The text each API's stream carries, exactly as a consumer of that API would extract it. */
+const EXTRACT = {
+  '/v1/chat/completions': (e) => (e.data === '[DONE]' ? '' : JSON.parse(e.data).choices?.[0]?.delta?.content ?? ''),
+  '/v1/responses': (e) => (e.event === 'response.output_text.delta' ? JSON.parse(e.data).delta : ''),
+  '/v1/messages': (e) => (e.event === 'content_block_delta' ? JSON.parse(e.data).delta.text : ''),
+};
+const textOf = (path, events) => events.map((e) => EXTRACT[path](e)).join('');
+const tryJson = (s) => {
+  try {
+    return JSON.parse(s);
+  } catch {
+    return undefined;
+  }
+};
+
+describe('mock model server', () => {
+  let mock;
+  before(async () => {
+    mock = await startMockServer({ port: 0 });
+  });
+  after(() => mock.close());
+  const post = (path, query, init = {}) => fetch(`${mock.url}${path}?${query}`, { method: 'POST', body: '{"stream":true}', ...init });
+  const requests = async () => (await fetch(`${mock.url}/_mock/requests`)).json();
+
+  test('listens on 127.0.0.1 and records requests without header values', async () => {
+    assert.match(mock.url, /^http:\/\/127\.0\.0\.1:\d+$/);
+    await fetch(`${mock.url}/_mock/reset`, { method: 'POST' });
+    await readSse(await post('/v1/messages', 'tokens=3&rate=0', { headers: { 'x-api-key': 'secret-key' } }));
+    await readSse(await post('/v1/chat/completions', 'tokens=3&rate=0'));
+    const log = await requests();
+    assert.equal(log.length, 2);
+    assert.deepEqual(log.map((r) => r.authorization), [true, false]);
+    assert.deepEqual(log[0].query, { tokens: '3', rate: '0' });
+    assert.deepEqual(log[0].body, { stream: true });
+    assert.ok(!JSON.stringify(log).includes('secret-key'), 'never the value');
+    await fetch(`${mock.url}/_mock/reset`, { method: 'POST' });
+    assert.deepEqual(await requests(), []);
+  });
+
+  for (const path of Object.keys(EXTRACT)) {
+    test(`${path} streams exactly mockText`, async () => {
+      const res = await post(path, 'tokens=150&rate=0&seed=7', { headers: { authorization: 'Bearer mock-key' } });
+      assert.equal(res.status, 200);
+      assert.match(res.headers.get('content-type'), /^text\/event-stream/);
+      const { events, error, tail } = await readSse(res);
+      assert.equal(error, null);
+      assert.equal(tail, '');
+      assert.equal(textOf(path, events), mockText({ seed: 7, tokens: 150 }));
+      for (const e of events) if (e.data !== '[DONE]') assert.ok(tryJson(e.data) !== undefined, `JSON: ${e.data}`);
+      if (path === '/v1/chat/completions') {
+        assert.equal(JSON.parse(events[0].data).choices[0].delta.role, 'assistant');
+        assert.equal(JSON.parse(events.at(-2).data).choices[0].finish_reason, 'stop');
+        assert.equal(events.at(-1).data, '[DONE]');
+        assert.ok(events.slice(0, -1).every((e) => JSON.parse(e.data).object === 'chat.completion.chunk'));
+      } else {
+        for (const e of events) assert.equal(JSON.parse(e.data).type, e.event, 'event name matches data.type');
+        const names = events.map((e) => e.event);
+        if (path === '/v1/responses') {
+          assert.deepEqual([names[0], names.at(-1)], ['response.created', 'response.completed']);
+          assert.equal(JSON.parse(events.at(-1).data).response.output[0].content[0].text, mockText({ seed: 7, tokens: 150 }));
+        } else {
+          assert.deepEqual(names.slice(0, 2), ['message_start', 'content_block_start']);
+          assert.deepEqual(names.slice(-3), ['content_block_stop', 'message_delta', 'message_stop']);
+          assert.ok(names.filter((n) => n === 'ping').length >= 2, 'pings are interleaved');
+        }
+      }
+    });
+  }
+
+  test('fail=error sends each API’s own error event at failAt, then ends', async () => {
+    const expectTail = {
+      '/v1/chat/completions': (e) => e.event === 'message' && JSON.parse(e.data).error?.type === 'server_error',
+      '/v1/responses': (e) => e.event === 'error' && JSON.parse(e.data).type === 'error',
+      '/v1/messages': (e) => e.event === 'error' && JSON.parse(e.data).error.type === 'overloaded_error',
+    };
+    for (const path of Object.keys(EXTRACT)) {
+      const { events, error } = await readSse(await post(path, 'tokens=40&rate=0&fail=error&failAt=10'));
+      assert.equal(error, null);
+      assert.ok(expectTail[path](events.at(-1)), `${path}: ${JSON.stringify(events.at(-1))}`);
+      assert.equal(textOf(path, events.slice(0, -1)), mockTokens({ tokens: 40 }).slice(0, 10).join(''));
+    }
+  });
+
+  test('fail=drop destroys the socket midway (default failAt: half)', async () => {
+    for (const path of Object.keys(EXTRACT)) {
+      const { events, error } = await readSse(await post(path, 'tokens=40&rate=0&fail=drop'));
+      assert.ok(error, `${path}: the body read fails`);
+      assert.equal(textOf(path, events), mockTokens({ tokens: 40 }).slice(0, 20).join(''));
+    }
+    const last = (await requests()).at(-1);
+    assert.deepEqual([last.tokensSent, last.completed, last.aborted, last.fail], [20, false, false, 'drop']);
+  });
+
+  test('fail=malformed sends one non-JSON data line, then carries on', async () => {
+    for (const path of Object.keys(EXTRACT)) {
+      const { events } = await readSse(await post(path, 'tokens=30&rate=0&fail=malformed&failAt=5'));
+      const bad = events.filter((e) => e.data !== '[DONE]' && tryJson(e.data) === undefined);
+      assert.equal(bad.length, 1, path);
+      const good = events.filter((e) => e !== bad[0]);
+      assert.equal(textOf(path, good), mockText({ tokens: 30 }), path);
+    }
+  });
+
+  test('fail=http500 answers 500 with the API’s JSON error at once', async () => {
+    for (const path of Object.keys(EXTRACT)) {
+      const res = await post(path, 'fail=http500');
+      assert.equal(res.status, 500);
+      const body = await res.json();
+      assert.ok(path === '/v1/messages' ? body.type === 'error' && body.error.type === 'api_error' : body.error.type === 'server_error');
+    }
+  });
+
+  test('a client that goes away midway is recorded as aborted', async () => {
+    await fetch(`${mock.url}/_mock/reset`, { method: 'POST' });
+    const controller = new AbortController();
+    const res = await post('/v1/chat/completions', 'tokens=200&rate=50', { signal: controller.signal });
+    const reader = res.body.getReader();
+    await reader.read();
+    controller.abort();
+    await reader.read().catch(() => {});
+    let log;
+    for (let i = 0; i < 200; i++) {
+      log = await requests();
+      if (log[0]?.aborted) break;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    assert.equal(log[0].aborted, true);
+    assert.equal(log[0].completed, false);
+    assert.ok(log[0].tokensSent < 200);
+    const sent = log[0].tokensSent;
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal((await requests())[0].tokensSent, sent, 'the mock stops producing once the client is gone');
+  });
+
+  test('unknown paths are a JSON 404', async () => {
+    const res = await fetch(`${mock.url}/v1/nope`, { method: 'POST' });
+    assert.equal(res.status, 404);
+    assert.ok((await res.json()).error);
+  });
+});

@@ -1,0 +1,552 @@
+//! One named test per rule of SPEC §6 (and the open refusals of §5), each driving the pure
+//! state machine against real SQLite in virtual time.
+
+mod support;
+
+use rindle_streams::core::config::{CheckpointMode, StreamConfig};
+use rindle_streams::core::durable::{ColumnValue, OpenRefused, TableMapping};
+use rindle_streams::core::frame::{EndStatus, Frame};
+use rindle_streams::core::live::{FlushError, OpenError, Settlement, StoreOp, StreamEvent, StreamState};
+use support::driver::{Driver, STREAM, TOKEN};
+use support::{Fault, SqliteDb};
+
+fn cfg() -> StreamConfig {
+    StreamConfig { checkpoint_chars: 8, ..StreamConfig::default() }
+}
+
+fn is_append(op: Option<&StoreOp>) -> bool {
+    matches!(op, Some(StoreOp::Append { .. }))
+}
+
+/// Fails the next checkpoint attempt entirely (write fails, read-back fails).
+fn fail_attempt(d: &mut Driver) {
+    assert!(is_append(d.peek()), "expected an append, got {:?}", d.peek());
+    d.answer(Fault::FailBeforeCommit);
+    assert_eq!(d.peek(), Some(&StoreOp::ReadState));
+    d.answer(Fault::FailBeforeCommit);
+}
+
+/// Fails a whole round: the first attempt and every retry.
+fn fail_round(d: &mut Driver) {
+    for retry in 0..=3 {
+        fail_attempt(d);
+        if retry < 3 {
+            let delay = 50 << retry;
+            d.advance(delay);
+        }
+    }
+}
+
+// ---- checkpoint cadence
+
+#[test]
+fn a_checkpoint_is_due_at_checkpoint_chars() {
+    let mut d = Driver::open(cfg());
+    d.push("1234567");
+    assert_eq!(d.peek(), None, "7 of 8 chars: not due");
+    d.push("8");
+    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 0, to: 8, text: "12345678".into() }));
+}
+
+#[test]
+fn a_checkpoint_is_due_at_the_interval_after_the_oldest_change() {
+    let mut d = Driver::open(cfg());
+    d.push("ab");
+    d.advance(500);
+    d.push("c");
+    d.advance(249);
+    assert_eq!(d.peek(), None);
+    d.advance(1);
+    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 0, to: 3, text: "abc".into() }));
+}
+
+// ---- flush waiters
+
+#[test]
+fn flush_resolves_only_when_the_store_confirms() {
+    let mut d = Driver::open(cfg());
+    d.push("hi😀");
+    let t = d.flush();
+    d.answer(Fault::None); // the write
+    assert_eq!(d.settlement(t), None, "a committed write alone does not settle a flush");
+    assert_eq!(d.stream.durable_seq(), 0);
+    d.answer(Fault::None); // the read-back
+    assert_eq!(d.settlement(t), Some(&Settlement::Flushed(Ok(4))));
+    assert_eq!(d.db.durable_text(STREAM), "hi😀");
+}
+
+#[test]
+fn flush_is_rejected_when_its_round_fails() {
+    let mut d = Driver::open(cfg());
+    d.push("abc");
+    let t = d.flush();
+    fail_round(&mut d);
+    match d.settlement(t) {
+        Some(Settlement::Flushed(Err(FlushError::CheckpointFailed { seq: 3, durable_seq: 0, .. }))) => {}
+        other => panic!("expected a rejected flush, got {other:?}"),
+    }
+    assert!(d.events.iter().any(|e| matches!(e, StreamEvent::CheckpointFailed { from: 0, to: 3, .. })));
+}
+
+#[test]
+fn flush_with_nothing_outstanding_resolves_at_once() {
+    let mut d = Driver::open(cfg());
+    let t = d.flush();
+    assert_eq!(d.settlement(t), Some(&Settlement::Flushed(Ok(0))));
+}
+
+// ---- the force flag
+
+#[test]
+fn a_flush_landing_mid_round_gets_a_round_of_its_own() {
+    let mut d = Driver::open(cfg());
+    d.push("a");
+    let first = d.flush();
+    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 0, to: 1, text: "a".into() }));
+    d.push("b");
+    let second = d.flush();
+    d.answer_all_once_round();
+    assert_eq!(d.settlement(first), Some(&Settlement::Flushed(Ok(1))));
+    assert_eq!(d.settlement(second), None);
+    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 1, to: 2, text: "b".into() }), "no wait for the interval");
+    d.answer_all();
+    assert_eq!(d.settlement(second), Some(&Settlement::Flushed(Ok(2))));
+}
+
+trait RoundExt {
+    fn answer_all_once_round(&mut self);
+}
+
+impl RoundExt for Driver {
+    /// Answers one checkpoint round (write plus read-back) truthfully.
+    fn answer_all_once_round(&mut self) {
+        self.answer(Fault::None);
+        self.answer(Fault::None);
+    }
+}
+
+// ---- stalls
+
+#[test]
+fn a_failed_round_stalls_to_the_interval_cadence() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    fail_round(&mut d);
+    assert_eq!(d.stream.stats().failures, 1);
+    d.push("more text past the threshold");
+    assert_eq!(d.peek(), None, "a stalled stream does not retry on every push");
+    d.advance(749);
+    assert_eq!(d.peek(), None);
+    d.advance(1);
+    assert!(is_append(d.peek()), "the interval tick retries");
+    d.answer_all();
+    assert_eq!(d.stream.durable_seq(), d.stream.seq());
+}
+
+// ---- retries
+
+#[test]
+fn retries_follow_the_schedule_three_retries_doubling_from_50ms() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    let mut delays = vec![];
+    for _ in 0..3 {
+        fail_attempt(&mut d);
+        let at = d.stream.poll_timeout().unwrap();
+        delays.push(at - d.now);
+        d.advance(at - d.now);
+    }
+    assert_eq!(delays, vec![50, 100, 200]);
+    fail_attempt(&mut d);
+    assert_eq!(d.stream.stats().retries, 3);
+    assert_eq!(d.stream.stats().failures, 1);
+    assert_eq!(d.peek(), None, "no fourth retry");
+}
+
+// ---- confirmation comes only from the read-back
+
+#[test]
+fn durable_seq_advances_only_from_the_read_back() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    d.answer(Fault::None); // the write commits
+    assert_eq!(d.stream.durable_seq(), 0);
+    d.answer(Fault::FailBeforeCommit); // but the read-back fails
+    assert_eq!(d.stream.durable_seq(), 0, "a write the store did not confirm is not durable");
+    d.advance(50);
+    d.answer(Fault::None); // the replayed write is a no-op under its guard
+    d.answer(Fault::None); // and the read-back confirms
+    assert_eq!(d.stream.durable_seq(), 8);
+    assert_eq!(d.db.chunk_count(STREAM), 1, "the replay did not duplicate the chunk");
+}
+
+#[test]
+fn a_lost_ack_is_absorbed_by_the_read_back() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    d.answer(Fault::CommitThenLoseReply);
+    d.answer(Fault::None);
+    assert_eq!(d.stream.durable_seq(), 8);
+    assert_eq!(d.stream.stats().retries, 0, "no retry was needed");
+    assert!(!d.events.iter().any(|e| matches!(e, StreamEvent::CheckpointAttemptFailed { .. })));
+}
+
+#[test]
+fn a_confirmation_short_of_the_slice_re_covers_from_the_confirmed_length() {
+    let mut d = Driver::open(cfg());
+    d.push("abcdefgh");
+    // The first slice commits but neither its reply nor any read-back gets through.
+    d.answer(Fault::CommitThenLoseReply);
+    d.answer(Fault::FailBeforeCommit);
+    for retry in 0..3 {
+        d.advance(50 << retry);
+        fail_attempt(&mut d);
+    }
+    assert_eq!(d.stream.durable_seq(), 0, "the plane does not know the store holds 8");
+    d.push("ijklmnop");
+    d.advance(750);
+    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 0, to: 16, text: "abcdefghijklmnop".into() }));
+    d.answer(Fault::None); // a no-op: the row is at 8, not 0
+    d.answer(Fault::None); // the read-back says 8: adopt it, short of 16
+    assert_eq!(d.stream.durable_seq(), 8);
+    assert!(d.events.iter().any(|e| matches!(e, StreamEvent::CheckpointAttemptFailed { error, .. } if error.contains("confirmed 8 of 16"))));
+    d.advance(50);
+    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 8, to: 16, text: "ijklmnop".into() }), "re-cover only the missing part");
+    d.answer_all();
+    assert_eq!(d.stream.durable_seq(), 16);
+    assert_eq!(d.db.durable_text(STREAM), "abcdefghijklmnop");
+    assert_eq!(d.db.chunk_count(STREAM), 2, "no overlapping chunk row");
+}
+
+// ---- seal
+
+#[test]
+fn a_seal_requested_mid_round_goes_straight_to_compaction() {
+    let mut d = Driver::open(cfg());
+    d.push("abc");
+    let flush = d.flush();
+    assert!(is_append(d.peek()));
+    let close = d.close();
+    d.answer(Fault::FailBeforeCommit); // the in-flight write fails…
+    d.answer(Fault::FailBeforeCommit); // …and so does its read-back
+    assert!(matches!(d.peek(), Some(StoreOp::Seal(_))), "no retry of the failing slice: {:?}", d.peek());
+    d.answer(Fault::None);
+    assert_eq!(
+        d.settlement(close),
+        Some(&Settlement::Sealed(Ok(rindle_streams::core::live::SealReport { status: EndStatus::Complete, seq: 3, durable_seq: 3 })))
+    );
+    assert_eq!(d.settlement(flush), Some(&Settlement::Flushed(Ok(3))), "the seal repaired the failed slice");
+    assert_eq!(d.db.durable_text(STREAM), "abc");
+    assert_eq!(d.db.status(STREAM), "complete");
+    assert_eq!(d.db.chunk_count(STREAM), 0);
+}
+
+#[test]
+fn a_seal_during_a_retry_backoff_supersedes_the_retry() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    fail_attempt(&mut d);
+    assert!(d.stream.poll_timeout().is_some(), "waiting to retry");
+    d.close();
+    assert!(matches!(d.peek(), Some(StoreOp::Seal(_))));
+}
+
+#[test]
+fn a_failed_seal_still_ends_the_stream_and_the_caller_learns_the_shortfall() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    d.answer_all();
+    d.push("9");
+    let reader = d.subscribe(0);
+    d.read(reader);
+    let close = d.close();
+    for retry in 0..=3 {
+        assert!(matches!(d.peek(), Some(StoreOp::Seal(_))));
+        d.answer(Fault::FailBeforeCommit);
+        if retry < 3 {
+            d.advance(50 << retry);
+        }
+    }
+    match d.settlement(close) {
+        Some(Settlement::Sealed(Err(s))) => assert_eq!((s.seq, s.durable_seq), (9, 8)),
+        other => panic!("expected a shortfall, got {other:?}"),
+    }
+    assert_eq!(d.stream.state(), StreamState::Ended(EndStatus::Complete));
+    assert_eq!(d.read(reader), vec![Frame::End { seq: 8, status: EndStatus::Complete, error: None }]);
+    let late_flush = d.flush();
+    assert_eq!(d.settlement(late_flush), Some(&Settlement::Flushed(Err(FlushError::EndedShort { seq: 9, durable_seq: 8 }))));
+    assert!(d.stream.push("x", d.now).is_err(), "the stream is over");
+}
+
+#[test]
+fn a_second_close_gets_the_first_seals_outcome() {
+    let mut d = Driver::open(cfg());
+    d.push("ab");
+    let first = d.close();
+    let second = d.close();
+    d.answer_all();
+    assert_eq!(d.settlement(first), d.settlement(second));
+    assert_eq!(d.events.iter().filter(|e| matches!(e, StreamEvent::Sealed { .. })).count(), 1);
+}
+
+// ---- slices and D1 limits
+
+#[test]
+fn a_huge_push_becomes_several_capped_chunk_rows() {
+    let mut d = Driver::open(StreamConfig { max_slice_bytes: 1000, ..cfg() });
+    let text: String = "😀é".repeat(1000); // 6000 bytes
+    d.push(&text);
+    let t = d.flush();
+    let mut slices = vec![];
+    while let Some(op) = d.peek().cloned() {
+        if let StoreOp::Append { text, .. } = &op {
+            assert!(text.len() <= 1000, "slice of {} bytes", text.len());
+            slices.push(text.len());
+        }
+        d.answer(Fault::None);
+    }
+    assert_eq!(slices.iter().sum::<usize>(), 6000);
+    assert_eq!(slices.len(), 7, "6000 bytes in slices of at most 1000 that never split a character");
+    assert_eq!(d.settlement(t), Some(&Settlement::Flushed(Ok(3000))));
+    assert_eq!(d.db.chunk_count(STREAM), 7);
+    assert_eq!(d.db.durable_text(STREAM), text);
+}
+
+#[test]
+fn a_body_too_large_to_compact_stays_as_chunk_rows_and_is_sealed() {
+    let mut d = Driver::open(StreamConfig { max_slice_bytes: 100, max_compact_bytes: 250, ..cfg() });
+    let text = "x".repeat(300);
+    d.push(&text);
+    let close = d.close();
+    d.answer_all();
+    assert!(matches!(d.settlement(close), Some(Settlement::Sealed(Ok(_)))));
+    assert_eq!(d.db.status(STREAM), "complete");
+    assert_eq!(d.db.chunk_count(STREAM), 3, "the chunk rows are the durable text");
+    assert_eq!(d.db.durable_text(STREAM), text);
+    assert_eq!(d.db.message_column(STREAM, "seq"), ColumnValue::Integer(300));
+}
+
+// ---- trim and retain
+
+#[test]
+fn the_buffer_keeps_retain_chars_below_durable_in_sink_mode() {
+    let mut d = Driver::open(StreamConfig { mode: CheckpointMode::Sink, retain_chars: Some(10), ..cfg() });
+    d.push(&"a".repeat(100));
+    d.answer_all();
+    assert_eq!(d.stream.durable_seq(), 100);
+    let late = d.subscribe(50);
+    assert_eq!(d.read(late), vec![Frame::Stale { floor_seq: 90, durable_seq: 100 }]);
+    let near = d.subscribe(95);
+    assert_eq!(d.read(near)[1], Frame::Chunk { from: 95, seq: 100, text: "aaaaa".into() });
+}
+
+#[test]
+fn tables_mode_keeps_the_whole_text_for_compaction() {
+    let mut d = Driver::open(cfg());
+    d.push(&"a".repeat(100));
+    d.answer_all();
+    let reader = d.subscribe(0);
+    assert!(matches!(d.read(reader)[1], Frame::Chunk { from: 0, seq: 100, .. }));
+}
+
+// ---- readers
+
+#[test]
+fn a_reader_that_stops_draining_gets_stale_and_the_others_carry_on() {
+    let mut d = Driver::open(StreamConfig { max_queued_frames: 4, ..cfg() });
+    let slow = d.subscribe(0);
+    let fast = d.subscribe(0);
+    for i in 0..6 {
+        d.push(&i.to_string());
+        d.read(fast);
+    }
+    assert_eq!(d.read(slow), vec![Frame::Stale { floor_seq: 0, durable_seq: 0 }]);
+    assert_eq!(d.stream.reader_count(), 1);
+    d.push("x");
+    assert_eq!(d.read(fast), vec![Frame::Chunk { from: 6, seq: 7, text: "x".into() }]);
+    assert!(d.events.iter().any(|e| matches!(e, StreamEvent::ReaderDropped { reader, .. } if *reader == slow)));
+}
+
+#[test]
+fn a_subscribe_replays_and_registers_in_one_step() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    d.answer_all();
+    d.push("ab");
+    let r = d.subscribe(3);
+    assert_eq!(
+        d.read(r),
+        vec![
+            Frame::Open { stream_id: STREAM.into(), from: 3, seq: 10, durable_seq: 8, ended: false },
+            Frame::Chunk { from: 3, seq: 10, text: "45678ab".into() },
+            Frame::Durable { seq: 8 },
+        ]
+    );
+    d.push("c");
+    assert_eq!(d.read(r), vec![Frame::Chunk { from: 10, seq: 11, text: "c".into() }]);
+}
+
+#[test]
+fn a_from_inside_a_surrogate_pair_moves_down_to_the_pairs_start() {
+    let mut d = Driver::open(cfg());
+    d.push("a😀b");
+    let r = d.subscribe(2);
+    let frames = d.read(r);
+    assert!(matches!(&frames[0], Frame::Open { from: 1, .. }), "{frames:?}");
+    assert_eq!(frames[1], Frame::Chunk { from: 1, seq: 4, text: "😀b".into() });
+}
+
+#[test]
+fn a_from_beyond_the_end_joins_at_the_end() {
+    let mut d = Driver::open(cfg());
+    d.push("abc");
+    let r = d.subscribe(1_000_000);
+    assert!(matches!(d.read(r)[..], [Frame::Open { from: 3, seq: 3, .. }]));
+}
+
+// ---- linger
+
+#[test]
+fn a_late_reader_within_the_linger_gets_the_tail_and_end_and_after_it_absent() {
+    let mut d = Driver::open(cfg());
+    d.push("hello");
+    d.close();
+    d.answer_all();
+    d.advance(29_999);
+    let late = d.subscribe(2);
+    assert_eq!(
+        d.read(late),
+        vec![
+            Frame::Open { stream_id: STREAM.into(), from: 2, seq: 5, durable_seq: 5, ended: true },
+            Frame::Chunk { from: 2, seq: 5, text: "llo".into() },
+            Frame::Durable { seq: 5 },
+            Frame::End { seq: 5, status: EndStatus::Complete, error: None },
+        ]
+    );
+    assert!(!d.retired);
+    d.advance(1);
+    assert!(d.retired);
+    let after = d.subscribe(0);
+    assert_eq!(d.read(after), vec![Frame::Absent]);
+}
+
+// ---- cancel
+
+#[test]
+fn a_cancel_set_in_the_row_is_seen_at_the_next_read_back_and_seals_cancelled() {
+    let mut d = Driver::open(cfg());
+    d.db.exec("UPDATE messages SET cancel = 1 WHERE id = 'm1'");
+    assert!(!d.push("1234").cancelled);
+    d.push("5678");
+    d.answer_all();
+    assert!(d.stream.receipt().cancelled);
+    let close = d.close();
+    d.answer_all();
+    assert!(matches!(d.settlement(close), Some(Settlement::Sealed(Ok(r))) if r.status == EndStatus::Cancelled));
+    assert_eq!(d.db.status(STREAM), "cancelled");
+}
+
+#[test]
+fn fail_seals_error_with_the_message() {
+    let mut d = Driver::open(cfg());
+    d.push("partial");
+    let r = d.subscribe(0);
+    let t = d.stream.fail("upstream died", d.now);
+    d.drain();
+    d.answer_all();
+    assert!(matches!(d.settlement(t), Some(Settlement::Sealed(Ok(_)))));
+    assert_eq!(d.db.message_column(STREAM, "error"), ColumnValue::Text("upstream died".into()));
+    assert_eq!(
+        d.read(r).last(),
+        Some(&Frame::End { seq: 7, status: EndStatus::Error, error: Some("upstream died".into()) })
+    );
+}
+
+// ---- open refusals
+
+fn open_verdict(db: SqliteDb) -> Result<(), OpenError> {
+    let mut d = Driver::opening(db, cfg(), TOKEN);
+    d.answer_all();
+    match d.settled.values().next() {
+        Some(Settlement::Opened(r)) => r.clone(),
+        other => panic!("open did not settle: {other:?}"),
+    }
+}
+
+#[test]
+fn open_is_refused_for_a_missing_row() {
+    assert_eq!(open_verdict(SqliteDb::new()), Err(OpenError::Refused(OpenRefused::MissingRow)));
+}
+
+#[test]
+fn open_is_refused_for_a_null_seq() {
+    let schema = support::migration_sql().replace("\"seq\" INTEGER NOT NULL DEFAULT 0", "\"seq\" INTEGER");
+    let db = SqliteDb::with_schema(&schema, TableMapping::example());
+    db.exec("INSERT INTO messages (id, chat_id, role, seq) VALUES ('m1', 'c', 'assistant', NULL)");
+    assert_eq!(open_verdict(db), Err(OpenError::Refused(OpenRefused::NullSeq)));
+}
+
+#[test]
+fn open_is_refused_for_an_advanced_row() {
+    let db = SqliteDb::new();
+    db.exec("INSERT INTO messages (id, chat_id, role, seq, body) VALUES ('m1', 'c', 'assistant', 12, 'hello world!')");
+    assert_eq!(open_verdict(db), Err(OpenError::Refused(OpenRefused::Advanced { seq: 12 })));
+}
+
+#[test]
+fn open_is_refused_for_a_row_already_streaming() {
+    let db = SqliteDb::new();
+    db.exec("INSERT INTO messages (id, chat_id, role, status) VALUES ('m1', 'c', 'assistant', 'streaming')");
+    assert_eq!(open_verdict(db), Err(OpenError::Refused(OpenRefused::AlreadyStreaming)));
+}
+
+#[test]
+fn open_is_refused_to_the_loser_of_a_race_on_the_host_column() {
+    // Both producers pass the probe before either marks the row; the host CAS picks one.
+    let db = SqliteDb::new();
+    db.insert_message(STREAM);
+    let mut a = Driver::opening(db, cfg(), "host-A");
+    // B shares A's database: it is handed across before each of B's steps and back after.
+    let mut b = Driver::opening(SqliteDb::new(), cfg(), "host-B");
+    a.answer(Fault::None); // A's probe: an empty row
+    std::mem::swap(&mut a.db, &mut b.db);
+    b.answer(Fault::None); // B's probe: still an empty row
+    std::mem::swap(&mut a.db, &mut b.db);
+    a.answer_all(); // A marks the row and reads back its own token
+    std::mem::swap(&mut a.db, &mut b.db);
+    b.answer_all(); // B's mark matches nothing; its read-back names A
+    let verdict = b.settled.values().next().cloned();
+    assert_eq!(
+        verdict,
+        Some(Settlement::Opened(Err(OpenError::Refused(OpenRefused::LostRace { holder: Some("host-A".into()) }))))
+    );
+    assert!(b.retired);
+    assert_eq!(a.stream.state(), StreamState::Live);
+}
+
+#[test]
+fn a_replayed_open_whose_first_reply_was_lost_still_wins() {
+    let db = SqliteDb::new();
+    db.insert_message(STREAM);
+    let mut d = Driver::opening(db, cfg(), TOKEN);
+    d.answer(Fault::None); // probe
+    d.answer(Fault::CommitThenLoseReply); // the mark commits, its reply is lost
+    d.advance(50);
+    d.answer_all(); // the replayed mark is a no-op; the read-back shows our token
+    assert_eq!(d.stream.state(), StreamState::Live);
+    assert_eq!(d.db.status(STREAM), "streaming");
+}
+
+#[test]
+fn an_open_whose_store_keeps_failing_reports_the_store_error() {
+    let db = SqliteDb::new();
+    db.insert_message(STREAM);
+    let mut d = Driver::opening(db, cfg(), TOKEN);
+    for retry in 0..=3 {
+        d.answer(Fault::FailBeforeCommit);
+        if retry < 3 {
+            d.advance(50 << retry);
+        }
+    }
+    assert!(matches!(d.settled.values().next(), Some(Settlement::Opened(Err(OpenError::Store(_))))));
+}

@@ -1,0 +1,401 @@
+//! The deterministic simulator: thousands of random schedules of one live stream in virtual
+//! time, against real SQLite behind a fault-injecting executor (failures before commit, commits
+//! whose reply is lost, failed read-backs, slow replies), with text full of emoji, ZWJ
+//! sequences and combining marks.
+//!
+//! After every store operation it checks contract P (the durable text is a prefix of the
+//! produced text, never shrinks, and the stream never claims more than the store holds); for
+//! every reader, joining at random offsets and times, it checks contract S (durable text up to
+//! the join offset plus the frames delivered equals the produced text) and the chunk rule
+//! (`text` has exactly `seq - from` UTF-16 units and chunks are contiguous).
+//!
+//! `SIM_SCHEDULES=n` changes the number of schedules (default 2000); `SIM_SEED=s` replays one.
+
+mod support;
+
+use rindle_streams::core::config::StreamConfig;
+use rindle_streams::core::frame::{EndStatus, Frame};
+use rindle_streams::core::live::{LiveStream, Output, Pull, ReaderId, Settlement, StoreRequest, StreamState, Ticket};
+use rindle_streams::core::utf16;
+use std::collections::{HashMap, VecDeque};
+use support::driver::parse_sse;
+use support::{Fault, SqliteDb};
+
+const STREAM: &str = "sim";
+
+/// splitmix64: small, fast, and the same on every machine.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+}
+
+/// Tokens a model might emit, including a ZWJ sequence split across two tokens and a base
+/// letter whose combining accent arrives in the next token.
+const TOKENS: &[&str] = &[
+    "a", "the ", "stream", " ", ".", "\n", "é", "e", "\u{301}", "ñ", "日本語", "😀", "👍🏽", "👩‍💻", "👩", "\u{200D}💻",
+    "👨‍👩‍👧", "🇫🇷", "🏳️‍🌈", "Z̤̈", "ok", "\"quoted\"", "'; DROP TABLE messages; --",
+];
+
+fn die(seed: u64, what: String) -> ! {
+    panic!("seed {seed}: {what} (rerun with SIM_SEED={seed})")
+}
+
+struct Reader {
+    id: ReaderId,
+    /// durableText(f) followed by every delivered chunk.
+    text: String,
+    /// The offset asked for; the open frame may move it down out of a surrogate pair.
+    asked: u64,
+    opened: bool,
+    done: bool,
+}
+
+struct Sim {
+    rng: Rng,
+    seed: u64,
+    stream: LiveStream,
+    db: SqliteDb,
+    now: u64,
+    in_flight: VecDeque<(u64, StoreRequest)>,
+    fault_rate: f64,
+    max_latency: u64,
+    produced: String,
+    readers: Vec<Reader>,
+    durable_high: u64,
+    settled: HashMap<Ticket, Settlement>,
+    retired: bool,
+    store_ops: u64,
+    seal_outcome: Option<Ticket>,
+    cancelled_at_close: bool,
+}
+
+impl Sim {
+    fn new(seed: u64) -> Self {
+        let mut rng = Rng(seed);
+        let cfg = StreamConfig {
+            checkpoint_chars: rng.pick(&[1, 8, 64, 512]),
+            checkpoint_interval_ms: rng.pick(&[10, 100, 750]),
+            max_slice_bytes: rng.pick(&[8, 64, 1024, 256 * 1024]),
+            max_compact_bytes: rng.pick(&[64, 1_900_000]),
+            max_queued_frames: rng.pick(&[4, 16, 1024]),
+            linger_ms: 30_000,
+            ..StreamConfig::default()
+        };
+        let fault_rate = rng.pick(&[0.0, 0.05, 0.2, 0.5]);
+        let max_latency = rng.pick(&[0, 5, 50, 400]);
+        let db = SqliteDb::new();
+        db.insert_message(STREAM);
+        let (stream, _) = LiveStream::open(STREAM, cfg, "sim-host", 0);
+        let mut sim = Sim {
+            rng,
+            seed,
+            stream,
+            db,
+            now: 0,
+            in_flight: VecDeque::new(),
+            fault_rate,
+            max_latency,
+            produced: String::new(),
+            readers: Vec::new(),
+            durable_high: 0,
+            settled: HashMap::new(),
+            retired: false,
+            store_ops: 0,
+            seal_outcome: None,
+            cancelled_at_close: false,
+        };
+        sim.drain();
+        sim
+    }
+
+    fn fail(&self, what: String) -> ! {
+        die(self.seed, what)
+    }
+
+    fn drain(&mut self) {
+        while let Some(o) = self.stream.poll_output() {
+            match o {
+                Output::Store(r) => {
+                    let at = self.now + self.rng.below(self.max_latency + 1);
+                    self.in_flight.push_back((at, r));
+                }
+                Output::Settled(t, s) => {
+                    if self.settled.insert(t, s).is_some() {
+                        self.fail(format!("ticket {t:?} settled twice"));
+                    }
+                }
+                Output::Retired => self.retired = true,
+                Output::Wake(_) | Output::Event(_) => {}
+            }
+        }
+    }
+
+    fn fault(&mut self) -> Fault {
+        if !self.rng.chance(self.fault_rate) {
+            return Fault::None;
+        }
+        if self.rng.chance(0.5) { Fault::FailBeforeCommit } else { Fault::CommitThenLoseReply }
+    }
+
+    fn answer_next(&mut self) {
+        let (_, req) = self.in_flight.pop_front().unwrap();
+        let plan = self.db.sql.plan(STREAM, &req.op);
+        let fault = self.fault();
+        let result = self.db.run(&plan, fault);
+        self.store_ops += 1;
+        self.stream.handle_store(req.id, result, self.now);
+        self.drain();
+        self.check_prefix();
+    }
+
+    /// Contract P, plus: the stream never claims more than the store holds, and the row's
+    /// length always equals the length of its durable text.
+    fn check_prefix(&mut self) {
+        let durable = self.db.durable_text(STREAM);
+        let len = utf16::len(&durable);
+        if !self.produced.starts_with(&durable) {
+            self.fail(format!("P: durable text {durable:?} is not a prefix of {:?}", self.produced));
+        }
+        if len < self.durable_high {
+            self.fail(format!("P: durable length went back from {} to {len}", self.durable_high));
+        }
+        self.durable_high = len;
+        if self.stream.durable_seq() > len {
+            self.fail(format!("overclaim: durableSeq {} but the store holds {len}", self.stream.durable_seq()));
+        }
+        let row_seq = self.db.message_column(STREAM, "seq").as_offset();
+        if row_seq != Some(len) {
+            self.fail(format!("the row's seq {row_seq:?} differs from its durable text's length {len}"));
+        }
+    }
+
+    fn advance(&mut self, dt: u64) {
+        let target = self.now + dt;
+        loop {
+            let reply = self.in_flight.front().map(|(at, _)| *at);
+            let timer = self.stream.poll_timeout();
+            let next = [reply, timer].into_iter().flatten().min();
+            match next {
+                Some(t) if t <= target => {
+                    self.now = self.now.max(t);
+                    if reply == Some(t) {
+                        self.answer_next();
+                    } else {
+                        self.stream.handle_timeout(self.now);
+                        self.drain();
+                    }
+                }
+                _ => break,
+            }
+        }
+        self.now = target;
+    }
+
+    fn push(&mut self) {
+        let n = 1 + self.rng.below(12);
+        let text: String = (0..n).map(|_| self.rng.pick(TOKENS)).collect();
+        match self.stream.push(&text, self.now) {
+            Ok(receipt) => {
+                self.produced.push_str(&text);
+                assert_eq!(receipt.seq, utf16::len(&self.produced), "seed {}", self.seed);
+            }
+            Err(e) => self.fail(format!("push refused while live: {e}")),
+        }
+        self.drain();
+    }
+
+    /// A reader joins the way a client does: it reads the durable text, picks an offset at or
+    /// below its end, keeps the text up to there, and subscribes from it.
+    fn join(&mut self) {
+        let durable = self.db.durable_text(STREAM);
+        let asked = self.rng.below(utf16::len(&durable) + 1);
+        let id = self.stream.subscribe(asked);
+        self.drain();
+        let text = utf16::slice(&durable, 0, asked).to_owned();
+        self.readers.push(Reader { id, text, asked, opened: false, done: false });
+    }
+
+    fn pull(&mut self, i: usize) {
+        let reader_id = self.readers[i].id;
+        let wire = match self.stream.pull(reader_id) {
+            Pull::Data { wire, .. } => wire,
+            Pull::Pending | Pull::Gone => return,
+        };
+        self.drain();
+        let durable_now = utf16::len(&self.db.durable_text(STREAM));
+        let mut rejoin = false;
+        let (seed, produced) = (self.seed, &self.produced);
+        for frame in parse_sse(&wire) {
+            let r = &mut self.readers[i];
+            let have = utf16::len(&r.text);
+            match frame {
+                Frame::Open { from, .. } => {
+                    if r.opened || from > r.asked || from + 1 < r.asked {
+                        die(seed, format!("bad open from {from} for asked {}", r.asked));
+                    }
+                    r.text = utf16::slice(&r.text, 0, from).to_owned();
+                    r.opened = true;
+                }
+                Frame::Chunk { from, seq, text } => {
+                    if utf16::len(&text) != seq - from {
+                        die(seed, format!("chunk [{from},{seq}) carries {} units", utf16::len(&text)));
+                    }
+                    if from != have {
+                        die(seed, format!("chunk from {from} but the reader holds {have}: a gap or an overlap"));
+                    }
+                    r.text.push_str(&text);
+                }
+                Frame::Durable { seq } => {
+                    if seq > durable_now {
+                        die(seed, format!("durable frame {seq} but the store holds {durable_now}"));
+                    }
+                }
+                Frame::End { seq, .. } => {
+                    r.done = true;
+                    if seq > durable_now {
+                        die(seed, format!("end frame says {seq} durable but the store holds {durable_now}"));
+                    }
+                    if r.text != *produced {
+                        die(seed, format!("S: reader ended with {:?}, produced {:?}", r.text, produced));
+                    }
+                }
+                Frame::Stale { .. } | Frame::Absent => {
+                    r.done = true;
+                    rejoin = true;
+                }
+            }
+            let r = &self.readers[i];
+            if !produced.starts_with(&r.text) {
+                die(seed, format!("S: reader text {:?} is not a prefix of {:?}", r.text, produced));
+            }
+        }
+        if rejoin && !self.retired {
+            self.join();
+        }
+    }
+
+    fn run(&mut self) {
+        // Open: answered like any other store traffic, faults included.
+        while matches!(self.stream.state(), StreamState::Opening) {
+            let dt = 1 + self.rng.below(50);
+            self.advance(dt);
+        }
+        if !matches!(self.stream.state(), StreamState::Live) {
+            return; // the store failed the open four times: a clean refusal, nothing to check
+        }
+        let steps = 20 + self.rng.below(200);
+        for _ in 0..steps {
+            match self.rng.below(100) {
+                0..=34 => self.push(),
+                35..=59 => {
+                    let dt = self.rng.pick(&[0, 1, 10, 60, 300]);
+                    self.advance(dt);
+                }
+                60..=64 => {
+                    self.stream.flush(self.now);
+                    self.drain();
+                }
+                65..=72 => self.join(),
+                73..=96 if !self.readers.is_empty() => {
+                    let i = self.rng.below(self.readers.len() as u64) as usize;
+                    self.pull(i);
+                }
+                97 if !self.readers.is_empty() => {
+                    let i = self.rng.below(self.readers.len() as u64) as usize;
+                    self.stream.detach(self.readers[i].id);
+                    self.readers.swap_remove(i);
+                }
+                98 => self.db.exec("UPDATE messages SET cancel = 1 WHERE id = 'sim'"),
+                _ => self.stream.cancel(),
+            }
+        }
+        self.cancelled_at_close = self.stream.cancelled();
+        let ticket = if self.rng.chance(0.8) { self.stream.close(self.now) } else { self.stream.fail("model error", self.now) };
+        self.seal_outcome = Some(ticket);
+        self.drain();
+        // Let every retry and backoff play out, then drain every reader.
+        while !matches!(self.stream.state(), StreamState::Ended(_)) {
+            self.advance(100);
+        }
+        for _ in 0..4 {
+            for i in 0..self.readers.len() {
+                self.pull(i);
+            }
+        }
+        self.check_end();
+        self.advance(30_000);
+        if !self.retired {
+            self.fail("not retired after the linger window".into());
+        }
+    }
+
+    fn check_end(&mut self) {
+        let outcome = self.settled.get(&self.seal_outcome.unwrap()).cloned();
+        let durable = self.db.durable_text(STREAM);
+        match outcome {
+            Some(Settlement::Sealed(Ok(report))) => {
+                if durable != self.produced {
+                    self.fail(format!("sealed OK but the durable text is {durable:?}, produced {:?}", self.produced));
+                }
+                if report.durable_seq != utf16::len(&self.produced) {
+                    self.fail("sealed OK but short".into());
+                }
+                let status = self.db.status(STREAM);
+                if status != report.status.as_str() {
+                    self.fail(format!("row status {status}, sealed {:?}", report.status));
+                }
+                if report.status == EndStatus::Complete && self.cancelled_at_close {
+                    self.fail("a cancelled stream sealed complete".into());
+                }
+            }
+            Some(Settlement::Sealed(Err(shortfall))) => {
+                if shortfall.durable_seq > utf16::len(&durable) || shortfall.durable_seq >= shortfall.seq {
+                    self.fail(format!("a shortfall that overclaims: {shortfall:?} with {} in the store", utf16::len(&durable)));
+                }
+            }
+            other => self.fail(format!("the seal did not settle: {other:?}")),
+        }
+        for r in &self.readers {
+            if !r.done {
+                self.fail(format!("reader {:?} never got a terminal frame", r.id));
+            }
+        }
+    }
+}
+
+#[test]
+fn contracts_s_and_p_hold_over_random_faulty_schedules() {
+    let schedules: u64 = std::env::var("SIM_SCHEDULES").ok().and_then(|s| s.parse().ok()).unwrap_or(2000);
+    let seeds: Vec<u64> = match std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
+        Some(seed) => vec![seed],
+        None => (1..=schedules).collect(),
+    };
+    let (mut ops, mut readers, mut sealed_short) = (0, 0, 0);
+    for seed in &seeds {
+        let mut sim = Sim::new(*seed);
+        sim.run();
+        ops += sim.store_ops;
+        readers += sim.readers.len();
+        if matches!(sim.seal_outcome.and_then(|t| sim.settled.get(&t).cloned()), Some(Settlement::Sealed(Err(_)))) {
+            sealed_short += 1;
+        }
+    }
+    println!("{} schedules, {ops} store operations, {readers} readers, {sealed_short} seals short", seeds.len());
+    assert!(ops > seeds.len() as u64, "the simulator exercised the store");
+}

@@ -1,0 +1,182 @@
+//! The plane's SQL, executed on real SQLite (bundled): every statement does what the protocol
+//! needs, including under replay, and nothing is spliced into SQL text.
+
+mod support;
+
+use rindle_streams::core::durable::{ColumnNames, ColumnValue, Dialect, MappedSql, TableMapping, Value};
+use rindle_streams::core::frame::EndStatus;
+use support::SqliteDb;
+
+const ID: &str = "m1";
+
+fn example() -> SqliteDb {
+    let db = SqliteDb::new();
+    db.insert_message(ID);
+    db
+}
+
+fn seq(db: &SqliteDb) -> ColumnValue {
+    db.message_column(ID, "seq")
+}
+
+#[test]
+fn the_chunk_migration_is_exactly_the_generated_ddl() {
+    let generated: String = MappedSql::new(TableMapping::example(), Dialect::Sqlite)
+        .chunk_table_ddl()
+        .iter()
+        .map(|s| format!("{s};\n"))
+        .collect();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/0002_message_chunks.sql");
+    assert_eq!(std::fs::read_to_string(path).unwrap(), generated);
+}
+
+#[test]
+fn the_postgres_dialect_differs_only_in_placeholders_and_types() {
+    let pg = MappedSql::new(TableMapping::example(), Dialect::Postgres);
+    let ddl = pg.chunk_table_ddl();
+    assert!(ddl[0].contains("\"seq\" bigint NOT NULL") && ddl[0].contains("\"text\" text NOT NULL"), "{}", ddl[0]);
+    let [insert, cas] = pg.append(ID, 0, 5, "hello");
+    assert!(insert.sql.contains("$1, $2, $3, $4") && insert.sql.contains("= $5"), "{}", insert.sql);
+    assert_eq!(cas.sql, r#"UPDATE "messages" SET "seq" = $1 WHERE "id" = $2 AND "seq" = $3"#);
+    assert_eq!(pg.request_cancel(ID).unwrap().params[0], Value::Bool(true));
+}
+
+#[test]
+fn the_append_batch_inserts_the_slice_and_swaps_the_length() {
+    let mut db = example();
+    let changes = db.batch(&db.sql.append(ID, 0, 5, "hello")).unwrap();
+    assert_eq!(changes, vec![1, 1]);
+    assert_eq!(seq(&db), ColumnValue::Integer(5));
+    assert_eq!(db.durable_text(ID), "hello");
+    let changes = db.batch(&db.sql.append(ID, 5, 7, "😀")).unwrap();
+    assert_eq!(changes, vec![1, 1]);
+    assert_eq!(db.durable_text(ID), "hello😀");
+}
+
+#[test]
+fn a_replayed_append_changes_nothing() {
+    let mut db = example();
+    let batch = db.sql.append(ID, 0, 5, "hello");
+    db.batch(&batch).unwrap();
+    assert_eq!(db.batch(&batch).unwrap(), vec![0, 0]);
+    assert_eq!(db.chunk_count(ID), 1);
+    assert_eq!(seq(&db), ColumnValue::Integer(5));
+}
+
+#[test]
+fn a_stale_re_cover_lands_no_overlapping_chunk() {
+    let mut db = example();
+    db.batch(&db.sql.append(ID, 0, 5, "hello")).unwrap();
+    // A slice whose `from` lags the row (its predecessor's ack was lost) has a different chunk
+    // id, so only the `seq = from` guard keeps it out.
+    assert_eq!(db.batch(&db.sql.append(ID, 0, 8, "hello wo")).unwrap(), vec![0, 0]);
+    assert_eq!(db.chunk_count(ID), 1);
+    assert_eq!(db.durable_text(ID), "hello");
+}
+
+#[test]
+fn the_read_back_returns_the_length_and_the_cancel_flag() {
+    let mut db = example();
+    db.batch(&db.sql.append(ID, 0, 3, "abc")).unwrap();
+    let row = &db.query(&db.sql.read_state(ID))[0];
+    assert_eq!((row["seq"].clone(), row["cancel"].clone()), (ColumnValue::Integer(3), ColumnValue::Integer(0)));
+    db.batch(&[db.sql.request_cancel(ID).unwrap()]).unwrap();
+    assert!(db.query(&db.sql.read_state(ID))[0]["cancel"].is_truthy());
+}
+
+#[test]
+fn the_open_probe_and_host_cas_pick_exactly_one_winner() {
+    let mut db = example();
+    let probe = &db.query(&db.sql.probe_open(ID))[0];
+    assert_eq!(probe["seq"], ColumnValue::Integer(0));
+    assert_eq!(probe["status"], ColumnValue::Text("pending".into()));
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap(), vec![1]);
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "B")]).unwrap(), vec![0], "B finds the row held");
+    assert_eq!(db.query(&db.sql.read_host(ID).unwrap())[0]["host"], ColumnValue::Text("A".into()));
+    assert_eq!(db.status(ID), "streaming");
+}
+
+#[test]
+fn the_open_write_claims_a_row_whose_status_is_null() {
+    let schema = support::migration_sql().replace("\"status\" TEXT NOT NULL DEFAULT 'pending'", "\"status\" TEXT");
+    let mut db = SqliteDb::with_schema(&schema, TableMapping::example());
+    db.exec("INSERT INTO messages (id, chat_id, role, status) VALUES ('m1', 'c', 'assistant', NULL)");
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap(), vec![1]);
+}
+
+#[test]
+fn compaction_writes_the_body_and_deletes_the_chunks_in_one_batch() {
+    let mut db = example();
+    db.batch(&db.sql.append(ID, 0, 3, "abc")).unwrap();
+    db.batch(&db.sql.append(ID, 3, 6, "def")).unwrap();
+    db.batch(&db.sql.compact(ID, "abcdef😀", EndStatus::Complete, None)).unwrap();
+    assert_eq!(db.chunk_count(ID), 0);
+    assert_eq!(db.message_column(ID, "body"), ColumnValue::Text("abcdef😀".into()));
+    assert_eq!(seq(&db), ColumnValue::Integer(8), "the length is in UTF-16 units");
+    assert_eq!(db.status(ID), "complete");
+    assert_eq!(db.message_column(ID, "error"), ColumnValue::Null);
+}
+
+#[test]
+fn compaction_repairs_a_row_whose_checkpoints_failed() {
+    let mut db = example();
+    db.batch(&db.sql.append(ID, 0, 3, "abc")).unwrap();
+    db.batch(&db.sql.compact(ID, "abcdefgh", EndStatus::Error, Some("boom"))).unwrap();
+    assert_eq!(db.durable_text(ID), "abcdefgh");
+    assert_eq!(db.message_column(ID, "error"), ColumnValue::Text("boom".into()));
+}
+
+#[test]
+fn a_seal_in_place_keeps_the_chunks_as_the_durable_text() {
+    let mut db = example();
+    db.batch(&db.sql.append(ID, 0, 3, "abc")).unwrap();
+    db.batch(&[db.sql.seal_in_place(ID, EndStatus::Interrupted, None)]).unwrap();
+    assert_eq!(db.status(ID), "interrupted");
+    assert_eq!(db.durable_text(ID), "abc");
+}
+
+#[test]
+fn values_are_bound_never_spliced() {
+    let mut db = example();
+    let hostile = "'); DROP TABLE messages; -- \"quoted\" ?1 $1";
+    let [insert, cas] = db.sql.append(ID, 0, hostile.len() as u64, hostile);
+    for s in [&insert, &cas] {
+        assert!(!s.sql.contains("DROP") && !s.sql.contains(ID), "{}", s.sql);
+    }
+    db.batch(&[insert, cas]).unwrap();
+    assert_eq!(db.durable_text(ID), hostile);
+}
+
+#[test]
+fn custom_names_are_quoted_and_work() {
+    let names = ColumnNames::from_json(r#"{"key":"msg id","body":"Body Text","seq":"len","cancel":"stop?"}"#).unwrap();
+    let mapping = TableMapping::new("chat messages", "chunk rows", &names).unwrap();
+    let sql = MappedSql::new(mapping.clone(), Dialect::Sqlite);
+    let schema = format!(
+        "CREATE TABLE \"chat messages\" (\"msg id\" TEXT PRIMARY KEY, \"Body Text\" TEXT NOT NULL DEFAULT '', status TEXT, len INTEGER NOT NULL DEFAULT 0, \"stop?\" INTEGER NOT NULL DEFAULT 0);\n{};",
+        sql.chunk_table_ddl().join(";\n")
+    );
+    let mut db = SqliteDb::with_schema(&schema, mapping);
+    db.exec("INSERT INTO \"chat messages\" (\"msg id\") VALUES ('m1')");
+    db.batch(&db.sql.append(ID, 0, 2, "hi")).unwrap();
+    db.batch(&db.sql.compact(ID, "hi!", EndStatus::Complete, None)).unwrap();
+    let row = &db.query(&db.sql.read_row(ID))[0];
+    assert_eq!(row["body"], ColumnValue::Text("hi!".into()));
+    assert_eq!(row["seq"], ColumnValue::Integer(3));
+}
+
+#[test]
+fn every_statement_is_far_under_d1s_statement_limit() {
+    let long = "x".repeat(128);
+    let names = ColumnNames { body: Some(long.clone()), ..Default::default() };
+    let sql = MappedSql::new(TableMapping::new(&long, &long, &names).unwrap(), Dialect::Sqlite);
+    let big = "y".repeat(200_000);
+    let mut all = sql.append(ID, 0, 1, &big).to_vec();
+    all.extend(sql.compact(ID, &big, EndStatus::Complete, Some("e")));
+    all.push(sql.probe_open(ID));
+    all.push(sql.read_state(ID));
+    for s in all {
+        assert!(s.sql.len() < 2_000, "{} bytes of SQL text", s.sql.len());
+        assert!(s.params.len() < 100);
+    }
+}

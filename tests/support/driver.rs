@@ -1,0 +1,161 @@
+//! Drives one `LiveStream` the way the Worker shell does (feed an input, drain outputs, run
+//! store requests), but against SQLite and in virtual time, one step at a time.
+
+use super::{Fault, SqliteDb};
+use rindle_streams::core::config::StreamConfig;
+use rindle_streams::core::frame::Frame;
+use rindle_streams::core::live::{
+    LiveStream, Output, Pull, PushReceipt, ReaderId, Settlement, StoreOp, StoreRequest, StreamEvent, Ticket,
+};
+use std::collections::{HashMap, VecDeque};
+
+pub const STREAM: &str = "m1";
+pub const TOKEN: &str = "host-A";
+
+pub struct Driver {
+    pub stream: LiveStream,
+    pub db: SqliteDb,
+    pub now: u64,
+    pub pending: VecDeque<StoreRequest>,
+    pub settled: HashMap<Ticket, Settlement>,
+    pub events: Vec<StreamEvent>,
+    pub wakes: Vec<ReaderId>,
+    pub retired: bool,
+}
+
+impl Driver {
+    /// A stream opened on a fresh row of a fresh database, with every open step answered.
+    pub fn open(cfg: StreamConfig) -> Self {
+        let db = SqliteDb::new();
+        db.insert_message(STREAM);
+        let mut d = Self::opening(db, cfg, TOKEN);
+        d.answer_all();
+        d
+    }
+
+    /// A stream whose open has been requested but not yet answered.
+    pub fn opening(db: SqliteDb, cfg: StreamConfig, token: &str) -> Self {
+        let (stream, _ticket) = LiveStream::open(STREAM, cfg, token, 0);
+        let mut d = Self {
+            stream,
+            db,
+            now: 0,
+            pending: VecDeque::new(),
+            settled: HashMap::new(),
+            events: Vec::new(),
+            wakes: Vec::new(),
+            retired: false,
+        };
+        d.drain();
+        d
+    }
+
+    pub fn drain(&mut self) {
+        while let Some(o) = self.stream.poll_output() {
+            match o {
+                Output::Store(r) => self.pending.push_back(r),
+                Output::Wake(r) => self.wakes.push(r),
+                Output::Settled(t, s) => {
+                    assert!(self.settled.insert(t, s).is_none(), "ticket {t:?} settled twice");
+                }
+                Output::Event(e) => self.events.push(e),
+                Output::Retired => self.retired = true,
+            }
+        }
+    }
+
+    /// The next store operation the stream asked for, without answering it.
+    pub fn peek(&self) -> Option<&StoreOp> {
+        self.pending.front().map(|r| &r.op)
+    }
+
+    /// Answers the oldest pending store request with `fault` injected; returns it.
+    pub fn answer(&mut self, fault: Fault) -> StoreRequest {
+        let req = self.pending.pop_front().expect("a pending store request");
+        let plan = self.db.sql.plan(STREAM, &req.op);
+        let result = self.db.run(&plan, fault);
+        self.stream.handle_store(req.id, result, self.now);
+        self.drain();
+        req
+    }
+
+    /// Answers every pending request truthfully, including those they lead to.
+    pub fn answer_all(&mut self) {
+        while !self.pending.is_empty() {
+            self.answer(Fault::None);
+        }
+    }
+
+    /// Moves virtual time forward by `ms`, firing every timer due on the way in order.
+    pub fn advance(&mut self, ms: u64) {
+        let target = self.now + ms;
+        while let Some(t) = self.stream.poll_timeout().filter(|&t| t <= target) {
+            self.now = self.now.max(t);
+            self.stream.handle_timeout(self.now);
+            self.drain();
+        }
+        self.now = target;
+    }
+
+    pub fn push(&mut self, text: &str) -> PushReceipt {
+        let r = self.stream.push(text, self.now).expect("push accepted");
+        self.drain();
+        r
+    }
+
+    pub fn flush(&mut self) -> Ticket {
+        let t = self.stream.flush(self.now);
+        self.drain();
+        t
+    }
+
+    pub fn close(&mut self) -> Ticket {
+        let t = self.stream.close(self.now);
+        self.drain();
+        t
+    }
+
+    pub fn subscribe(&mut self, from: u64) -> ReaderId {
+        let r = self.stream.subscribe(from);
+        self.drain();
+        r
+    }
+
+    /// Everything queued for `reader`, parsed back from its SSE bytes.
+    pub fn read(&mut self, reader: ReaderId) -> Vec<Frame> {
+        let frames = match self.stream.pull(reader) {
+            Pull::Data { wire, .. } => parse_sse(&wire),
+            Pull::Pending | Pull::Gone => vec![],
+        };
+        self.drain();
+        frames
+    }
+
+    pub fn settlement(&self, t: Ticket) -> Option<&Settlement> {
+        self.settled.get(&t)
+    }
+
+    pub fn appends_pending(&self) -> usize {
+        self.pending.iter().filter(|r| matches!(r.op, StoreOp::Append { .. })).count()
+    }
+}
+
+/// Parses SSE events back into frames, checking the `id:` rule on the way.
+pub fn parse_sse(wire: &str) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    for event in wire.split("\n\n").filter(|e| !e.is_empty()) {
+        let mut id = None;
+        let mut data = None;
+        for line in event.lines() {
+            if let Some(v) = line.strip_prefix("id: ") {
+                id = Some(v.parse::<u64>().unwrap());
+            } else if let Some(v) = line.strip_prefix("data: ") {
+                data = Some(v);
+            }
+        }
+        let frame: Frame = serde_json::from_str(data.expect("a data line")).unwrap();
+        assert_eq!(id, frame.resume_point(), "id line of {frame:?}");
+        frames.push(frame);
+    }
+    frames
+}
