@@ -11,4 +11,4 @@
 pub mod core;
 
 #[cfg(target_arch = "wasm32")]
-mod edge;
+pub mod edge;

@@ -118,8 +118,10 @@ pub struct Settings {
 
 impl Settings {
     /// Parses the Worker's vars; `var(name)` returns a var's value if set. Unset vars take
-    /// their defaults; a set but malformed var is an error, never ignored.
-    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+    /// their defaults; a set but malformed var is an error, never ignored. `custom_sink` says
+    /// an embedding Worker supplies its own checkpoint sink (the mode where `RETAIN_CHARS` is
+    /// honoured).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>, custom_sink: bool) -> Result<Self, ConfigError> {
         let defaults = StreamConfig::default();
         let number = |name: &'static str, default: u64, min: u64, max: u64| -> Result<u64, ConfigError> {
             match var(name) {
@@ -150,7 +152,7 @@ impl Settings {
             linger_ms: number("LINGER_MS", defaults.linger_ms, 0, 3_600_000)?,
             max_queued_frames: number("MAX_QUEUED_FRAMES", defaults.max_queued_frames as u64, 4, 1 << 20)? as usize,
             retain_chars,
-            mode: CheckpointMode::Tables { host_cas: mapping.host.is_some() },
+            mode: if custom_sink { CheckpointMode::Sink } else { CheckpointMode::Tables { host_cas: mapping.host.is_some() } },
             ..defaults
         };
         stream.validate()?;
@@ -177,7 +179,7 @@ mod tests {
 
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
         let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Settings::from_vars(|k| map.get(k).cloned())
+        Settings::from_vars(|k| map.get(k).cloned(), false)
     }
 
     #[test]
@@ -206,6 +208,8 @@ mod tests {
     fn retain_chars_is_refused_in_tables_mode() {
         let err = settings(&[("RETAIN_CHARS", "100")]).unwrap_err().to_string();
         assert!(err.contains("RETAIN_CHARS"), "{err}");
+        let with_sink = Settings::from_vars(|k| (k == "RETAIN_CHARS").then(|| "100".to_owned()), true).unwrap();
+        assert_eq!(with_sink.stream.retain_chars, Some(100));
     }
 
     #[test]

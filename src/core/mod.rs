@@ -13,9 +13,11 @@
 //! is an input, and store operations and reader wake-ups are outputs. The Worker shell
 //! (`src/edge`, wasm32 only) performs them.
 
+pub mod api;
 pub mod auth;
 pub mod config;
 pub mod durable;
+pub mod faults;
 pub mod frame;
 pub mod live;
 pub mod reading;

@@ -14,6 +14,24 @@ pub struct ChunkRow {
     pub text: String,
 }
 
+/// A message row's durable text, as `/text` answers it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DurableText {
+    pub text: String,
+    /// Its length in UTF-16 units.
+    pub seq: u64,
+    /// The row's status column.
+    pub status: String,
+}
+
+impl DurableText {
+    /// Assembles body plus chunk rows (see [`assemble_durable_text`]).
+    pub fn assemble(body: &str, chunks: Vec<ChunkRow>, status: String) -> Self {
+        let text = assemble_durable_text(body, chunks);
+        Self { seq: utf16::len(&text), text, status }
+    }
+}
+
 /// The durable text of a row: its body followed by its chunk rows in `seq` order.
 ///
 /// Only the contiguous prefix is returned: a chunk that starts past the assembled end (a gap)

@@ -1,0 +1,226 @@
+//! The HTTP API's shape (SPEC §4): routes, and the JSON error every refusal answers with.
+//! Pure, so the router's decisions and every error row are tested natively.
+
+use crate::core::auth::Scope;
+use crate::core::stream_id::{self, BadStreamId};
+use serde_json::{json, Map, Value};
+
+/// What a request under the prefix asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Open,
+    Append,
+    Flush,
+    Close,
+    Fail,
+    Events,
+    Text,
+    Cancel,
+    Pump,
+    Stats,
+}
+
+impl Action {
+    fn parse(segment: &str) -> Option<Self> {
+        Some(match segment {
+            "open" => Action::Open,
+            "append" => Action::Append,
+            "flush" => Action::Flush,
+            "close" => Action::Close,
+            "fail" => Action::Fail,
+            "events" => Action::Events,
+            "text" => Action::Text,
+            "cancel" => Action::Cancel,
+            "pump" => Action::Pump,
+            "stats" => Action::Stats,
+            _ => return None,
+        })
+    }
+
+    /// The one method each route answers.
+    pub fn method(self) -> &'static str {
+        match self {
+            Action::Events | Action::Text | Action::Stats => "GET",
+            _ => "POST",
+        }
+    }
+
+    /// The scope a token needs.
+    pub fn scope(self) -> Scope {
+        match self {
+            Action::Events | Action::Text => Scope::Read,
+            Action::Cancel => Scope::Cancel,
+            _ => Scope::Write,
+        }
+    }
+
+    /// Reader routes also take the token as `?token=` (EventSource cannot set headers).
+    pub fn token_in_query(self) -> bool {
+        matches!(self, Action::Events | Action::Text)
+    }
+}
+
+/// A routed request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub stream_id: String,
+    pub action: Action,
+}
+
+/// Resolves `method path` under `prefix`. `Ok(None)`: the path is not under the prefix.
+/// The path is taken as sent (percent-encoded), so `%00` or `%2F` in an id is refused as the
+/// characters `%`, not decoded into a NUL or a slash.
+pub fn route(prefix: &str, method: &str, path: &str) -> Result<Option<Route>, ApiError> {
+    let Some(rest) = path.strip_prefix(prefix).and_then(|r| r.strip_prefix('/')) else { return Ok(None) };
+    let (id, action) = rest.rsplit_once('/').ok_or_else(|| ApiError::not_found(path))?;
+    let action = Action::parse(action).ok_or_else(|| ApiError::not_found(path))?;
+    stream_id::validate(id).map_err(ApiError::bad_stream_id)?;
+    if method != action.method() && !(method == "HEAD" && action.method() == "GET") {
+        return Err(ApiError::method_not_allowed(method, action.method()));
+    }
+    Ok(Some(Route { stream_id: id.to_owned(), action }))
+}
+
+/// An answer that is not a success: a status, a machine code, a sentence, and any extra fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+    pub extra: Map<String, Value>,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), extra: Map::new() }
+    }
+
+    /// Adds a field beside `error` and `message` (e.g. `seq`, `durableSeq`).
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.extra.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// The JSON body: `{"error": code, "message": sentence, ...extra}`.
+    pub fn body(&self) -> String {
+        let mut obj = Map::new();
+        obj.insert("error".into(), json!(self.code));
+        obj.insert("message".into(), json!(self.message));
+        obj.extend(self.extra.clone());
+        Value::Object(obj).to_string()
+    }
+
+    /// The same body for every denial, so a 403 never tells whether a stream exists.
+    pub fn forbidden() -> Self {
+        Self::new(403, "forbidden", "the token does not allow this request")
+    }
+
+    pub fn not_found(path: &str) -> Self {
+        Self::new(404, "not_found", format!("no route for {path:?}"))
+    }
+
+    pub fn method_not_allowed(method: &str, allowed: &str) -> Self {
+        Self::new(405, "method_not_allowed", format!("{method} is not allowed here; use {allowed}")).with("allow", allowed)
+    }
+
+    pub fn bad_stream_id(e: BadStreamId) -> Self {
+        Self::new(400, "bad_stream_id", e.to_string())
+    }
+
+    pub fn not_open(stream_id: &str) -> Self {
+        Self::new(404, "not_open", format!("stream {stream_id} is not open here; open it first"))
+    }
+
+    pub fn closed(stream_id: &str) -> Self {
+        Self::new(409, "closed", format!("stream {stream_id} is closed"))
+    }
+
+    pub fn too_large(max_bytes: usize) -> Self {
+        Self::new(413, "too_large", format!("an append may carry at most {max_bytes} bytes")).with("maxBytes", max_bytes)
+    }
+
+    pub fn bad_utf8(e: crate::core::utf8::BadUtf8) -> Self {
+        Self::new(400, "bad_utf8", e.to_string())
+    }
+
+    pub fn bad_json(what: &str, e: impl std::fmt::Display) -> Self {
+        Self::new(400, "bad_json", format!("{what}: {e}"))
+    }
+
+    pub fn open_refused(stream_id: &str, reason: impl std::fmt::Display) -> Self {
+        Self::new(409, "open_refused", format!("stream {stream_id}: {reason}"))
+    }
+
+    pub fn checkpoint_failed(seq: u64, durable_seq: u64, reason: impl std::fmt::Display) -> Self {
+        Self::new(503, "checkpoint_failed", reason.to_string()).with("seq", seq).with("durableSeq", durable_seq)
+    }
+
+    pub fn no_row(stream_id: &str) -> Self {
+        Self::new(404, "no_row", format!("no message row for stream {stream_id}"))
+    }
+
+    pub fn store_unavailable(e: impl std::fmt::Display) -> Self {
+        Self::new(503, "store_unavailable", format!("the store failed: {e}"))
+    }
+
+    pub fn misconfigured(e: impl std::fmt::Display) -> Self {
+        Self::new(500, "misconfigured", e.to_string())
+    }
+
+    pub fn bad_upstream(e: impl std::fmt::Display) -> Self {
+        Self::new(400, "bad_upstream", e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(method: &str, path: &str) -> Result<Option<Route>, ApiError> {
+        route("/streams", method, path)
+    }
+
+    #[test]
+    fn every_route_resolves_with_its_method() {
+        for (method, action, expected) in [
+            ("POST", "open", Action::Open),
+            ("POST", "append", Action::Append),
+            ("POST", "flush", Action::Flush),
+            ("POST", "close", Action::Close),
+            ("POST", "fail", Action::Fail),
+            ("GET", "events", Action::Events),
+            ("GET", "text", Action::Text),
+            ("POST", "cancel", Action::Cancel),
+            ("POST", "pump", Action::Pump),
+            ("GET", "stats", Action::Stats),
+        ] {
+            let got = r(method, &format!("/streams/m-1/{action}")).unwrap().unwrap();
+            assert_eq!(got, Route { stream_id: "m-1".into(), action: expected });
+        }
+    }
+
+    #[test]
+    fn paths_outside_the_prefix_are_not_ours() {
+        assert_eq!(r("GET", "/"), Ok(None));
+        assert_eq!(r("GET", "/streamsX/m1/events"), Ok(None));
+    }
+
+    #[test]
+    fn bad_paths_get_4xx_json() {
+        assert_eq!(r("GET", "/streams/m1/open").unwrap_err().status, 405);
+        assert_eq!(r("POST", "/streams/m1/nope").unwrap_err().status, 404);
+        assert_eq!(r("POST", "/streams/m1").unwrap_err().status, 404);
+        for id in ["a%00b", "a%2Fb", "..", "a%0D%0Ab", "", "x'--"] {
+            let e = r("POST", &format!("/streams/{id}/open")).unwrap_err();
+            assert_eq!((e.status, e.code), (400, "bad_stream_id"), "{id:?}");
+        }
+        assert_eq!(r("POST", "/streams/a/b/open").unwrap_err().code, "bad_stream_id");
+    }
+
+    #[test]
+    fn the_error_body_has_the_specs_shape() {
+        let e = ApiError::checkpoint_failed(9, 4, "store down");
+        let v: Value = serde_json::from_str(&e.body()).unwrap();
+        assert_eq!(v, json!({"error": "checkpoint_failed", "message": "store down", "seq": 9, "durableSeq": 4}));
+    }
+}

@@ -1,0 +1,55 @@
+//! Development-only endpoints, answered only when `DEV_MODE=1` (never in a default deploy):
+//! `POST /dev/session` creates a message row and mints tokens for the demo page.
+
+use super::http::{self, unavailable};
+use super::setup::{dev_mode, var};
+use crate::core::api::ApiError;
+use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+use serde_json::json;
+use worker::{Env, Request, Response};
+
+/// How long a development token lives.
+const DEV_TOKEN_SECS: u64 = 3600;
+
+pub async fn handle(req: Request, env: &Env) -> Result<Response, ApiError> {
+    let url = req.url().map_err(unavailable)?;
+    if !dev_mode(env) {
+        return Err(ApiError::not_found(url.path()));
+    }
+    match (req.method().as_ref(), url.path()) {
+        ("POST", "/dev/session") => session(env).await,
+        (_, "/dev/session") => Err(ApiError::method_not_allowed(req.method().as_ref(), "POST")),
+        (_, path) => Err(ApiError::not_found(path)),
+    }
+}
+
+async fn session(env: &Env) -> Result<Response, ApiError> {
+    let secret = var(env, "STREAM_JWT_SECRET").ok_or_else(|| ApiError::misconfigured("STREAM_JWT_SECRET is not set"))?;
+    let now = (js_sys::Date::now() / 1000.0) as u64;
+    let stream_id = format!("demo-{now}-{}", (js_sys::Math::random() * 1e9) as u64);
+    let db = env.d1("DB").map_err(|e| ApiError::misconfigured(format!("the D1 binding: {e}")))?;
+    let table = var(env, "MESSAGE_TABLE").unwrap_or_else(|| "messages".into());
+    let table = crate::core::durable::Ident::new(&table).map_err(ApiError::misconfigured)?;
+    db.prepare(format!("INSERT INTO {table} (id, chat_id, role) VALUES (?1, ?2, 'assistant')"))
+        .bind(&[stream_id.as_str().into(), "demo-chat".into()])
+        .map_err(unavailable)?
+        .run()
+        .await
+        .map_err(ApiError::store_unavailable)?;
+    let key = EncodingKey::from_secret(secret.as_bytes()).map_err(ApiError::misconfigured)?;
+    let token = |scope: &str| {
+        let claims = json!({"sub": "demo", "stream": stream_id, "scope": scope, "exp": now + DEV_TOKEN_SECS});
+        encode(&Header::new(Algorithm::HS256), &claims, &key).map_err(unavailable)
+    };
+    http::json(
+        200,
+        &json!({
+            "streamId": stream_id,
+            "writeToken": token("write")?,
+            "readToken": token("read")?,
+            "cancelToken": token("cancel")?,
+            "mockUrl": var(env, "DEV_MOCK_MODEL_URL").unwrap_or_else(|| "http://127.0.0.1:8788".into()),
+        }),
+    )
+    .map_err(unavailable)
+}

@@ -1,0 +1,60 @@
+//! The Workers shell (wasm32 only): the front Worker routes `{prefix}/{id}/…` to the stream's
+//! Durable Object; everything else about a stream happens inside that object.
+
+mod dev;
+mod faults;
+mod http;
+mod object;
+mod setup;
+mod shell;
+mod sse;
+mod store;
+
+pub use object::StreamObject;
+pub use setup::{install_authorizer, install_checkpoint_sink};
+pub use store::{CheckpointSink, D1Tables};
+
+use crate::core::api::{self, ApiError};
+use crate::core::config::Settings;
+use worker::{Env, Request, Response};
+
+#[cfg(feature = "standalone")]
+#[worker::event(fetch)]
+async fn fetch(req: Request, env: Env, _ctx: worker::Context) -> worker::Result<Response> {
+    handle_request(req, env).await
+}
+
+#[worker::event(start)]
+fn start() {
+    console_error_panic_hook::set_once();
+}
+
+/// The front Worker: validates the route (so a malformed id never reaches an object) and
+/// forwards the request, streaming body and all, to the stream's Durable Object.
+pub async fn handle_request(req: Request, env: Env) -> worker::Result<Response> {
+    match route(req, &env).await {
+        Ok(response) => Ok(response),
+        Err(e) => http::error(&e),
+    }
+}
+
+async fn route(req: Request, env: &Env) -> Result<Response, ApiError> {
+    let url = req.url().map_err(http::unavailable)?;
+    let path = url.path().to_owned();
+    if path.starts_with("/dev/") {
+        return dev::handle(req, env).await;
+    }
+    let settings = Settings::from_vars(|name| setup::var(env, name), false).map_err(ApiError::misconfigured);
+    let prefix = match &settings {
+        Ok(s) => s.path_prefix.clone(),
+        Err(_) => setup::var(env, "PATH_PREFIX").unwrap_or_else(|| "/streams".into()),
+    };
+    let Some(route) = api::route(&prefix, req.method().as_ref(), &path)? else {
+        return Err(ApiError::not_found(&path));
+    };
+    let stub = env
+        .durable_object("STREAMS")
+        .and_then(|ns| ns.id_from_name(&route.stream_id)?.get_stub())
+        .map_err(|e| ApiError::misconfigured(format!("the STREAMS Durable Object binding: {e}")))?;
+    stub.fetch_with_request(req).await.map_err(http::unavailable)
+}

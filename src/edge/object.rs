@@ -1,0 +1,379 @@
+//! The Durable Object: one per stream id. It authorizes every request first, then drives the
+//! stream's [`Shell`], streams SSE to readers, and keeps a lease alarm so that a stream whose
+//! object was evicted is sealed `interrupted` from its durable text.
+
+use super::http::{self, error, unavailable};
+use super::setup::Setup;
+use super::shell::{log, now_ms, Shell};
+use super::sse::{self, ReaderBody};
+use crate::core::api::{self, Action, ApiError, Route};
+use crate::core::auth::AuthRequest;
+use crate::core::frame::EndStatus;
+use crate::core::live::{FlushError, LiveStream, OpenError, PushError, SealWrite, Settlement, StoreOp, StreamState};
+use crate::core::utf8::{BadUtf8, Utf8Reassembler};
+use futures::future::{select, Either};
+use futures::StreamExt;
+use serde_json::json;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+use worker::{durable_object, DurableObject, Env, Request, Response, State};
+
+/// The storage key under which the object remembers its stream id, for the lease alarm (an
+/// alarm carries no request to read it from).
+const STREAM_ID_KEY: &str = "streamId";
+
+/// Why an evicted stream was sealed.
+const INTERRUPTED: &str = "the live stream was lost (its Durable Object was evicted, crashed or redeployed) before it was sealed";
+
+#[durable_object]
+pub struct StreamObject {
+    state: State,
+    env: Env,
+    setup: RefCell<Option<Rc<Setup>>>,
+    object: RefCell<Option<Rc<Object>>>,
+}
+
+/// An object that knows its stream.
+struct Object {
+    setup: Rc<Setup>,
+    shell: Rc<Shell>,
+}
+
+impl DurableObject for StreamObject {
+    fn new(state: State, env: Env) -> Self {
+        Self { state, env, setup: RefCell::new(None), object: RefCell::new(None) }
+    }
+
+    async fn fetch(&self, req: Request) -> worker::Result<Response> {
+        match self.handle(req).await {
+            Ok(response) => Ok(response),
+            Err(e) => error(&e),
+        }
+    }
+
+    async fn alarm(&self) -> worker::Result<Response> {
+        self.lease_expired().await?;
+        Response::ok("")
+    }
+}
+
+impl StreamObject {
+    /// The object's configuration, built once. A bad configuration is refused on every
+    /// request with a message naming the setting.
+    fn setup(&self) -> Result<Rc<Setup>, ApiError> {
+        if let Some(s) = self.setup.borrow().as_ref() {
+            return Ok(Rc::clone(s));
+        }
+        let setup = Rc::new(Setup::from_env(&self.env).map_err(ApiError::misconfigured)?);
+        *self.setup.borrow_mut() = Some(Rc::clone(&setup));
+        Ok(setup)
+    }
+
+    fn object(&self, stream_id: &str) -> Result<Rc<Object>, ApiError> {
+        if let Some(o) = self.object.borrow().as_ref() {
+            return Ok(Rc::clone(o));
+        }
+        let setup = self.setup()?;
+        let shell = Shell::new(stream_id.to_owned(), Rc::clone(&setup.sink));
+        let object = Rc::new(Object { setup, shell });
+        *self.object.borrow_mut() = Some(Rc::clone(&object));
+        Ok(object)
+    }
+
+    async fn handle(&self, mut req: Request) -> Result<Response, ApiError> {
+        let url = req.url().map_err(unavailable)?;
+        let prefix = self.setup()?.settings.path_prefix.clone();
+        let route = api::route(&prefix, req.method().as_ref(), url.path())?.ok_or_else(|| ApiError::not_found(url.path()))?;
+        let o = self.object(&route.stream_id)?;
+        // Authorization comes before anything that could reveal whether the stream exists.
+        let token = http::token(&req, &url, route.action.token_in_query());
+        let meta = o.shell.meta.borrow().clone();
+        o.setup
+            .authorizer
+            .authorize(&AuthRequest {
+                token: token.as_deref(),
+                stream_id: &route.stream_id,
+                scope: route.action.scope(),
+                meta: meta.as_ref(),
+                now_secs: now_ms() / 1000,
+            })
+            .map_err(|denied| {
+                log("info", "denied", &route.stream_id, json!({"action": format!("{:?}", route.action), "reason": denied.to_string()}));
+                ApiError::forbidden()
+            })?;
+        let r = match route.action {
+            Action::Open => self.open(&o, &route, &mut req).await,
+            Action::Append => o.append(&route, &mut req).await,
+            Action::Flush => o.flush(&route).await,
+            Action::Close => o.seal(&route, None).await,
+            Action::Fail => {
+                let body = http::small_json(&mut req, 64 * 1024, "the fail body must be {\"error\": \"…\"}").await?;
+                let message = body.as_ref().and_then(|b| b.get("error")).and_then(|e| e.as_str()).unwrap_or("the producer failed the stream");
+                o.seal(&route, Some(message.to_owned())).await
+            }
+            Action::Events => o.events(&req, &url),
+            Action::Text => o.text(&route).await,
+            Action::Cancel => o.cancel(&route).await,
+            Action::Stats => o.stats(&route),
+            Action::Pump => Err(ApiError::new(501, "not_implemented", "pump is not available in this build")),
+        };
+        r
+    }
+
+    async fn open(&self, o: &Rc<Object>, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
+        let body = http::small_json(req, 64 * 1024, "the open body must be {\"meta\": …}").await?;
+        let meta = match body {
+            None => None,
+            Some(serde_json::Value::Object(mut m)) => m.remove("meta"),
+            Some(_) => return Err(ApiError::bad_json("the open body", "expected a JSON object like {\"meta\": …}")),
+        };
+        let host_token = random_token();
+        let (stream, ticket) = LiveStream::open(&route.stream_id, o.setup.settings.stream.clone(), &host_token, now_ms());
+        let settled = o.shell.await_ticket(ticket);
+        if o.shell.install(stream, Box::new(|_| {})).is_err() {
+            return Err(ApiError::open_refused(&route.stream_id, crate::core::durable::OpenRefused::AlreadyOpenHere));
+        }
+        *o.shell.meta.borrow_mut() = meta;
+        o.shell.feed(|_, _| ()); // performs the first store request queued by `open`
+        match settled.await {
+            Ok(Settlement::Opened(Ok(()))) => {
+                self.hold_lease(o, &route.stream_id).await;
+                http::json(200, &json!({"streamId": route.stream_id, "seq": 0, "durableSeq": 0})).map_err(unavailable)
+            }
+            Ok(Settlement::Opened(Err(OpenError::Refused(reason)))) => Err(ApiError::open_refused(&route.stream_id, reason)),
+            Ok(Settlement::Opened(Err(OpenError::Store(e)))) => Err(ApiError::store_unavailable(e)),
+            other => Err(unavailable(format!("the open did not settle ({other:?})"))),
+        }
+    }
+
+    /// Arms the lease alarm and keeps renewing it while this object holds the stream. If the
+    /// object dies, the renewals stop and the alarm fires in a fresh instance.
+    async fn hold_lease(&self, o: &Rc<Object>, stream_id: &str) {
+        let storage = self.state.storage();
+        let lease_ms = o.setup.settings.lease_ms;
+        if let Err(e) = storage.put(STREAM_ID_KEY, stream_id).await {
+            log("error", "lease_failed", stream_id, json!({"error": e.to_string()}));
+        }
+        if let Err(e) = storage.set_alarm(Duration::from_millis(lease_ms)).await {
+            log("error", "lease_failed", stream_id, json!({"error": e.to_string()}));
+        }
+        let shell = Rc::clone(&o.shell);
+        wasm_bindgen_futures::spawn_local(async move {
+            loop {
+                worker::Delay::from(Duration::from_millis(lease_ms / 2)).await;
+                let live = shell.inspect(|s| matches!(s.state(), StreamState::Live | StreamState::Sealing)).unwrap_or(false);
+                if !live {
+                    break; // sealed (or retired): the alarm that follows finds nothing to repair
+                }
+                if let Err(e) = storage.set_alarm(Duration::from_millis(lease_ms)).await {
+                    log("error", "lease_renewal_failed", &shell.stream_id, json!({"error": e.to_string()}));
+                }
+            }
+        });
+    }
+
+    /// The lease alarm: a stream still live here renews it; otherwise a row still `streaming`
+    /// is sealed `interrupted` from its durable text.
+    async fn lease_expired(&self) -> worker::Result<()> {
+        let Some(stream_id) = self.state.storage().get::<String>(STREAM_ID_KEY).await.ok().flatten() else { return Ok(()) };
+        let o = self.object(&stream_id).map_err(|e| worker::Error::RustError(e.message))?;
+        if o.shell.inspect(|s| matches!(s.state(), StreamState::Opening | StreamState::Live | StreamState::Sealing)).unwrap_or(false) {
+            return self.state.storage().set_alarm(Duration::from_millis(o.setup.settings.lease_ms)).await;
+        }
+        let durable = o.setup.sink.read_durable(&stream_id).await.map_err(|e| worker::Error::RustError(e.0))?;
+        let Some(durable) = durable.filter(|d| d.status == crate::core::frame::STATUS_STREAMING) else { return Ok(()) };
+        let fits = durable.text.len() <= o.setup.settings.stream.max_compact_bytes;
+        let seal = SealWrite {
+            status: EndStatus::Interrupted,
+            error: Some(INTERRUPTED.to_owned()),
+            seq: durable.seq,
+            body: fits.then(|| durable.text.clone()),
+            body_from: 0,
+        };
+        // Failing here fails the alarm, which the runtime retries: no row stays `streaming`.
+        o.setup.sink.run(&stream_id, &StoreOp::Seal(seal)).await.map_err(|e| worker::Error::RustError(e.0))?;
+        log("warn", "interrupted", &stream_id, json!({"durableSeq": durable.seq, "compacted": fits}));
+        Ok(())
+    }
+}
+
+impl Object {
+    fn settings(&self) -> &crate::core::config::Settings {
+        &self.setup.settings
+    }
+
+    /// Refuses producer calls on a stream that is not live here.
+    fn require_live(&self, route: &Route) -> Result<(), ApiError> {
+        match self.shell.inspect(LiveStream::state) {
+            Some(StreamState::Live) => Ok(()),
+            Some(StreamState::Sealing | StreamState::Ended(_)) => Err(ApiError::closed(&route.stream_id)),
+            _ => Err(ApiError::not_open(&route.stream_id)),
+        }
+    }
+
+    fn push(&self, route: &Route, text: &str) -> Result<crate::core::live::PushReceipt, ApiError> {
+        match self.shell.feed(|s, now| s.push(text, now)) {
+            Some(Ok(receipt)) => Ok(receipt),
+            Some(Err(PushError::Closed)) => Err(ApiError::closed(&route.stream_id)),
+            Some(Err(PushError::NotOpen)) | None => Err(ApiError::not_open(&route.stream_id)),
+        }
+    }
+
+    /// A plain body is validated whole before anything is pushed; a streaming body (no
+    /// content-length) is pushed piece by piece, reassembling characters split across pieces,
+    /// and ends early when a cancel arrives.
+    async fn append(&self, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
+        self.require_live(route)?;
+        let max = self.settings().max_append_bytes;
+        let declared = req.headers().get("content-length").ok().flatten().and_then(|l| l.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > max as u64) {
+            return Err(ApiError::too_large(max));
+        }
+        let mut receipt = self.shell.inspect(LiveStream::receipt).ok_or_else(|| ApiError::not_open(&route.stream_id))?;
+        if declared.is_some() {
+            let bytes = req.bytes().await.map_err(|e| ApiError::new(400, "bad_request", format!("could not read the body: {e}")))?;
+            if bytes.len() > max {
+                return Err(ApiError::too_large(max));
+            }
+            let text = std::str::from_utf8(&bytes).map_err(|e| ApiError::bad_utf8(BadUtf8 { offset: e.valid_up_to() as u64 }))?;
+            receipt = self.push(route, text)?;
+        } else {
+            let mut body = Box::pin(req.stream().map_err(unavailable)?);
+            let mut utf8 = Utf8Reassembler::new();
+            let mut total = 0usize;
+            let mut cancelled = self.shell.watch_cancel();
+            loop {
+                if receipt.cancelled {
+                    break;
+                }
+                let piece = match select(body.next(), &mut cancelled).await {
+                    Either::Right(_) => {
+                        receipt = self.shell.inspect(LiveStream::receipt).unwrap_or(receipt);
+                        break;
+                    }
+                    Either::Left((None, _)) => {
+                        utf8.finish().map_err(ApiError::bad_utf8)?;
+                        break;
+                    }
+                    Either::Left((Some(Err(e)), _)) => return Err(ApiError::new(400, "bad_request", format!("the body stream failed: {e}"))),
+                    Either::Left((Some(Ok(piece)), _)) => piece,
+                };
+                total += piece.len();
+                if total > max {
+                    return Err(ApiError::too_large(max).with("seq", receipt.seq));
+                }
+                let text = utf8.feed(&piece).map_err(|e| ApiError::bad_utf8(e).with("seq", receipt.seq))?;
+                receipt = self.push(route, &text)?;
+            }
+        }
+        http::json(200, &json!({"seq": receipt.seq, "durableSeq": receipt.durable_seq, "cancelled": receipt.cancelled})).map_err(unavailable)
+    }
+
+    async fn flush(&self, route: &Route) -> Result<Response, ApiError> {
+        let shell = &self.shell;
+        let settled = shell.feed(|s, now| shell.await_ticket(s.flush(now))).ok_or_else(|| ApiError::not_open(&route.stream_id))?;
+        match settled.await {
+            Ok(Settlement::Flushed(Ok(durable_seq))) => {
+                let seq = shell.inspect(LiveStream::seq).unwrap_or(durable_seq);
+                http::json(200, &json!({"seq": seq, "durableSeq": durable_seq})).map_err(unavailable)
+            }
+            Ok(Settlement::Flushed(Err(FlushError::NotOpen))) => Err(ApiError::not_open(&route.stream_id)),
+            Ok(Settlement::Flushed(Err(e @ FlushError::CheckpointFailed { seq, durable_seq, .. })))
+            | Ok(Settlement::Flushed(Err(e @ FlushError::EndedShort { seq, durable_seq }))) => {
+                Err(ApiError::checkpoint_failed(seq, durable_seq, e))
+            }
+            other => Err(unavailable(format!("the flush did not settle ({other:?})"))),
+        }
+    }
+
+    /// `close` (error `None`) or `fail`. A seal that cannot commit still ends the stream:
+    /// readers get `end` with the durable length, and the caller gets a 503 with the shortfall.
+    async fn seal(&self, route: &Route, error: Option<String>) -> Result<Response, ApiError> {
+        let shell = &self.shell;
+        let settled = shell
+            .feed(|s, now| {
+                let ticket = match error {
+                    Some(e) => s.fail(&e, now),
+                    None => s.close(now),
+                };
+                shell.await_ticket(ticket)
+            })
+            .ok_or_else(|| ApiError::not_open(&route.stream_id))?;
+        match settled.await {
+            Ok(Settlement::Sealed(Ok(r))) => {
+                http::json(200, &json!({"status": r.status, "seq": r.seq, "durableSeq": r.durable_seq})).map_err(unavailable)
+            }
+            Ok(Settlement::Sealed(Err(short))) => Err(ApiError::new(503, "seal_failed", short.to_string())
+                .with("status", short.status.as_str())
+                .with("seq", short.seq)
+                .with("durableSeq", short.durable_seq)),
+            other => Err(unavailable(format!("the seal did not settle ({other:?})"))),
+        }
+    }
+
+    fn events(&self, req: &Request, url: &worker::Url) -> Result<Response, ApiError> {
+        let last_event_id = req.headers().get("last-event-id").ok().flatten();
+        let from = crate::core::sse::join_offset(last_event_id.as_deref(), http::query(url, "from").as_deref());
+        let (retry, keepalive) = (self.settings().sse_retry_ms, self.settings().keepalive_ms);
+        match self.shell.feed(|s, _| s.subscribe(from)) {
+            Some(reader) => ReaderBody::new(Rc::clone(&self.shell), reader, retry, keepalive).into_response(),
+            None => sse::absent(retry),
+        }
+        .map_err(unavailable)
+    }
+
+    async fn text(&self, route: &Route) -> Result<Response, ApiError> {
+        match self.setup.sink.read_durable(&route.stream_id).await {
+            Ok(Some(durable)) => http::json(200, &durable).map_err(unavailable),
+            Ok(None) => Err(ApiError::no_row(&route.stream_id)),
+            Err(e) => Err(ApiError::store_unavailable(e)),
+        }
+    }
+
+    async fn cancel(&self, route: &Route) -> Result<Response, ApiError> {
+        // The live stream learns at once; the row's flag reaches a producer elsewhere (and this
+        // one's next read-back).
+        let live = self.shell.holds_stream();
+        self.shell.cancel();
+        match self.setup.sink.request_cancel(&route.stream_id).await {
+            Ok(true) => {}
+            Ok(false) if !live => return Err(ApiError::no_row(&route.stream_id)),
+            Ok(false) => {}
+            Err(e) => return Err(ApiError::store_unavailable(e)),
+        }
+        http::json(200, &json!({"cancelled": true, "live": live})).map_err(unavailable)
+    }
+
+    fn stats(&self, route: &Route) -> Result<Response, ApiError> {
+        let stats = self
+            .shell
+            .inspect(|s| {
+                let st = s.stats();
+                json!({
+                    "state": format!("{:?}", s.state()),
+                    "seq": s.seq(),
+                    "durableSeq": s.durable_seq(),
+                    "readers": s.reader_count(),
+                    "checkpoints": st.checkpoints,
+                    "failures": st.failures,
+                    "retries": st.retries,
+                    "bytesWritten": st.bytes_written,
+                    "retainedBytes": s.retained_bytes(),
+                    "faultsInjected": self.setup.faults.as_ref().map(|f| f.injected()),
+                })
+            })
+            .ok_or_else(|| ApiError::not_open(&route.stream_id))?;
+        http::json(200, &stats).map_err(unavailable)
+    }
+}
+
+/// A random claim token for the open CAS.
+fn random_token() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // The host token only needs to differ between producers; the clock is a fallback.
+        return format!("host-{}", js_sys::Date::now());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

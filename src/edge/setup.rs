@@ -1,0 +1,82 @@
+//! Everything an object or the front Worker builds from its environment: settings, the
+//! authorizer, the checkpoint sink, and the hooks an embedding Worker may install.
+
+use super::faults::FaultPlan;
+use super::store::{CheckpointSink, D1Tables};
+use crate::core::auth::{Authorizer, JwtAuthorizer};
+use crate::core::config::{ConfigError, Settings};
+use crate::core::durable::{Dialect, MappedSql};
+use std::cell::RefCell;
+use std::rc::Rc;
+use worker::Env;
+
+type SinkFactory = Rc<dyn Fn(&Env) -> Rc<dyn CheckpointSink>>;
+
+thread_local! {
+    static AUTHORIZER: RefCell<Option<Rc<dyn Authorizer>>> = const { RefCell::new(None) };
+    static SINK: RefCell<Option<SinkFactory>> = const { RefCell::new(None) };
+}
+
+/// Replaces the JWT authorizer for every stream (call from the embedding Worker's start
+/// event). It runs before anything else touches a stream.
+pub fn install_authorizer(authorizer: impl Authorizer + 'static) {
+    AUTHORIZER.with(|a| *a.borrow_mut() = Some(Rc::new(authorizer)));
+}
+
+/// Replaces the mapped D1 tables with the app's own checkpoint sink (the "commit" mode, where
+/// `RETAIN_CHARS` is honoured). The factory runs once per Durable Object.
+pub fn install_checkpoint_sink(factory: impl Fn(&Env) -> Rc<dyn CheckpointSink> + 'static) {
+    SINK.with(|s| *s.borrow_mut() = Some(Rc::new(factory)));
+}
+
+/// A var's value: a string var as is, a JSON/TOML table var serialized back to JSON.
+pub fn var(env: &Env, name: &str) -> Option<String> {
+    if let Ok(v) = env.var(name) {
+        return Some(v.to_string());
+    }
+    env.object_var::<serde_json::Value>(name).ok().map(|v| v.to_string())
+}
+
+pub fn dev_mode(env: &Env) -> bool {
+    var(env, "DEV_MODE").as_deref() == Some("1")
+}
+
+/// What a Durable Object needs, built once per object.
+pub struct Setup {
+    pub settings: Settings,
+    pub authorizer: Rc<dyn Authorizer>,
+    pub sink: Rc<dyn CheckpointSink>,
+    pub faults: Option<Rc<FaultPlan>>,
+}
+
+impl Setup {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let custom_sink = SINK.with(|s| s.borrow().clone());
+        let settings = Settings::from_vars(|name| var(env, name), custom_sink.is_some())?;
+        let authorizer = match AUTHORIZER.with(|a| a.borrow().clone()) {
+            Some(a) => a,
+            None => {
+                let secret = env.secret("STREAM_JWT_SECRET").map(|s| s.to_string()).or_else(|_| env.var("STREAM_JWT_SECRET").map(|s| s.to_string()));
+                let secret = secret.map_err(|_| invalid("STREAM_JWT_SECRET", "is not set (a secret: `wrangler secret put STREAM_JWT_SECRET`, or .dev.vars locally)"))?;
+                Rc::new(JwtAuthorizer::new(secret.as_bytes()).map_err(|e| invalid("STREAM_JWT_SECRET", &e.to_string()))?)
+            }
+        };
+        let faults = match var(env, "TEST_FAULTS").filter(|s| !s.trim().is_empty()) {
+            None => None,
+            Some(_) if !dev_mode(env) => return Err(invalid("TEST_FAULTS", "is a test switch and is refused unless DEV_MODE=1")),
+            Some(spec) => Some(Rc::new(FaultPlan::parse(&spec).map_err(|e| invalid("TEST_FAULTS", &e.to_string()))?)),
+        };
+        let sink: Rc<dyn CheckpointSink> = match custom_sink {
+            Some(factory) => factory(env),
+            None => {
+                let db = env.d1("DB").map_err(|e| invalid("DB", &format!("the D1 binding is missing: {e}")))?;
+                Rc::new(D1Tables::new(db, MappedSql::new(settings.mapping.clone(), Dialect::Sqlite), faults.clone()))
+            }
+        };
+        Ok(Self { settings, authorizer, sink, faults })
+    }
+}
+
+fn invalid(name: &'static str, reason: &str) -> ConfigError {
+    ConfigError::Invalid { name, reason: reason.trim_start_matches(name).trim().to_owned() }
+}

@@ -1,0 +1,233 @@
+//! The driver between a Durable Object and the pure [`LiveStream`]: borrow the state, feed one
+//! input, drain the outputs, drop the borrow, and only then perform them (await the store,
+//! wake readers, settle waiting requests, arm the timer).
+
+use super::store::CheckpointSink;
+use crate::core::live::{LiveStream, Millis, Output, ReaderId, Settlement, StoreRequest, StreamEvent, Ticket};
+use futures::channel::oneshot;
+use serde_json::json;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::task::Waker;
+use std::time::Duration;
+
+/// The wall clock, in milliseconds (inside a Durable Object it advances across I/O).
+pub fn now_ms() -> Millis {
+    js_sys::Date::now() as Millis
+}
+
+/// One structured JSON log line.
+pub fn log(level: &str, event: &str, stream_id: &str, fields: serde_json::Value) {
+    let mut line = json!({"level": level, "event": event, "streamId": stream_id});
+    if let (Some(obj), serde_json::Value::Object(extra)) = (line.as_object_mut(), fields) {
+        obj.extend(extra);
+    }
+    if level == "info" {
+        worker::console_log!("{line}");
+    } else {
+        worker::console_error!("{line}");
+    }
+}
+
+/// The live side of one Durable Object.
+pub struct Shell {
+    pub stream_id: String,
+    pub sink: Rc<dyn CheckpointSink>,
+    live: RefCell<Option<LiveStream>>,
+    /// The `meta` given at open, handed to the authorizer.
+    pub meta: RefCell<Option<serde_json::Value>>,
+    tickets: RefCell<HashMap<Ticket, oneshot::Sender<Settlement>>>,
+    wakers: RefCell<HashMap<ReaderId, Waker>>,
+    /// Senders woken when a cancel arrives (a streaming append waits on one).
+    cancel_watchers: RefCell<Vec<oneshot::Sender<()>>>,
+    timer_at: Cell<Option<Millis>>,
+    timer_generation: Cell<u64>,
+    /// Runs when the core retires (the object's lease bookkeeping hooks in here).
+    on_retired: RefCell<Option<Box<dyn FnOnce(bool)>>>,
+}
+
+impl Shell {
+    pub fn new(stream_id: String, sink: Rc<dyn CheckpointSink>) -> Rc<Self> {
+        Rc::new(Self {
+            stream_id,
+            sink,
+            live: RefCell::new(None),
+            meta: RefCell::new(None),
+            tickets: RefCell::default(),
+            wakers: RefCell::default(),
+            cancel_watchers: RefCell::default(),
+            timer_at: Cell::new(None),
+            timer_generation: Cell::new(0),
+            on_retired: RefCell::new(None),
+        })
+    }
+
+    /// Installs a freshly opened stream, or refuses when one is already here.
+    pub fn install(self: &Rc<Self>, stream: LiveStream, on_retired: Box<dyn FnOnce(bool)>) -> Result<(), LiveStream> {
+        let mut slot = self.live.borrow_mut();
+        if slot.is_some() {
+            return Err(stream);
+        }
+        *slot = Some(stream);
+        *self.on_retired.borrow_mut() = Some(on_retired);
+        Ok(())
+    }
+
+    /// Is a stream (opening, live, sealing or lingering) held here?
+    pub fn holds_stream(&self) -> bool {
+        self.live.borrow().is_some()
+    }
+
+    /// Reads the stream without changing it.
+    pub fn inspect<R>(&self, f: impl FnOnce(&LiveStream) -> R) -> Option<R> {
+        self.live.borrow().as_ref().map(f)
+    }
+
+    /// Feeds one input to the stream and performs what it asks for. `None`: no stream here.
+    pub fn feed<R>(self: &Rc<Self>, input: impl FnOnce(&mut LiveStream, Millis) -> R) -> Option<R> {
+        let now = now_ms();
+        let (result, outputs, deadline) = {
+            let mut slot = self.live.borrow_mut();
+            let stream = slot.as_mut()?;
+            let result = input(stream, now);
+            let outputs: Vec<Output> = std::iter::from_fn(|| stream.poll_output()).collect();
+            (result, outputs, stream.poll_timeout())
+        }; // the borrow ends here, before anything is performed
+        self.perform(outputs);
+        self.arm_timer(deadline, now);
+        Some(result)
+    }
+
+    /// Registers interest in a ticket's settlement. Call before the outputs that may settle it
+    /// are performed, i.e. inside the same `feed`.
+    pub fn await_ticket(&self, ticket: Ticket) -> oneshot::Receiver<Settlement> {
+        let (tx, rx) = oneshot::channel();
+        self.tickets.borrow_mut().insert(ticket, tx);
+        rx
+    }
+
+    /// A receiver that fires when a cancel reaches this stream.
+    pub fn watch_cancel(&self) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.cancel_watchers.borrow_mut().push(tx);
+        rx
+    }
+
+    /// Tells the live stream about a cancel, and everything waiting on one.
+    pub fn cancel(self: &Rc<Self>) {
+        self.feed(|s, _| s.cancel());
+        for tx in self.cancel_watchers.borrow_mut().drain(..) {
+            let _ = tx.send(());
+        }
+    }
+
+    pub fn park_reader(&self, reader: ReaderId, waker: &Waker) {
+        self.wakers.borrow_mut().insert(reader, waker.clone());
+    }
+
+    /// Pulls a reader's queued bytes (no outputs come from a pull, so no `feed`).
+    pub fn pull(&self, reader: ReaderId) -> crate::core::live::Pull {
+        match self.live.borrow_mut().as_mut() {
+            Some(s) => s.pull(reader),
+            None => crate::core::live::Pull::Gone,
+        }
+    }
+
+    /// Forgets a reader whose client went away. Runs from a `Drop`, so it never insists on
+    /// the borrow.
+    pub fn detach(&self, reader: ReaderId) {
+        self.wakers.borrow_mut().remove(&reader);
+        if let Ok(mut slot) = self.live.try_borrow_mut() {
+            if let Some(s) = slot.as_mut() {
+                s.detach(reader);
+            }
+        }
+    }
+
+    fn perform(self: &Rc<Self>, outputs: Vec<Output>) {
+        for output in outputs {
+            match output {
+                Output::Store(request) => wasm_bindgen_futures::spawn_local(Rc::clone(self).run_store(request)),
+                Output::Wake(reader) => {
+                    if let Some(w) = self.wakers.borrow_mut().remove(&reader) {
+                        w.wake();
+                    }
+                }
+                Output::Settled(ticket, settlement) => {
+                    if let Some(tx) = self.tickets.borrow_mut().remove(&ticket) {
+                        let _ = tx.send(settlement);
+                    }
+                }
+                Output::Event(event) => self.log_event(event),
+                Output::Retired => self.retire(),
+            }
+        }
+    }
+
+    async fn run_store(self: Rc<Self>, request: StoreRequest) {
+        let result = self.sink.run(&self.stream_id, &request.op).await;
+        self.feed(|s, now| s.handle_store(request.id, result, now));
+    }
+
+    fn retire(self: &Rc<Self>) {
+        let sealed_ok = self
+            .live
+            .borrow_mut()
+            .take()
+            .is_some_and(|s| matches!(s.state(), crate::core::live::StreamState::Retired) && s.durable_seq() == s.seq());
+        *self.meta.borrow_mut() = None;
+        for (_, w) in self.wakers.borrow_mut().drain() {
+            w.wake(); // their next pull finds the stream gone and ends the body
+        }
+        if let Some(hook) = self.on_retired.borrow_mut().take() {
+            hook(sealed_ok);
+        }
+    }
+
+    /// Arms one timeout task for the stream's next deadline, unless one already fires first.
+    fn arm_timer(self: &Rc<Self>, deadline: Option<Millis>, now: Millis) {
+        let Some(at) = deadline else { return };
+        if self.timer_at.get().is_some_and(|armed| armed <= at) {
+            return;
+        }
+        let generation = self.timer_generation.get() + 1;
+        self.timer_generation.set(generation);
+        self.timer_at.set(Some(at));
+        let shell = Rc::clone(self);
+        wasm_bindgen_futures::spawn_local(async move {
+            worker::Delay::from(Duration::from_millis(at.saturating_sub(now))).await;
+            if shell.timer_generation.get() == generation {
+                shell.timer_at.set(None);
+            }
+            // A superseded timer firing late is harmless: handle_timeout does only what is due.
+            shell.feed(|s, now| s.handle_timeout(now));
+        });
+    }
+
+    fn log_event(&self, event: StreamEvent) {
+        let id = &self.stream_id;
+        match event {
+            StreamEvent::Opened => log("info", "opened", id, json!({})),
+            StreamEvent::OpenFailed(e) => log("warn", "open_failed", id, json!({"error": e.to_string()})),
+            StreamEvent::CheckpointAttemptFailed { from, to, attempt, will_retry, error } => log(
+                "warn",
+                "checkpoint_attempt_failed",
+                id,
+                json!({"from": from, "to": to, "attempt": attempt, "willRetry": will_retry, "error": error}),
+            ),
+            StreamEvent::CheckpointFailed { from, to, error } => {
+                log("error", "checkpoint_failed", id, json!({"from": from, "to": to, "error": error}))
+            }
+            StreamEvent::Sealed { status, seq, durable_seq, shortfall } => log(
+                if shortfall.is_some() { "error" } else { "info" },
+                "sealed",
+                id,
+                json!({"status": status, "seq": seq, "durableSeq": durable_seq, "shortfall": shortfall}),
+            ),
+            StreamEvent::ReaderDropped { reader, reason } => {
+                log("warn", "reader_dropped", id, json!({"reader": reader.0, "reason": format!("{reason:?}")}))
+            }
+        }
+    }
+}

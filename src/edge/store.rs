@@ -1,0 +1,165 @@
+//! Where checkpoints go: the [`CheckpointSink`] trait, and its default, the app's mapped D1
+//! tables. D1 runs the statements planned by the core ([`MappedSql::plan`]); a batch is one
+//! transaction, and the read-back after it is the truth.
+
+use super::faults::FaultPlan;
+use crate::core::durable::{ColumnValue, MappedSql, Statement, StorePlan, Value};
+use crate::core::live::{StoreFailure, StoreOp, StoreReply};
+use crate::core::reading::{ChunkRow, DurableText};
+use futures::future::LocalBoxFuture;
+use serde_json::Map;
+use std::rc::Rc;
+use wasm_bindgen::JsValue;
+use worker::D1Database;
+
+/// A checkpoint store. The default writes the mapped D1 tables; an embedding Worker may
+/// install its own (the "commit" mode), which receives every operation of the stream.
+pub trait CheckpointSink {
+    /// Performs one store operation of the live stream.
+    fn run<'a>(&'a self, stream_id: &'a str, op: &'a StoreOp) -> LocalBoxFuture<'a, Result<StoreReply, StoreFailure>>;
+
+    /// The durable text of a stream, or `None` when it has no row.
+    fn read_durable<'a>(&'a self, stream_id: &'a str) -> LocalBoxFuture<'a, Result<Option<DurableText>, StoreFailure>>;
+
+    /// Sets the row's cancel flag; `false` when there is no such row.
+    fn request_cancel<'a>(&'a self, stream_id: &'a str) -> LocalBoxFuture<'a, Result<bool, StoreFailure>>;
+
+    /// Whether this sink confirms checkpoints by reading the row back (mapped tables).
+    fn reads_back(&self) -> bool {
+        false
+    }
+}
+
+/// The mapped D1 tables.
+pub struct D1Tables {
+    db: D1Database,
+    sql: MappedSql,
+    faults: Option<Rc<FaultPlan>>,
+}
+
+impl D1Tables {
+    pub fn new(db: D1Database, sql: MappedSql, faults: Option<Rc<FaultPlan>>) -> Self {
+        Self { db, sql, faults }
+    }
+
+    pub fn sql(&self) -> &MappedSql {
+        &self.sql
+    }
+
+    fn prepare(&self, s: &Statement) -> Result<worker::D1PreparedStatement, StoreFailure> {
+        let params: Vec<JsValue> = s.params.iter().map(bind).collect();
+        self.db.prepare(&s.sql).bind(&params).map_err(failure)
+    }
+
+    /// Runs statements as ONE transaction (a D1 batch); returns each one's change count.
+    pub async fn batch(&self, statements: &[Statement]) -> Result<Vec<usize>, StoreFailure> {
+        if statements.is_empty() {
+            return Ok(vec![]);
+        }
+        let prepared = statements.iter().map(|s| self.prepare(s)).collect::<Result<Vec<_>, _>>()?;
+        let results = self.db.batch(prepared).await.map_err(failure)?;
+        let mut changes = Vec::with_capacity(results.len());
+        for r in &results {
+            if let Some(e) = r.error() {
+                return Err(StoreFailure(e));
+            }
+            changes.push(r.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0));
+        }
+        Ok(changes)
+    }
+
+    /// Runs one query; returns its rows as column maps.
+    pub async fn query(&self, statement: &Statement) -> Result<Vec<Map<String, serde_json::Value>>, StoreFailure> {
+        let result = self.prepare(statement)?.all().await.map_err(failure)?;
+        if let Some(e) = result.error() {
+            return Err(StoreFailure(e));
+        }
+        result.results::<Map<String, serde_json::Value>>().map_err(failure)
+    }
+
+    async fn execute(&self, plan: &StorePlan) -> Result<StoreReply, StoreFailure> {
+        match plan {
+            StorePlan::Batch(statements) => self.batch(statements).await.map(|_| StoreReply::Applied),
+            StorePlan::Query(statement, shape) => {
+                let rows = self.query(statement).await?;
+                let row = rows.first();
+                let column = row.map(|r| move |name: &str| r.get(name).map(column));
+                match &column {
+                    Some(c) => shape.read(Some(c)),
+                    None => shape.read(None),
+                }
+            }
+        }
+    }
+}
+
+impl CheckpointSink for D1Tables {
+    fn run<'a>(&'a self, stream_id: &'a str, op: &'a StoreOp) -> LocalBoxFuture<'a, Result<StoreReply, StoreFailure>> {
+        Box::pin(async move {
+            let plan = self.sql.plan(stream_id, op);
+            match &self.faults {
+                Some(faults) => faults.around(op, self.execute(&plan)).await,
+                None => self.execute(&plan).await,
+            }
+        })
+    }
+
+    fn read_durable<'a>(&'a self, stream_id: &'a str) -> LocalBoxFuture<'a, Result<Option<DurableText>, StoreFailure>> {
+        Box::pin(async move {
+            let rows = self.query(&self.sql.read_row(stream_id)).await?;
+            let Some(row) = rows.first() else { return Ok(None) };
+            let text_of = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+            let body = text_of(row.get("body"));
+            let status = text_of(row.get("status"));
+            let chunks = self
+                .query(&self.sql.read_chunks(stream_id))
+                .await?
+                .iter()
+                .filter_map(|c| Some(ChunkRow { seq: column(c.get("seq")?).as_offset()?, text: text_of(c.get("text")) }))
+                .collect();
+            Ok(Some(DurableText::assemble(&body, chunks, status)))
+        })
+    }
+
+    fn request_cancel<'a>(&'a self, stream_id: &'a str) -> LocalBoxFuture<'a, Result<bool, StoreFailure>> {
+        Box::pin(async move {
+            match self.sql.request_cancel(stream_id) {
+                Some(statement) => Ok(self.batch(&[statement]).await?.first().copied().unwrap_or(0) > 0),
+                // No cancel column: the live stream still learns of it; the row just cannot.
+                None => Ok(!self.query(&self.sql.read_row(stream_id)).await?.is_empty()),
+            }
+        })
+    }
+
+    fn reads_back(&self) -> bool {
+        true
+    }
+}
+
+/// D1 takes JavaScript values; every integer goes as a number (f64), which is exact for every
+/// offset (they are bounded by 2^53) and sidesteps i32-only integer binding.
+fn bind(v: &Value) -> JsValue {
+    match v {
+        Value::Text(s) => JsValue::from_str(s),
+        Value::Int(n) => JsValue::from_f64(*n as f64),
+        Value::Bool(b) => JsValue::from_bool(*b),
+        Value::Null => JsValue::NULL,
+    }
+}
+
+fn column(v: &serde_json::Value) -> ColumnValue {
+    match v {
+        serde_json::Value::Null => ColumnValue::Null,
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => ColumnValue::Integer(i),
+            None => ColumnValue::Real(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        serde_json::Value::String(s) => ColumnValue::Text(s.clone()),
+        serde_json::Value::Bool(b) => ColumnValue::Integer(i64::from(*b)),
+        other => ColumnValue::Text(other.to_string()),
+    }
+}
+
+fn failure(e: impl std::fmt::Display) -> StoreFailure {
+    StoreFailure(e.to_string())
+}
