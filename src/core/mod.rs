@@ -20,6 +20,7 @@ pub mod durable;
 pub mod faults;
 pub mod frame;
 pub mod live;
+pub mod pump;
 pub mod reading;
 pub mod sse;
 pub mod stream_id;

@@ -5,6 +5,7 @@ mod dev;
 mod faults;
 mod http;
 mod object;
+mod pump;
 mod setup;
 mod shell;
 mod sse;

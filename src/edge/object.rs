@@ -38,7 +38,12 @@ pub struct StreamObject {
 struct Object {
     setup: Rc<Setup>,
     shell: Rc<Shell>,
+    /// An upstream pump is running (one at a time: two would interleave their text).
+    pumping: std::cell::Cell<bool>,
 }
+
+/// The largest pump request body (upstream URL, headers and request body).
+const MAX_PUMP_BODY_BYTES: usize = 1 << 20;
 
 impl DurableObject for StreamObject {
     fn new(state: State, env: Env) -> Self {
@@ -76,7 +81,7 @@ impl StreamObject {
         }
         let setup = self.setup()?;
         let shell = Shell::new(stream_id.to_owned(), Rc::clone(&setup.sink));
-        let object = Rc::new(Object { setup, shell });
+        let object = Rc::new(Object { setup, shell, pumping: std::cell::Cell::new(false) });
         *self.object.borrow_mut() = Some(Rc::clone(&object));
         Ok(object)
     }
@@ -116,7 +121,7 @@ impl StreamObject {
             Action::Text => o.text(&route).await,
             Action::Cancel => o.cancel(&route).await,
             Action::Stats => o.stats(&route),
-            Action::Pump => Err(ApiError::new(501, "not_implemented", "pump is not available in this build")),
+            Action::Pump => self.pump(&o, &route, &mut req).await,
         };
         r
     }
@@ -145,6 +150,24 @@ impl StreamObject {
             Ok(Settlement::Opened(Err(OpenError::Store(e)))) => Err(ApiError::store_unavailable(e)),
             other => Err(unavailable(format!("the open did not settle ({other:?})"))),
         }
+    }
+
+    async fn pump(&self, o: &Rc<Object>, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
+        o.require_live(route)?;
+        let body = req.bytes().await.map_err(|e| ApiError::new(400, "bad_request", format!("could not read the body: {e}")))?;
+        if body.len() > MAX_PUMP_BODY_BYTES {
+            return Err(ApiError::too_large(MAX_PUMP_BODY_BYTES));
+        }
+        let (pump, upstream) = super::pump::upstream_request(&body)?;
+        if o.pumping.replace(true) {
+            return Err(ApiError::new(409, "pump_running", format!("stream {} is already pumping an upstream", route.stream_id)));
+        }
+        let object = Rc::clone(o);
+        self.state.wait_until(async move {
+            super::pump::run(Rc::clone(&object.shell), pump, upstream).await;
+            object.pumping.set(false);
+        });
+        http::json(202, &json!({"streamId": route.stream_id, "pumping": true})).map_err(unavailable)
     }
 
     /// Arms the lease alarm and keeps renewing it while this object holds the stream. If the
