@@ -4,7 +4,7 @@
 //! [`TableMapping`] and are double-quoted. The D1/SQLite dialect is the one deployed; the
 //! Postgres dialect differs only in placeholders and column types.
 
-use super::mapping::TableMapping;
+use super::mapping::{Ident, TableMapping};
 use crate::core::frame::{EndStatus, STATUS_STREAMING};
 
 /// The SQL dialect of the store.
@@ -203,18 +203,9 @@ impl MappedSql {
     /// capture, the row ends up right, so this also repairs an earlier failed checkpoint.
     pub fn compact(&self, stream_id: &str, body: &str, status: EndStatus, error: Option<&str>) -> [Statement; 2] {
         let m = &self.map;
-        let mut sets = vec![format!("{} = {}", m.body, self.p(1)), format!("{} = {}", m.seq, self.p(2)), format!("{} = {}", m.status, self.p(3))];
-        let mut params: Vec<Value> = vec![body.into(), crate::core::utf16::len(body).into(), status.as_str().into()];
-        if let Some(col) = &m.error {
-            params.push(error.into());
-            sets.push(format!("{col} = {}", self.p(params.len())));
-        }
-        params.push(stream_id.into());
+        let columns = vec![(&m.body, body.into()), (&m.seq, crate::core::utf16::len(body).into()), (&m.status, status.as_str().into())];
         [
-            Statement {
-                sql: format!("UPDATE {} SET {} WHERE {} = {}", m.message, sets.join(", "), m.key, self.p(params.len())),
-                params,
-            },
+            self.seal_update(stream_id, columns, error),
             Statement {
                 sql: format!("DELETE FROM {} WHERE {} = {}", m.chunks, m.chunk_stream, self.p(1)),
                 params: vec![stream_id.into()],
@@ -225,13 +216,18 @@ impl MappedSql {
     /// The seal of a body too large to compact into one row: the chunk rows stay (they are
     /// the durable text), and only the status and error change.
     pub fn seal_in_place(&self, stream_id: &str, status: EndStatus, error: Option<&str>) -> Statement {
+        self.seal_update(stream_id, vec![(&self.map.status, status.as_str().into())], error)
+    }
+
+    /// `UPDATE message SET col = value, … [, error = …] WHERE key = stream_id`; the error column
+    /// is written only where it is mapped.
+    fn seal_update<'a>(&'a self, stream_id: &str, mut columns: Vec<(&'a Ident, Value)>, error: Option<&str>) -> Statement {
         let m = &self.map;
-        let mut sets = vec![format!("{} = {}", m.status, self.p(1))];
-        let mut params: Vec<Value> = vec![status.as_str().into()];
         if let Some(col) = &m.error {
-            params.push(error.into());
-            sets.push(format!("{col} = {}", self.p(params.len())));
+            columns.push((col, error.into()));
         }
+        let sets: Vec<String> = columns.iter().enumerate().map(|(i, (col, _))| format!("{col} = {}", self.p(i + 1))).collect();
+        let mut params: Vec<Value> = columns.into_iter().map(|(_, v)| v).collect();
         params.push(stream_id.into());
         Statement {
             sql: format!("UPDATE {} SET {} WHERE {} = {}", m.message, sets.join(", "), m.key, self.p(params.len())),
