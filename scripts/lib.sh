@@ -1,0 +1,35 @@
+# Shared helpers for scripts/*.sh. Source it; do not run it.
+# RINDLE_ROOT selects the project directory (default: the repository this file lives in),
+# so the same scripts can be pointed at a scratch copy for experiments.
+SCRIPTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "${RINDLE_ROOT:-$SCRIPTS_DIR/..}" && pwd)"
+export RINDLE_ROOT="$ROOT"
+
+# Never phone home, never ask for a browser login.
+export WRANGLER_SEND_METRICS=false
+export CLOUDFLARE_CF_FETCH_ENABLED=false
+export WRANGLER_LOG_SANITIZE=true
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-auto}"
+export PATH="$HOME/.cargo/bin:$ROOT/node_modules/.bin:$PATH"
+
+# Exact tool versions (the wasm-bindgen version is read from Cargo.toml).
+WORKER_BUILD_VERSION="0.8.7"
+ESBUILD_VERSION="0.28.2"   # the esbuild worker-build 0.8.7 would download; pinned in package.json
+MIN_NODE_MAJOR=20
+
+if [[ -t 1 ]]; then B=$'\033[1m' Y=$'\033[33m' R=$'\033[31m' N=$'\033[0m'; else B='' Y='' R='' N=''; fi
+step() { printf '%s==>%s %s\n' "$B" "$N" "$*"; }
+warn() { printf '%sWARN:%s %s\n' "$Y" "$N" "$*" >&2; }
+die()  { printf '%sERROR:%s %s\n' "$R" "$N" "$*" >&2; exit 1; }
+
+# Version pinned for the wasm-bindgen crate in Cargo.toml ("=0.2.129" or { version = "=0.2.129" }).
+wasm_bindgen_version() {
+  local v
+  v="$(sed -nE 's/^wasm-bindgen[[:space:]]*=.*"=?([0-9]+\.[0-9]+\.[0-9]+)".*/\1/p' "$ROOT/Cargo.toml" | head -n1)"
+  [[ -n "$v" ]] || die "could not find an exact wasm-bindgen = \"=X.Y.Z\" pin in $ROOT/Cargo.toml"
+  printf '%s\n' "$v"
+}
+
+# Current time in seconds (with fractions) for timing reports.
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1fs", b - a }'; }

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Installs everything the build, the dev server and the tests need. Idempotent; a re-run
+# that finds everything in place takes a second or two. See docs/TOOLCHAIN.md for why.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ROOT"
+
+# 1. Rust target (RUSTUP_AUTO_INSTALL may be off, so nothing is added implicitly).
+if rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+  step "rust: wasm32-unknown-unknown target present"
+else
+  step "rust: adding wasm32-unknown-unknown target"
+  rustup target add wasm32-unknown-unknown
+fi
+
+# 2. wasm-bindgen CLI, exactly the version of the wasm-bindgen crate (worker-build would
+#    otherwise download it from GitHub).
+WB_VERSION="$(wasm_bindgen_version)"
+if [[ "$(wasm-bindgen --version 2>/dev/null || true)" == "wasm-bindgen $WB_VERSION" ]]; then
+  step "wasm-bindgen-cli $WB_VERSION present"
+else
+  step "wasm-bindgen-cli: cargo install --locked wasm-bindgen-cli@$WB_VERSION (a few minutes, once)"
+  cargo install --locked --force wasm-bindgen-cli --version "$WB_VERSION"
+fi
+
+# 3. worker-build.
+if [[ "$(worker-build --version 2>/dev/null || true)" == "$WORKER_BUILD_VERSION" ]]; then
+  step "worker-build $WORKER_BUILD_VERSION present"
+else
+  step "worker-build: cargo install --locked worker-build@$WORKER_BUILD_VERSION (a few minutes, once)"
+  cargo install --locked --force worker-build --version "$WORKER_BUILD_VERSION"
+fi
+
+# 4. Debian's chromium, for browser tests (playwright-core drives /usr/bin/chromium; npm's
+#    own browser download cannot work here). Not binaryen: Debian's wasm-opt 108 is too old
+#    for wasm-bindgen 0.2.129 output; npm binaryen@132 (package.json) is used instead.
+if command -v chromium >/dev/null 2>&1; then
+  step "apt: chromium present"
+elif [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+  step "apt: installing chromium (browser tests)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+else
+  warn "chromium missing and not root, so not installing: sudo apt-get install -y chromium"
+  warn "  (browser tests skip without it)"
+fi
+
+# 5. Node.js.
+command -v node >/dev/null 2>&1 || die "node not found: install Node.js >= $MIN_NODE_MAJOR (Debian: apt-get install nodejs npm)"
+NODE_MAJOR="$(node -p 'process.versions.node.split(".")[0]')"
+(( NODE_MAJOR >= MIN_NODE_MAJOR )) || die "Node.js $(node --version) is too old: need >= $MIN_NODE_MAJOR"
+step "node $(node --version) ok (>= $MIN_NODE_MAJOR)"
+
+# 6. npm packages (wrangler, esbuild, test libraries), exactly as locked.
+if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json \
+      || package.json -nt node_modules/.package-lock.json ]]; then
+  step "npm ci (node_modules missing or older than package-lock.json; ~1 min, compiles better-sqlite3)"
+  npm ci --no-audit --no-fund --loglevel=error
+  touch node_modules/.package-lock.json
+else
+  step "npm packages up to date"
+fi
+
+# 7. Local secrets for `wrangler dev`.
+if [[ -f .dev.vars ]]; then
+  step ".dev.vars present"
+else
+  step "creating .dev.vars from .dev.vars.example"
+  cp .dev.vars.example .dev.vars
+fi

@@ -1,0 +1,636 @@
+// End-to-end harness: runs the real Worker under `wrangler dev` (workerd + local D1) on an
+// isolated, throwaway state directory, and gives tests direct SQL access to its D1 database.
+//
+//   import { startStack, mintToken, readSse } from './harness.mjs';
+//   const stack = await startStack({ vars: { CHECKPOINT_CHARS: '8' } });
+//   t.after(() => stack.stop());
+//   stack.db.run(`INSERT INTO messages (id, chat_id, role) VALUES (?, 'c1', 'assistant')`, 'm1');
+//   const token = stack.token('m1');                       // HS256, scope "read write cancel"
+//   await fetch(`${stack.baseUrl}/streams/m1/open`, { method: 'POST', headers: { authorization: `Bearer ${token}` } });
+//
+// Every wrangler/workerd process runs in its own process group and is killed with it when
+// the test process exits, is signalled, or dies (a detached watchdog covers SIGKILL).
+// Logs go to test-artifacts/e2e/. RINDLE_E2E_KEEP=1 keeps the temp state dirs.
+import { spawn, execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import {
+  cpSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync,
+} from 'node:fs';
+import { createRequire } from 'node:module';
+import net from 'node:net';
+import os from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { mintToken as mintTokenImpl, decodeToken, verifyToken } from '../../scripts/jwt.mjs';
+
+export { decodeToken, verifyToken };
+
+/** Project root (RINDLE_ROOT overrides, for running the harness against a scratch project). */
+export const ROOT = resolve(process.env.RINDLE_ROOT ?? join(dirname(fileURLToPath(import.meta.url)), '..', '..'));
+export const SHIM = join(ROOT, 'build', 'worker', 'shim.mjs');
+export const MOCK_SERVER = join(ROOT, 'mock', 'model-server.mjs');
+export const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
+/** STREAM_JWT_SECRET every stack gets unless startStack({ secret }) says otherwise. */
+export const TEST_SECRET = 'e2e-test-secret-0123456789abcdef';
+
+const WRANGLER = join(ROOT, 'node_modules', '.bin', 'wrangler');
+const requireFromRoot = createRequire(join(ROOT, 'package.json'));
+const execFileP = promisify(execFile);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const BASE_ENV = {
+  ...process.env,
+  WRANGLER_SEND_METRICS: 'false',
+  CLOUDFLARE_CF_FETCH_ENABLED: 'false',
+  WRANGLER_LOG_SANITIZE: 'true',
+  BROWSER: 'none',
+  NO_COLOR: '1',
+  FORCE_COLOR: '0',
+};
+
+/** True when the Worker has been built (scripts/build.sh). */
+export const haveBuild = () => existsSync(SHIM);
+/** Use as `test('x', { skip: skipUnlessBuilt() }, ...)`. */
+export const skipUnlessBuilt = () => (haveBuild() ? false : `no ${SHIM}: run scripts/build.sh first`);
+
+/** Mint an HS256 token; see scripts/jwt.mjs for the knobs that make bad tokens. */
+export function mintToken(claims = {}, secret = TEST_SECRET) {
+  return mintTokenImpl(claims, secret);
+}
+
+// ---------------------------------------------------------------------------------------
+// Process bookkeeping: every process group we start is killed when this process goes away.
+
+const liveGroups = new Set(); // pgids
+const tempDirs = new Set();
+let hooksInstalled = false;
+
+function killGroup(pgid, signal = 'SIGKILL') {
+  try {
+    process.kill(-pgid, signal);
+    return true;
+  } catch {
+    return false; // already gone
+  }
+}
+
+function installExitHooks() {
+  if (hooksInstalled) return;
+  hooksInstalled = true;
+  process.on('exit', () => {
+    for (const pgid of liveGroups) killGroup(pgid);
+    if (process.env.RINDLE_E2E_KEEP !== '1') for (const d of tempDirs) rmSync(d, { recursive: true, force: true });
+  });
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+    process.once(sig, () => {
+      for (const pgid of liveGroups) killGroup(pgid);
+      process.exit(128 + (os.constants.signals[sig] ?? 1));
+    });
+  }
+}
+
+// A detached watchdog kills the group if this test process dies without running its exit
+// hooks (SIGKILL, OOM, a hung runner killed by its parent).
+const WATCHDOG = `
+const [parent, pgid] = process.argv.slice(1).map(Number);
+const alive = (pid) => { try { process.kill(pid, 0); return true; } catch (e) { return e.code === 'EPERM'; } };
+const t = setInterval(() => {
+  if (!alive(-pgid)) { clearInterval(t); return; }
+  if (!alive(parent)) { try { process.kill(-pgid, 'SIGKILL'); } catch {} clearInterval(t); }
+}, 500);`;
+
+function spawnGroup(cmd, args, { cwd = ROOT, env = BASE_ENV, logFile } = {}) {
+  installExitHooks();
+  const child = spawn(cmd, args, { cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  const pgid = child.pid;
+  liveGroups.add(pgid);
+  const watchdog = spawn(process.execPath, ['-e', WATCHDOG, String(process.pid), String(pgid)], {
+    detached: true,
+    stdio: 'ignore',
+  });
+  watchdog.unref();
+
+  let text = '';
+  const listeners = new Set();
+  const log = logFile ? createWriteStream(logFile, { flags: 'a' }) : null;
+  const onData = (chunk) => {
+    const s = chunk.toString();
+    text += s;
+    if (text.length > 4_000_000) text = text.slice(-2_000_000);
+    log?.write(s);
+    for (const l of listeners) l();
+  };
+  child.stdout.on('data', onData);
+  child.stderr.on('data', onData);
+  let gone = false;
+  const exited = new Promise((res) => child.once('exit', (code, signal) => res({ code, signal })));
+  exited.then(async () => {
+    // The leader is gone; its children may not be. Only forget the group once it is empty,
+    // so a pgid is never signalled after the kernel could have reused it.
+    await waitGroupGone(pgid);
+    if (groupAlive(pgid)) killGroup(pgid);
+    await waitGroupGone(pgid);
+    gone = true;
+    liveGroups.delete(pgid);
+    log?.end();
+    for (const l of listeners) l();
+  });
+  return {
+    child,
+    pgid,
+    exited,
+    get output() {
+      return text;
+    },
+    onOutput(fn) {
+      listeners.add(fn);
+      return () => listeners.delete(fn);
+    },
+    /** True once every process of the group has exited. */
+    get gone() {
+      return gone;
+    },
+    /** SIGTERM the group, then SIGKILL whatever is left after graceMs; resolves once gone. */
+    async terminate(graceMs = 3000) {
+      if (gone) return;
+      killGroup(pgid, 'SIGTERM');
+      const done = await Promise.race([exited.then(() => true), sleep(graceMs).then(() => false)]);
+      killGroup(pgid, 'SIGKILL'); // children (workerd) may outlive the leader
+      if (!done) await exited;
+      await waitGroupGone(pgid);
+    },
+    async kill() {
+      if (gone) return;
+      killGroup(pgid, 'SIGKILL');
+      await exited;
+      await waitGroupGone(pgid);
+    },
+  };
+}
+
+/** Is any non-zombie process left in group `pgid`? (Zombies wait for PID 1 to reap them.) */
+export function groupAlive(pgid) {
+  try {
+    process.kill(-pgid, 0);
+  } catch {
+    return false;
+  }
+  if (process.platform !== 'linux') return true;
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' '); // state ppid pgrp ...
+      if (Number(fields[2]) === pgid && fields[0] !== 'Z') return true;
+    } catch {
+      /* exited meanwhile */
+    }
+  }
+  return false;
+}
+
+async function waitGroupGone(pgid, timeoutMs = 5000) {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end && groupAlive(pgid)) await sleep(25);
+}
+
+// ---------------------------------------------------------------------------------------
+// Ports
+
+/** A TCP port that was free on 127.0.0.1 a moment ago. */
+export function freePort() {
+  return new Promise((res, rej) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.once('error', rej);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => res(port));
+    });
+  });
+}
+
+function portAccepts(port) {
+  return new Promise((res) => {
+    const s = net.connect({ port, host: '127.0.0.1' });
+    s.once('connect', () => {
+      s.destroy();
+      res(true);
+    });
+    s.once('error', () => res(false));
+  });
+}
+
+async function waitPortFree(port, timeoutMs = 10_000) {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end && (await portAccepts(port))) await sleep(100);
+}
+
+// ---------------------------------------------------------------------------------------
+// D1 state: migrations are applied once into a template dir (cached across test processes,
+// keyed by the migrations' contents), then copied into each stack's persist dir.
+
+const D1_SUBDIR = join('v3', 'd1', 'miniflare-D1DatabaseObject');
+
+function migrationsKey() {
+  const h = createHash('sha256');
+  const dir = join(ROOT, 'migrations');
+  for (const f of readdirSync(dir).filter((f) => f.endsWith('.sql')).sort()) {
+    h.update(f).update('\0').update(readFileSync(join(dir, f))).update('\0');
+  }
+  h.update(readFileSync(join(ROOT, 'wrangler.toml')));
+  h.update(readFileSync(join(ROOT, 'node_modules', 'wrangler', 'package.json')));
+  return h.digest('hex').slice(0, 16);
+}
+
+/** Apply migrations/*.sql to a local D1 state dir with wrangler (what scripts/run.sh does). */
+export async function applyMigrations(persistDir) {
+  try {
+    await execFileP(WRANGLER, ['d1', 'migrations', 'apply', 'DB', '--local', '--persist-to', persistDir], {
+      cwd: ROOT,
+      env: { ...BASE_ENV, CI: 'true' }, // CI=true: never prompt
+      maxBuffer: 16 * 1024 * 1024,
+    });
+  } catch (e) {
+    throw new Error(`wrangler d1 migrations apply failed:\n${e.stdout ?? ''}\n${e.stderr ?? e.message}`);
+  }
+}
+
+let templatePromise;
+function migratedTemplate() {
+  templatePromise ??= (async () => {
+    const dir = join(os.tmpdir(), `rindle-e2e-d1-template-${migrationsKey()}`);
+    if (existsSync(join(dir, '.complete'))) return dir;
+    const tmp = mkdtempSync(`${dir}.tmp-`);
+    await applyMigrations(tmp);
+    writeFileSync(join(tmp, '.complete'), new Date().toISOString());
+    try {
+      renameSync(tmp, dir);
+    } catch {
+      rmSync(tmp, { recursive: true, force: true }); // another process won the race
+    }
+    return dir;
+  })();
+  return templatePromise;
+}
+
+/** The sqlite file backing the local D1 database under a persist dir. */
+export function d1File(persistDir) {
+  const dir = join(persistDir, D1_SUBDIR);
+  const files = existsSync(dir) ? readdirSync(dir).filter((f) => /^[0-9a-f]{64}\.sqlite$/.test(f)) : [];
+  if (files.length !== 1) throw new Error(`expected one D1 sqlite file in ${dir}, found ${JSON.stringify(files)}`);
+  return join(dir, files[0]);
+}
+
+/**
+ * Direct SQL on the local D1 database (better-sqlite3, WAL mode, 5 s busy timeout). workerd
+ * keeps the same file open; SQLite's WAL locking makes this safe, and writes made here are
+ * visible to the Worker's next query and vice versa (checked in harness.test.mjs).
+ */
+export function openDb(persistDir) {
+  const Database = requireFromRoot('better-sqlite3');
+  let conn;
+  const c = () => {
+    if (!conn) {
+      conn = new Database(d1File(persistDir));
+      conn.pragma('busy_timeout = 5000');
+    }
+    return conn;
+  };
+  return {
+    get file() {
+      return d1File(persistDir);
+    },
+    /** INSERT/UPDATE/DELETE; returns { changes, lastInsertRowid }. Params: positional or one object. */
+    run: (sql, ...params) => c().prepare(sql).run(...params),
+    /** First row or undefined. */
+    get: (sql, ...params) => c().prepare(sql).get(...params),
+    /** All rows. */
+    all: (sql, ...params) => c().prepare(sql).all(...params),
+    /** Several statements, no parameters. */
+    exec: (sql) => c().exec(sql),
+    /** The underlying better-sqlite3 Database. */
+    get raw() {
+      return c();
+    },
+    close() {
+      conn?.close();
+      conn = undefined;
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// The stack
+
+let stackCounter = 0;
+
+/**
+ * Start the Worker under `wrangler dev` on its own temp state.
+ *
+ * options:
+ *   vars       { KEY: value }  overrides of wrangler.toml [vars] (passed as --var KEY:VALUE)
+ *   port       fixed HTTP port (default: a free one)
+ *   secret     STREAM_JWT_SECRET (default TEST_SECRET); secrets { KEY: value } adds more
+ *   persistDir reuse an existing state dir (default: a fresh one, migrations applied)
+ *   timeoutMs  how long to wait for the server to answer (default 60 s)
+ *   name       label for the log file in test-artifacts/e2e/
+ *
+ * returns { baseUrl, port, persistDir, secret, db, token(stream, scope?, claims?),
+ *           stop(), kill(), restart(opts?), logs(), waitForLog(re, ms), process }
+ */
+export async function startStack({
+  vars = {},
+  port,
+  secret = TEST_SECRET,
+  secrets = {},
+  persistDir,
+  timeoutMs = 60_000,
+  name,
+} = {}) {
+  if (!haveBuild()) throw new Error(`${SHIM} is missing: run scripts/build.sh first`);
+  installExitHooks();
+  const id = `${process.pid}-${++stackCounter}`;
+  const label = (name ?? 'stack').replace(/[^A-Za-z0-9_.-]+/g, '_');
+  const base = mkdtempSync(join(os.tmpdir(), 'rindle-e2e-'));
+  tempDirs.add(base);
+  if (!persistDir) {
+    persistDir = join(base, 'state');
+    cpSync(await migratedTemplate(), persistDir, { recursive: true });
+    rmSync(join(persistDir, '.complete'), { force: true });
+  }
+  const envFile = join(base, 'secrets.env');
+  const writeEnvFile = (values) => {
+    const lines = Object.entries(values).map(([k, v]) => {
+      v = String(v);
+      if (/['\n\r]/.test(v)) throw new Error(`secret ${k}: single quotes and newlines are not supported`);
+      return `${k}='${v}'`;
+    });
+    writeFileSync(envFile, lines.join('\n') + '\n');
+  };
+  mkdirSync(ARTIFACTS, { recursive: true });
+
+  const stack = {
+    port: port ?? (await freePort()),
+    persistDir,
+    secret,
+    vars: { ...vars },
+    db: openDb(persistDir),
+    process: null,
+    logFile: null,
+    get baseUrl() {
+      return `http://127.0.0.1:${this.port}`;
+    },
+    /** A valid token for `stream` signed with this stack's secret. */
+    token(stream, scope = 'read write cancel', claims = {}) {
+      return mintTokenImpl({ stream, scope, ...claims }, this.secret);
+    },
+    /** Everything wrangler/workerd printed since the last (re)start. */
+    logs() {
+      return this.process?.output ?? '';
+    },
+    /** Resolve when the log matches `re` (string or RegExp); reject after ms. */
+    waitForLog(re, ms = 10_000) {
+      const rx = typeof re === 'string' ? new RegExp(re.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')) : re;
+      return new Promise((res, rej) => {
+        const check = () => {
+          const m = rx.exec(this.logs());
+          if (m) {
+            off();
+            clearTimeout(timer);
+            res(m);
+          }
+        };
+        const off = this.process.onOutput(check);
+        const timer = setTimeout(() => {
+          off();
+          rej(new Error(`log did not match ${rx} within ${ms} ms; log tail:\n${this.logs().slice(-3000)}`));
+        }, ms);
+        check();
+      });
+    },
+    /** Graceful stop (SIGTERM, then SIGKILL after 3 s). State is kept for restart(). */
+    async stop() {
+      await this.process?.terminate();
+      await waitPortFree(this.port);
+    },
+    /** SIGKILL the whole process group at once: a crash, for eviction/recovery tests. */
+    async kill() {
+      await this.process?.kill();
+      await waitPortFree(this.port);
+    },
+    /** Start again on the same state dir and port (stops a running instance first). */
+    async restart({ vars: more = {}, secret: newSecret } = {}) {
+      if (this.process && !this.process.gone) await this.stop();
+      Object.assign(this.vars, more);
+      if (newSecret !== undefined) this.secret = newSecret;
+      await launch();
+      return this;
+    },
+  };
+
+  const launch = async () => {
+    writeEnvFile({ ...secrets, STREAM_JWT_SECRET: stack.secret });
+    const inspectorPort = await freePort();
+    const args = [
+      'dev',
+      '--ip', '127.0.0.1',
+      '--port', String(stack.port),
+      '--inspector-port', String(inspectorPort),
+      '--persist-to', stack.persistDir,
+      '--env-file', envFile, // replaces .dev.vars, so a developer's .dev.vars never leaks in
+      '--show-interactive-dev-session=false',
+      '--live-reload=false',
+      '--log-level', 'log',
+    ];
+    for (const [k, v] of Object.entries(stack.vars)) args.push('--var', `${k}:${typeof v === 'string' ? v : JSON.stringify(v)}`);
+    stack.logFile = join(ARTIFACTS, `${label}-${id}.log`);
+    writeFileSync(stack.logFile, `$ wrangler ${args.join(' ')}\n`, { flag: 'a' });
+    const proc = spawnGroup(WRANGLER, args, { logFile: stack.logFile });
+    stack.process = proc;
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      if (proc.child.exitCode !== null || proc.child.signalCode !== null) {
+        throw new Error(`wrangler dev exited before it was ready (log ${stack.logFile}):\n${proc.output.slice(-4000)}`);
+      }
+      if (/Ready on http/.test(proc.output)) {
+        try {
+          const r = await fetch(`${stack.baseUrl}/`, { signal: AbortSignal.timeout(5000) });
+          await r.arrayBuffer();
+          return; // any HTTP answer means workerd is serving
+        } catch {
+          /* not yet */
+        }
+      }
+      if (Date.now() > end) {
+        await proc.kill();
+        throw new Error(`wrangler dev did not answer within ${timeoutMs} ms (log ${stack.logFile}):\n${proc.output.slice(-4000)}`);
+      }
+      await sleep(100);
+    }
+  };
+
+  await launch();
+  return stack;
+}
+
+// ---------------------------------------------------------------------------------------
+// Mock model server (mock/model-server.mjs, written separately)
+
+/** Start the mock model server if mock/model-server.mjs exists; null otherwise. */
+export async function startMock({ port, timeoutMs = 15_000, args = [] } = {}) {
+  if (!existsSync(MOCK_SERVER)) return null;
+  port ??= await freePort();
+  mkdirSync(ARTIFACTS, { recursive: true });
+  const logFile = join(ARTIFACTS, `mock-${process.pid}-${port}.log`);
+  const proc = spawnGroup(process.execPath, [MOCK_SERVER, '--port', String(port), ...args], { logFile });
+  const end = Date.now() + timeoutMs;
+  while (!(await portAccepts(port))) {
+    if (proc.child.exitCode !== null || proc.child.signalCode !== null) {
+      throw new Error(`mock model server exited early:\n${proc.output.slice(-3000)}`);
+    }
+    if (Date.now() > end) {
+      await proc.kill();
+      throw new Error(`mock model server did not listen on ${port} within ${timeoutMs} ms:\n${proc.output.slice(-3000)}`);
+    }
+    await sleep(50);
+  }
+  return {
+    port,
+    url: `http://127.0.0.1:${port}`,
+    logs: () => proc.output,
+    stop: () => proc.terminate(),
+    kill: () => proc.kill(),
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// A minimal SSE reader over fetch (no reconnection: use the `eventsource` package for that).
+
+/**
+ * Open an SSE stream and return { status, headers, frames, next(pred?, ms), close(), done }.
+ * `frames` fills with { id, event, data, json, retry, comment } records as they arrive; `next`
+ * resolves with the first unconsumed record matching pred (default: any data record).
+ */
+export async function readSse(url, { headers = {}, signal } = {}) {
+  const ctrl = new AbortController();
+  signal?.addEventListener('abort', () => ctrl.abort(signal.reason));
+  const res = await fetch(url, { headers: { accept: 'text/event-stream', ...headers }, signal: ctrl.signal });
+  const frames = [];
+  const waiters = new Set();
+  let cursor = 0;
+  let ended = false;
+  const notify = () => {
+    for (const w of waiters) w();
+  };
+  const done = (async () => {
+    if (!res.body) return;
+    const decoder = new TextDecoder();
+    let buf = '';
+    let ev = {};
+    try {
+      for await (const chunk of res.body) {
+        buf += decoder.decode(chunk, { stream: true });
+        let i;
+        while ((i = buf.search(/\r\n|\r|\n/)) >= 0) {
+          const line = buf.slice(0, i);
+          buf = buf.slice(i + (buf.startsWith('\r\n', i) ? 2 : 1));
+          if (line === '') {
+            if (Object.keys(ev).length) {
+              if (ev.data !== undefined) {
+                try {
+                  ev.json = JSON.parse(ev.data);
+                } catch {
+                  /* not JSON */
+                }
+              }
+              frames.push(ev);
+              notify();
+            }
+            ev = {};
+            continue;
+          }
+          if (line.startsWith(':')) {
+            frames.push({ comment: line.slice(1).trimStart() });
+            notify();
+            continue;
+          }
+          const c = line.indexOf(':');
+          const field = c < 0 ? line : line.slice(0, c);
+          let value = c < 0 ? '' : line.slice(c + 1);
+          if (value.startsWith(' ')) value = value.slice(1);
+          if (field === 'data') ev.data = ev.data === undefined ? value : `${ev.data}\n${value}`;
+          else if (field === 'id' || field === 'event') ev[field] = value;
+          else if (field === 'retry') ev.retry = Number(value);
+        }
+      }
+    } catch (e) {
+      if (!ctrl.signal.aborted) throw e;
+    } finally {
+      ended = true;
+      notify();
+    }
+  })();
+  done.catch(() => {});
+  return {
+    status: res.status,
+    headers: res.headers,
+    frames,
+    get ended() {
+      return ended;
+    },
+    done,
+    next(pred = (f) => f.data !== undefined, ms = 10_000) {
+      return new Promise((resolve, reject) => {
+        const check = () => {
+          while (cursor < frames.length) {
+            const f = frames[cursor++];
+            if (pred(f)) {
+              cleanup();
+              return resolve(f);
+            }
+          }
+          if (ended) {
+            cleanup();
+            reject(new Error(`SSE stream ended; frames so far: ${JSON.stringify(frames)}`));
+          }
+        };
+        const timer = setTimeout(() => {
+          cleanup();
+          reject(new Error(`no matching SSE frame within ${ms} ms; frames so far: ${JSON.stringify(frames)}`));
+        }, ms);
+        const cleanup = () => {
+          clearTimeout(timer);
+          waiters.delete(check);
+        };
+        waiters.add(check);
+        check();
+      });
+    },
+    close() {
+      ctrl.abort();
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// Headless Chromium (Debian's /usr/bin/chromium driven by playwright-core).
+
+export const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
+/** Use as `test('x', { skip: skipUnlessChromium() }, ...)`. */
+export const skipUnlessChromium = () => (existsSync(CHROMIUM) ? false : `no ${CHROMIUM}: apt-get install chromium`);
+
+/** Launch headless Chromium; close it with `await browser.close()`. */
+export async function launchChromium(options = {}) {
+  const { chromium } = requireFromRoot('playwright-core');
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    ],
+    ...options,
+  });
+}
