@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (README "test", and .ci/run): setup, native Rust tests, the
-# wasm build, then the Node tests (tests/client/, tests/e2e/) against the real Worker.
+# wasm build, then the Node tests (tests/client/, tests/e2e/, tests/browser/) against the real Worker.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
@@ -18,11 +18,11 @@ T="$(now)"
 "$SCRIPTS_DIR/build.sh"
 
 dirs=()
-for d in tests/client tests/e2e; do
+for d in tests/client tests/e2e tests/browser; do
   [[ -d "$d" ]] && dirs+=("$d/")
 done
 if [[ ${#dirs[@]} -eq 0 ]]; then
-  warn "no tests/client/ or tests/e2e/: skipping Node tests"
+  warn "no Node test directories: skipping Node tests"
 else
   step "node --test ${dirs[*]}"
   T="$(now)"

@@ -45,12 +45,10 @@ async fn route(req: Request, env: &Env) -> Result<Response, ApiError> {
     if path.starts_with("/dev/") {
         return dev::handle(req, env).await;
     }
-    let settings = Settings::from_vars(|name| setup::var(env, name), false).map_err(ApiError::misconfigured);
-    let prefix = match &settings {
-        Ok(s) => s.path_prefix.clone(),
-        Err(_) => setup::var(env, "PATH_PREFIX").unwrap_or_else(|| "/streams".into()),
-    };
-    let Some(route) = api::route(&prefix, req.method().as_ref(), &path)? else {
+    // A bad configuration answers every request with the setting to fix (the object checks
+    // the rest, such as the secret, with the same message).
+    let settings = Settings::from_vars(|name| setup::var(env, name), setup::custom_sink_installed()).map_err(ApiError::misconfigured)?;
+    let Some(route) = api::route(&settings.path_prefix, req.method().as_ref(), &path)? else {
         return Err(ApiError::not_found(&path));
     };
     let stub = env

@@ -29,6 +29,10 @@ pub fn install_checkpoint_sink(factory: impl Fn(&Env) -> Rc<dyn CheckpointSink> 
     SINK.with(|s| *s.borrow_mut() = Some(Rc::new(factory)));
 }
 
+pub fn custom_sink_installed() -> bool {
+    SINK.with(|s| s.borrow().is_some())
+}
+
 /// A var's value: a string var as is, a JSON/TOML table var serialized back to JSON.
 pub fn var(env: &Env, name: &str) -> Option<String> {
     if let Ok(v) = env.var(name) {

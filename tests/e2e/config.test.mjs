@@ -1,0 +1,43 @@
+// Bad configuration is refused with a clear message naming the setting, never ignored, and
+// development-only switches stay off in a default configuration.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startStack, skipUnlessBuilt } from './harness.mjs';
+
+const cases = [
+  { vars: { CHECKPOINT_CHARS: 'lots' }, names: 'CHECKPOINT_CHARS' },
+  { vars: { PATH_PREFIX: 'streams/' }, names: 'PATH_PREFIX' },
+  { vars: { COLUMNS: '{"body":"a\\"b"}' }, names: 'double quote' },
+  { vars: { RETAIN_CHARS: '100' }, names: 'RETAIN_CHARS' },
+  { vars: { TEST_FAULTS: 'rate=0.5;kinds=before' }, names: 'TEST_FAULTS' },
+];
+
+test('a bad configuration is refused with a message naming the setting', { skip: skipUnlessBuilt() }, async (t) => {
+  for (const { vars, names } of cases) {
+    const stack = await startStack({ vars });
+    try {
+      stack.db.run(`INSERT INTO messages (id, chat_id, role) VALUES ('m1', 'c1', 'assistant')`);
+      const res = await fetch(`${stack.baseUrl}/streams/m1/open`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${stack.token('m1')}` },
+      });
+      const body = await res.json();
+      assert.equal(body.error, 'misconfigured', JSON.stringify({ vars, body }));
+      assert.match(body.message, new RegExp(names.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')), JSON.stringify(body));
+      assert.equal(stack.db.get(`SELECT status FROM messages WHERE id = 'm1'`).status, 'pending', 'nothing was written');
+    } finally {
+      await stack.stop();
+    }
+  }
+});
+
+test('the development endpoints answer 404 unless DEV_MODE=1', { skip: skipUnlessBuilt() }, async () => {
+  const stack = await startStack({ vars: { DEV_MODE: '0' } });
+  try {
+    const res = await fetch(`${stack.baseUrl}/dev/session`, { method: 'POST', body: '{}' });
+    assert.equal(res.status, 404);
+    assert.equal((await res.json()).error, 'not_found');
+  } finally {
+    await stack.stop();
+  }
+});
