@@ -430,6 +430,23 @@ fn a_late_reader_within_the_linger_gets_the_tail_and_end_and_after_it_absent() {
     assert_eq!(d.read(after), vec![Frame::Absent]);
 }
 
+// ---- an abandoned producer
+
+#[test]
+fn a_producer_idle_past_the_idle_timeout_is_sealed_interrupted() {
+    let mut d = Driver::open(StreamConfig { idle_timeout_ms: 10_000, ..cfg() });
+    d.push("partial");
+    d.advance(9_999);
+    d.push(" more"); // activity postpones the deadline
+    d.advance(9_999);
+    assert_eq!(d.stream.state(), StreamState::Live);
+    d.advance(1);
+    d.answer_all();
+    assert_eq!(d.stream.state(), StreamState::Ended(EndStatus::Interrupted));
+    assert_eq!(d.db.status(STREAM), "interrupted");
+    assert_eq!(d.db.durable_text(STREAM), "partial more");
+}
+
 // ---- cancel
 
 #[test]

@@ -29,6 +29,9 @@ pub struct StreamConfig {
     pub retry_backoff_ms: u64,
     /// How long a sealed stream stays joinable.
     pub linger_ms: u64,
+    /// A live stream whose producer sends nothing (no append, flush) for this long is sealed
+    /// `interrupted`, so an abandoned producer never leaves a row `streaming`. 0 disables it.
+    pub idle_timeout_ms: u64,
     /// A reader's queue bound; past it the reader gets `stale`.
     pub max_queued_frames: usize,
     /// Text kept below `durableSeq` (sink mode only); `None` keeps everything.
@@ -48,6 +51,7 @@ impl Default for StreamConfig {
             retries: 3,
             retry_backoff_ms: 50,
             linger_ms: 30_000,
+            idle_timeout_ms: 300_000,
             max_queued_frames: 1024,
             retain_chars: None,
             max_slice_bytes: 256 * 1024,
@@ -150,6 +154,7 @@ impl Settings {
             checkpoint_interval_ms: number("CHECKPOINT_INTERVAL_MS", defaults.checkpoint_interval_ms, 1, 600_000)?,
             retries: number("CHECKPOINT_RETRIES", u64::from(defaults.retries), 0, 10)? as u32,
             linger_ms: number("LINGER_MS", defaults.linger_ms, 0, 3_600_000)?,
+            idle_timeout_ms: number("IDLE_TIMEOUT_MS", defaults.idle_timeout_ms, 0, 86_400_000)?,
             max_queued_frames: number("MAX_QUEUED_FRAMES", defaults.max_queued_frames as u64, 4, 1 << 20)? as usize,
             retain_chars,
             mode: if custom_sink { CheckpointMode::Sink } else { CheckpointMode::Tables { host_cas: mapping.host.is_some() } },

@@ -230,6 +230,8 @@ pub struct LiveStream {
     pub(crate) ck: super::checkpoint::Checkpointing,
     pub(crate) flush_waiters: Vec<(Ticket, u64)>,
     pub(crate) seal_tickets: Vec<Ticket>,
+    /// The producer's last append or flush (for the idle timeout).
+    pub(crate) last_activity: Millis,
     next_op: u64,
     next_ticket: u64,
     outputs: VecDeque<Output>,
@@ -240,8 +242,8 @@ impl LiveStream {
     /// Starts opening `stream_id`; the ticket settles with [`Settlement::Opened`].
     /// `host_token` is this producer's claim on the row (the open CAS).
     pub fn open(stream_id: &str, cfg: StreamConfig, host_token: &str, now: Millis) -> (Self, Ticket) {
-        let _ = now;
         let mut s = Self {
+            last_activity: now,
             id: stream_id.to_owned(),
             readers: Readers::new(cfg.max_queued_frames),
             cfg,
@@ -319,6 +321,7 @@ impl LiveStream {
             Phase::Opening { .. } | Phase::Retired => return Err(PushError::NotOpen),
             Phase::Sealing(_) | Phase::Ended { .. } => return Err(PushError::Closed),
         }
+        self.last_activity = now;
         if !text.is_empty() {
             let (from, seq) = self.buf.push(text);
             self.fan_out(Frame::Chunk { from, seq, text: text.to_owned() });
@@ -345,6 +348,7 @@ impl LiveStream {
         match settled {
             Some(result) => self.settle(ticket, Settlement::Flushed(result)),
             None => {
+                self.last_activity = now;
                 self.flush_waiters.push((ticket, at));
                 self.ck.forced = true;
                 self.drive(now);
@@ -450,6 +454,7 @@ impl LiveStream {
     pub fn poll_timeout(&self) -> Option<Millis> {
         let phase_deadline = match &self.phase {
             Phase::Opening { step: OpenStep::Backoff { until, .. }, .. } => Some(*until),
+            Phase::Live => self.idle_deadline(),
             Phase::Ended { linger_until, .. } => Some(*linger_until),
             _ => None,
         };
@@ -466,6 +471,11 @@ impl LiveStream {
             Phase::Ended { linger_until, .. } if linger_until <= now => {
                 self.phase = Phase::Retired;
                 self.push_output(Output::Retired);
+            }
+            Phase::Live if self.idle_deadline().is_some_and(|d| d <= now) => {
+                let idle_s = self.cfg.idle_timeout_ms / 1000;
+                let ticket = self.seal(EndStatus::Interrupted, Some(format!("the producer sent nothing for {idle_s} s")), now);
+                let _ = ticket; // nobody awaits it: the seal's outcome is logged and framed
             }
             _ => {}
         }
@@ -540,6 +550,10 @@ impl LiveStream {
                 OpenStep::Marking(self.request(StoreOp::MarkStreaming { host_token }))
             }
         }
+    }
+
+    fn idle_deadline(&self) -> Option<Millis> {
+        (self.cfg.idle_timeout_ms > 0).then(|| self.last_activity + self.cfg.idle_timeout_ms)
     }
 
     fn must_seal_in_place(&self) -> bool {
