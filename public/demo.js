@@ -91,8 +91,19 @@ function render(handle) {
   $('bar-durable').style.width = seq > 0 ? `${(100 * Math.min(durableSeq, seq)) / seq}%` : '0%';
 }
 
+/** What the mock upstream was asked for, as text and as data-* (format, tokens, rate, seed, fail). */
+function showUpstream(format, query) {
+  const el = $('upstream');
+  const q = Object.fromEntries(query);
+  el.textContent = `${format}, ${q.tokens} tokens at ${q.rate === '0' ? 'full speed' : `${q.rate}/s`}, seed ${q.seed}` +
+    (q.fail ? `, failure: ${q.fail}` : '');
+  Object.assign(el.dataset, { format, ...q });
+}
+
 function resetView() {
   $('error').hidden = true;
+  $('upstream').textContent = '';
+  for (const key of Object.keys($('upstream').dataset)) delete $('upstream').dataset[key];
   $('readback').hidden = true;
   $('live-text').querySelector('.durable').textContent = '';
   $('live-text').querySelector('.tail').textContent = '';
@@ -167,8 +178,15 @@ async function start(event) {
     session = await api('POST', '/dev/session', { body: {} });
     const format = $('format').value;
     const upstream = UPSTREAMS[format];
-    const query = new URLSearchParams({ tokens: $('tokens').value || '200', rate: $('rate').value || '40' });
+    // The mock's text is mockText({ seed, tokens }): show exactly what was asked for, so the
+    // text on screen can be checked against it (the test suite reads #upstream's data-*).
+    const query = new URLSearchParams({
+      tokens: $('tokens').value || '200',
+      rate: $('rate').value || '40',
+      seed: $('seed').value || '1',
+    });
     if ($('fail').value) query.set('fail', $('fail').value);
+    showUpstream(format, query);
     await api('POST', streamPath(session.streamId, 'open'), { token: session.writeToken });
     // Follow before pumping: nothing would be missed either way (a join replays), but this way the
     // reader is attached from the first token.

@@ -51,10 +51,15 @@ impl DurableObject for StreamObject {
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
-        match self.handle(req).await {
+        let body = req.inner().body();
+        let answer = match self.handle(req).await {
             Ok(response) => Ok(response),
             Err(e) => error(&e),
+        };
+        if let Some(body) = body {
+            discard_unread(body).await;
         }
+        answer
     }
 
     async fn alarm(&self) -> worker::Result<Response> {
@@ -388,6 +393,27 @@ impl Object {
             })
             .ok_or_else(|| ApiError::not_open(&route.stream_id))?;
         http::json(200, &stats).map_err(unavailable)
+    }
+}
+
+/// The most of an unread request body discarded before answering.
+const MAX_DISCARDED_BYTES: u32 = 8 << 20;
+
+/// Reads and discards a request body that a refusal left unread. The front Worker streams the
+/// client's body into this object; answering before that pipe finishes makes it read from a
+/// request whose response was already sent, which breaks the client's connection. A body
+/// past the cap is cancelled instead (dropping the stream cancels it).
+async fn discard_unread(body: web_sys::ReadableStream) {
+    if body.locked() {
+        return; // a handler read it (and a handler that stopped early cancelled it)
+    }
+    let mut stream = wasm_streams::ReadableStream::from_raw(wasm_bindgen::JsCast::unchecked_into(body)).into_stream();
+    let mut total = 0u32;
+    while let Some(Ok(chunk)) = stream.next().await {
+        total = total.saturating_add(js_sys::Uint8Array::new(&chunk).length());
+        if total > MAX_DISCARDED_BYTES {
+            break;
+        }
     }
 }
 
