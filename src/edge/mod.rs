@@ -55,5 +55,36 @@ async fn route(req: Request, env: &Env) -> Result<Response, ApiError> {
         .durable_object("STREAMS")
         .and_then(|ns| ns.id_from_name(&route.stream_id)?.get_stub())
         .map_err(|e| ApiError::misconfigured(format!("the STREAMS Durable Object binding: {e}")))?;
-    stub.fetch_with_request(req).await.map_err(http::unavailable)
+    let (forwarded, pipe) = forward_body(&req).map_err(http::unavailable)?;
+    let answer = stub.fetch_with_request(forwarded).await.map_err(http::unavailable);
+    // The object may answer before the client has sent its whole body (a refusal, a cancelled
+    // streaming append). Stop the pipe now, cancelling the client's body, so nothing reads it
+    // after the answer is sent (which would break the client's connection).
+    if let Some(pipe) = pipe {
+        pipe.abort();
+    }
+    answer
+}
+
+/// The request to forward to the object. A body is piped through by this Worker, under an
+/// abort signal it keeps; a request without a body is forwarded as it is.
+fn forward_body(req: &Request) -> worker::Result<(Request, Option<web_sys::AbortController>)> {
+    let raw = req.inner();
+    let Some(body) = raw.body() else { return Ok((req.clone()?, None)) };
+    let relay = web_sys::TransformStream::new().map_err(worker::Error::from)?;
+    let pipe = web_sys::AbortController::new().map_err(worker::Error::from)?;
+    let options = web_sys::StreamPipeOptions::new();
+    options.set_signal(&pipe.signal());
+    options.set_prevent_cancel(true);
+    let piping = body.pipe_to_with_options(&relay.writable(), &options);
+    // The pipe's own outcome is reported by the object's reads; an abort here is expected.
+    let ignore = wasm_bindgen::closure::Closure::once(|_: wasm_bindgen::JsValue| {});
+    let _ = piping.catch(&ignore);
+    ignore.forget();
+    let init = web_sys::RequestInit::new();
+    init.set_method(&raw.method());
+    init.set_headers(&raw.headers());
+    init.set_body(&relay.readable());
+    let forwarded = web_sys::Request::new_with_str_and_init(&raw.url(), &init).map_err(worker::Error::from)?;
+    Ok((Request::from(forwarded), Some(pipe)))
 }

@@ -9,7 +9,7 @@ use super::sse::{self, ReaderBody};
 use crate::core::api::{self, Action, ApiError, Route};
 use crate::core::auth::AuthRequest;
 use crate::core::frame::EndStatus;
-use crate::core::live::{FlushError, LiveStream, OpenError, PushError, SealWrite, Settlement, StoreOp, StreamState};
+use crate::core::live::{FlushError, LiveStream, OpenError, PushError, PushReceipt, SealWrite, Settlement, StoreOp, StreamState};
 use crate::core::utf8::{BadUtf8, Utf8Reassembler};
 use futures::future::{select, Either};
 use futures::StreamExt;
@@ -51,14 +51,13 @@ impl DurableObject for StreamObject {
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
-        let body = req.inner().body();
+        // The same JavaScript request object (not `Request.clone()`, which would tee the body).
+        let raw = <web_sys::Request as Clone>::clone(req.inner());
         let answer = match self.handle(req).await {
             Ok(response) => Ok(response),
             Err(e) => error(&e),
         };
-        if let Some(body) = body {
-            discard_unread(body).await;
-        }
+        discard_unread(&raw).await;
         answer
     }
 
@@ -240,7 +239,7 @@ impl Object {
         }
     }
 
-    fn push(&self, route: &Route, text: &str) -> Result<crate::core::live::PushReceipt, ApiError> {
+    fn push(&self, route: &Route, text: &str) -> Result<PushReceipt, ApiError> {
         match self.shell.feed(|s, now| s.push(text, now)) {
             Some(Ok(receipt)) => Ok(receipt),
             Some(Err(PushError::Closed)) => Err(ApiError::closed(&route.stream_id)),
@@ -267,35 +266,56 @@ impl Object {
             let text = std::str::from_utf8(&bytes).map_err(|e| ApiError::bad_utf8(BadUtf8 { offset: e.valid_up_to() as u64 }))?;
             receipt = self.push(route, text)?;
         } else {
-            let mut body = Box::pin(req.stream().map_err(unavailable)?);
-            let mut utf8 = Utf8Reassembler::new();
-            let mut total = 0usize;
-            let mut cancelled = self.shell.watch_cancel();
-            loop {
-                if receipt.cancelled {
-                    break;
-                }
-                let piece = match select(body.next(), &mut cancelled).await {
-                    Either::Right(_) => {
-                        receipt = self.shell.inspect(LiveStream::receipt).unwrap_or(receipt);
-                        break;
-                    }
-                    Either::Left((None, _)) => {
-                        utf8.finish().map_err(ApiError::bad_utf8)?;
-                        break;
-                    }
-                    Either::Left((Some(Err(e)), _)) => return Err(ApiError::new(400, "bad_request", format!("the body stream failed: {e}"))),
-                    Either::Left((Some(Ok(piece)), _)) => piece,
-                };
-                total += piece.len();
-                if total > max {
-                    return Err(ApiError::too_large(max).with("seq", receipt.seq));
-                }
-                let text = utf8.feed(&piece).map_err(|e| ApiError::bad_utf8(e).with("seq", receipt.seq))?;
-                receipt = self.push(route, &text)?;
-            }
+            receipt = self.append_streaming(route, req, receipt, max).await?;
         }
         http::json(200, &json!({"seq": receipt.seq, "durableSeq": receipt.durable_seq, "cancelled": receipt.cancelled})).map_err(unavailable)
+    }
+
+    /// A streaming body: each piece is pushed as it arrives. A cancel answers at once. A body
+    /// that turns out too large or not UTF-8 stops being pushed, is read to its end (up to
+    /// [`MAX_DISCARDED_BYTES`] more) and only then refused: answering while the client is still
+    /// sending breaks its connection under the local runtime's proxy.
+    async fn append_streaming(&self, route: &Route, req: &mut Request, mut receipt: PushReceipt, max: usize) -> Result<PushReceipt, ApiError> {
+        let mut body = Box::pin(req.stream().map_err(unavailable)?);
+        let mut utf8 = Utf8Reassembler::new();
+        let mut total = 0usize;
+        let mut refusal: Option<ApiError> = None;
+        let mut cancelled = self.shell.watch_cancel();
+        loop {
+            if receipt.cancelled {
+                break;
+            }
+            let piece = match select(body.next(), &mut cancelled).await {
+                Either::Right(_) => {
+                    receipt = self.shell.inspect(LiveStream::receipt).unwrap_or(receipt);
+                    break;
+                }
+                Either::Left((None, _)) => {
+                    if refusal.is_none() {
+                        utf8.finish().map_err(|e| ApiError::bad_utf8(e).with("seq", receipt.seq))?;
+                    }
+                    break;
+                }
+                Either::Left((Some(Err(e)), _)) => return Err(ApiError::new(400, "bad_request", format!("the body stream failed: {e}"))),
+                Either::Left((Some(Ok(piece)), _)) => piece,
+            };
+            total += piece.len();
+            if refusal.is_some() {
+                if total > max + MAX_DISCARDED_BYTES as usize {
+                    break;
+                }
+                continue;
+            }
+            if total > max {
+                refusal = Some(ApiError::too_large(max).with("seq", receipt.seq));
+                continue;
+            }
+            match utf8.feed(&piece) {
+                Ok(text) => receipt = self.push(route, &text)?,
+                Err(e) => refusal = Some(ApiError::bad_utf8(e).with("seq", receipt.seq)),
+            }
+        }
+        refusal.map_or(Ok(receipt), Err)
     }
 
     async fn flush(&self, route: &Route) -> Result<Response, ApiError> {
@@ -399,13 +419,16 @@ impl Object {
 /// The most of an unread request body discarded before answering.
 const MAX_DISCARDED_BYTES: u32 = 8 << 20;
 
-/// Reads and discards a request body that a refusal left unread. The front Worker streams the
-/// client's body into this object; answering before that pipe finishes makes it read from a
-/// request whose response was already sent, which breaks the client's connection. A body
-/// past the cap is cancelled instead (dropping the stream cancels it).
-async fn discard_unread(body: web_sys::ReadableStream) {
+/// Reads and discards a request body that a refusal left untouched. The front Worker streams
+/// the client's body into this object; answering before that pipe finishes makes it read from
+/// a request whose response was already sent, which breaks the client's connection. A body a
+/// handler started reading is left alone: a handler that stops early (a cancelled streaming
+/// append) drops its stream, which cancels the pipe and lets it answer at once. A body past
+/// the cap is cancelled too.
+async fn discard_unread(request: &web_sys::Request) {
+    let Some(body) = request.body().filter(|_| !request.body_used()) else { return };
     if body.locked() {
-        return; // a handler read it (and a handler that stopped early cancelled it)
+        return;
     }
     let mut stream = wasm_streams::ReadableStream::from_raw(wasm_bindgen::JsCast::unchecked_into(body)).into_stream();
     let mut total = 0u32;
