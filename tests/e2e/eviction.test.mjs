@@ -1,0 +1,198 @@
+// Eviction (SPEC §7): the runtime is SIGKILLed mid-stream and restarted, 20 times in a row.
+// Each time the lease alarm armed at open must fire in the restarted runtime and seal the row
+// `interrupted` from its durable text: a prefix of what was produced, no shorter than the
+// last durable length the Worker confirmed (nothing committed is lost), chunk rows compacted
+// away. A late reader then gets `absent`, and /text gives the durable prefix.
+//
+// Kill modes rotate: during a streaming append (pieces still arriving), right after firing a
+// flush (its checkpoint may or may not commit), and while quiet with an unflushed tail.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { readSse, skipUnlessBuilt, startStack } from './harness.mjs';
+import {
+  assertPrefix, checkSplice, client, newStreamId, ok, percentile, rng, seedFromEnv, sleep, splitUnits, textGen,
+} from './edge-util.mjs';
+
+const skip = skipUnlessBuilt();
+const KILLS = Number(process.env.EVICTION_KILLS ?? 20);
+const LEASE_MS = 1500;
+/** After the restart answers, the alarm must have sealed the row within the lease plus this. */
+const SLACK_MS = 8000;
+/** The whole loop must finish within this (bounded in time, whatever happens). */
+const LOOP_BUDGET_MS = 6 * 60_000;
+
+let stack;
+test.before(async () => {
+  if (skip) return;
+  stack = await startStack({
+    name: 'e2e-eviction',
+    // Small checkpoints so every stream has committed chunk rows AND an uncommitted tail.
+    vars: { LEASE_MS: String(LEASE_MS), CHECKPOINT_CHARS: '120', CHECKPOINT_INTERVAL_MS: '150' },
+  });
+});
+test.after(async () => {
+  await stack?.stop();
+});
+
+/** A streaming append (no content-length): writes `pieces` one every `gapMs`, until stopped. */
+function streamingAppend(c, pieces, gapMs) {
+  const { hostname, port } = new URL(stack.baseUrl);
+  const req = http.request({
+    host: hostname,
+    port,
+    method: 'POST',
+    path: `/streams/${c.id}/append`,
+    agent: false,
+    headers: { authorization: `Bearer ${c.token}`, 'content-type': 'text/plain; charset=utf-8', 'transfer-encoding': 'chunked' },
+  });
+  req.on('error', () => {}); // the runtime dies under it
+  req.on('socket', (s) => s.setNoDelay(true));
+  req.flushHeaders();
+  const state = { written: '', stopped: false };
+  state.pump = (async () => {
+    for (const p of pieces) {
+      if (state.stopped) break;
+      req.write(p);
+      state.written += p;
+      await sleep(gapMs);
+    }
+  })();
+  state.stop = () => {
+    state.stopped = true;
+  };
+  return state;
+}
+
+test(`kill -9 and restart mid-stream ${KILLS} times: the lease seals every row interrupted, losing nothing committed`, { skip, timeout: LOOP_BUDGET_MS + 60_000 }, async (t) => {
+  const seed = seedFromEnv();
+  const r = rng(seed);
+  t.diagnostic(`seed ${seed} (E2E_SEED=${seed} replays the texts)`);
+  const loopEnd = Date.now() + LOOP_BUDGET_MS;
+  const results = [];
+  const modes = ['streaming append', 'flush in flight', 'quiet tail'];
+
+  for (let i = 0; i < KILLS; i++) {
+    assert.ok(Date.now() < loopEnd, `the loop ran out of its ${LOOP_BUDGET_MS} ms budget after ${i} kills`);
+    const mode = modes[i % modes.length];
+    const label = `kill ${i + 1} (${mode})`;
+    const id = newStreamId(stack, 'evict');
+    const c = client(stack, id);
+    ok(await c.open(), `${label}: open`);
+    const reader = await readSse(c.eventsUrl(0));
+
+    // Produce, remembering every durable length the Worker confirmed.
+    let produced = '';
+    let confirmed = 0;
+    const appends = r.int(4, 12);
+    for (let k = 0; k < appends; k++) {
+      const piece = textGen(r, r.int(5, 150));
+      const a = ok(await c.append(piece), `${label}: append`);
+      produced += piece;
+      assert.equal(a.seq, produced.length, `${label}: append seq`);
+      assert.ok(a.durableSeq <= a.seq, `${label}: append durableSeq ${a.durableSeq} > seq ${a.seq}`);
+      confirmed = Math.max(confirmed, a.durableSeq);
+      if (r.chance(0.35)) {
+        const f = ok(await c.flush(), `${label}: flush`);
+        assert.equal(f.durableSeq, produced.length, `${label}: a 200 flush confirms everything produced`);
+        confirmed = Math.max(confirmed, f.durableSeq);
+      }
+    }
+
+    // Kill mid-stream. `attempted` is everything the Worker may have received.
+    let attempted = produced;
+    let streaming;
+    if (mode === 'streaming append') {
+      const tail = textGen(r, r.int(200, 600));
+      streaming = streamingAppend(c, splitUnits(tail, r, 3, 30), 10);
+      await sleep(r.int(40, 200));
+    } else if (mode === 'flush in flight') {
+      const tail = textGen(r, r.int(20, 300));
+      ok(await c.append(tail), `${label}: append before the flush`);
+      attempted += tail;
+      c.flush().catch(() => {}); // may or may not commit before the kill
+      await sleep(r.int(0, 5));
+    } else {
+      const tail = textGen(r, r.int(1, 100));
+      ok(await c.append(tail), `${label}: unflushed tail`);
+      attempted += tail;
+      await sleep(r.int(0, 120));
+    }
+    const tKill = Date.now();
+    await stack.kill();
+    const killMs = Date.now() - tKill;
+    if (streaming) {
+      streaming.stop();
+      await streaming.pump;
+      attempted += streaming.written;
+    }
+    // What a live reader saw before the crash is a prefix of what was produced.
+    checkSplice(reader.frames, { produced: attempted, label: `${label}: live reader`, requireEnd: false });
+    reader.close();
+    assert.ok(!/"type":"end"/.test(JSON.stringify(reader.frames)), `${label}: no end frame before the kill`);
+
+    const tRestart = Date.now();
+    await stack.restart();
+    const restartMs = Date.now() - tRestart;
+    const ready = Date.now();
+
+    // The lease alarm (armed before the kill) fires in the restarted runtime and seals the row.
+    const bound = ready + LEASE_MS + SLACK_MS;
+    let row;
+    for (;;) {
+      row = stack.db.get(`SELECT status, body, seq, error FROM messages WHERE id = ?`, id);
+      if (row.status !== 'streaming' || Date.now() > bound) break;
+      await sleep(25);
+    }
+    const sealedAt = Date.now();
+    assert.equal(row.status, 'interrupted', `${label}: row status ${row.status} ${LEASE_MS + SLACK_MS} ms after the restart; log tail:\n${stack.logs().slice(-2000)}`);
+    assertPrefix(row.body, attempted, `${label}: sealed body vs produced`);
+    assert.ok(
+      row.body.length >= confirmed,
+      `${label}: sealed body has ${row.body.length} units but ${confirmed} were confirmed durable (committed text lost)`,
+    );
+    assert.equal(row.seq, row.body.length, `${label}: row seq equals the body's UTF-16 length`);
+    assert.ok(typeof row.error === 'string' && row.error.length > 0, `${label}: interrupted row carries an error sentence`);
+    const chunks = stack.db.get(`SELECT COUNT(*) AS n FROM message_chunks WHERE streamId = ?`, id).n;
+    assert.equal(chunks, 0, `${label}: chunk rows left after the interrupted seal`);
+
+    // A reader arriving afterwards: no live stream, and the durable text is the prefix.
+    const late = await readSse(c.eventsUrl(0));
+    assert.equal(late.status, 200, `${label}: late reader status`);
+    const first = await late.next((f) => f.data !== undefined, 10_000);
+    late.close();
+    assert.equal(first.json?.type, 'absent', `${label}: late reader's first frame ${first.data}`);
+    const text = ok(await c.text(), `${label}: /text`);
+    assert.deepEqual(text, { text: row.body, seq: row.body.length, status: 'interrupted' }, `${label}: /text`);
+    const hasLogLine = () => stack.logs().split('\n').some((l) => l.includes('"event":"interrupted"') && l.includes(`"streamId":"${id}"`));
+    const logBy = Date.now() + 5000;
+    while (!hasLogLine() && Date.now() < logBy) await sleep(25); // the line follows the commit
+    const logged = hasLogLine();
+    assert.ok(logged, `${label}: no "interrupted" log line for ${id}`);
+
+    results.push({
+      mode,
+      produced: attempted.length,
+      confirmed,
+      kept: row.body.length,
+      killMs,
+      restartMs,
+      sealAfterReadyMs: sealedAt - ready,
+      sealAfterKillMs: sealedAt - tKill,
+    });
+  }
+
+  assert.equal(results.length, KILLS);
+  const sorted = (k) => results.map((x) => x[k]).sort((a, b) => a - b);
+  const fmt = (k) => `p50 ${percentile(sorted(k), 50)} ms, max ${Math.max(...sorted(k))} ms`;
+  const lines = [
+    `kills survived: ${results.length}/${KILLS} (lease ${LEASE_MS} ms)`,
+    `restart (wrangler dev ready again): ${fmt('restartMs')}`,
+    `kill → row sealed interrupted: ${fmt('sealAfterKillMs')}`,
+    `restart ready → row sealed: ${fmt('sealAfterReadyMs')}`,
+    `units produced/attempted ${results.reduce((a, x) => a + x.produced, 0)}, confirmed durable ${results.reduce((a, x) => a + x.confirmed, 0)}, ` +
+      `kept in sealed bodies ${results.reduce((a, x) => a + x.kept, 0)} (un-checkpointed tails lost by design: ${results.reduce((a, x) => a + (x.produced - x.kept), 0)})`,
+    ...results.map((x, i) => `  #${i + 1} ${x.mode}: produced ${x.produced}, confirmed ${x.confirmed}, kept ${x.kept}, restart ${x.restartMs} ms, sealed ${x.sealAfterKillMs} ms after the kill`),
+  ];
+  for (const l of lines) t.diagnostic(l);
+});
