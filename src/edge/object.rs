@@ -361,6 +361,10 @@ impl Object {
     }
 
     fn events(&self, req: &Request, url: &worker::Url) -> Result<Response, ApiError> {
+        if req.method() == worker::Method::Head {
+            // The headers a GET would get, and no subscription: a HEAD has no body to stream.
+            return Response::empty().map(|r| r.with_headers(sse::headers())).map_err(unavailable);
+        }
         let last_event_id = req.headers().get("last-event-id").ok().flatten();
         let from = crate::core::sse::join_offset(last_event_id.as_deref(), http::query(url, "from").as_deref());
         let (retry, keepalive) = (self.settings().sse_retry_ms, self.settings().keepalive_ms);
@@ -416,8 +420,9 @@ impl Object {
     }
 }
 
-/// The most of an unread request body discarded before answering.
-const MAX_DISCARDED_BYTES: u32 = 8 << 20;
+/// The most of an unread request body discarded before answering: Cloudflare's own request
+/// body limit, so every body the edge lets through is read to its end.
+const MAX_DISCARDED_BYTES: u32 = 100 << 20;
 
 /// Reads and discards a request body that a refusal left untouched. The front Worker streams
 /// the client's body into this object; answering before that pipe finishes makes it read from

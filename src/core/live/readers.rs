@@ -73,9 +73,10 @@ impl Readers {
         self.readers.values().filter(|r| !r.finished).count()
     }
 
-    /// Frames queued across all readers, for memory accounting.
-    pub fn queued_frames(&self) -> usize {
-        self.readers.values().map(|r| r.queue.len()).sum()
+    /// Bytes of encoded frames queued across all readers, for memory accounting. A frame
+    /// shared by several queues counts once per queue, so this is an upper bound.
+    pub fn queued_bytes(&self) -> usize {
+        self.readers.values().flat_map(|r| r.queue.iter()).map(|f| f.wire.len()).sum()
     }
 
     /// Registers a reader whose queue starts with `replay` (uncapped: a replay is bounded by

@@ -306,10 +306,10 @@ impl LiveStream {
         self.stats
     }
 
-    /// Approximate memory held: retained text plus queued frames (frames are shared, so
-    /// this counts queue slots, not copies).
+    /// Memory held for this stream, as an upper bound: the retained text plus the encoded
+    /// frames queued for readers (a frame shared by several readers is counted for each).
     pub fn retained_bytes(&self) -> usize {
-        self.buf.retained_bytes() + self.readers.queued_frames() * std::mem::size_of::<usize>()
+        self.buf.retained_bytes() + self.readers.queued_bytes()
     }
 
     // ---- producer inputs
