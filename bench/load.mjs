@@ -26,25 +26,8 @@ import http from 'node:http';
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-// ---------------------------------------------------------------------------------------
-// Small utilities
-
-function rng(seed) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  next.int = (lo, hi) => lo + Math.floor(next() * (hi - lo + 1));
-  next.pick = (arr) => arr[Math.floor(next() * arr.length)];
-  return next;
-}
+import { jsonOrUndefined } from '../tests/e2e/harness.mjs';
+import { rng, sleep } from '../tests/e2e/util.mjs';
 
 const PIECES = ['😀', '🎉', '🦀', '𝄞', '👍🏽', '🇯🇵', '👨‍👩‍👧', 'é', '漢字', 'ß', '\n', '"', '\\', 'data: x\n\n', 'the ', 'model ', 'streams ', 'a ', 'token ', 'to ', 'D1 '];
 /** A model-like delta: 2-8 pieces, emoji-heavy, never a lone surrogate. */
@@ -126,12 +109,7 @@ function request(base, { method = 'GET', path, headers = {}, body, timeoutMs = 3
       res.setEncoding('utf8');
       res.on('data', (c) => (raw += c));
       res.on('end', () => {
-        let json;
-        try {
-          json = JSON.parse(raw);
-        } catch {
-          /* not JSON */
-        }
+        const json = jsonOrUndefined(raw);
         clearTimeout(timer);
         resolve({ status: res.statusCode, raw, json });
       });
@@ -427,12 +405,7 @@ export async function runLoad(stack, opts = {}) {
         let raw = '';
         res.on('data', (c) => (raw += c));
         res.on('end', () => {
-          let json;
-          try {
-            json = JSON.parse(raw);
-          } catch {
-            /* not JSON */
-          }
+          const json = jsonOrUndefined(raw);
           if (!s.done) error(`${s.id}: the streaming append answered before its body ended: ${res.statusCode} ${raw}`);
           resolve({ status: res.statusCode, raw, json });
         });

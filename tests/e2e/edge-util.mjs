@@ -1,6 +1,5 @@
-// Helpers for the edge-case e2e files (eviction, faults, bad-input, load) and bench/load.mjs.
-// Self-contained on purpose (only harness.mjs is imported), so these files do not depend on
-// helpers other people are still changing.
+// Helpers for the edge-case e2e files (eviction, faults, bad-input, load) and bench/load.mjs,
+// on top of the shared ones in util.mjs (randomness, text, `call`), which are re-exported.
 //
 //   rawRequest   one HTTP request on its own connection, the path sent byte for byte
 //   client       a small API client for one stream (producer calls: Bearer; reader calls: ?token=)
@@ -11,30 +10,12 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+import { jsonOrUndefined } from './harness.mjs';
+import { call, insidePair, rng, seedFromEnv, sleep, splitCodePoints } from './util.mjs';
 
-// ---------------------------------------------------------------------------------------
-// Seeded randomness (mulberry32); print the seed so a failure can be replayed (E2E_SEED).
-
-export function rng(seed) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  next.int = (lo, hi) => lo + Math.floor(next() * (hi - lo + 1)); // inclusive
-  next.pick = (arr) => arr[Math.floor(next() * arr.length)];
-  next.chance = (p) => next() < p;
-  return next;
-}
-
-export function seedFromEnv() {
-  const s = process.env.E2E_SEED;
-  return s ? Number(s) >>> 0 : (Math.random() * 2 ** 32) >>> 0;
-}
+export { call, insidePair, rng, seedFromEnv, sleep };
+/** Cuts text into pieces of min..max UTF-16 units, never inside a surrogate pair. */
+export const splitUnits = splitCodePoints;
 
 // ---------------------------------------------------------------------------------------
 // Text
@@ -57,24 +38,6 @@ export function textGen(r, minUnits) {
     if (r() < 0.5) s += ' ';
   }
   return s;
-}
-
-const isHigh = (c) => c >= 0xd800 && c <= 0xdbff;
-const isLow = (c) => c >= 0xdc00 && c <= 0xdfff;
-/** True when UTF-16 offset `i` of `s` falls between the two halves of a surrogate pair. */
-export const insidePair = (s, i) => i > 0 && i < s.length && isHigh(s.charCodeAt(i - 1)) && isLow(s.charCodeAt(i));
-
-/** Cuts `s` into pieces of min..max UTF-16 units, never inside a surrogate pair. */
-export function splitUnits(s, r, min = 1, max = 40) {
-  const out = [];
-  let i = 0;
-  while (i < s.length) {
-    let j = Math.min(s.length, i + r.int(min, max));
-    if (insidePair(s, j)) j += 1;
-    out.push(s.slice(i, j));
-    i = j;
-  }
-  return out;
 }
 
 /** The first UTF-16 offset where `a` and `b` differ (or the shorter length). */
@@ -163,12 +126,7 @@ export function rawRequest(baseUrl, { method = 'GET', path, headers = {}, body, 
       let size = 0;
       const finish = () => {
         const raw = Buffer.concat(bufs).toString('utf8');
-        let json;
-        try {
-          json = JSON.parse(raw);
-        } catch {
-          /* not JSON */
-        }
+        const json = jsonOrUndefined(raw);
         done({ status: res.statusCode, headers: res.headers, raw, json });
       };
       res.on('data', (c) => {
@@ -191,19 +149,6 @@ export function rawRequest(baseUrl, { method = 'GET', path, headers = {}, body, 
     if (body !== undefined) req.end(body);
     else req.end();
   });
-}
-
-/** { status, headers, raw, json } of a fetch. */
-export async function call(url, init = {}) {
-  const res = await fetch(url, init);
-  const raw = await res.text();
-  let json;
-  try {
-    json = JSON.parse(raw);
-  } catch {
-    /* not JSON */
-  }
-  return { status: res.status, headers: res.headers, raw, json };
 }
 
 /** An API client for one stream. */

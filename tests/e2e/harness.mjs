@@ -508,6 +508,54 @@ export async function startMock({ port, timeoutMs = 15_000, args = [] } = {}) {
 // ---------------------------------------------------------------------------------------
 // A minimal SSE reader over fetch (no reconnection: use the `eventsource` package for that).
 
+/** `JSON.parse(raw)`, or undefined when it is not JSON. */
+export function jsonOrUndefined(raw) {
+  try {
+    return JSON.parse(raw);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * An incremental SSE parser: `push(text)` any number of times; `emit` gets one
+ * { id, event, data, json, retry } record per event and one { comment } per comment line.
+ */
+export function sseParser(emit) {
+  let buf = '';
+  let ev = {};
+  const line = (text) => {
+    if (text === '') {
+      if (Object.keys(ev).length) {
+        if (ev.data !== undefined) ev.json = jsonOrUndefined(ev.data);
+        emit(ev);
+      }
+      ev = {};
+    } else if (text.startsWith(':')) {
+      emit({ comment: text.slice(1).trimStart() });
+    } else {
+      const c = text.indexOf(':');
+      const field = c < 0 ? text : text.slice(0, c);
+      let value = c < 0 ? '' : text.slice(c + 1);
+      if (value.startsWith(' ')) value = value.slice(1);
+      if (field === 'data') ev.data = ev.data === undefined ? value : `${ev.data}\n${value}`;
+      else if (field === 'id' || field === 'event') ev[field] = value;
+      else if (field === 'retry') ev.retry = Number(value);
+    }
+  };
+  return {
+    push(text) {
+      buf += text;
+      let i;
+      while ((i = buf.search(/\r\n|\r|\n/)) >= 0) {
+        const text = buf.slice(0, i);
+        buf = buf.slice(i + (buf.startsWith('\r\n', i) ? 2 : 1));
+        line(text);
+      }
+    },
+  };
+}
+
 /**
  * Open an SSE stream and return { status, headers, frames, next(pred?, ms), close(), done }.
  * `frames` fills with { id, event, data, json, retry, comment } records as they arrive; `next`
@@ -527,44 +575,12 @@ export async function readSse(url, { headers = {}, signal } = {}) {
   const done = (async () => {
     if (!res.body) return;
     const decoder = new TextDecoder();
-    let buf = '';
-    let ev = {};
+    const parser = sseParser((record) => {
+      frames.push(record);
+      notify();
+    });
     try {
-      for await (const chunk of res.body) {
-        buf += decoder.decode(chunk, { stream: true });
-        let i;
-        while ((i = buf.search(/\r\n|\r|\n/)) >= 0) {
-          const line = buf.slice(0, i);
-          buf = buf.slice(i + (buf.startsWith('\r\n', i) ? 2 : 1));
-          if (line === '') {
-            if (Object.keys(ev).length) {
-              if (ev.data !== undefined) {
-                try {
-                  ev.json = JSON.parse(ev.data);
-                } catch {
-                  /* not JSON */
-                }
-              }
-              frames.push(ev);
-              notify();
-            }
-            ev = {};
-            continue;
-          }
-          if (line.startsWith(':')) {
-            frames.push({ comment: line.slice(1).trimStart() });
-            notify();
-            continue;
-          }
-          const c = line.indexOf(':');
-          const field = c < 0 ? line : line.slice(0, c);
-          let value = c < 0 ? '' : line.slice(c + 1);
-          if (value.startsWith(' ')) value = value.slice(1);
-          if (field === 'data') ev.data = ev.data === undefined ? value : `${ev.data}\n${value}`;
-          else if (field === 'id' || field === 'event') ev[field] = value;
-          else if (field === 'retry') ev.retry = Number(value);
-        }
-      }
+      for await (const chunk of res.body) parser.push(decoder.decode(chunk, { stream: true }));
     } catch (e) {
       if (!ctrl.signal.aborted) throw e;
     } finally {

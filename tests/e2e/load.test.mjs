@@ -12,7 +12,7 @@
 // Checked for every reader (contract S): no character lost or doubled, every chunk's
 // text.length == seq - from, contiguous, durable never ahead of delivery, `end` at the full
 // length; one reader per stream joins late from the durable text it just read (a splice).
-// Memory: retainedBytes never exceeds the produced text plus the reader queues' slots.
+// Memory: retainedBytes never exceeds the produced text plus full reader queues.
 // A second test pauses one reader's socket (MAX_QUEUED_FRAMES=64 in that stack): it must get
 // `stale`, be dropped (log line reader_dropped), and the other readers' latency must stay put.
 import test from 'node:test';
@@ -29,7 +29,11 @@ const SIZE = {
   seconds: Number(env.LOAD_SECONDS ?? 30),
   mode: env.LOAD_MODE ?? 'streaming',
 };
-const SLOT_BYTES = 8; // retainedBytes counts a queued frame as one pointer-sized slot
+// retainedBytes counts every queued frame by its encoded size (once per queue holding it).
+// A frame's wire form is at most its text's bytes twice over (JSON escaping of the SSE traps
+// in the text) plus the frame's fields.
+const frameBytes = (textBytes) => 2 * textBytes + 128;
+const MAX_DELTA_BYTES = 8 * 40; // bench/load.mjs: 2-8 pieces of at most 40 bytes each
 
 let stack;
 test.before(async () => {
@@ -54,9 +58,9 @@ test(`load: ${SIZE.streams} streams × ${SIZE.readers} readers × ${SIZE.rate} d
   assert.ok(r.latencyMs.p50 < 1000, `p50 latency ${r.latencyMs.p50} ms`);
   assert.ok(r.latencyMs.p99 < 5000, `p99 latency ${r.latencyMs.p99} ms`);
   assert.ok(r.memory.statsPolls >= 3, 'stats were polled during the run');
-  const queueBound = (SIZE.readers + 1) * 1024 * SLOT_BYTES;
+  const queueBound = (SIZE.readers + 1) * 1024 * frameBytes(MAX_DELTA_BYTES);
   assert.ok(r.memory.queueOverheadBytesMax <= queueBound, `retainedBytes exceeded the produced text by ${r.memory.queueOverheadBytesMax} bytes (bound ${queueBound})`);
-  assert.ok(r.memory.retainedBytesMax <= r.memory.producedBytesMaxPerStream + queueBound, 'retainedBytes beyond the text plus queue slots');
+  assert.ok(r.memory.retainedBytesMax <= r.memory.producedBytesMaxPerStream + queueBound, 'retainedBytes beyond the text plus full queues');
 });
 
 test('a reader that stops reading gets stale, is dropped, and does not slow the other readers', { skip, timeout: 240_000 }, async (t) => {
@@ -78,5 +82,8 @@ test('a reader that stops reading gets stale, is dropped, and does not slow the 
   assert.ok(baseline.n > 0 && whilePaused.n > 0, `latency windows ${JSON.stringify(r.latencyWindowsMs)}`);
   assert.ok(whilePaused.p50 <= Math.max(3 * baseline.p50, baseline.p50 + 250), `p50 ${baseline.p50} → ${whilePaused.p50} ms while paused`);
   assert.ok(whilePaused.p99 <= Math.max(3 * baseline.p99, baseline.p99 + 1000), `p99 ${baseline.p99} → ${whilePaused.p99} ms while paused`);
-  assert.ok(r.memory.slowStreamOverheadBytesMax <= 2 * 64 * SLOT_BYTES, `the slow stream's queues grew past the cap: ${r.memory.slowStreamOverheadBytesMax} bytes`);
+  // Two readers with queues of at most 64 frames of one slow delta each, however many
+  // megabytes went through before the paused one was dropped.
+  const slowBound = 2 * 64 * frameBytes(r.config.slowDeltaBytes);
+  assert.ok(r.memory.slowStreamOverheadBytesMax <= slowBound, `the slow stream's queues grew past the cap: ${r.memory.slowStreamOverheadBytesMax} bytes (bound ${slowBound})`);
 });

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { existsSync, readFileSync } from 'node:fs';
 import { skipUnlessBuilt, startMock, startStack } from './harness.mjs';
-import { api, checkFrames, isError, newStream, ok, rows, sleep, untilEnd } from './util.mjs';
+import { api, call, checkFrames, isError, newStream, ok, rows, sleep, untilEnd } from './util.mjs';
 import { mockText, mockTokens } from '../../mock/mock-text.mjs';
 
 const skip = skipUnlessBuilt();
@@ -73,19 +73,10 @@ function pumpBody(format, query, extra = {}) {
 
 /** POST /pump with a JSON body (or a raw string); returns call()'s { status, raw, json }. */
 function pump(s, body, token = s.token) {
-  return fetch(s.url('pump'), {
+  return call(s.url('pump'), {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
     body: typeof body === 'string' ? body : JSON.stringify(body),
-  }).then(async (res) => {
-    const raw = await res.text();
-    let json;
-    try {
-      json = JSON.parse(raw);
-    } catch {
-      /* not JSON */
-    }
-    return { status: res.status, headers: res.headers, raw, json };
   });
 }
 
@@ -346,16 +337,8 @@ test('pump refusals: 400 bad_upstream for bad bodies (the stream stays usable), 
 });
 
 /** POST with no body. */
-async function postEmpty(url, token) {
-  const res = await fetch(url, { method: 'POST', headers: { authorization: `Bearer ${token}` } });
-  const raw = await res.text();
-  let json;
-  try {
-    json = JSON.parse(raw);
-  } catch {
-    /* not JSON */
-  }
-  return { status: res.status, headers: res.headers, raw, json };
+function postEmpty(url, token) {
+  return call(url, { method: 'POST', headers: { authorization: `Bearer ${token}` } });
 }
 
 // ---------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 // Everything here talks to the real Worker started by harness.mjs; nothing is mocked.
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { readSse } from './harness.mjs';
+import { jsonOrUndefined, readSse, sseParser } from './harness.mjs';
 
 /**
  * Marks a test that fails because of a known WORKER bug (listed in the e2e report): it runs
@@ -39,6 +39,7 @@ export function rng(seed) {
   };
   next.int = (lo, hi) => lo + Math.floor(next() * (hi - lo + 1)); // inclusive
   next.pick = (arr) => arr[Math.floor(next() * arr.length)];
+  next.chance = (p) => next() < p;
   return next;
 }
 
@@ -123,13 +124,7 @@ export function rows(stack, id) {
 export async function call(url, init = {}) {
   const res = await fetch(url, init);
   const raw = await res.text();
-  let json;
-  try {
-    json = JSON.parse(raw);
-  } catch {
-    /* not JSON */
-  }
-  return { status: res.status, headers: res.headers, raw, json };
+  return { status: res.status, headers: res.headers, raw, json: jsonOrUndefined(raw) };
 }
 
 /** An API client for one stream. Producer calls send `Authorization: Bearer`; reader calls `?token=`. */
@@ -178,31 +173,7 @@ export function isError(res, status, code, what = 'request') {
 /** Parse a whole SSE body into { id, data, json, retry, comment } records (like readSse's frames). */
 export function parseSse(raw) {
   const out = [];
-  let ev = {};
-  for (const line of raw.split(/\r\n|\r|\n/)) {
-    if (line === '') {
-      if (Object.keys(ev).length) {
-        if (ev.data !== undefined) {
-          try {
-            ev.json = JSON.parse(ev.data);
-          } catch {
-            /* not JSON */
-          }
-        }
-        out.push(ev);
-      }
-      ev = {};
-    } else if (line.startsWith(':')) out.push({ comment: line.slice(1).trimStart() });
-    else {
-      const c = line.indexOf(':');
-      const field = c < 0 ? line : line.slice(0, c);
-      let value = c < 0 ? '' : line.slice(c + 1);
-      if (value.startsWith(' ')) value = value.slice(1);
-      if (field === 'data') ev.data = ev.data === undefined ? value : `${ev.data}\n${value}`;
-      else if (field === 'id' || field === 'event') ev[field] = value;
-      else if (field === 'retry') ev.retry = Number(value);
-    }
-  }
+  sseParser((record) => out.push(record)).push(raw.endsWith('\n') ? raw : `${raw}\n`);
   return out;
 }
 
