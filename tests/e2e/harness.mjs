@@ -430,7 +430,24 @@ export async function startStack({
     },
   };
 
+  // A port picked by freePort() can be taken by someone else before wrangler binds it: try
+  // again with fresh ports (a restart keeps its public port, as a restarted server would).
+  let started = false;
   const launch = async () => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await launchOnce();
+        started = true;
+        return;
+      } catch (e) {
+        if (attempt >= 4 || !/Address already in use/.test(String(e.message))) throw e;
+        if (!started) stack.port = await freePort();
+        await sleep(250 * attempt);
+      }
+    }
+  };
+
+  const launchOnce = async () => {
     writeEnvFile({ ...secrets, STREAM_JWT_SECRET: stack.secret });
     const inspectorPort = await freePort();
     const args = [
