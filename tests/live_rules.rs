@@ -209,7 +209,10 @@ fn a_confirmation_short_of_the_slice_re_covers_from_the_confirmed_length() {
     d.answer(Fault::None); // a no-op: the row is at 8, not 0
     d.answer(Fault::None); // the read-back says 8: adopt it, short of 16
     assert_eq!(d.stream.durable_seq(), 8);
-    assert!(d.events.iter().any(|e| matches!(e, StreamEvent::CheckpointAttemptFailed { error, .. } if error.contains("confirmed 8 of 16"))));
+    assert!(d
+        .events
+        .iter()
+        .any(|e| matches!(e, StreamEvent::CheckpointAttemptFailed { error, .. } if error.contains("confirmed 8 of 16"))));
     d.advance(50);
     assert_eq!(d.peek(), Some(&StoreOp::Append { from: 8, to: 16, text: "ijklmnop".into() }), "re-cover only the missing part");
     d.answer_all();
@@ -473,10 +476,7 @@ fn fail_seals_error_with_the_message() {
     d.answer_all();
     assert!(matches!(d.settlement(t), Some(Settlement::Sealed(Ok(_)))));
     assert_eq!(d.db.message_column(STREAM, "error"), ColumnValue::Text("upstream died".into()));
-    assert_eq!(
-        d.read(r).last(),
-        Some(&Frame::End { seq: 7, status: EndStatus::Error, error: Some("upstream died".into()) })
-    );
+    assert_eq!(d.read(r).last(), Some(&Frame::End { seq: 7, status: EndStatus::Error, error: Some("upstream died".into()) }));
 }
 
 // ---- open refusals
@@ -533,10 +533,7 @@ fn open_is_refused_to_the_loser_of_a_race_on_the_host_column() {
     std::mem::swap(&mut a.db, &mut b.db);
     b.answer_all(); // B's mark matches nothing; its read-back names A
     let verdict = b.settled.values().next().cloned();
-    assert_eq!(
-        verdict,
-        Some(Settlement::Opened(Err(OpenError::Refused(OpenRefused::LostRace { holder: Some("host-A".into()) }))))
-    );
+    assert_eq!(verdict, Some(Settlement::Opened(Err(OpenError::Refused(OpenRefused::LostRace { holder: Some("host-A".into()) })))));
     assert!(b.retired);
     assert_eq!(a.stream.state(), StreamState::Live);
 }

@@ -48,8 +48,29 @@ impl Rng {
 /// Tokens a model might emit, including a ZWJ sequence split across two tokens and a base
 /// letter whose combining accent arrives in the next token.
 const TOKENS: &[&str] = &[
-    "a", "the ", "stream", " ", ".", "\n", "é", "e", "\u{301}", "ñ", "日本語", "😀", "👍🏽", "👩‍💻", "👩", "\u{200D}💻",
-    "👨‍👩‍👧", "🇫🇷", "🏳️‍🌈", "Z̤̈", "ok", "\"quoted\"", "'; DROP TABLE messages; --",
+    "a",
+    "the ",
+    "stream",
+    " ",
+    ".",
+    "\n",
+    "é",
+    "e",
+    "\u{301}",
+    "ñ",
+    "日本語",
+    "😀",
+    "👍🏽",
+    "👩‍💻",
+    "👩",
+    "\u{200D}💻",
+    "👨‍👩‍👧",
+    "🇫🇷",
+    "🏳️‍🌈",
+    "Z̤̈",
+    "ok",
+    "\"quoted\"",
+    "'; DROP TABLE messages; --",
 ];
 
 fn die(seed: u64, what: String) -> ! {
@@ -150,7 +171,11 @@ impl Sim {
         if !self.rng.chance(self.fault_rate) {
             return Fault::None;
         }
-        if self.rng.chance(0.5) { Fault::FailBeforeCommit } else { Fault::CommitThenLoseReply }
+        if self.rng.chance(0.5) {
+            Fault::FailBeforeCommit
+        } else {
+            Fault::CommitThenLoseReply
+        }
     }
 
     fn answer_next(&mut self) {

@@ -21,11 +21,8 @@ fn seq(db: &SqliteDb) -> ColumnValue {
 
 #[test]
 fn the_chunk_migration_is_exactly_the_generated_ddl() {
-    let generated: String = MappedSql::new(TableMapping::example(), Dialect::Sqlite)
-        .chunk_table_ddl()
-        .iter()
-        .map(|s| format!("{s};\n"))
-        .collect();
+    let generated: String =
+        MappedSql::new(TableMapping::example(), Dialect::Sqlite).chunk_table_ddl().iter().map(|s| format!("{s};\n")).collect();
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/0002_message_chunks.sql");
     assert_eq!(std::fs::read_to_string(path).unwrap(), generated);
 }

@@ -107,9 +107,7 @@ impl JwtAuthorizer {
 impl Authorizer for JwtAuthorizer {
     fn authorize(&self, req: &AuthRequest<'_>) -> Result<Principal, Denied> {
         let token = req.token.filter(|t| !t.is_empty()).ok_or(Denied::MissingToken)?;
-        let claims = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation)
-            .map_err(|e| Denied::Invalid(e.to_string()))?
-            .claims;
+        let claims = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation).map_err(|e| Denied::Invalid(e.to_string()))?.claims;
         if claims.exp <= req.now_secs {
             return Err(Denied::Expired);
         }
@@ -188,7 +186,8 @@ mod tests {
         let body = b64(&claims("m1", "read", NOW + 60).to_string());
         let none = format!("{}.{}.", b64(r#"{"alg":"none","typ":"JWT"}"#), body);
         assert!(matches!(ask(Some(&none), "m1", Scope::Read), Err(Denied::Invalid(_))));
-        let hs512 = encode(&Header::new(Algorithm::HS512), &claims("m1", "read", NOW + 60), &EncodingKey::from_secret(SECRET).unwrap()).unwrap();
+        let hs512 =
+            encode(&Header::new(Algorithm::HS512), &claims("m1", "read", NOW + 60), &EncodingKey::from_secret(SECRET).unwrap()).unwrap();
         assert!(matches!(ask(Some(&hs512), "m1", Scope::Read), Err(Denied::Invalid(_))));
     }
 

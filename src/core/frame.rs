@@ -87,23 +87,14 @@ mod tests {
                 Frame::Open { stream_id: "m1".into(), from: 2, seq: 5, durable_seq: 1, ended: false },
                 json!({"type":"open","streamId":"m1","from":2,"seq":5,"durableSeq":1,"ended":false}),
             ),
-            (
-                Frame::Chunk { from: 0, seq: 2, text: "😀".into() },
-                json!({"type":"chunk","from":0,"seq":2,"text":"😀"}),
-            ),
+            (Frame::Chunk { from: 0, seq: 2, text: "😀".into() }, json!({"type":"chunk","from":0,"seq":2,"text":"😀"})),
             (Frame::Durable { seq: 7 }, json!({"type":"durable","seq":7})),
-            (
-                Frame::End { seq: 9, status: EndStatus::Complete, error: None },
-                json!({"type":"end","seq":9,"status":"complete"}),
-            ),
+            (Frame::End { seq: 9, status: EndStatus::Complete, error: None }, json!({"type":"end","seq":9,"status":"complete"})),
             (
                 Frame::End { seq: 9, status: EndStatus::Error, error: Some("boom".into()) },
                 json!({"type":"end","seq":9,"status":"error","error":"boom"}),
             ),
-            (
-                Frame::Stale { floor_seq: 3, durable_seq: 4 },
-                json!({"type":"stale","floorSeq":3,"durableSeq":4}),
-            ),
+            (Frame::Stale { floor_seq: 3, durable_seq: 4 }, json!({"type":"stale","floorSeq":3,"durableSeq":4})),
             (Frame::Absent, json!({"type":"absent"})),
         ];
         for (frame, expected) in cases {
@@ -115,11 +106,7 @@ mod tests {
 
     #[test]
     fn only_open_and_chunk_have_a_resume_point() {
-        assert_eq!(
-            Frame::Open { stream_id: "s".into(), from: 3, seq: 9, durable_seq: 0, ended: false }
-                .resume_point(),
-            Some(3)
-        );
+        assert_eq!(Frame::Open { stream_id: "s".into(), from: 3, seq: 9, durable_seq: 0, ended: false }.resume_point(), Some(3));
         assert_eq!(Frame::Chunk { from: 3, seq: 9, text: "abcdef".into() }.resume_point(), Some(9));
         assert_eq!(Frame::Durable { seq: 9 }.resume_point(), None);
         assert_eq!(Frame::Absent.resume_point(), None);

@@ -175,7 +175,10 @@ mod tests {
     fn openai_responses_deltas_and_done() {
         let f = UpstreamFormat::OpenAiResponses;
         assert_eq!(f.interpret("response.created", r#"{"type":"response.created","response":{}}"#), Ok(Ignore));
-        assert_eq!(f.interpret("response.output_text.delta", r#"{"type":"response.output_text.delta","delta":"é"}"#), Ok(Delta("é".into())));
+        assert_eq!(
+            f.interpret("response.output_text.delta", r#"{"type":"response.output_text.delta","delta":"é"}"#),
+            Ok(Delta("é".into()))
+        );
         assert_eq!(f.interpret("response.completed", r#"{"type":"response.completed"}"#), Ok(Done));
         assert_eq!(f.interpret("error", r#"{"type":"error","code":"server_error","message":"boom"}"#), Ok(Error("boom".into())));
         assert_eq!(

@@ -67,11 +67,7 @@ pub fn splice_stream_text(a: &str, b: &str) -> Result<String, Diverged> {
     if long.starts_with(short) {
         return Ok(long.to_owned());
     }
-    let at = short
-        .char_indices()
-        .zip(long.chars())
-        .find(|((_, x), y)| x != y)
-        .map_or(short.len(), |((i, _), _)| i);
+    let at = short.char_indices().zip(long.chars()).find(|((_, x), y)| x != y).map_or(short.len(), |((i, _), _)| i);
     Err(Diverged { at: utf16::len(&short[..at]) })
 }
 

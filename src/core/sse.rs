@@ -4,11 +4,8 @@ use super::frame::Frame;
 
 /// Response headers of every SSE answer. `x-accel-buffering` opts out of proxy buffering,
 /// without which a reader sees a paragraph at a time instead of tokens.
-pub const SSE_HEADERS: [(&str, &str); 3] = [
-    ("content-type", "text/event-stream; charset=utf-8"),
-    ("cache-control", "no-cache, no-transform"),
-    ("x-accel-buffering", "no"),
-];
+pub const SSE_HEADERS: [(&str, &str); 3] =
+    [("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache, no-transform"), ("x-accel-buffering", "no")];
 
 /// The keep-alive comment; costs a few bytes and keeps intermediaries from reaping the socket.
 pub const PING: &str = ": ping\n\n";

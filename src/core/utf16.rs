@@ -7,10 +7,7 @@
 /// The number of UTF-16 code units in `s`.
 pub fn len(s: &str) -> u64 {
     // A UTF-8 lead byte starts one code unit; a 4-byte lead (>= 0xF0) starts a surrogate pair.
-    s.as_bytes()
-        .iter()
-        .map(|&b| u64::from(b & 0xC0 != 0x80) + u64::from(b >= 0xF0))
-        .sum()
+    s.as_bytes().iter().map(|&b| u64::from(b & 0xC0 != 0x80) + u64::from(b >= 0xF0)).sum()
 }
 
 /// The position of a UTF-16 `offset` inside `s`, counted from the string's start.

@@ -1,13 +1,17 @@
 //! Applies a [`FaultPlan`] around a D1 operation (test configurations only).
 
-pub use crate::core::faults::FaultPlan;
 use crate::core::faults::Fault;
+pub use crate::core::faults::FaultPlan;
 use crate::core::live::{StoreFailure, StoreOp, StoreReply};
 use std::future::Future;
 
 impl FaultPlan {
     /// Runs `op` through D1, broken as the plan decides. A lost reply really commits first.
-    pub async fn around(&self, op: &StoreOp, run: impl Future<Output = Result<StoreReply, StoreFailure>>) -> Result<StoreReply, StoreFailure> {
+    pub async fn around(
+        &self,
+        op: &StoreOp,
+        run: impl Future<Output = Result<StoreReply, StoreFailure>>,
+    ) -> Result<StoreReply, StoreFailure> {
         match self.decide(op) {
             None => run.await,
             Some(Fault::FailBeforeCommit) => Err(StoreFailure("injected fault: D1 failed before commit".into())),

@@ -118,7 +118,8 @@ impl StreamObject {
             Action::Close => o.seal(&route, None).await,
             Action::Fail => {
                 let body = http::small_json(&mut req, 64 * 1024, "the fail body must be {\"error\": \"…\"}").await?;
-                let message = body.as_ref().and_then(|b| b.get("error")).and_then(|e| e.as_str()).unwrap_or("the producer failed the stream");
+                let message =
+                    body.as_ref().and_then(|b| b.get("error")).and_then(|e| e.as_str()).unwrap_or("the producer failed the stream");
                 o.seal(&route, Some(message.to_owned())).await
             }
             Action::Events => o.events(&req, &url),
@@ -140,7 +141,7 @@ impl StreamObject {
         let host_token = random_token();
         let (stream, ticket) = LiveStream::open(&route.stream_id, o.setup.settings.stream.clone(), &host_token, now_ms());
         let settled = o.shell.await_ticket(ticket);
-        if o.shell.install(stream, Box::new(|_| {})).is_err() {
+        if !o.shell.install(stream) {
             return Err(ApiError::open_refused(&route.stream_id, crate::core::durable::OpenRefused::AlreadyOpenHere));
         }
         *o.shell.meta.borrow_mut() = meta;
@@ -268,14 +269,21 @@ impl Object {
         } else {
             receipt = self.append_streaming(route, req, receipt, max).await?;
         }
-        http::json(200, &json!({"seq": receipt.seq, "durableSeq": receipt.durable_seq, "cancelled": receipt.cancelled})).map_err(unavailable)
+        http::json(200, &json!({"seq": receipt.seq, "durableSeq": receipt.durable_seq, "cancelled": receipt.cancelled}))
+            .map_err(unavailable)
     }
 
     /// A streaming body: each piece is pushed as it arrives. A cancel answers at once. A body
     /// that turns out too large or not UTF-8 stops being pushed, is read to its end (up to
     /// [`MAX_DISCARDED_BYTES`] more) and only then refused: answering while the client is still
     /// sending breaks its connection under the local runtime's proxy.
-    async fn append_streaming(&self, route: &Route, req: &mut Request, mut receipt: PushReceipt, max: usize) -> Result<PushReceipt, ApiError> {
+    async fn append_streaming(
+        &self,
+        route: &Route,
+        req: &mut Request,
+        mut receipt: PushReceipt,
+        max: usize,
+    ) -> Result<PushReceipt, ApiError> {
         let mut body = Box::pin(req.stream().map_err(unavailable)?);
         let mut utf8 = Utf8Reassembler::new();
         let mut total = 0usize;

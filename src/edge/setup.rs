@@ -60,8 +60,11 @@ impl Setup {
         let authorizer = match AUTHORIZER.with(|a| a.borrow().clone()) {
             Some(a) => a,
             None => {
-                let secret = env.secret("STREAM_JWT_SECRET").map(|s| s.to_string()).or_else(|_| env.var("STREAM_JWT_SECRET").map(|s| s.to_string()));
-                let secret = secret.map_err(|_| invalid("STREAM_JWT_SECRET", "is not set (a secret: `wrangler secret put STREAM_JWT_SECRET`, or .dev.vars locally)"))?;
+                let secret =
+                    env.secret("STREAM_JWT_SECRET").map(|s| s.to_string()).or_else(|_| env.var("STREAM_JWT_SECRET").map(|s| s.to_string()));
+                let secret = secret.map_err(|_| {
+                    invalid("STREAM_JWT_SECRET", "is not set (a secret: `wrangler secret put STREAM_JWT_SECRET`, or .dev.vars locally)")
+                })?;
                 Rc::new(JwtAuthorizer::new(secret.as_bytes()).map_err(|e| invalid("STREAM_JWT_SECRET", &e.to_string()))?)
             }
         };

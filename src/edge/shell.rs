@@ -43,8 +43,6 @@ pub struct Shell {
     cancel_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     timer_at: Cell<Option<Millis>>,
     timer_generation: Cell<u64>,
-    /// Runs when the core retires (the object's lease bookkeeping hooks in here).
-    on_retired: RefCell<Option<Box<dyn FnOnce(bool)>>>,
 }
 
 impl Shell {
@@ -59,19 +57,17 @@ impl Shell {
             cancel_watchers: RefCell::default(),
             timer_at: Cell::new(None),
             timer_generation: Cell::new(0),
-            on_retired: RefCell::new(None),
         })
     }
 
-    /// Installs a freshly opened stream, or refuses when one is already here.
-    pub fn install(self: &Rc<Self>, stream: LiveStream, on_retired: Box<dyn FnOnce(bool)>) -> Result<(), LiveStream> {
+    /// Installs a freshly opened stream; `false` (and nothing changes) when one is already here.
+    pub fn install(&self, stream: LiveStream) -> bool {
         let mut slot = self.live.borrow_mut();
         if slot.is_some() {
-            return Err(stream);
+            return false;
         }
         *slot = Some(stream);
-        *self.on_retired.borrow_mut() = Some(on_retired);
-        Ok(())
+        true
     }
 
     /// Is a stream (opening, live, sealing or lingering) held here?
@@ -170,18 +166,13 @@ impl Shell {
         self.feed(|s, now| s.handle_store(request.id, result, now));
     }
 
-    fn retire(self: &Rc<Self>) {
-        let sealed_ok = self
-            .live
-            .borrow_mut()
-            .take()
-            .is_some_and(|s| matches!(s.state(), crate::core::live::StreamState::Retired) && s.durable_seq() == s.seq());
+    /// Drops the stream after its linger window (or a refused open). The lease alarm that
+    /// follows finds the row sealed (or repairs it, after a seal that could not commit).
+    fn retire(&self) {
+        self.live.borrow_mut().take();
         *self.meta.borrow_mut() = None;
         for (_, w) in self.wakers.borrow_mut().drain() {
             w.wake(); // their next pull finds the stream gone and ends the body
-        }
-        if let Some(hook) = self.on_retired.borrow_mut().take() {
-            hook(sealed_ok);
         }
     }
 

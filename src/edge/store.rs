@@ -82,12 +82,7 @@ impl D1Tables {
             StorePlan::Batch(statements) => self.batch(statements).await.map(|_| StoreReply::Applied),
             StorePlan::Query(statement, shape) => {
                 let rows = self.query(statement).await?;
-                let row = rows.first();
-                let column = row.map(|r| move |name: &str| r.get(name).map(column));
-                match &column {
-                    Some(c) => shape.read(Some(c)),
-                    None => shape.read(None),
-                }
+                shape.read(rows.first().map(|r| move |name: &str| r.get(name).map(column)))
             }
         }
     }

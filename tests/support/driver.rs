@@ -4,9 +4,7 @@
 use super::{Fault, SqliteDb};
 use rindle_streams::core::config::StreamConfig;
 use rindle_streams::core::frame::Frame;
-use rindle_streams::core::live::{
-    LiveStream, Output, Pull, PushReceipt, ReaderId, Settlement, StoreOp, StoreRequest, StreamEvent, Ticket,
-};
+use rindle_streams::core::live::{LiveStream, Output, Pull, PushReceipt, ReaderId, Settlement, StoreOp, StoreRequest, StreamEvent, Ticket};
 use std::collections::{HashMap, VecDeque};
 
 pub const STREAM: &str = "m1";

@@ -49,9 +49,7 @@ impl SqliteDb {
 
     /// What the app does before opening a stream: insert the message row.
     pub fn insert_message(&self, id: &str) {
-        self.conn
-            .execute("INSERT INTO messages (id, chat_id, role) VALUES (?1, 'chat-1', 'assistant')", [id])
-            .unwrap();
+        self.conn.execute("INSERT INTO messages (id, chat_id, role) VALUES (?1, 'chat-1', 'assistant')", [id]).unwrap();
     }
 
     pub fn exec(&self, sql: &str) {
@@ -67,11 +65,7 @@ impl SqliteDb {
             StorePlan::Batch(statements) => self.batch(statements).map(|_| StoreReply::Applied),
             StorePlan::Query(statement, shape) => {
                 let row = self.query(statement).into_iter().next();
-                let column = row.as_ref().map(|r| move |name: &str| r.get(name).cloned());
-                match &column {
-                    Some(c) => shape.read(Some(c)),
-                    None => shape.read(None),
-                }
+                shape.read(row.as_ref().map(|r| move |name: &str| r.get(name).cloned()))
             }
         };
         match fault {

@@ -118,12 +118,8 @@ impl TableMapping {
 
     /// The example schema's mapping: `messages` and `message_chunks` with every optional column.
     pub fn example() -> Self {
-        let names = ColumnNames {
-            cancel: Some("cancel".into()),
-            error: Some("error".into()),
-            host: Some("host".into()),
-            ..ColumnNames::default()
-        };
+        let names =
+            ColumnNames { cancel: Some("cancel".into()), error: Some("error".into()), host: Some("host".into()), ..ColumnNames::default() };
         Self::new("messages", "message_chunks", &names).expect("the example mapping is valid")
     }
 }

@@ -44,8 +44,8 @@ impl MappedSql {
 }
 
 impl Shape {
-    /// Reads the first row (`None`: no row). `column(name)` returns that column's value.
-    pub fn read(self, row: Option<&dyn Fn(&str) -> Option<ColumnValue>>) -> Result<StoreReply, StoreFailure> {
+    /// Reads the first row (`None`: no row); the row is a lookup from column name to value.
+    pub fn read<F: Fn(&str) -> Option<ColumnValue>>(self, row: Option<F>) -> Result<StoreReply, StoreFailure> {
         match self {
             Shape::Probe => Ok(StoreReply::Probe(row.map(|col| OpenProbe {
                 seq: col("seq").unwrap_or(ColumnValue::Null),
@@ -59,11 +59,9 @@ impl Shape {
                 _ => None,
             }))),
             Shape::State => {
-                let seq = row.and_then(|col| col("seq"));
-                let cancel = row.and_then(|col| col("cancel"));
-                RowState::from_columns(seq.as_ref(), cancel.as_ref())
-                    .map(StoreReply::State)
-                    .map_err(|e| StoreFailure(e.to_string()))
+                let seq = row.as_ref().and_then(|col| col("seq"));
+                let cancel = row.as_ref().and_then(|col| col("cancel"));
+                RowState::from_columns(seq.as_ref(), cancel.as_ref()).map(StoreReply::State).map_err(|e| StoreFailure(e.to_string()))
             }
         }
     }

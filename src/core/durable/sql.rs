@@ -118,10 +118,7 @@ impl MappedSql {
                 m.chunks, m.chunk_key, m.chunk_stream, m.chunk_seq, m.chunk_text
             ),
             // Reads are always "this stream's chunks in order", and compaction deletes by stream.
-            format!(
-                "CREATE INDEX IF NOT EXISTS {index} ON {} ({}, {})",
-                m.chunks, m.chunk_stream, m.chunk_seq
-            ),
+            format!("CREATE INDEX IF NOT EXISTS {index} ON {} ({}, {})", m.chunks, m.chunk_stream, m.chunk_seq),
         ]
     }
 
@@ -143,7 +140,15 @@ impl MappedSql {
             Some(host) => Statement {
                 sql: format!(
                     "UPDATE {} SET {} = {}, {host} = {} WHERE {} = {} AND ({} IS NULL OR {} <> {})",
-                    m.message, m.status, self.p(1), self.p(2), m.key, self.p(3), m.status, m.status, self.p(1)
+                    m.message,
+                    m.status,
+                    self.p(1),
+                    self.p(2),
+                    m.key,
+                    self.p(3),
+                    m.status,
+                    m.status,
+                    self.p(1)
                 ),
                 params: vec![STATUS_STREAMING.into(), host_token.into(), stream_id.into()],
             },
@@ -206,10 +211,7 @@ impl MappedSql {
         let columns = vec![(&m.body, body.into()), (&m.seq, crate::core::utf16::len(body).into()), (&m.status, status.as_str().into())];
         [
             self.seal_update(stream_id, columns, error),
-            Statement {
-                sql: format!("DELETE FROM {} WHERE {} = {}", m.chunks, m.chunk_stream, self.p(1)),
-                params: vec![stream_id.into()],
-            },
+            Statement { sql: format!("DELETE FROM {} WHERE {} = {}", m.chunks, m.chunk_stream, self.p(1)), params: vec![stream_id.into()] },
         ]
     }
 
@@ -229,10 +231,7 @@ impl MappedSql {
         let sets: Vec<String> = columns.iter().enumerate().map(|(i, (col, _))| format!("{col} = {}", self.p(i + 1))).collect();
         let mut params: Vec<Value> = columns.into_iter().map(|(_, v)| v).collect();
         params.push(stream_id.into());
-        Statement {
-            sql: format!("UPDATE {} SET {} WHERE {} = {}", m.message, sets.join(", "), m.key, self.p(params.len())),
-            params,
-        }
+        Statement { sql: format!("UPDATE {} SET {} WHERE {} = {}", m.message, sets.join(", "), m.key, self.p(params.len())), params }
     }
 
     /// Sets the row's cancel flag; `None` when no cancel column is mapped.
@@ -253,7 +252,15 @@ impl MappedSql {
     pub fn read_row(&self, stream_id: &str) -> Statement {
         let m = &self.map;
         Statement {
-            sql: format!("SELECT {} AS body, {} AS seq, {} AS status FROM {} WHERE {} = {}", m.body, m.seq, m.status, m.message, m.key, self.p(1)),
+            sql: format!(
+                "SELECT {} AS body, {} AS seq, {} AS status FROM {} WHERE {} = {}",
+                m.body,
+                m.seq,
+                m.status,
+                m.message,
+                m.key,
+                self.p(1)
+            ),
             params: vec![stream_id.into()],
         }
     }
@@ -264,7 +271,12 @@ impl MappedSql {
         Statement {
             sql: format!(
                 "SELECT {} AS seq, {} AS text FROM {} WHERE {} = {} ORDER BY {}",
-                m.chunk_seq, m.chunk_text, m.chunks, m.chunk_stream, self.p(1), m.chunk_seq
+                m.chunk_seq,
+                m.chunk_text,
+                m.chunks,
+                m.chunk_stream,
+                self.p(1),
+                m.chunk_seq
             ),
             params: vec![stream_id.into()],
         }

@@ -12,8 +12,7 @@
 //! - a seal outranks everything: it supersedes a failing round and repairs it by compaction.
 
 use super::stream::{
-    FlushError, LiveStream, Millis, OpId, Phase, SealShortfall, SealWrite, Settlement, StoreFailure, StoreOp, StoreReply,
-    StreamEvent,
+    FlushError, LiveStream, Millis, OpId, Phase, SealShortfall, SealWrite, Settlement, StoreFailure, StoreOp, StoreReply, StreamEvent,
 };
 use crate::core::config::CheckpointMode;
 use crate::core::durable::RowState;
@@ -44,18 +43,34 @@ pub(crate) enum Round {
     #[default]
     Idle,
     /// Committing the text up to `to`; `attempt` counts from 0.
-    Checkpoint { to: u64, attempt: u32, step: Step },
-    Seal { attempt: u32, step: SealStep },
+    Checkpoint {
+        to: u64,
+        attempt: u32,
+        step: Step,
+    },
+    Seal {
+        attempt: u32,
+        step: SealStep,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step {
     /// The guarded insert plus CAS of `[from, to)` is in flight.
-    Writing { op: OpId, from: u64 },
+    Writing {
+        op: OpId,
+        from: u64,
+    },
     /// The read-back is in flight; `write_error` is the write's failure, if it failed (its
     /// commit may still have happened: the read-back decides).
-    Confirming { op: OpId, from: u64, write_error: Option<String> },
-    Backoff { until: Millis },
+    Confirming {
+        op: OpId,
+        from: u64,
+        write_error: Option<String>,
+    },
+    Backoff {
+        until: Millis,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,13 +87,11 @@ impl LiveStream {
         }
         match self.ck.round.clone() {
             Round::Checkpoint { step: Step::Writing { op: id, from }, .. } if id == op => self.on_written(from, result, now),
-            Round::Checkpoint { step: Step::Confirming { op: id, from, write_error }, .. } if id == op => {
-                match result {
-                    Ok(StoreReply::State(state)) => self.on_confirmed(from, state, write_error, now),
-                    Ok(other) => self.attempt_failed(from, write_error.unwrap_or(format!("unexpected read-back reply {other:?}")), now),
-                    Err(e) => self.attempt_failed(from, write_error.unwrap_or(format!("the read-back failed: {e}")), now),
-                }
-            }
+            Round::Checkpoint { step: Step::Confirming { op: id, from, write_error }, .. } if id == op => match result {
+                Ok(StoreReply::State(state)) => self.on_confirmed(from, state, write_error, now),
+                Ok(other) => self.attempt_failed(from, write_error.unwrap_or(format!("unexpected read-back reply {other:?}")), now),
+                Err(e) => self.attempt_failed(from, write_error.unwrap_or(format!("the read-back failed: {e}")), now),
+            },
             Round::Seal { step: SealStep::Writing { op: id, compacts }, attempt } if id == op => match result {
                 Ok(_) => self.finish_seal(None, compacts, now),
                 Err(e) => match self.cfg.retry_delay(attempt + 1) {

@@ -218,10 +218,7 @@ mod tests {
         rs.fan_out(Frame::Durable { seq: 3 }, stale);
         let Pull::Data { wire, last } = rs.pull(id) else { panic!("expected data") };
         assert!(!last);
-        assert_eq!(
-            wire,
-            format!("{}{}", sse::encode(&chunk(0, "a😀b")), sse::encode(&Frame::Durable { seq: 3 }))
-        );
+        assert_eq!(wire, format!("{}{}", sse::encode(&chunk(0, "a😀b")), sse::encode(&Frame::Durable { seq: 3 })));
         assert_eq!(rs.pull(id), Pull::Pending);
     }
 

@@ -157,11 +157,29 @@ pub enum StreamEvent {
     Opened,
     OpenFailed(OpenError),
     /// One attempt failed; `will_retry` says whether another follows.
-    CheckpointAttemptFailed { from: u64, to: u64, attempt: u32, will_retry: bool, error: String },
+    CheckpointAttemptFailed {
+        from: u64,
+        to: u64,
+        attempt: u32,
+        will_retry: bool,
+        error: String,
+    },
     /// A checkpoint round gave up; the text stays in the buffer.
-    CheckpointFailed { from: u64, to: u64, error: String },
-    Sealed { status: EndStatus, seq: u64, durable_seq: u64, shortfall: Option<String> },
-    ReaderDropped { reader: ReaderId, reason: super::DropReason },
+    CheckpointFailed {
+        from: u64,
+        to: u64,
+        error: String,
+    },
+    Sealed {
+        status: EndStatus,
+        seq: u64,
+        durable_seq: u64,
+        shortfall: Option<String>,
+    },
+    ReaderDropped {
+        reader: ReaderId,
+        reason: super::DropReason,
+    },
 }
 
 /// Counters for `/stats`.
@@ -177,12 +195,20 @@ pub struct Stats {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Phase {
     /// Awaiting the store's word on the open.
-    Opening { ticket: Ticket, step: OpenStep, retry: u32 },
+    Opening {
+        ticket: Ticket,
+        step: OpenStep,
+        retry: u32,
+    },
     Live,
     /// A seal is requested; the terminal write is pending.
     Sealing(Seal),
     /// Sealed; joinable until `linger_until`.
-    Ended { seal: Seal, shortfall: Option<SealShortfall>, linger_until: Millis },
+    Ended {
+        seal: Seal,
+        shortfall: Option<SealShortfall>,
+        linger_until: Millis,
+    },
     /// Refused at open, or past its linger window.
     Retired,
 }
@@ -193,7 +219,10 @@ pub(crate) enum OpenStep {
     Marking(OpId),
     ReadingHost(OpId),
     /// Waiting to retry the step that failed (`probe` says which).
-    Backoff { until: Millis, probe: bool },
+    Backoff {
+        until: Millis,
+        probe: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -385,12 +414,8 @@ impl LiveStream {
                 self.settle(ticket, Settlement::Sealed(outcome));
             }
             Phase::Opening { .. } | Phase::Retired => {
-                let shortfall = SealShortfall {
-                    status,
-                    seq: self.seq(),
-                    durable_seq: self.durable_seq,
-                    reason: "the stream is not open".into(),
-                };
+                let shortfall =
+                    SealShortfall { status, seq: self.seq(), durable_seq: self.durable_seq, reason: "the stream is not open".into() };
                 self.settle(ticket, Settlement::Sealed(Err(shortfall)));
             }
         }
@@ -419,13 +444,8 @@ impl LiveStream {
             return self.readers.attach(vec![self.stale_frame()]);
         }
         let at = self.buf.char_floor(wanted);
-        let mut replay = vec![Frame::Open {
-            stream_id: self.id.clone(),
-            from: at,
-            seq,
-            durable_seq: self.durable_seq,
-            ended: ended.is_some(),
-        }];
+        let mut replay =
+            vec![Frame::Open { stream_id: self.id.clone(), from: at, seq, durable_seq: self.durable_seq, ended: ended.is_some() }];
         if seq > at {
             replay.push(Frame::Chunk { from: at, seq, text: self.buf.tail(at).to_owned() });
         }
