@@ -263,13 +263,7 @@ fn a_failed_seal_still_ends_the_stream_and_the_caller_learns_the_shortfall() {
     let reader = d.subscribe(0);
     d.read(reader);
     let close = d.close();
-    for retry in 0..=3 {
-        assert!(matches!(d.peek(), Some(StoreOp::Seal(_))));
-        d.answer(Fault::FailBeforeCommit);
-        if retry < 3 {
-            d.advance(50 << retry);
-        }
-    }
+    fail_seal(&mut d);
     match d.settlement(close) {
         Some(Settlement::Sealed(Err(s))) => assert_eq!((s.seq, s.durable_seq), (9, 8)),
         other => panic!("expected a shortfall, got {other:?}"),
@@ -279,6 +273,71 @@ fn a_failed_seal_still_ends_the_stream_and_the_caller_learns_the_shortfall() {
     let late_flush = d.flush();
     assert_eq!(d.settlement(late_flush), Some(&Settlement::Flushed(Err(FlushError::EndedShort { seq: 9, durable_seq: 8 }))));
     assert!(d.stream.push("x", d.now).is_err(), "the stream is over");
+}
+
+/// Fails the seal's first attempt and every retry.
+fn fail_seal(d: &mut Driver) {
+    for retry in 0..=3 {
+        assert!(matches!(d.peek(), Some(StoreOp::Seal(_))), "expected a seal, got {:?}", d.peek());
+        d.answer(Fault::FailBeforeCommit);
+        if retry < 3 {
+            d.advance(50 << retry);
+        }
+    }
+}
+
+#[test]
+fn a_seal_that_cannot_commit_is_a_shortfall_even_when_every_character_is_durable() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    d.answer_all();
+    assert_eq!(d.stream.durable_seq(), 8, "the chunk rows hold everything");
+    let close = d.close();
+    fail_seal(&mut d);
+    match d.settlement(close) {
+        Some(Settlement::Sealed(Err(s))) => assert_eq!((s.seq, s.durable_seq), (8, 8), "the text is durable, the status is not"),
+        other => panic!("a seal that never committed must not report success: {other:?}"),
+    }
+    assert_eq!(d.db.status(STREAM), "streaming", "nothing sealed the row");
+    assert_eq!(d.db.durable_text(STREAM), "12345678");
+}
+
+#[test]
+fn a_failed_seal_is_retried_from_the_lingering_stream_and_then_reported_sealed() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    d.answer_all();
+    d.push("9😀");
+    let close = d.close();
+    fail_seal(&mut d);
+    assert!(matches!(d.settlement(close), Some(Settlement::Sealed(Err(_)))));
+    assert_eq!(d.db.status(STREAM), "streaming");
+
+    // What the lease alarm does while the stream lingers: run the seal again, then say so.
+    let write = d.stream.unsealed_write().expect("the lingering stream holds the whole text");
+    let plan = d.db.sql.plan(STREAM, &StoreOp::Seal(write));
+    d.db.run(&plan, Fault::None).expect("the retried seal commits");
+    d.stream.seal_repaired();
+    assert_eq!(d.db.status(STREAM), "complete");
+    assert_eq!(d.db.durable_text(STREAM), "123456789😀");
+    assert_eq!(d.db.chunk_count(STREAM), 0);
+    assert_eq!(d.stream.durable_seq(), 11);
+    assert_eq!(d.stream.unsealed_write(), None, "nothing left to repair");
+    let again = d.close();
+    match d.settlement(again) {
+        Some(Settlement::Sealed(Ok(r))) => assert_eq!((r.seq, r.durable_seq), (11, 11)),
+        other => panic!("a close after the repair reports the seal: {other:?}"),
+    }
+}
+
+#[test]
+fn a_sealed_stream_has_nothing_to_repair() {
+    let mut d = Driver::open(cfg());
+    d.push("ab");
+    d.close();
+    d.answer_all();
+    assert_eq!(d.db.status(STREAM), "complete");
+    assert_eq!(d.stream.unsealed_write(), None);
 }
 
 #[test]

@@ -9,7 +9,9 @@ use super::sse::{self, ReaderBody};
 use crate::core::api::{self, Action, ApiError, Route};
 use crate::core::auth::AuthRequest;
 use crate::core::frame::EndStatus;
-use crate::core::live::{FlushError, LiveStream, OpenError, PushError, PushReceipt, SealWrite, Settlement, StoreOp, StreamState};
+use crate::core::live::{
+    FlushError, LiveStream, OpenError, PushError, PushReceipt, SealWrite, Settlement, StoreFailure, StoreOp, StreamState,
+};
 use crate::core::utf8::{BadUtf8, Utf8Reassembler};
 use futures::future::{select, Either};
 use futures::StreamExt;
@@ -201,16 +203,37 @@ impl StreamObject {
         });
     }
 
-    /// The lease alarm: a stream still live here renews it; otherwise a row still `streaming`
-    /// is sealed `interrupted` from its durable text.
+    /// The lease alarm: a stream still live here renews it; otherwise the row is sealed (see
+    /// [`Self::seal_abandoned_row`]). A repair that fails is tried again a lease later, for as
+    /// long as it takes: the runtime's own alarm retries give up after a few, and no row may
+    /// stay `streaming`.
     async fn lease_expired(&self) -> worker::Result<()> {
         let Some(stream_id) = self.state.storage().get::<String>(STREAM_ID_KEY).await.ok().flatten() else { return Ok(()) };
         let o = self.object(&stream_id).map_err(|e| worker::Error::RustError(e.message))?;
+        let lease = Duration::from_millis(o.setup.settings.lease_ms);
         if o.shell.inspect(|s| matches!(s.state(), StreamState::Opening | StreamState::Live | StreamState::Sealing)).unwrap_or(false) {
-            return self.state.storage().set_alarm(Duration::from_millis(o.setup.settings.lease_ms)).await;
+            return self.state.storage().set_alarm(lease).await;
         }
-        let durable = o.setup.sink.read_durable(&stream_id).await.map_err(|e| worker::Error::RustError(e.0))?;
-        let Some(durable) = durable.filter(|d| d.status == crate::core::frame::STATUS_STREAMING) else { return Ok(()) };
+        if let Err(e) = Self::seal_abandoned_row(&o, &stream_id).await {
+            log("error", "lease_repair_failed", &stream_id, json!({"error": e.0, "retryInMs": o.setup.settings.lease_ms}));
+            self.state.storage().set_alarm(lease).await?;
+        }
+        Ok(())
+    }
+
+    /// Seals a row that no live stream will seal: a seal that could not commit is retried from
+    /// the lingering stream (so the row gets the producer's status); otherwise a row still
+    /// `streaming` is sealed `interrupted` from its durable text.
+    async fn seal_abandoned_row(o: &Object, stream_id: &str) -> Result<(), StoreFailure> {
+        if let Some(write) = o.shell.inspect(LiveStream::unsealed_write).flatten() {
+            o.setup.sink.run(stream_id, &StoreOp::Seal(write)).await?;
+            o.shell.feed(|s, _| s.seal_repaired());
+            log("warn", "seal_repaired", stream_id, json!({"durableSeq": o.shell.inspect(LiveStream::durable_seq)}));
+            return Ok(());
+        }
+        let Some(durable) = o.setup.sink.read_durable(stream_id).await?.filter(|d| d.status == crate::core::frame::STATUS_STREAMING) else {
+            return Ok(());
+        };
         let fits = durable.text.len() <= o.setup.settings.stream.max_compact_bytes;
         let seal = SealWrite {
             status: EndStatus::Interrupted,
@@ -219,9 +242,8 @@ impl StreamObject {
             body: fits.then(|| durable.text.clone()),
             body_from: 0,
         };
-        // Failing here fails the alarm, which the runtime retries: no row stays `streaming`.
-        o.setup.sink.run(&stream_id, &StoreOp::Seal(seal)).await.map_err(|e| worker::Error::RustError(e.0))?;
-        log("warn", "interrupted", &stream_id, json!({"durableSeq": durable.seq, "compacted": fits}));
+        o.setup.sink.run(stream_id, &StoreOp::Seal(seal)).await?;
+        log("warn", "interrupted", stream_id, json!({"durableSeq": durable.seq, "compacted": fits}));
         Ok(())
     }
 }

@@ -314,12 +314,13 @@ impl LiveStream {
             self.durable_seq = self.seq();
         }
         let seq = self.seq();
-        let shortfall = (self.durable_seq < seq).then(|| SealShortfall {
-            status: seal.status,
-            seq,
-            durable_seq: self.durable_seq,
-            reason: failure.unwrap_or_else(|| "the tail could not be committed before the seal".into()),
-        });
+        // A seal that did not commit is a shortfall even when every character is durable as
+        // chunk rows: the row's terminal status was not written.
+        let reason = match failure {
+            Some(reason) => Some(reason),
+            None => (self.durable_seq < seq).then(|| "the tail could not be committed before the seal".to_owned()),
+        };
+        let shortfall = reason.map(|reason| SealShortfall { status: seal.status, seq, durable_seq: self.durable_seq, reason });
         self.ck = Default::default();
         self.event(StreamEvent::Sealed {
             status: seal.status,

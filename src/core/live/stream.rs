@@ -422,6 +422,30 @@ impl LiveStream {
         ticket
     }
 
+    /// After a seal that could not commit: the terminal write to try again, while this stream
+    /// still holds what it needs (the whole text for a compaction; for an in-place seal, a
+    /// tail that is all durable). The lease alarm retries it before sealing the row
+    /// `interrupted`; `None` when there is nothing to retry or too little to retry it with.
+    pub fn unsealed_write(&self) -> Option<SealWrite> {
+        let Phase::Ended { seal, shortfall: Some(_), .. } = &self.phase else { return None };
+        let body = match seal.in_place {
+            true if self.durable_seq == self.seq() => None,
+            false if self.buf.floor() == 0 => Some(self.buf.as_str().to_owned()),
+            _ => return None,
+        };
+        Some(SealWrite { status: seal.status, error: seal.error.clone(), seq: self.seq(), body, body_from: self.buf.floor() })
+    }
+
+    /// The write from [`Self::unsealed_write`] committed: the stream is sealed after all, with
+    /// everything durable.
+    pub fn seal_repaired(&mut self) {
+        if let Phase::Ended { shortfall, .. } = &mut self.phase {
+            if shortfall.take().is_some() {
+                self.durable_seq = self.buf.seq();
+            }
+        }
+    }
+
     /// Records a cancel request; the producer learns it from its next receipt.
     pub fn cancel(&mut self) {
         self.cancelled = true;
