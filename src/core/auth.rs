@@ -95,6 +95,7 @@ impl JwtAuthorizer {
         }
         // Only HS256 is accepted: `alg: none` and every other algorithm are refused by the
         // crate's algorithm check. Expiry is checked below against the caller's clock.
+        super::jwt_crypto::install();
         let mut validation = Validation::new(Algorithm::HS256);
         validation.validate_exp = false;
         validation.validate_aud = false;
@@ -121,6 +122,12 @@ impl Authorizer for JwtAuthorizer {
     }
 }
 
+/// Signs `claims` as an HS256 JWT (the development session's tokens, and tests).
+pub fn mint_hs256(claims: &impl serde::Serialize, secret: &[u8]) -> Result<String, jsonwebtoken::errors::Error> {
+    super::jwt_crypto::install();
+    jsonwebtoken::encode(&jsonwebtoken::Header::new(Algorithm::HS256), claims, &jsonwebtoken::EncodingKey::from_secret(secret)?)
+}
+
 /// A `stream` claim is an exact id, or a prefix ending in `*`.
 pub fn stream_claim_matches(claim: &str, stream_id: &str) -> bool {
     match claim.strip_suffix('*') {
@@ -132,14 +139,13 @@ pub fn stream_claim_matches(claim: &str, stream_id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jsonwebtoken::{encode, EncodingKey, Header};
     use serde_json::json;
 
     const SECRET: &[u8] = b"test-secret-0123456789";
     const NOW: u64 = 1_800_000_000;
 
     fn token(claims: serde_json::Value, secret: &[u8]) -> String {
-        encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret).unwrap()).unwrap()
+        mint_hs256(&claims, secret).unwrap()
     }
 
     fn ask(token: Option<&str>, stream: &str, scope: Scope) -> Result<Principal, Denied> {
@@ -186,15 +192,19 @@ mod tests {
         let body = b64(&claims("m1", "read", NOW + 60).to_string());
         let none = format!("{}.{}.", b64(r#"{"alg":"none","typ":"JWT"}"#), body);
         assert!(matches!(ask(Some(&none), "m1", Scope::Read), Err(Denied::Invalid(_))));
-        let hs512 =
-            encode(&Header::new(Algorithm::HS512), &claims("m1", "read", NOW + 60), &EncodingKey::from_secret(SECRET).unwrap()).unwrap();
+        // A genuine HS512 token with the right secret: refused for its algorithm alone.
+        use hmac::{Hmac, KeyInit, Mac};
+        let signed = format!("{}.{}", b64(r#"{"alg":"HS512","typ":"JWT"}"#), body);
+        let mut mac = <Hmac<sha2::Sha512> as KeyInit>::new_from_slice(SECRET).unwrap();
+        mac.update(signed.as_bytes());
+        let hs512 = format!("{signed}.{}", b64(mac.finalize().into_bytes().as_slice()));
         assert!(matches!(ask(Some(&hs512), "m1", Scope::Read), Err(Denied::Invalid(_))));
     }
 
-    /// Unpadded base64url, enough to hand-build an `alg: none` token.
-    fn base64_url(s: &str) -> String {
+    /// Unpadded base64url, enough to hand-build tokens.
+    fn base64_url(b: impl AsRef<[u8]>) -> String {
         const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let b = s.as_bytes();
+        let b = b.as_ref();
         let mut out = String::new();
         for chunk in b.chunks(3) {
             let n = chunk.iter().enumerate().fold(0u32, |acc, (i, &x)| acc | u32::from(x) << (16 - 8 * i));

@@ -34,6 +34,9 @@ pub struct StreamConfig {
     pub idle_timeout_ms: u64,
     /// A reader's queue bound; past it the reader gets `stale`.
     pub max_queued_frames: usize,
+    /// Merge the chunk frames queued for a reader that fell behind into one at pull time. Off
+    /// only to measure what merging saves (`MERGE_QUEUED_CHUNKS=0`, see BENCHMARKS.md).
+    pub merge_queued_chunks: bool,
     /// Text kept below `durableSeq` (sink mode only); `None` keeps everything.
     pub retain_chars: Option<u64>,
     /// The largest checkpoint slice, in UTF-8 bytes (well under D1's 2,000,000-byte rows).
@@ -53,6 +56,7 @@ impl Default for StreamConfig {
             linger_ms: 30_000,
             idle_timeout_ms: 300_000,
             max_queued_frames: 1024,
+            merge_queued_chunks: true,
             retain_chars: None,
             max_slice_bytes: 256 * 1024,
             max_compact_bytes: 1_900_000,
@@ -156,6 +160,7 @@ impl Settings {
             linger_ms: number("LINGER_MS", defaults.linger_ms, 0, 3_600_000)?,
             idle_timeout_ms: number("IDLE_TIMEOUT_MS", defaults.idle_timeout_ms, 0, 86_400_000)?,
             max_queued_frames: number("MAX_QUEUED_FRAMES", defaults.max_queued_frames as u64, 4, 1 << 20)? as usize,
+            merge_queued_chunks: number("MERGE_QUEUED_CHUNKS", 1, 0, 1)? == 1,
             retain_chars,
             mode: if custom_sink { CheckpointMode::Sink } else { CheckpointMode::Tables { host_cas: mapping.host.is_some() } },
             ..defaults

@@ -19,6 +19,7 @@ pub mod config;
 pub mod durable;
 pub mod faults;
 pub mod frame;
+mod jwt_crypto;
 pub mod live;
 pub mod pump;
 pub mod reading;

@@ -4,7 +4,6 @@
 use super::http::{self, unavailable};
 use super::setup::{dev_mode, var};
 use crate::core::api::ApiError;
-use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::json;
 use worker::{Env, Request, Response};
 
@@ -12,11 +11,11 @@ use worker::{Env, Request, Response};
 const DEV_TOKEN_SECS: u64 = 3600;
 
 pub async fn handle(req: Request, env: &Env) -> Result<Response, ApiError> {
-    let url = req.url().map_err(unavailable)?;
+    let path = req.path();
     if !dev_mode(env) {
-        return Err(ApiError::not_found(url.path()));
+        return Err(ApiError::not_found(&path));
     }
-    match (req.method().as_ref(), url.path()) {
+    match (req.method().as_ref(), path.as_str()) {
         ("POST", "/dev/session") => session(env).await,
         (_, "/dev/session") => Err(ApiError::method_not_allowed(req.method().as_ref(), "POST")),
         (_, path) => Err(ApiError::not_found(path)),
@@ -36,10 +35,9 @@ async fn session(env: &Env) -> Result<Response, ApiError> {
         .run()
         .await
         .map_err(ApiError::store_unavailable)?;
-    let key = EncodingKey::from_secret(secret.as_bytes()).map_err(ApiError::misconfigured)?;
     let token = |scope: &str| {
         let claims = json!({"sub": "demo", "stream": stream_id, "scope": scope, "exp": now + DEV_TOKEN_SECS});
-        encode(&Header::new(Algorithm::HS256), &claims, &key).map_err(unavailable)
+        crate::core::auth::mint_hs256(&claims, secret.as_bytes()).map_err(unavailable)
     };
     http::json(
         200,

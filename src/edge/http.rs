@@ -2,7 +2,7 @@
 
 use crate::core::api::ApiError;
 use serde::Serialize;
-use worker::{Headers, Request, Response, Url};
+use worker::{Headers, Request, Response};
 
 /// A JSON answer.
 pub fn json(status: u16, value: &impl Serialize) -> worker::Result<Response> {
@@ -19,20 +19,37 @@ pub fn error(e: &ApiError) -> worker::Result<Response> {
     Ok(Response::from_bytes(e.body().into_bytes())?.with_status(e.status).with_headers(headers))
 }
 
+/// The path and query of a request, read without a URL parser: the runtime hands over a
+/// normalised absolute URL, and the `url` crate's parser (with its IDNA tables) would be a
+/// fifth of the wasm.
+pub struct Target {
+    pub path: String,
+    query: String,
+}
+
+impl Target {
+    pub fn of(req: &Request) -> Self {
+        let url = req.inner().url();
+        let query = url.split_once('?').map_or("", |(_, q)| q.split('#').next().unwrap_or_default()).to_owned();
+        Self { path: req.path(), query }
+    }
+
+    /// The first value of query parameter `name`, percent- and `+`-decoded.
+    pub fn query(&self, name: &str) -> Option<String> {
+        form_urlencoded::parse(self.query.as_bytes()).find(|(k, _)| k == name).map(|(_, v)| v.into_owned())
+    }
+}
+
 /// The bearer token of a request: `Authorization: Bearer …`, or (where allowed) `?token=`.
-pub fn token(req: &Request, url: &Url, query_allowed: bool) -> Option<String> {
+pub fn token(req: &Request, target: &Target, query_allowed: bool) -> Option<String> {
     let header = req.headers().get("authorization").ok().flatten();
     if let Some(t) = header.as_deref().and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer "))) {
         return Some(t.trim().to_owned());
     }
     if query_allowed {
-        return url.query_pairs().find(|(k, _)| k == "token").map(|(_, v)| v.into_owned());
+        return target.query("token");
     }
     None
-}
-
-pub fn query(url: &Url, name: &str) -> Option<String> {
-    url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned())
 }
 
 /// A failure of the runtime itself (not of the input): an honest 503, never a panic.

@@ -40,8 +40,7 @@ pub async fn handle_request(req: Request, env: Env) -> worker::Result<Response> 
 }
 
 async fn route(req: Request, env: &Env) -> Result<Response, ApiError> {
-    let url = req.url().map_err(http::unavailable)?;
-    let path = url.path().to_owned();
+    let path = req.path();
     if path.starts_with("/dev/") {
         return dev::handle(req, env).await;
     }

@@ -93,12 +93,12 @@ impl StreamObject {
     }
 
     async fn handle(&self, mut req: Request) -> Result<Response, ApiError> {
-        let url = req.url().map_err(unavailable)?;
+        let target = http::Target::of(&req);
         let prefix = self.setup()?.settings.path_prefix.clone();
-        let route = api::route(&prefix, req.method().as_ref(), url.path())?.ok_or_else(|| ApiError::not_found(url.path()))?;
+        let route = api::route(&prefix, req.method().as_ref(), &target.path)?.ok_or_else(|| ApiError::not_found(&target.path))?;
         let o = self.object(&route.stream_id)?;
         // Authorization comes before anything that could reveal whether the stream exists.
-        let token = http::token(&req, &url, route.action.token_in_query());
+        let token = http::token(&req, &target, route.action.token_in_query());
         let meta = o.shell.meta.borrow().clone();
         o.setup
             .authorizer
@@ -124,7 +124,7 @@ impl StreamObject {
                     body.as_ref().and_then(|b| b.get("error")).and_then(|e| e.as_str()).unwrap_or("the producer failed the stream");
                 o.seal(&route, Some(message.to_owned())).await
             }
-            Action::Events => o.events(&req, &url),
+            Action::Events => o.events(&req, &target),
             Action::Text => o.text(&route).await,
             Action::Cancel => o.cancel(&route).await,
             Action::Stats => o.stats(&route),
@@ -390,13 +390,13 @@ impl Object {
         }
     }
 
-    fn events(&self, req: &Request, url: &worker::Url) -> Result<Response, ApiError> {
+    fn events(&self, req: &Request, target: &http::Target) -> Result<Response, ApiError> {
         if req.method() == worker::Method::Head {
             // The headers a GET would get, and no subscription: a HEAD has no body to stream.
             return Response::empty().map(|r| r.with_headers(sse::headers())).map_err(unavailable);
         }
         let last_event_id = req.headers().get("last-event-id").ok().flatten();
-        let from = crate::core::sse::join_offset(last_event_id.as_deref(), http::query(url, "from").as_deref());
+        let from = crate::core::sse::join_offset(last_event_id.as_deref(), target.query("from").as_deref());
         let (retry, keepalive) = (self.settings().sse_retry_ms, self.settings().keepalive_ms);
         match self.shell.feed(|s, _| s.subscribe(from)) {
             Some(reader) => ReaderBody::new(Rc::clone(&self.shell), reader, retry, keepalive).into_response(),
@@ -443,6 +443,7 @@ impl Object {
                     "bytesWritten": st.bytes_written,
                     "retainedBytes": s.retained_bytes(),
                     "faultsInjected": self.setup.faults.as_ref().map(|f| f.injected()),
+                    "d1": self.setup.sink.counters(),
                 })
             })
             .ok_or_else(|| ApiError::not_open(&route.stream_id))?;

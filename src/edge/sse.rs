@@ -1,7 +1,7 @@
 //! A reader's SSE body: the bytes the live stream queues for it, pulled as the client reads,
 //! with a keep-alive comment whenever it has been idle for the keep-alive interval.
 
-use super::shell::Shell;
+use super::shell::{now_ms, Shell};
 use crate::core::frame::Frame;
 use crate::core::live::{Pull, ReaderId};
 use crate::core::sse;
@@ -34,21 +34,18 @@ pub struct ReaderBody {
     shell: Rc<Shell>,
     reader: ReaderId,
     preamble: Option<String>,
-    keepalive: Duration,
+    keepalive_ms: u64,
+    /// One keep-alive timer, kept across deliveries: re-arming a timer for every delta to
+    /// every reader would cost more than the delivery itself.
     ping: Option<Pin<Box<Delay>>>,
+    /// When this body last produced bytes (shell clock, ms).
+    last_sent: u64,
     done: bool,
 }
 
 impl ReaderBody {
     pub fn new(shell: Rc<Shell>, reader: ReaderId, retry_ms: u64, keepalive_ms: u64) -> Self {
-        Self {
-            shell,
-            reader,
-            preamble: Some(sse::preamble(retry_ms)),
-            keepalive: Duration::from_millis(keepalive_ms),
-            ping: None,
-            done: false,
-        }
+        Self { shell, reader, preamble: Some(sse::preamble(retry_ms)), keepalive_ms, ping: None, last_sent: now_ms(), done: false }
     }
 
     pub fn into_response(self) -> worker::Result<Response> {
@@ -69,7 +66,6 @@ impl Stream for ReaderBody {
             Pull::Data { wire, last } => {
                 out.push_str(&wire);
                 this.done = last;
-                this.ping = None;
             }
             Pull::Gone => {
                 this.done = true;
@@ -79,18 +75,36 @@ impl Stream for ReaderBody {
             }
             Pull::Pending => {
                 this.shell.park_reader(this.reader, cx.waker());
+                if out.is_empty() && !this.ping_due(cx) {
+                    return Poll::Pending;
+                }
                 if out.is_empty() {
-                    let keepalive = this.keepalive;
-                    let ping = this.ping.get_or_insert_with(|| Box::pin(Delay::from(keepalive)));
-                    if ping.as_mut().poll(cx).is_pending() {
-                        return Poll::Pending;
-                    }
-                    this.ping = None;
                     out.push_str(sse::PING);
                 }
             }
         }
+        this.last_sent = now_ms();
         Poll::Ready(Some(Ok(out.into_bytes())))
+    }
+}
+
+impl ReaderBody {
+    /// Whether the body has been idle for the keep-alive interval. Otherwise the one timer
+    /// is (re)armed for the rest of the interval and registered with `cx`.
+    fn ping_due(&mut self, cx: &mut Context<'_>) -> bool {
+        loop {
+            let idle = now_ms().saturating_sub(self.last_sent);
+            if idle >= self.keepalive_ms {
+                self.ping = None;
+                return true;
+            }
+            let rest = self.keepalive_ms - idle;
+            let ping = self.ping.get_or_insert_with(|| Box::pin(Delay::from(Duration::from_millis(rest))));
+            if ping.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            self.ping = None; // fired early relative to the last delivery: arm for the rest
+        }
     }
 }
 

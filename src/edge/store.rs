@@ -8,6 +8,7 @@ use crate::core::live::{StoreFailure, StoreOp, StoreReply};
 use crate::core::reading::{ChunkRow, DurableText};
 use futures::future::LocalBoxFuture;
 use serde_json::Map;
+use std::cell::Cell;
 use std::rc::Rc;
 use wasm_bindgen::JsValue;
 use worker::D1Database;
@@ -28,6 +29,25 @@ pub trait CheckpointSink {
     fn reads_back(&self) -> bool {
         false
     }
+
+    /// What this sink has sent to its store so far, where it counts (for `/stats`).
+    fn counters(&self) -> Option<StoreCounters> {
+        None
+    }
+}
+
+/// The D1 traffic of one object, counted at the executor.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreCounters {
+    /// Every statement sent (reads and writes).
+    pub statements: u64,
+    /// Statements sent in write batches.
+    pub write_statements: u64,
+    /// Rows written, as D1 reports them.
+    pub rows_written: u64,
+    /// Bytes bound to write statements (text as UTF-8, numbers as 8).
+    pub bytes_bound: u64,
 }
 
 /// The mapped D1 tables.
@@ -35,11 +55,18 @@ pub struct D1Tables {
     db: D1Database,
     sql: MappedSql,
     faults: Option<Rc<FaultPlan>>,
+    counters: Cell<StoreCounters>,
 }
 
 impl D1Tables {
     pub fn new(db: D1Database, sql: MappedSql, faults: Option<Rc<FaultPlan>>) -> Self {
-        Self { db, sql, faults }
+        Self { db, sql, faults, counters: Cell::default() }
+    }
+
+    fn count(&self, f: impl FnOnce(&mut StoreCounters)) {
+        let mut c = self.counters.get();
+        f(&mut c);
+        self.counters.set(c);
     }
 
     pub fn sql(&self) -> &MappedSql {
@@ -57,19 +84,28 @@ impl D1Tables {
             return Ok(vec![]);
         }
         let prepared = statements.iter().map(|s| self.prepare(s)).collect::<Result<Vec<_>, _>>()?;
+        let bytes: usize = statements.iter().flat_map(|s| &s.params).map(Value::bound_bytes).sum();
+        self.count(|c| {
+            c.statements += statements.len() as u64;
+            c.write_statements += statements.len() as u64;
+            c.bytes_bound += bytes as u64;
+        });
         let results = self.db.batch(prepared).await.map_err(failure)?;
         let mut changes = Vec::with_capacity(results.len());
         for r in &results {
             if let Some(e) = r.error() {
                 return Err(StoreFailure(e));
             }
-            changes.push(r.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0));
+            let meta = r.meta().ok().flatten();
+            self.count(|c| c.rows_written += meta.as_ref().and_then(|m| m.rows_written).unwrap_or(0) as u64);
+            changes.push(meta.and_then(|m| m.changes).unwrap_or(0));
         }
         Ok(changes)
     }
 
     /// Runs one query; returns its rows as column maps.
     pub async fn query(&self, statement: &Statement) -> Result<Vec<Map<String, serde_json::Value>>, StoreFailure> {
+        self.count(|c| c.statements += 1);
         let result = self.prepare(statement)?.all().await.map_err(failure)?;
         if let Some(e) = result.error() {
             return Err(StoreFailure(e));
@@ -128,6 +164,10 @@ impl CheckpointSink for D1Tables {
 
     fn reads_back(&self) -> bool {
         true
+    }
+
+    fn counters(&self) -> Option<StoreCounters> {
+        Some(self.counters.get())
     }
 }
 

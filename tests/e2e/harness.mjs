@@ -336,6 +336,7 @@ let stackCounter = 0;
  *   persistDir reuse an existing state dir (default: a fresh one, migrations applied)
  *   timeoutMs  how long to wait for the server to answer (default 60 s)
  *   name       label for the log file in test-artifacts/e2e/
+ *   config     another wrangler.toml (default: the project's), e.g. the benchmark's floor
  *
  * returns { baseUrl, port, persistDir, secret, db, token(stream, scope?, claims?),
  *           stop(), kill(), restart(opts?), logs(), waitForLog(re, ms), process }
@@ -348,6 +349,7 @@ export async function startStack({
   persistDir,
   timeoutMs = 60_000,
   name,
+  config,
 } = {}) {
   if (!haveBuild()) throw new Error(`${SHIM} is missing: run scripts/build.sh first`);
   installExitHooks();
@@ -461,6 +463,7 @@ export async function startStack({
       '--live-reload=false',
       '--log-level', 'log',
     ];
+    if (config) args.push('--config', config);
     for (const [k, v] of Object.entries(stack.vars)) args.push('--var', `${k}:${typeof v === 'string' ? v : JSON.stringify(v)}`);
     stack.logFile = join(ARTIFACTS, `${label}-${id}.log`);
     writeFileSync(stack.logFile, `$ wrangler ${args.join(' ')}\n`, { flag: 'a' });

@@ -48,6 +48,17 @@ pub enum Value {
     Null,
 }
 
+impl Value {
+    /// The bytes this value puts into a statement: text as UTF-8, a number or flag as 8.
+    pub fn bound_bytes(&self) -> usize {
+        match self {
+            Value::Text(s) => s.len(),
+            Value::Int(_) | Value::Bool(_) => 8,
+            Value::Null => 0,
+        }
+    }
+}
+
 impl From<&str> for Value {
     fn from(s: &str) -> Self {
         Value::Text(s.to_owned())

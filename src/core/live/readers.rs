@@ -59,13 +59,15 @@ pub enum DropReason {
 #[derive(Debug)]
 pub(crate) struct Readers {
     cap: usize,
+    merge: bool,
     next_id: u64,
     readers: BTreeMap<ReaderId, Reader>,
 }
 
 impl Readers {
-    pub fn new(cap: usize) -> Self {
-        Self { cap, next_id: 0, readers: BTreeMap::new() }
+    /// `merge`: merge queued chunk frames at pull time (see [`merge_wire`]).
+    pub fn new(cap: usize, merge: bool) -> Self {
+        Self { cap, merge, next_id: 0, readers: BTreeMap::new() }
     }
 
     /// Readers still receiving live frames.
@@ -143,7 +145,8 @@ impl Readers {
         if last {
             self.readers.remove(&id);
         }
-        Pull::Data { wire: merge_wire(&frames), last }
+        let wire = if self.merge { merge_wire(&frames) } else { frames.iter().map(|f| f.wire.as_str()).collect() };
+        Pull::Data { wire, last }
     }
 
     /// Forgets a reader (its client went away).
@@ -210,7 +213,7 @@ mod tests {
 
     #[test]
     fn a_pull_merges_queued_chunks_and_keeps_the_highest_durable() {
-        let mut rs = Readers::new(16);
+        let mut rs = Readers::new(16, true);
         let id = rs.attach(vec![]);
         rs.fan_out(chunk(0, "a😀"), stale);
         rs.fan_out(Frame::Durable { seq: 1 }, stale);
@@ -223,8 +226,18 @@ mod tests {
     }
 
     #[test]
+    fn without_merging_a_pull_sends_each_queued_frame_as_it_was_encoded() {
+        let mut rs = Readers::new(16, false);
+        let id = rs.attach(vec![]);
+        rs.fan_out(chunk(0, "a😀"), stale);
+        rs.fan_out(chunk(3, "b"), stale);
+        let Pull::Data { wire, .. } = rs.pull(id) else { panic!("expected data") };
+        assert_eq!(wire, format!("{}{}", sse::encode(&chunk(0, "a😀")), sse::encode(&chunk(3, "b"))));
+    }
+
+    #[test]
     fn a_full_queue_ends_in_stale_and_frees_its_frames() {
-        let mut rs = Readers::new(2);
+        let mut rs = Readers::new(2, true);
         let slow = rs.attach(vec![]);
         rs.fan_out(chunk(0, "a"), stale);
         rs.fan_out(chunk(1, "b"), stale);
@@ -237,7 +250,7 @@ mod tests {
 
     #[test]
     fn an_offer_to_a_parked_reader_wakes_it_once() {
-        let mut rs = Readers::new(8);
+        let mut rs = Readers::new(8, true);
         let id = rs.attach(vec![]);
         assert_eq!(rs.pull(id), Pull::Pending);
         assert_eq!(rs.fan_out(chunk(0, "a"), stale).0, vec![id]);

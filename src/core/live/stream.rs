@@ -274,7 +274,7 @@ impl LiveStream {
         let mut s = Self {
             last_activity: now,
             id: stream_id.to_owned(),
-            readers: Readers::new(cfg.max_queued_frames),
+            readers: Readers::new(cfg.max_queued_frames, cfg.merge_queued_chunks),
             cfg,
             phase: Phase::Retired,
             buf: TextBuffer::new(),

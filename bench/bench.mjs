@@ -1,0 +1,543 @@
+#!/usr/bin/env node
+// The benchmark: rindle-streams and a JavaScript floor (bench/floor/floor.mjs, a Durable
+// Object that only forwards the producer's bytes to its readers as SSE) driven by the same
+// load, in the same run, on the same local runtime (wrangler dev = workerd), on loopback.
+// Every figure is reported absolutely and, where the floor does the same work, as a ratio.
+//
+//   node bench/bench.mjs            # the full run (≈10 min): what BENCHMARKS.md reports
+//   node bench/bench.mjs --smoke    # seconds per scenario: the harness cannot rot (in the test command)
+//   node bench/bench.mjs --json     # the report as JSON on stdout
+//
+// Build the Worker first (scripts/build.sh; the test command does). Scenarios:
+//   latency   1 stream, R readers (1, 10, 100), 4-UTF-16-unit deltas at 100/s through one
+//             streaming append; push→reader latency p50/p99; workerd CPU per 1,000
+//             deliveries (a delivery = one delta reaching one reader) and per 1,000 deltas
+//   max-rate  the highest delta rate one stream sustains with 100 readers before p99 > 100 ms
+//   d1        statements, rows and bytes written per 10,000 characters (counted at the
+//             executor, from /stats), for 10k, 100k and 1M characters
+//   memory    workerd resident memory per 100 live streams (each with a reader and 2 KB text)
+//   variants  before/after: pull-time merging off (MERGE_QUEUED_CHUNKS=0), one POST per delta
+//             instead of the streaming append, checkpoints per delta (CHECKPOINT_CHARS=1)
+// CPU and memory come from /proc, summed over the runtime's workerd processes (wrangler dev
+// runs two: the Worker's and its dev proxy's; both are in every figure, for both sides).
+import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync, existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { gzipSync } from 'node:zlib';
+import { ROOT, startStack } from '../tests/e2e/harness.mjs';
+import { sleep } from '../tests/e2e/util.mjs';
+
+const DELTAS = ['tok ', 'ab😀', '漢字ab', '👍🏽', 'the ', '🦀ok', 'é é ', '𝄞 a '];
+const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+
+// ---------------------------------------------------------------------------------------
+// The runtime's processes
+
+/** The workerd processes of process group `pgid`, with CPU (ms) and memory (KiB). */
+function workerdUsage(pgid) {
+  let cpuMs = 0;
+  let rssKb = 0;
+  let hwmKb = 0;
+  let processes = 0;
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    let stat;
+    try {
+      stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+    } catch {
+      continue; // gone meanwhile
+    }
+    const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (comm !== 'workerd' || Number(f[2]) !== pgid) continue;
+    processes++;
+    cpuMs += ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK;
+    try {
+      const status = readFileSync(`/proc/${name}/status`, 'utf8');
+      rssKb += Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+      hwmKb += Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0);
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+  return { cpuMs, rssKb, hwmKb, processes };
+}
+
+// ---------------------------------------------------------------------------------------
+// Latency bookkeeping
+
+function percentile(sorted, p) {
+  if (sorted.length === 0) return null;
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
+}
+
+const round = (x, digits = 1) => (x === null || x === undefined ? null : Math.round(x * 10 ** digits) / 10 ** digits);
+
+// ---------------------------------------------------------------------------------------
+// The two targets: the same load against either
+
+function request(url, { method = 'GET', headers = {}, body, timeoutMs = 30_000 } = {}) {
+  return new Promise((resolve) => {
+    const req = http.request(url, { method, headers, agent: false }, (res) => {
+      let raw = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => (raw += c));
+      res.on('end', () => {
+        let json;
+        try {
+          json = JSON.parse(raw);
+        } catch {
+          /* not JSON */
+        }
+        resolve({ status: res.statusCode, raw, json });
+      });
+    });
+    req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+    req.on('error', (e) => resolve({ status: 0, raw: e.message }));
+    req.end(body);
+  });
+}
+
+let streamCounter = 0;
+
+/** rindle-streams: rows in D1, JWTs, JSON frames whose `seq` says how far a reader is. */
+function rindleTarget(stack) {
+  return {
+    name: 'rindle',
+    stack,
+    async open() {
+      const id = `bench-${process.pid}-${++streamCounter}`;
+      stack.db.run(`INSERT INTO messages (id, chat_id, role) VALUES (?, 'bench', 'assistant')`, id);
+      const token = stack.token(id);
+      const auth = { authorization: `Bearer ${token}` };
+      const url = (action, query = '') => `${stack.baseUrl}/streams/${id}/${action}${query}`;
+      const opened = await request(url('open'), { method: 'POST', headers: auth });
+      if (opened.status !== 200) throw new Error(`open ${id}: ${opened.status} ${opened.raw}`);
+      return {
+        id,
+        appendUrl: url('append'),
+        producerHeaders: { ...auth, 'content-type': 'text/plain; charset=utf-8' },
+        eventsUrl: url('events', `?from=0&token=${encodeURIComponent(token)}`),
+        close: () => request(url('close'), { method: 'POST', headers: auth }),
+        stats: async () => (await request(url('stats'), { headers: auth })).json,
+      };
+    },
+    /** Feeds SSE text; calls onUnits(total UTF-16 units received) and onViolation(msg). */
+    reader(onUnits, onViolation) {
+      let seq = 0;
+      return (event) => {
+        if (!event.data.startsWith('{"type":"chunk"')) return;
+        const f = JSON.parse(event.data);
+        if (f.from !== seq || f.seq - f.from !== f.text.length) onViolation(`chunk ${f.from}..${f.seq} after ${seq}`);
+        seq = f.seq;
+        onUnits(seq);
+      };
+    },
+  };
+}
+
+/** The floor: no auth, no open; each `data:` frame is raw produced text. */
+function floorTarget(stack) {
+  return {
+    name: 'floor',
+    stack,
+    async open() {
+      const id = `floor-${process.pid}-${++streamCounter}`;
+      const url = (action) => `${stack.baseUrl}/streams/${id}/${action}`;
+      return {
+        id,
+        appendUrl: url('append'),
+        producerHeaders: { 'content-type': 'text/plain; charset=utf-8' },
+        eventsUrl: url('events'),
+        close: () => request(url('close'), { method: 'POST' }),
+        stats: async () => null,
+      };
+    },
+    reader(onUnits) {
+      let units = 0;
+      return (event) => {
+        if (event.event === 'end') return;
+        units += event.data.length;
+        onUnits(units);
+      };
+    },
+  };
+}
+
+/** An SSE reader on its own connection; `onEvent({event, data})` per event. Resolves once connected. */
+function attachReader(url, onEvent) {
+  return new Promise((resolve, reject) => {
+    const req = http.get(url, { agent: false, headers: { accept: 'text/event-stream' } }, (res) => {
+      if (res.statusCode !== 200) return reject(new Error(`events: ${res.statusCode}`));
+      res.setEncoding('utf8');
+      let buf = '';
+      res.on('data', (chunk) => {
+        buf += chunk;
+        let cut;
+        while ((cut = buf.indexOf('\n\n')) >= 0) {
+          const block = buf.slice(0, cut);
+          buf = buf.slice(cut + 2);
+          let event = 'message';
+          const data = [];
+          for (const line of block.split('\n')) {
+            if (line.startsWith('data:')) data.push(line.slice(line[5] === ' ' ? 6 : 5));
+            else if (line.startsWith('event:')) event = line.slice(6).trim();
+          }
+          if (data.length) onEvent({ event, data: data.join('\n') });
+        }
+      });
+      res.on('error', () => {});
+      resolve({ close: () => req.destroy() });
+    });
+    req.on('error', reject);
+  });
+}
+
+/** A streaming append (chunked, no content-length) that stays open until `end()`. */
+function openAppend(stream) {
+  const req = http.request(stream.appendUrl, { method: 'POST', agent: false, headers: { ...stream.producerHeaders, 'transfer-encoding': 'chunked' } });
+  const answer = new Promise((resolve) => {
+    req.on('response', (res) => {
+      let raw = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => (raw += c));
+      res.on('end', () => resolve({ status: res.statusCode, raw }));
+    });
+    req.on('error', (e) => resolve({ status: 0, raw: e.message }));
+  });
+  req.setNoDelay?.(true);
+  req.flushHeaders();
+  return { write: (text) => req.write(text), end: () => req.end(), answer };
+}
+
+// ---------------------------------------------------------------------------------------
+// Scenarios
+
+/**
+ * One stream, `readers` readers, `rate` deltas/s for `seconds` (deltas of 4 UTF-16 units).
+ * `plain`: one POST per delta instead of one streaming append. Returns latency percentiles
+ * (the first 10% of deltas are warm-up and not counted), deliveries, CPU and violations.
+ */
+async function fanout(target, { readers, rate, seconds, plain = false }) {
+  const stream = await target.open();
+  const total = Math.max(1, Math.round(rate * seconds));
+  const sentAt = new Float64Array(total);
+  const endUnits = new Float64Array(total);
+  const warmup = Math.floor(total / 10);
+  const latencies = [];
+  let violations = 0;
+  let delivered = 0;
+  const progress = [];
+  let sent = 0;
+  let finished = 0;
+  let allDone;
+  const done = new Promise((r) => (allDone = r));
+  const conns = [];
+  for (let i = 0; i < readers; i++) {
+    const state = { next: 0 };
+    progress.push(state);
+    const onUnits = (units) => {
+      const now = performance.now();
+      while (state.next < sent && endUnits[state.next] <= units) {
+        if (state.next >= warmup) latencies.push(now - sentAt[state.next]);
+        state.next++;
+        delivered++;
+      }
+      if (state.next === total) {
+        state.next++; // count once
+        if (++finished === readers) allDone();
+      }
+    };
+    conns.push(await attachReader(stream.eventsUrl, target.reader(onUnits, () => violations++)));
+  }
+  await sleep(200); // every reader attached and parked
+  const before = workerdUsage(target.stack.process.pgid);
+  const producer = plain ? null : openAppend(stream);
+  let units = 0;
+  const start = performance.now();
+  const inflight = [];
+  while (sent < total) {
+    const due = start + (sent * 1000) / rate;
+    const wait = due - performance.now();
+    if (wait > 1) await sleep(wait);
+    const text = DELTAS[sent % DELTAS.length];
+    units += text.length;
+    endUnits[sent] = units;
+    sentAt[sent] = performance.now();
+    sent++;
+    if (plain) inflight.push(request(stream.appendUrl, { method: 'POST', headers: stream.producerHeaders, body: text }));
+    else producer.write(text);
+  }
+  const elapsed = (performance.now() - start) / 1000;
+  const grace = sleep(10_000).then(() => 'timeout');
+  const outcome = await Promise.race([done.then(() => 'done'), grace]);
+  const after = workerdUsage(target.stack.process.pgid);
+  if (plain) await Promise.all(inflight);
+  else {
+    producer.end();
+    await producer.answer;
+  }
+  await stream.close();
+  for (const c of conns) c.close();
+  latencies.sort((a, b) => a - b);
+  const cpuMs = after.cpuMs - before.cpuMs;
+  return {
+    target: target.name,
+    readers,
+    rate,
+    plain,
+    deltas: total,
+    achievedRate: round(total / elapsed),
+    deliveries: delivered,
+    expectedDeliveries: total * readers,
+    complete: outcome === 'done',
+    violations,
+    p50: round(percentile(latencies, 50)),
+    p99: round(percentile(latencies, 99)),
+    max: round(latencies.at(-1)),
+    cpuMs: round(cpuMs),
+    cpuMsPer1000Deliveries: round((cpuMs * 1000) / Math.max(1, delivered), 2),
+    cpuMsPer1000Deltas: round((cpuMs * 1000) / total, 2),
+  };
+}
+
+/** The highest of `rates` one stream sustains with `readers` readers (p99 ≤ 100 ms, all delivered). */
+async function maxRate(target, { readers, rates, seconds }) {
+  const steps = [];
+  let best = null;
+  for (const rate of rates) {
+    const r = await fanout(target, { readers, rate, seconds });
+    const holds = r.complete && r.violations === 0 && r.p99 !== null && r.p99 <= 100 && r.achievedRate >= rate * 0.95;
+    steps.push({ rate, holds, p50: r.p50, p99: r.p99, achievedRate: r.achievedRate, complete: r.complete });
+    if (!holds) break;
+    best = rate;
+  }
+  return { target: target.name, readers, best, steps };
+}
+
+/** D1 traffic for a stream of `chars` UTF-16 units written as fast as the append takes them. */
+async function d1Traffic(target, { chars, pieceUnits = 64 }) {
+  const stream = await target.open();
+  const producer = openAppend(stream);
+  let text = '';
+  let written = 0;
+  let k = 0;
+  while (written < chars) {
+    let piece = '';
+    while (piece.length < pieceUnits) piece += DELTAS[k++ % DELTAS.length];
+    text += piece;
+    written += piece.length;
+    if (!producer.write(piece)) await new Promise((r) => setImmediate(r));
+  }
+  producer.end();
+  const appended = await producer.answer;
+  if (appended.status !== 200) throw new Error(`append: ${appended.status} ${appended.raw}`);
+  const closed = await stream.close();
+  if (closed.status !== 200) throw new Error(`close: ${closed.status} ${closed.raw}`);
+  const stats = await stream.stats();
+  const textBytes = Buffer.byteLength(text);
+  const per10k = (x) => round((x * 10_000) / text.length, 1);
+  return {
+    chars: text.length,
+    textBytes,
+    statements: stats.d1.statements,
+    writeStatements: stats.d1.writeStatements,
+    rowsWritten: stats.d1.rowsWritten,
+    bytesBound: stats.d1.bytesBound,
+    statementsPer10k: per10k(stats.d1.statements),
+    rowsPer10k: per10k(stats.d1.rowsWritten),
+    bytesPer10k: per10k(stats.d1.bytesBound),
+    bytesPerTextByte: round(stats.d1.bytesBound / textBytes, 2),
+    checkpoints: stats.checkpoints,
+  };
+}
+
+/** D1 statements per delta for `deltas` 4-unit deltas at `rate`/s (the per-delta work check). */
+async function d1PerDelta(target, { deltas, rate }) {
+  const stream = await target.open();
+  const producer = openAppend(stream);
+  const start = performance.now();
+  for (let i = 0; i < deltas; i++) {
+    const wait = start + (i * 1000) / rate - performance.now();
+    if (wait > 1) await sleep(wait);
+    producer.write(DELTAS[i % DELTAS.length]);
+  }
+  producer.end();
+  await producer.answer;
+  const live = await stream.stats(); // before the seal: checkpoint traffic only
+  await stream.close();
+  return { deltas, rate, statements: live.d1.statements, statementsPerDelta: round(live.d1.statements / deltas, 3), checkpoints: live.checkpoints };
+}
+
+/** workerd memory before and with `streams` live streams (a reader and ~2 KB of text each). */
+async function memory(target, { streams }) {
+  await sleep(500);
+  const base = workerdUsage(target.stack.process.pgid);
+  const live = [];
+  for (let i = 0; i < streams; i++) {
+    const s = await target.open();
+    const conn = await attachReader(s.eventsUrl, () => {});
+    const p = openAppend(s);
+    let text = '';
+    while (text.length < 2000) text += DELTAS[text.length % DELTAS.length];
+    p.write(text);
+    live.push({ s, conn, p });
+  }
+  await sleep(1000);
+  const held = workerdUsage(target.stack.process.pgid);
+  for (const { s, conn, p } of live) {
+    p.end();
+    await p.answer;
+    await s.close();
+    conn.close();
+  }
+  const perHundredMb = ((held.rssKb - base.rssKb) / 1024) * (100 / streams);
+  return { target: target.name, streams, baseMb: round(base.rssKb / 1024), heldMb: round(held.rssKb / 1024), peakMb: round(held.hwmKb / 1024), mbPer100Streams: round(perHundredMb) };
+}
+
+/** The release wasm, raw and gzipped, and (when wasm-bindgen is at hand) before wasm-opt. */
+function wasmSize() {
+  const file = join(ROOT, 'build', 'index_bg.wasm');
+  const bytes = readFileSync(file);
+  const out = { raw: bytes.length, gzip: gzipSync(bytes, { level: 9 }).length };
+  const cargoWasm = join(ROOT, 'target', 'wasm32-unknown-unknown', 'release', 'rindle_streams.wasm');
+  if (existsSync(cargoWasm) && statSync(cargoWasm).mtimeMs <= statSync(file).mtimeMs + 120_000) {
+    const dir = mkdtempSync(join(os.tmpdir(), 'rindle-bench-wasm-'));
+    try {
+      execFileSync('wasm-bindgen', ['--target', 'web', '--out-dir', dir, '--out-name', 'index', cargoWasm], { stdio: 'ignore' });
+      const unopt = readFileSync(join(dir, 'index_bg.wasm'));
+      out.beforeWasmOpt = { raw: unopt.length, gzip: gzipSync(unopt, { level: 9 }).length };
+    } catch {
+      /* wasm-bindgen missing: no before figure */
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// The run
+
+const RINDLE_VARS = { IDLE_TIMEOUT_MS: '0', LINGER_MS: '2000' };
+
+/** Runs every scenario; `smoke` shrinks each to seconds. `log` gets progress lines. */
+export async function runBench({ smoke = false, log = () => {} } = {}) {
+  const report = { smoke, machine: { cpus: os.cpus().length, model: os.cpus()[0]?.model, node: process.version, date: new Date().toISOString() } };
+  report.wasm = wasmSize();
+  log(`wasm ${report.wasm.raw} bytes, ${report.wasm.gzip} gzipped`);
+  const floorStack = await startStack({ name: 'bench-floor', config: join(ROOT, 'bench', 'floor', 'wrangler.toml') });
+  const rindleStack = await startStack({ name: 'bench-rindle', vars: RINDLE_VARS });
+  try {
+    const floor = floorTarget(floorStack);
+    const rindle = rindleTarget(rindleStack);
+    const both = async (f) => ({ floor: await f(floor), rindle: await f(rindle) });
+    const seconds = smoke ? 1 : 10;
+
+    report.latency = [];
+    for (const readers of smoke ? [1, 10] : [1, 10, 100]) {
+      const pair = await both((t) => fanout(t, { readers, rate: 100, seconds }));
+      report.latency.push(pair);
+      log(`latency ${readers} readers: floor p50 ${pair.floor.p50} p99 ${pair.floor.p99}, rindle p50 ${pair.rindle.p50} p99 ${pair.rindle.p99}`);
+    }
+
+    const rates = smoke ? [50] : [25, 50, 100, 150, 200, 300];
+    report.maxRate = await both((t) => maxRate(t, { readers: smoke ? 10 : 100, rates, seconds: smoke ? 1 : 6 }));
+    log(`max rate: floor ${report.maxRate.floor.best}/s, rindle ${report.maxRate.rindle.best}/s`);
+
+    report.d1 = [];
+    for (const chars of smoke ? [10_000] : [10_000, 100_000, 1_000_000]) {
+      report.d1.push(await d1Traffic(rindle, { chars }));
+      log(`d1 ${chars} chars: ${JSON.stringify(report.d1.at(-1))}`);
+    }
+
+    report.memory = await both((t) => memory(t, { streams: smoke ? 10 : 100 }));
+    log(`memory: floor ${report.memory.floor.mbPer100Streams} MB/100, rindle ${report.memory.rindle.mbPer100Streams} MB/100`);
+
+    // Before/after of the hot-path choices that can be switched off.
+    report.variants = {};
+    report.variants.plainAppend = await fanout(rindle, { readers: 10, rate: smoke ? 20 : 100, seconds, plain: true });
+    log(`plain appends: p50 ${report.variants.plainAppend.p50} p99 ${report.variants.plainAppend.p99}`);
+    report.variants.perDeltaD1 = { default: await d1PerDelta(rindle, { deltas: smoke ? 50 : 500, rate: 100 }) };
+    if (!smoke) {
+      await rindleStack.restart({ vars: { CHECKPOINT_CHARS: '1' } });
+      report.variants.perDeltaD1.checkpointEveryDelta = await d1PerDelta(rindle, { deltas: 500, rate: 100 });
+      await rindleStack.restart({ vars: { CHECKPOINT_CHARS: '512', MERGE_QUEUED_CHUNKS: '0' } });
+      report.variants.noMerge = {
+        latency100: await fanout(rindle, { readers: 100, rate: 100, seconds }),
+        maxRate: await maxRate(rindle, { readers: 100, rates, seconds: 6 }),
+      };
+      log(`no merging: p99 ${report.variants.noMerge.latency100.p99}, max rate ${report.variants.noMerge.maxRate.best}/s`);
+    }
+  } finally {
+    await floorStack.stop();
+    await rindleStack.stop();
+  }
+  return report;
+}
+
+/** The report as Markdown tables (absolute figures and ratios to the floor). */
+export function formatReport(r) {
+  const ratio = (a, b) => (a === null || b === null || !b ? 'n/a' : `${round(a / b, 2)}×`);
+  const lines = [];
+  lines.push(`machine: ${r.machine.cpus} × ${r.machine.model}, Node ${r.machine.node}, ${r.machine.date}${r.smoke ? ' (smoke run)' : ''}`, '');
+  lines.push('| readers | side | p50 ms | p99 ms | max ms | deliveries | CPU ms / 1k deliveries | CPU ms / 1k deltas | p99 ratio | CPU/delivery ratio |');
+  lines.push('|---|---|---|---|---|---|---|---|---|---|');
+  for (const { floor, rindle } of r.latency) {
+    for (const x of [floor, rindle]) {
+      const isRindle = x === rindle;
+      lines.push(
+        `| ${x.readers} | ${x.target} | ${x.p50} | ${x.p99} | ${x.max} | ${x.deliveries}/${x.expectedDeliveries} | ${x.cpuMsPer1000Deliveries} | ${x.cpuMsPer1000Deltas} | ${isRindle ? ratio(x.p99, floor.p99) : ''} | ${isRindle ? ratio(x.cpuMsPer1000Deliveries, floor.cpuMsPer1000Deliveries) : ''} |`,
+      );
+    }
+  }
+  lines.push('', `max rate with ${r.maxRate.rindle.readers} readers (p99 ≤ 100 ms): floor ${r.maxRate.floor.best ?? 'none'}/s, rindle ${r.maxRate.rindle.best ?? 'none'}/s`);
+  for (const side of ['floor', 'rindle']) lines.push(`  ${side}: ${r.maxRate[side].steps.map((s) => `${s.rate}/s p99 ${s.p99}${s.holds ? '' : ' ✗'}`).join(', ')}`);
+  lines.push('', '| chars | text bytes | statements / 10k | rows / 10k | bytes / 10k | bytes per text byte |', '|---|---|---|---|---|---|');
+  for (const d of r.d1) lines.push(`| ${d.chars} | ${d.textBytes} | ${d.statementsPer10k} | ${d.rowsPer10k} | ${d.bytesPer10k} | ${d.bytesPerTextByte} |`);
+  const m = r.memory;
+  lines.push('', `memory per 100 live streams: floor ${m.floor.mbPer100Streams} MB, rindle ${m.rindle.mbPer100Streams} MB (${ratio(m.rindle.mbPer100Streams, m.floor.mbPer100Streams)}); workerd peak ${m.rindle.peakMb} MB`);
+  lines.push(`wasm: ${r.wasm.raw} bytes raw, ${r.wasm.gzip} gzipped${r.wasm.beforeWasmOpt ? ` (before wasm-opt: ${r.wasm.beforeWasmOpt.raw} raw, ${r.wasm.beforeWasmOpt.gzip} gzipped)` : ''}`);
+  const v = r.variants;
+  lines.push('', `plain appends (one POST per delta), 10 readers: p50 ${v.plainAppend.p50} p99 ${v.plainAppend.p99}, CPU ${v.plainAppend.cpuMsPer1000Deltas} ms / 1k deltas`);
+  lines.push(`D1 statements per delta at 100/s: ${v.perDeltaD1.default.statementsPerDelta}${v.perDeltaD1.checkpointEveryDelta ? ` (CHECKPOINT_CHARS=1: ${v.perDeltaD1.checkpointEveryDelta.statementsPerDelta})` : ''}`);
+  if (v.noMerge) {
+    lines.push(`merging off: 100 readers p50 ${v.noMerge.latency100.p50} p99 ${v.noMerge.latency100.p99}, CPU ${v.noMerge.latency100.cpuMsPer1000Deliveries} ms / 1k deliveries; max rate ${v.noMerge.maxRate.best ?? 'none'}/s`);
+  }
+  return lines.join('\n');
+}
+
+/** Problems that make a run worthless (the smoke test asserts there are none). */
+export function problems(r) {
+  const out = [];
+  for (const { floor, rindle } of r.latency) {
+    for (const x of [floor, rindle]) {
+      if (!x.complete) out.push(`${x.target} ${x.readers} readers: ${x.deliveries} of ${x.expectedDeliveries} deliveries`);
+      if (x.violations) out.push(`${x.target} ${x.readers} readers: ${x.violations} splice violations`);
+    }
+  }
+  for (const d of r.d1) if (!(d.statements > 0 && d.bytesBound >= d.textBytes)) out.push(`d1 ${d.chars}: ${JSON.stringify(d)}`);
+  return out;
+}
+
+async function main() {
+  const args = process.argv.slice(2);
+  const smoke = args.includes('--smoke');
+  const json = args.includes('--json');
+  const report = await runBench({ smoke, log: (line) => process.stderr.write(`bench: ${line}\n`) });
+  process.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : `${formatReport(report)}\n`);
+  const bad = problems(report);
+  for (const p of bad) process.stderr.write(`bench: PROBLEM ${p}\n`);
+  process.exit(bad.length ? 1 : 0);
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  main().catch((e) => {
+    process.stderr.write(`bench: ${e.stack ?? e}\n`);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,55 @@
+// The floor of the benchmark: the least a Durable Object can do to fan a producer's text out
+// to readers as SSE. One object per stream id; a streaming POST .../append forwards each
+// piece of its body, as it arrives, as one `data:` frame to every reader; GET .../events
+// attaches a reader; POST .../close ends every reader. No JSON, no checkpoints, no storage,
+// no auth, no bounds: whatever rindle-streams does on top of this is its cost.
+const encoder = new TextEncoder();
+
+export class FloorStream {
+  constructor() {
+    this.readers = new Set();
+  }
+
+  async fetch(request) {
+    const action = new URL(request.url).pathname.split('/').pop();
+    if (action === 'events') {
+      const { readable, writable } = new TransformStream();
+      const writer = writable.getWriter();
+      this.readers.add(writer);
+      writer.closed.catch(() => this.readers.delete(writer));
+      return new Response(readable, { headers: { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' } });
+    }
+    if (action === 'append') {
+      const decoder = new TextDecoder();
+      let units = 0;
+      for await (const bytes of request.body) {
+        const text = decoder.decode(bytes, { stream: true });
+        if (!text) continue;
+        units += text.length;
+        this.send(encoder.encode(`data: ${text}\n\n`));
+      }
+      return Response.json({ seq: units });
+    }
+    if (action === 'close') {
+      this.send(encoder.encode('event: end\ndata: end\n\n'));
+      for (const writer of this.readers) writer.close().catch(() => {});
+      this.readers.clear();
+      return Response.json({ closed: true });
+    }
+    return new Response('not found', { status: 404 });
+  }
+
+  send(bytes) {
+    for (const writer of this.readers) {
+      writer.write(bytes).catch(() => this.readers.delete(writer));
+    }
+  }
+}
+
+export default {
+  fetch(request, env) {
+    const [, streams, id] = new URL(request.url).pathname.split('/');
+    if (streams !== 'streams' || !id) return new Response('not found', { status: 404 });
+    return env.FLOOR.get(env.FLOOR.idFromName(id)).fetch(request);
+  },
+};
