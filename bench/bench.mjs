@@ -7,6 +7,7 @@
 //   node bench/bench.mjs            # the full run (≈10 min): what BENCHMARKS.md reports
 //   node bench/bench.mjs --smoke    # seconds per scenario: the harness cannot rot (in the test command)
 //   node bench/bench.mjs --json     # the report as JSON on stdout
+//   node bench/bench.mjs --only latency,d1   # a subset (latency, maxRate, d1, memory, variants)
 //
 // Build the Worker first (scripts/build.sh; the test command does). Scenarios:
 //   latency   1 stream, R readers (1, 10, 100), 4-UTF-16-unit deltas at 100/s through one
@@ -18,10 +19,12 @@
 //   memory    workerd resident memory per 100 live streams (each with a reader and 2 KB text)
 //   variants  before/after: pull-time merging off (MERGE_QUEUED_CHUNKS=0), one POST per delta
 //             instead of the streaming append, checkpoints per delta (CHECKPOINT_CHARS=1)
-// CPU and memory come from /proc, summed over the runtime's workerd processes (wrangler dev
-// runs two: the Worker's and its dev proxy's; both are in every figure, for both sides).
+// The load goes to each Worker's own socket inside wrangler dev, past its dev proxy (a second
+// workerd relaying every request over fresh loopback connections, which production does not
+// have and which runs out of file descriptors at 100 readers). CPU and memory come from /proc,
+// summed over the stack's workerd processes (the proxy's too: idle, but in both sides' figures).
 import { execFileSync } from 'node:child_process';
-import { readdirSync, readFileSync, existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import { join } from 'node:path';
@@ -37,23 +40,31 @@ const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) |
 // ---------------------------------------------------------------------------------------
 // The runtime's processes
 
-/** The workerd processes of process group `pgid`, with CPU (ms) and memory (KiB). */
+/** The workerd processes of process group `pgid`: { pid, stat fields after the name }. */
+function workerdProcesses(pgid) {
+  const found = [];
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    let stat;
+    try {
+      stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    } catch {
+      continue; // gone meanwhile
+    }
+    const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (comm === 'workerd' && Number(fields[2]) === pgid) found.push({ pid, fields });
+  }
+  return found;
+}
+
+/** CPU (ms) and memory (KiB) of the workerd processes of process group `pgid`. */
 function workerdUsage(pgid) {
   let cpuMs = 0;
   let rssKb = 0;
   let hwmKb = 0;
   let processes = 0;
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    let stat;
-    try {
-      stat = readFileSync(`/proc/${name}/stat`, 'utf8');
-    } catch {
-      continue; // gone meanwhile
-    }
-    const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (comm !== 'workerd' || Number(f[2]) !== pgid) continue;
+  for (const { pid: name, fields: f } of workerdProcesses(pgid)) {
     processes++;
     cpuMs += ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK;
     try {
@@ -65,6 +76,80 @@ function workerdUsage(pgid) {
     }
   }
   return { cpuMs, rssKb, hwmKb, processes };
+}
+
+/** TCP ports process `pid` listens on (from its socket fds and /proc/net/tcp). */
+function listeningPorts(pid) {
+  const inodes = new Set();
+  try {
+    for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+      try {
+        const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+        if (m) inodes.add(m[1]);
+      } catch {
+        /* closed meanwhile */
+      }
+    }
+  } catch {
+    return [];
+  }
+  const ports = [];
+  for (const line of readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)) {
+    const f = line.trim().split(/\s+/);
+    if (f.length > 9 && f[3] === '0A' && inodes.has(f[9])) ports.push(parseInt(f[1].split(':')[1], 16));
+  }
+  return ports;
+}
+
+/**
+ * The Worker's own socket inside `wrangler dev`, behind its dev proxy. The proxy is a second
+ * workerd that relays every request over fresh loopback connections (at 100 readers it runs
+ * out of file descriptors); production has no such hop. The Worker's socket is the one port
+ * of the stack's workerd processes, other than the public one, that answers a probe exactly
+ * as the public one does. Falls back to the public URL.
+ */
+export async function workerBase(stack) {
+  const probe = async (base) => {
+    const r = await request(`${base}/streams/bench-probe/text`, { timeoutMs: 2000 });
+    return `${r.status} ${r.raw}`;
+  };
+  const expected = await probe(stack.baseUrl);
+  for (const { pid } of workerdProcesses(stack.process.pgid)) {
+    for (const port of listeningPorts(pid)) {
+      if (port === stack.port) continue;
+      const base = `http://127.0.0.1:${port}`;
+      if ((await probe(base)) === expected) return { base, direct: true };
+    }
+  }
+  return { base: stack.baseUrl, direct: false };
+}
+
+/** CPU (ms) of every process of group `pgid` (wrangler's node process included). */
+function groupCpuMs(pgid) {
+  let ms = 0;
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(f[2]) === pgid) ms += ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK;
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+  return ms;
+}
+
+/** Waits until `stacks` are idle (under 5% of a core over 500 ms; at most 30 s) after start-up. */
+async function quiet(stacks) {
+  const cpu = () => stacks.reduce((sum, st) => sum + groupCpuMs(st.process.pgid), 0);
+  const end = Date.now() + 30_000;
+  for (let before = cpu(); Date.now() < end; ) {
+    await sleep(500);
+    const now = cpu();
+    if (now - before < 25) return;
+    before = now;
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -105,7 +190,7 @@ function request(url, { method = 'GET', headers = {}, body, timeoutMs = 30_000 }
 let streamCounter = 0;
 
 /** rindle-streams: rows in D1, JWTs, JSON frames whose `seq` says how far a reader is. */
-function rindleTarget(stack) {
+export function rindleTarget(stack, base) {
   return {
     name: 'rindle',
     stack,
@@ -114,7 +199,7 @@ function rindleTarget(stack) {
       stack.db.run(`INSERT INTO messages (id, chat_id, role) VALUES (?, 'bench', 'assistant')`, id);
       const token = stack.token(id);
       const auth = { authorization: `Bearer ${token}` };
-      const url = (action, query = '') => `${stack.baseUrl}/streams/${id}/${action}${query}`;
+      const url = (action, query = '') => `${base}/streams/${id}/${action}${query}`;
       const opened = await request(url('open'), { method: 'POST', headers: auth });
       if (opened.status !== 200) throw new Error(`open ${id}: ${opened.status} ${opened.raw}`);
       return {
@@ -126,14 +211,22 @@ function rindleTarget(stack) {
         stats: async () => (await request(url('stats'), { headers: auth })).json,
       };
     },
-    /** Feeds SSE text; calls onUnits(total UTF-16 units received) and onViolation(msg). */
-    reader(onUnits, onViolation) {
+    /**
+     * A reader's handler of raw SSE event blocks: it follows the `id:` line (a chunk's `seq`)
+     * and calls onUnits(UTF-16 units received). Only `checked` readers parse the JSON and
+     * check contract S (contiguous chunks, text.length == seq - from), so that with 100
+     * readers on two cores the client is not what gets measured.
+     */
+    reader(onUnits, onViolation, checked) {
       let seq = 0;
-      return (event) => {
-        if (!event.data.startsWith('{"type":"chunk"')) return;
-        const f = JSON.parse(event.data);
-        if (f.from !== seq || f.seq - f.from !== f.text.length) onViolation(`chunk ${f.from}..${f.seq} after ${seq}`);
-        seq = f.seq;
+      return (block) => {
+        if (!block.startsWith('id: ')) return; // durable, ping, end: nothing delivered
+        const eol = block.indexOf('\n');
+        if (checked && block.startsWith('data: {"type":"chunk"', eol + 1)) {
+          const f = JSON.parse(block.slice(eol + 7));
+          if (f.from !== seq || f.seq - f.from !== f.text.length) onViolation(`chunk ${f.from}..${f.seq} after ${seq}`);
+        }
+        seq = Number(block.slice(4, eol));
         onUnits(seq);
       };
     },
@@ -141,13 +234,13 @@ function rindleTarget(stack) {
 }
 
 /** The floor: no auth, no open; each `data:` frame is raw produced text. */
-function floorTarget(stack) {
+export function floorTarget(stack, base) {
   return {
     name: 'floor',
     stack,
     async open() {
       const id = `floor-${process.pid}-${++streamCounter}`;
-      const url = (action) => `${stack.baseUrl}/streams/${id}/${action}`;
+      const url = (action) => `${base}/streams/${id}/${action}`;
       return {
         id,
         appendUrl: url('append'),
@@ -159,17 +252,17 @@ function floorTarget(stack) {
     },
     reader(onUnits) {
       let units = 0;
-      return (event) => {
-        if (event.event === 'end') return;
-        units += event.data.length;
+      return (block) => {
+        if (!block.startsWith('data: ')) return; // `event: end`
+        units += block.length - 6;
         onUnits(units);
       };
     },
   };
 }
 
-/** An SSE reader on its own connection; `onEvent({event, data})` per event. Resolves once connected. */
-function attachReader(url, onEvent) {
+/** An SSE reader on its own connection; `onBlock(text of one event)` per event. Resolves once connected. */
+function attachReader(url, onBlock) {
   return new Promise((resolve, reject) => {
     const req = http.get(url, { agent: false, headers: { accept: 'text/event-stream' } }, (res) => {
       if (res.statusCode !== 200) return reject(new Error(`events: ${res.statusCode}`));
@@ -177,18 +270,13 @@ function attachReader(url, onEvent) {
       let buf = '';
       res.on('data', (chunk) => {
         buf += chunk;
+        let start = 0;
         let cut;
-        while ((cut = buf.indexOf('\n\n')) >= 0) {
-          const block = buf.slice(0, cut);
-          buf = buf.slice(cut + 2);
-          let event = 'message';
-          const data = [];
-          for (const line of block.split('\n')) {
-            if (line.startsWith('data:')) data.push(line.slice(line[5] === ' ' ? 6 : 5));
-            else if (line.startsWith('event:')) event = line.slice(6).trim();
-          }
-          if (data.length) onEvent({ event, data: data.join('\n') });
+        while ((cut = buf.indexOf('\n\n', start)) >= 0) {
+          onBlock(buf.slice(start, cut));
+          start = cut + 2;
         }
+        buf = buf.slice(start);
       });
       res.on('error', () => {});
       resolve({ close: () => req.destroy() });
@@ -222,7 +310,7 @@ function openAppend(stream) {
  * `plain`: one POST per delta instead of one streaming append. Returns latency percentiles
  * (the first 10% of deltas are warm-up and not counted), deliveries, CPU and violations.
  */
-async function fanout(target, { readers, rate, seconds, plain = false }) {
+export async function fanout(target, { readers, rate, seconds, plain = false }) {
   const stream = await target.open();
   const total = Math.max(1, Math.round(rate * seconds));
   const sentAt = new Float64Array(total);
@@ -252,10 +340,11 @@ async function fanout(target, { readers, rate, seconds, plain = false }) {
         if (++finished === readers) allDone();
       }
     };
-    conns.push(await attachReader(stream.eventsUrl, target.reader(onUnits, () => violations++)));
+    conns.push(await attachReader(stream.eventsUrl, target.reader(onUnits, () => violations++, i === 0)));
   }
   await sleep(200); // every reader attached and parked
   const before = workerdUsage(target.stack.process.pgid);
+  const clientBefore = process.cpuUsage();
   const producer = plain ? null : openAppend(stream);
   let units = 0;
   const start = performance.now();
@@ -273,14 +362,19 @@ async function fanout(target, { readers, rate, seconds, plain = false }) {
     else producer.write(text);
   }
   const elapsed = (performance.now() - start) / 1000;
-  const grace = sleep(10_000).then(() => 'timeout');
+  // Deliveries still in flight get a grace period; a run that needs longer did not keep up.
+  const grace = sleep(Math.max(10_000, seconds * 3000)).then(() => 'timeout');
   const outcome = await Promise.race([done.then(() => 'done'), grace]);
   const after = workerdUsage(target.stack.process.pgid);
+  const client = process.cpuUsage(clientBefore);
+  const drainedAfter = (performance.now() - start) / 1000 - elapsed;
+  const deliveredInWindow = delivered;
   if (plain) await Promise.all(inflight);
   else {
     producer.end();
     await producer.answer;
   }
+  const stats = await stream.stats();
   await stream.close();
   for (const c of conns) c.close();
   latencies.sort((a, b) => a - b);
@@ -292,50 +386,43 @@ async function fanout(target, { readers, rate, seconds, plain = false }) {
     plain,
     deltas: total,
     achievedRate: round(total / elapsed),
-    deliveries: delivered,
+    deliveries: deliveredInWindow,
     expectedDeliveries: total * readers,
+    drainSeconds: round(drainedAfter, 2),
+    clientCpuMs: round((client.user + client.system) / 1000),
+    // rindle-streams counts its writes to readers; the floor writes once per delta per reader.
+    writesPer1000Deliveries: round(((stats ? stats.readerWrites - readers : total * readers) * 1000) / Math.max(1, deliveredInWindow), 1),
     complete: outcome === 'done',
     violations,
     p50: round(percentile(latencies, 50)),
     p99: round(percentile(latencies, 99)),
     max: round(latencies.at(-1)),
     cpuMs: round(cpuMs),
-    cpuMsPer1000Deliveries: round((cpuMs * 1000) / Math.max(1, delivered), 2),
+    cpuMsPer1000Deliveries: round((cpuMs * 1000) / Math.max(1, deliveredInWindow), 2),
     cpuMsPer1000Deltas: round((cpuMs * 1000) / total, 2),
   };
 }
 
-/** The highest of `rates` one stream sustains with `readers` readers (p99 ≤ 100 ms, all delivered). */
-async function maxRate(target, { readers, rates, seconds }) {
-  const steps = [];
-  let best = null;
-  for (const rate of rates) {
-    const r = await fanout(target, { readers, rate, seconds });
-    const holds = r.complete && r.violations === 0 && r.p99 !== null && r.p99 <= 100 && r.achievedRate >= rate * 0.95;
-    steps.push({ rate, holds, p50: r.p50, p99: r.p99, achievedRate: r.achievedRate, complete: r.complete });
-    if (!holds) break;
-    best = rate;
-  }
-  return { target: target.name, readers, best, steps };
-}
-
 /** D1 traffic for a stream of `chars` UTF-16 units written as fast as the append takes them. */
-async function d1Traffic(target, { chars, pieceUnits = 64 }) {
+async function d1Traffic(target, { chars, pieceUnits = 64, appendBytes = 256 * 1024 }) {
   const stream = await target.open();
-  const producer = openAppend(stream);
   let text = '';
-  let written = 0;
   let k = 0;
-  while (written < chars) {
-    let piece = '';
-    while (piece.length < pieceUnits) piece += DELTAS[k++ % DELTAS.length];
-    text += piece;
-    written += piece.length;
-    if (!producer.write(piece)) await new Promise((r) => setImmediate(r));
+  // Streaming appends of at most `appendBytes` each (an append is capped by MAX_APPEND_BYTES).
+  while (text.length < chars) {
+    const producer = openAppend(stream);
+    let bytes = 0;
+    while (text.length < chars && bytes < appendBytes) {
+      let piece = '';
+      while (piece.length < pieceUnits) piece += DELTAS[k++ % DELTAS.length];
+      text += piece;
+      bytes += Buffer.byteLength(piece);
+      if (!producer.write(piece)) await new Promise((r) => setImmediate(r));
+    }
+    producer.end();
+    const appended = await producer.answer;
+    if (appended.status !== 200) throw new Error(`append: ${appended.status} ${appended.raw}`);
   }
-  producer.end();
-  const appended = await producer.answer;
-  if (appended.status !== 200) throw new Error(`append: ${appended.status} ${appended.raw}`);
   const closed = await stream.close();
   if (closed.status !== 200) throw new Error(`close: ${closed.status} ${closed.raw}`);
   const stats = await stream.stats();
@@ -375,26 +462,35 @@ async function d1PerDelta(target, { deltas, rate }) {
 
 /** workerd memory before and with `streams` live streams (a reader and ~2 KB of text each). */
 async function memory(target, { streams }) {
-  await sleep(500);
+  const text = DELTAS.join('').repeat(Math.ceil(2000 / DELTAS.join('').length)).slice(0, 2000);
+  const openLive = async (n) => {
+    const live = [];
+    for (let i = 0; i < n; i++) {
+      const s = await target.open();
+      const conn = await attachReader(s.eventsUrl, () => {});
+      const p = openAppend(s);
+      p.write(text);
+      live.push({ s, conn, p });
+    }
+    return live;
+  };
+  const closeAll = async (live) => {
+    for (const { s, conn, p } of live) {
+      p.end();
+      await p.answer;
+      await s.close();
+      conn.close();
+    }
+  };
+  // Warm-up: the first stream instantiates the code, the D1 database and storage; the
+  // baseline is taken after that, so the figure is what each further stream costs.
+  await closeAll(await openLive(1));
+  await sleep(1000);
   const base = workerdUsage(target.stack.process.pgid);
-  const live = [];
-  for (let i = 0; i < streams; i++) {
-    const s = await target.open();
-    const conn = await attachReader(s.eventsUrl, () => {});
-    const p = openAppend(s);
-    let text = '';
-    while (text.length < 2000) text += DELTAS[text.length % DELTAS.length];
-    p.write(text);
-    live.push({ s, conn, p });
-  }
+  const live = await openLive(streams);
   await sleep(1000);
   const held = workerdUsage(target.stack.process.pgid);
-  for (const { s, conn, p } of live) {
-    p.end();
-    await p.answer;
-    await s.close();
-    conn.close();
-  }
+  await closeAll(live);
   const perHundredMb = ((held.rssKb - base.rssKb) / 1024) * (100 / streams);
   return { target: target.name, streams, baseMb: round(base.rssKb / 1024), heldMb: round(held.rssKb / 1024), peakMb: round(held.hwmKb / 1024), mbPer100Streams: round(perHundredMb) };
 }
@@ -425,88 +521,143 @@ function wasmSize() {
 
 const RINDLE_VARS = { IDLE_TIMEOUT_MS: '0', LINGER_MS: '2000' };
 
-/** Runs every scenario; `smoke` shrinks each to seconds. `log` gets progress lines. */
-export async function runBench({ smoke = false, log = () => {} } = {}) {
+/** The two sides: how to start each one's stack and how to drive it. */
+const SIDES = {
+  floor: { stack: () => ({ name: 'bench-floor', config: join(ROOT, 'bench', 'floor', 'wrangler.toml') }), target: floorTarget },
+  rindle: { stack: (vars) => ({ name: 'bench-rindle', vars: { ...RINDLE_VARS, ...vars } }), target: rindleTarget },
+};
+
+/**
+ * Runs `fn(target)` on a fresh stack of `side` (with extra `vars`), stopped afterwards. Every
+ * measurement gets its own runtime, and only one runtime runs at a time: one that fell behind
+ * keeps writing its backlog for a long while, which must not be billed to the next.
+ */
+async function onFreshStack(side, fn, { vars = {}, seen } = {}) {
+  const stack = await startStack(SIDES[side].stack(vars));
+  try {
+    const { base, direct } = await workerBase(stack);
+    if (seen) seen.direct = (seen.direct ?? true) && direct;
+    await quiet([stack]);
+    return await fn(SIDES[side].target(stack, base));
+  } finally {
+    await stack.stop();
+  }
+}
+
+/** The highest of `rates` one stream of `side` sustains with `readers` readers (p99 ≤ 100 ms, all delivered). */
+async function maxRate(side, { readers, rates, seconds, vars, seen }) {
+  const steps = [];
+  let best = null;
+  for (const rate of rates) {
+    const r = await onFreshStack(side, (t) => fanout(t, { readers, rate, seconds }), { vars, seen });
+    const holds = r.complete && r.violations === 0 && r.p99 !== null && r.p99 <= 100 && r.achievedRate >= rate * 0.95;
+    steps.push({ rate, holds, p50: r.p50, p99: r.p99, achievedRate: r.achievedRate, complete: r.complete, cpuMsPer1000Deliveries: r.cpuMsPer1000Deliveries });
+    if (!holds) break;
+    best = rate;
+  }
+  return { target: side, readers, best, steps };
+}
+
+/**
+ * Runs the scenarios (`only`: a subset of latency, maxRate, d1, memory, variants; default
+ * all); `smoke` shrinks each to seconds. `log` gets progress lines.
+ */
+export async function runBench({ smoke = false, only, log = () => {} } = {}) {
+  const want = (name) => !only || only.includes(name);
   const report = { smoke, machine: { cpus: os.cpus().length, model: os.cpus()[0]?.model, node: process.version, date: new Date().toISOString() } };
   report.wasm = wasmSize();
   log(`wasm ${report.wasm.raw} bytes, ${report.wasm.gzip} gzipped`);
-  const floorStack = await startStack({ name: 'bench-floor', config: join(ROOT, 'bench', 'floor', 'wrangler.toml') });
-  const rindleStack = await startStack({ name: 'bench-rindle', vars: RINDLE_VARS });
-  try {
-    const floor = floorTarget(floorStack);
-    const rindle = rindleTarget(rindleStack);
-    const both = async (f) => ({ floor: await f(floor), rindle: await f(rindle) });
-    const seconds = smoke ? 1 : 10;
+  const seen = {};
+  const on = (side, fn, vars) => onFreshStack(side, fn, { vars, seen });
+  const both = async (fn) => ({ floor: await on('floor', fn), rindle: await on('rindle', fn) });
+  const seconds = smoke ? 1 : 10;
 
-    report.latency = [];
-    for (const readers of smoke ? [1, 10] : [1, 10, 100]) {
-      const pair = await both((t) => fanout(t, { readers, rate: 100, seconds }));
-      report.latency.push(pair);
-      log(`latency ${readers} readers: floor p50 ${pair.floor.p50} p99 ${pair.floor.p99}, rindle p50 ${pair.rindle.p50} p99 ${pair.rindle.p99}`);
-    }
+  report.latency = [];
+  for (const readers of want('latency') ? (smoke ? [1, 10] : [1, 10, 100]) : []) {
+    const pair = await both((t) => fanout(t, { readers, rate: 100, seconds }));
+    report.latency.push(pair);
+    log(`latency ${readers} readers: floor p50 ${pair.floor.p50} p99 ${pair.floor.p99}, rindle p50 ${pair.rindle.p50} p99 ${pair.rindle.p99}`);
+  }
 
-    const rates = smoke ? [50] : [25, 50, 100, 150, 200, 300];
-    report.maxRate = await both((t) => maxRate(t, { readers: smoke ? 10 : 100, rates, seconds: smoke ? 1 : 6 }));
+  const rates = smoke ? [50] : [10, 25, 50, 100, 150, 200, 300];
+  const rateOptions = { readers: smoke ? 10 : 100, rates, seconds: smoke ? 1 : 6, seen };
+  if (want('maxRate')) {
+    report.maxRate = { floor: await maxRate('floor', rateOptions), rindle: await maxRate('rindle', rateOptions) };
     log(`max rate: floor ${report.maxRate.floor.best}/s, rindle ${report.maxRate.rindle.best}/s`);
+  }
 
-    report.d1 = [];
-    for (const chars of smoke ? [10_000] : [10_000, 100_000, 1_000_000]) {
-      report.d1.push(await d1Traffic(rindle, { chars }));
-      log(`d1 ${chars} chars: ${JSON.stringify(report.d1.at(-1))}`);
-    }
+  report.d1 = [];
+  if (want('d1')) {
+    report.d1 = await on('rindle', async (t) => {
+      const out = [];
+      for (const chars of smoke ? [10_000] : [10_000, 100_000, 1_000_000]) {
+        out.push(await d1Traffic(t, { chars }));
+        log(`d1 ${chars} chars: ${JSON.stringify(out.at(-1))}`);
+      }
+      return out;
+    });
+  }
 
+  if (want('memory')) {
     report.memory = await both((t) => memory(t, { streams: smoke ? 10 : 100 }));
     log(`memory: floor ${report.memory.floor.mbPer100Streams} MB/100, rindle ${report.memory.rindle.mbPer100Streams} MB/100`);
-
-    // Before/after of the hot-path choices that can be switched off.
-    report.variants = {};
-    report.variants.plainAppend = await fanout(rindle, { readers: 10, rate: smoke ? 20 : 100, seconds, plain: true });
-    log(`plain appends: p50 ${report.variants.plainAppend.p50} p99 ${report.variants.plainAppend.p99}`);
-    report.variants.perDeltaD1 = { default: await d1PerDelta(rindle, { deltas: smoke ? 50 : 500, rate: 100 }) };
-    if (!smoke) {
-      await rindleStack.restart({ vars: { CHECKPOINT_CHARS: '1' } });
-      report.variants.perDeltaD1.checkpointEveryDelta = await d1PerDelta(rindle, { deltas: 500, rate: 100 });
-      await rindleStack.restart({ vars: { CHECKPOINT_CHARS: '512', MERGE_QUEUED_CHUNKS: '0' } });
-      report.variants.noMerge = {
-        latency100: await fanout(rindle, { readers: 100, rate: 100, seconds }),
-        maxRate: await maxRate(rindle, { readers: 100, rates, seconds: 6 }),
-      };
-      log(`no merging: p99 ${report.variants.noMerge.latency100.p99}, max rate ${report.variants.noMerge.maxRate.best}/s`);
-    }
-  } finally {
-    await floorStack.stop();
-    await rindleStack.stop();
   }
+
+  // Before/after of the hot-path choices that can be switched off, one at a time.
+  if (want('variants')) {
+    const v = (report.variants = {});
+    v.plainAppend = await on('rindle', (t) => fanout(t, { readers: 10, rate: smoke ? 20 : 100, seconds, plain: true }));
+    log(`plain appends: p50 ${v.plainAppend.p50} p99 ${v.plainAppend.p99}`);
+    const perDelta = (t) => d1PerDelta(t, { deltas: smoke ? 50 : 500, rate: 100 });
+    v.perDeltaD1 = { default: await on('rindle', perDelta) };
+    if (!smoke) {
+      v.perDeltaD1.checkpointEveryDelta = await on('rindle', perDelta, { CHECKPOINT_CHARS: '1' });
+      for (const [name, vars] of [['noPacing', { READER_PACING_US: '0' }], ['noMerge', { MERGE_QUEUED_CHUNKS: '0' }]]) {
+        v[name] = {
+          latency100: await on('rindle', (t) => fanout(t, { readers: 100, rate: 100, seconds }), vars),
+          maxRate: await maxRate('rindle', { ...rateOptions, vars }),
+        };
+        log(`${name}: 100 readers p99 ${v[name].latency100.p99}, max rate ${v[name].maxRate.best}/s`);
+      }
+    }
+  }
+  report.direct = seen.direct ?? false;
   return report;
 }
 
 /** The report as Markdown tables (absolute figures and ratios to the floor). */
 export function formatReport(r) {
-  const ratio = (a, b) => (a === null || b === null || !b ? 'n/a' : `${round(a / b, 2)}×`);
+  const ratio = (a, b) => (a === null || b === null || !b ? 'n/a' : `${Number((a / b).toPrecision(2))}×`);
   const lines = [];
-  lines.push(`machine: ${r.machine.cpus} × ${r.machine.model}, Node ${r.machine.node}, ${r.machine.date}${r.smoke ? ' (smoke run)' : ''}`, '');
-  lines.push('| readers | side | p50 ms | p99 ms | max ms | deliveries | CPU ms / 1k deliveries | CPU ms / 1k deltas | p99 ratio | CPU/delivery ratio |');
-  lines.push('|---|---|---|---|---|---|---|---|---|---|');
+  lines.push(`machine: ${r.machine.cpus} × ${r.machine.model}, Node ${r.machine.node}, ${r.machine.date}${r.smoke ? ' (smoke run)' : ''}; load ${r.direct ? "on the Worker's own socket (past the dev proxy)" : 'through the dev proxy'}`, '');
+  lines.push('| readers | side | p50 ms | p99 ms | max ms | deliveries | writes / 1k deliveries | CPU ms / 1k deliveries | CPU ms / 1k deltas | p99 ratio | CPU/delivery ratio |');
+  lines.push('|---|---|---|---|---|---|---|---|---|---|---|');
   for (const { floor, rindle } of r.latency) {
     for (const x of [floor, rindle]) {
       const isRindle = x === rindle;
       lines.push(
-        `| ${x.readers} | ${x.target} | ${x.p50} | ${x.p99} | ${x.max} | ${x.deliveries}/${x.expectedDeliveries} | ${x.cpuMsPer1000Deliveries} | ${x.cpuMsPer1000Deltas} | ${isRindle ? ratio(x.p99, floor.p99) : ''} | ${isRindle ? ratio(x.cpuMsPer1000Deliveries, floor.cpuMsPer1000Deliveries) : ''} |`,
+        `| ${x.readers} | ${x.target} | ${x.p50} | ${x.p99} | ${x.max} | ${x.deliveries}/${x.expectedDeliveries} | ${x.writesPer1000Deliveries} | ${x.cpuMsPer1000Deliveries} | ${x.cpuMsPer1000Deltas} | ${isRindle ? ratio(x.p99, floor.p99) : ''} | ${isRindle ? ratio(x.cpuMsPer1000Deliveries, floor.cpuMsPer1000Deliveries) : ''} |`,
       );
     }
   }
-  lines.push('', `max rate with ${r.maxRate.rindle.readers} readers (p99 ≤ 100 ms): floor ${r.maxRate.floor.best ?? 'none'}/s, rindle ${r.maxRate.rindle.best ?? 'none'}/s`);
-  for (const side of ['floor', 'rindle']) lines.push(`  ${side}: ${r.maxRate[side].steps.map((s) => `${s.rate}/s p99 ${s.p99}${s.holds ? '' : ' ✗'}`).join(', ')}`);
+  if (r.maxRate) {
+    lines.push('', `max rate with ${r.maxRate.rindle.readers} readers (p99 ≤ 100 ms): floor ${r.maxRate.floor.best ?? 'none'}/s, rindle ${r.maxRate.rindle.best ?? 'none'}/s`);
+    for (const side of ['floor', 'rindle']) lines.push(`  ${side}: ${r.maxRate[side].steps.map((s) => `${s.rate}/s p99 ${s.p99}${s.holds ? '' : ' ✗'}`).join(', ')}`);
+  }
   lines.push('', '| chars | text bytes | statements / 10k | rows / 10k | bytes / 10k | bytes per text byte |', '|---|---|---|---|---|---|');
   for (const d of r.d1) lines.push(`| ${d.chars} | ${d.textBytes} | ${d.statementsPer10k} | ${d.rowsPer10k} | ${d.bytesPer10k} | ${d.bytesPerTextByte} |`);
   const m = r.memory;
-  lines.push('', `memory per 100 live streams: floor ${m.floor.mbPer100Streams} MB, rindle ${m.rindle.mbPer100Streams} MB (${ratio(m.rindle.mbPer100Streams, m.floor.mbPer100Streams)}); workerd peak ${m.rindle.peakMb} MB`);
+  if (m) lines.push('', `memory per 100 live streams: floor ${m.floor.mbPer100Streams} MB, rindle ${m.rindle.mbPer100Streams} MB (${ratio(m.rindle.mbPer100Streams, m.floor.mbPer100Streams)}); workerd peak ${m.rindle.peakMb} MB`);
   lines.push(`wasm: ${r.wasm.raw} bytes raw, ${r.wasm.gzip} gzipped${r.wasm.beforeWasmOpt ? ` (before wasm-opt: ${r.wasm.beforeWasmOpt.raw} raw, ${r.wasm.beforeWasmOpt.gzip} gzipped)` : ''}`);
   const v = r.variants;
+  if (!v) return lines.join('\n');
   lines.push('', `plain appends (one POST per delta), 10 readers: p50 ${v.plainAppend.p50} p99 ${v.plainAppend.p99}, CPU ${v.plainAppend.cpuMsPer1000Deltas} ms / 1k deltas`);
   lines.push(`D1 statements per delta at 100/s: ${v.perDeltaD1.default.statementsPerDelta}${v.perDeltaD1.checkpointEveryDelta ? ` (CHECKPOINT_CHARS=1: ${v.perDeltaD1.checkpointEveryDelta.statementsPerDelta})` : ''}`);
-  if (v.noMerge) {
-    lines.push(`merging off: 100 readers p50 ${v.noMerge.latency100.p50} p99 ${v.noMerge.latency100.p99}, CPU ${v.noMerge.latency100.cpuMsPer1000Deliveries} ms / 1k deliveries; max rate ${v.noMerge.maxRate.best ?? 'none'}/s`);
+  for (const [name, label] of [['noPacing', 'reader pacing off'], ['noMerge', 'merging off']]) {
+    const x = v[name];
+    if (x) {
+      lines.push(`${label}: 100 readers × 100/s p50 ${x.latency100.p50} p99 ${x.latency100.p99}, CPU ${x.latency100.cpuMsPer1000Deliveries} ms / 1k deliveries, ${x.latency100.writesPer1000Deliveries} writes / 1k deliveries; max rate ${x.maxRate.best ?? 'none'}/s`);
+    }
   }
   return lines.join('\n');
 }
@@ -528,7 +679,9 @@ async function main() {
   const args = process.argv.slice(2);
   const smoke = args.includes('--smoke');
   const json = args.includes('--json');
-  const report = await runBench({ smoke, log: (line) => process.stderr.write(`bench: ${line}\n`) });
+  const onlyAt = args.indexOf('--only');
+  const only = onlyAt >= 0 ? args[onlyAt + 1]?.split(',') : undefined;
+  const report = await runBench({ smoke, only, log: (line) => process.stderr.write(`bench: ${line}\n`) });
   process.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : `${formatReport(report)}\n`);
   const bad = problems(report);
   for (const p of bad) process.stderr.write(`bench: PROBLEM ${p}\n`);

@@ -86,6 +86,8 @@ fn live_stream(readers: usize) -> (LiveStream, Vec<ReaderId>) {
         checkpoint_interval_ms: 1 << 40,
         idle_timeout_ms: 0,
         max_queued_frames: 1 << 20,
+        // Every pull at the same instant: pacing (a separate measurement, BENCHMARKS.md) off.
+        reader_pacing_us: 0,
         mode: CheckpointMode::Sink,
         ..StreamConfig::default()
     };
@@ -99,7 +101,7 @@ fn live_stream(readers: usize) -> (LiveStream, Vec<ReaderId>) {
     assert_eq!(s.state(), StreamState::Live);
     let ids: Vec<_> = (0..readers).map(|_| s.subscribe(0)).collect();
     for &id in &ids {
-        assert!(matches!(s.pull(id), Pull::Data { .. }), "replay of {id:?}");
+        assert!(matches!(s.pull(id, 0), Pull::Data { .. }), "replay of {id:?}");
     }
     drain(&mut s);
     (s, ids)
@@ -116,7 +118,7 @@ fn shared(readers: usize, deltas: usize, batch: usize) -> Run {
         drain(&mut s);
         if (i + 1) % batch == 0 || i + 1 == deltas {
             for (&id, out) in ids.iter().zip(&mut outs) {
-                match s.pull(id) {
+                match s.pull(id, 0) {
                     Pull::Data { wire, .. } => write(out, &wire, &mut run),
                     other => panic!("reader {id:?} got {other:?}"),
                 }

@@ -14,6 +14,13 @@ T="$(now)"
 cargo test
 step "cargo test: $(elapsed "$T")"
 
+# The native fan-out micro-benchmark (bench/fanout.rs), at smoke size: it must keep building
+# and running. Its full run is `cargo run --release --example fanout` (BENCHMARKS.md).
+step "fan-out micro-benchmark (smoke)"
+T="$(now)"
+cargo run --quiet --release --example fanout -- --smoke
+step "fan-out smoke: $(elapsed "$T")"
+
 T="$(now)"
 "$SCRIPTS_DIR/build.sh"
 

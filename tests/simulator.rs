@@ -261,7 +261,7 @@ impl Sim {
 
     fn pull(&mut self, i: usize) {
         let reader_id = self.readers[i].id;
-        let wire = match self.stream.pull(reader_id) {
+        let wire = match self.stream.pull(reader_id, self.now) {
             Pull::Data { wire, .. } => wire,
             Pull::Pending | Pull::Gone => return,
         };

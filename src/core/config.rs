@@ -37,6 +37,11 @@ pub struct StreamConfig {
     /// Merge the chunk frames queued for a reader that fell behind into one at pull time. Off
     /// only to measure what merging saves (`MERGE_QUEUED_CHUNKS=0`, see BENCHMARKS.md).
     pub merge_queued_chunks: bool,
+    /// Reader pacing: with N readers, one reader is woken at most once per N × this many
+    /// microseconds (at most `reader_pacing_max_ms`), so that with many readers each write
+    /// carries several frames. 0 wakes every reader for every frame.
+    pub reader_pacing_us: u64,
+    pub reader_pacing_max_ms: u64,
     /// Text kept below `durableSeq` (sink mode only); `None` keeps everything.
     pub retain_chars: Option<u64>,
     /// The largest checkpoint slice, in UTF-8 bytes (well under D1's 2,000,000-byte rows).
@@ -57,6 +62,8 @@ impl Default for StreamConfig {
             idle_timeout_ms: 300_000,
             max_queued_frames: 1024,
             merge_queued_chunks: true,
+            reader_pacing_us: 500,
+            reader_pacing_max_ms: 50,
             retain_chars: None,
             max_slice_bytes: 256 * 1024,
             max_compact_bytes: 1_900_000,
@@ -161,6 +168,7 @@ impl Settings {
             idle_timeout_ms: number("IDLE_TIMEOUT_MS", defaults.idle_timeout_ms, 0, 86_400_000)?,
             max_queued_frames: number("MAX_QUEUED_FRAMES", defaults.max_queued_frames as u64, 4, 1 << 20)? as usize,
             merge_queued_chunks: number("MERGE_QUEUED_CHUNKS", 1, 0, 1)? == 1,
+            reader_pacing_us: number("READER_PACING_US", defaults.reader_pacing_us, 0, 10_000)?,
             retain_chars,
             mode: if custom_sink { CheckpointMode::Sink } else { CheckpointMode::Tables { host_cas: mapping.host.is_some() } },
             ..defaults

@@ -65,12 +65,27 @@ async fn route(req: Request, env: &Env) -> Result<Response, ApiError> {
     answer
 }
 
+/// A pass-through for a byte stream: the runtime's native `IdentityTransformStream` where it
+/// exists (bytes move without a JavaScript hop per piece, which matters on the streaming
+/// append, where every delta passes here), else a standard `TransformStream`.
+fn byte_relay() -> worker::Result<web_sys::TransformStream> {
+    use wasm_bindgen::JsCast;
+    let native =
+        js_sys::Reflect::get(&js_sys::global(), &"IdentityTransformStream".into()).ok().and_then(|c| c.dyn_into::<js_sys::Function>().ok());
+    match native {
+        Some(constructor) => {
+            Ok(js_sys::Reflect::construct(&constructor, &js_sys::Array::new()).map_err(worker::Error::from)?.unchecked_into())
+        }
+        None => web_sys::TransformStream::new().map_err(worker::Error::from),
+    }
+}
+
 /// The request to forward to the object. A body is piped through by this Worker, under an
 /// abort signal it keeps; a request without a body is forwarded as it is.
 fn forward_body(req: &Request) -> worker::Result<(Request, Option<web_sys::AbortController>)> {
     let raw = req.inner();
     let Some(body) = raw.body() else { return Ok((req.clone()?, None)) };
-    let relay = web_sys::TransformStream::new().map_err(worker::Error::from)?;
+    let relay = byte_relay()?;
     let pipe = web_sys::AbortController::new().map_err(worker::Error::from)?;
     let options = web_sys::StreamPipeOptions::new();
     options.set_signal(&pipe.signal());

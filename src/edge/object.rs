@@ -441,6 +441,8 @@ impl Object {
                     "failures": st.failures,
                     "retries": st.retries,
                     "bytesWritten": st.bytes_written,
+                    "readerWrites": st.reader_writes,
+                    "readerPacingMs": s.reader_pacing_ms(),
                     "retainedBytes": s.retained_bytes(),
                     "faultsInjected": self.setup.faults.as_ref().map(|f| f.injected()),
                     "d1": self.setup.sink.counters(),

@@ -122,12 +122,18 @@ impl Shell {
         self.wakers.borrow_mut().insert(reader, waker.clone());
     }
 
-    /// Pulls a reader's queued bytes (no outputs come from a pull, so no `feed`).
-    pub fn pull(&self, reader: ReaderId) -> crate::core::live::Pull {
-        match self.live.borrow_mut().as_mut() {
-            Some(s) => s.pull(reader),
-            None => crate::core::live::Pull::Gone,
+    /// Pulls a reader's queued bytes (no outputs come from a pull, so no `feed`). A pull
+    /// held back by reader pacing moves the stream's next deadline, so the timer is re-armed.
+    pub fn pull(self: &Rc<Self>, reader: ReaderId) -> crate::core::live::Pull {
+        let now = now_ms();
+        let (pull, deadline) = match self.live.borrow_mut().as_mut() {
+            Some(s) => (s.pull(reader, now), s.poll_timeout()),
+            None => return crate::core::live::Pull::Gone,
+        };
+        if pull == crate::core::live::Pull::Pending {
+            self.arm_timer(deadline, now);
         }
+        pull
     }
 
     /// Forgets a reader whose client went away. Runs from a `Drop`, so it never insists on

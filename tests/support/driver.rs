@@ -121,7 +121,7 @@ impl Driver {
 
     /// Everything queued for `reader`, parsed back from its SSE bytes.
     pub fn read(&mut self, reader: ReaderId) -> Vec<Frame> {
-        let frames = match self.stream.pull(reader) {
+        let frames = match self.stream.pull(reader, self.now) {
             Pull::Data { wire, .. } => parse_sse(&wire),
             Pull::Pending | Pull::Gone => vec![],
         };

@@ -82,6 +82,7 @@ pub(crate) enum SealStep {
 impl LiveStream {
     /// Feeds the store's answer to operation `op`.
     pub fn handle_store(&mut self, op: OpId, result: Result<StoreReply, StoreFailure>, now: Millis) {
+        self.clock = self.clock.max(now);
         if matches!(self.phase, Phase::Opening { .. }) {
             return self.handle_open_reply(op, result, now);
         }

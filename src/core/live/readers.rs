@@ -5,7 +5,15 @@
 //! frames into one, so a reader that falls a little behind catches up in one write. A reader
 //! whose queue reaches the cap is dropped with `stale`: it costs itself a rejoin, never the
 //! producer's memory.
+//!
+//! Writes are paced: each write to a reader costs the runtime about the same whatever it
+//! carries, so with many readers a reader written less than `pacing` ago gets its next write
+//! only once that much time has passed (its pull answers `Pending`, and the stream wakes it
+//! when due), and the frames queued meanwhile go out merged in one write. The pace grows with
+//! the number of readers (see [`Readers::pacing`]); with few readers it is zero and every
+//! frame goes out at once. A terminal frame is never held back.
 
+use super::stream::Millis;
 use crate::core::frame::Frame;
 use crate::core::sse;
 use std::collections::{BTreeMap, VecDeque};
@@ -36,6 +44,17 @@ struct Reader {
     finished: bool,
     /// The last pull found nothing: the next offer must wake the shell.
     parked: bool,
+    /// When the reader's last write was taken.
+    wrote_at: Option<Millis>,
+    /// Parked with frames queued, waiting for its pace: woken at `wrote_at + pacing`.
+    deferred: bool,
+}
+
+impl Reader {
+    /// When this reader may next be written to.
+    fn due(&self, pace: Millis) -> Millis {
+        self.wrote_at.map_or(0, |at| at + pace)
+    }
 }
 
 /// What a pull produced.
@@ -56,18 +75,56 @@ pub enum DropReason {
     QueueFull,
 }
 
+/// How readers are paced: `per_reader_us` × live readers, at most `max_ms`; 0 disables it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pacing {
+    pub per_reader_us: u64,
+    pub max_ms: u64,
+}
+
 #[derive(Debug)]
 pub(crate) struct Readers {
     cap: usize,
     merge: bool,
+    pacing: Pacing,
     next_id: u64,
     readers: BTreeMap<ReaderId, Reader>,
+    /// Pulls that returned bytes, over the stream's life.
+    writes: u64,
 }
 
 impl Readers {
     /// `merge`: merge queued chunk frames at pull time (see [`merge_wire`]).
-    pub fn new(cap: usize, merge: bool) -> Self {
-        Self { cap, merge, next_id: 0, readers: BTreeMap::new() }
+    pub fn new(cap: usize, merge: bool, pacing: Pacing) -> Self {
+        Self { cap, merge, pacing, next_id: 0, readers: BTreeMap::new(), writes: 0 }
+    }
+
+    pub fn writes(&self) -> u64 {
+        self.writes
+    }
+
+    /// The least time between two wakes of one reader, for the current number of readers.
+    pub fn pacing(&self) -> Millis {
+        let readers = self.live_count() as u64;
+        (readers * self.pacing.per_reader_us / 1000).min(self.pacing.max_ms)
+    }
+
+    /// When the next deferred reader is due.
+    pub fn next_due(&self) -> Option<Millis> {
+        let pace = self.pacing();
+        self.readers.values().filter(|r| r.deferred).map(|r| r.due(pace)).min()
+    }
+
+    /// Wakes the deferred readers whose pace has passed.
+    pub fn wake_due(&mut self, now: Millis) -> Vec<ReaderId> {
+        let pace = self.pacing();
+        let mut wake = Vec::new();
+        for (id, r) in self.readers.iter_mut().filter(|(_, r)| r.deferred && r.due(pace) <= now) {
+            r.deferred = false;
+            r.parked = false;
+            wake.push(*id);
+        }
+        wake
     }
 
     /// Readers still receiving live frames.
@@ -88,14 +145,16 @@ impl Readers {
         self.next_id += 1;
         let finished = replay.last().is_some_and(Frame::is_terminal);
         let queue = replay.into_iter().map(SharedFrame::new).collect();
-        self.readers.insert(id, Reader { queue, finished, parked: false });
+        self.readers.insert(id, Reader { queue, finished, parked: false, wrote_at: None, deferred: false });
         id
     }
 
-    /// Queues `frame` for every live reader. Returns the readers to wake and those dropped
-    /// because their queue was full (they get `stale_frame` instead and are finished).
-    pub fn fan_out(&mut self, frame: Frame, stale_frame: impl Fn() -> Frame) -> (Vec<ReaderId>, Vec<ReaderId>) {
+    /// Queues `frame` for every live reader. Returns the readers to wake now (parked ones
+    /// whose pace has passed; the others are deferred, see [`Self::next_due`]) and those
+    /// dropped because their queue was full (they get `stale_frame` instead and are finished).
+    pub fn fan_out(&mut self, frame: Frame, stale_frame: impl Fn() -> Frame, now: Millis) -> (Vec<ReaderId>, Vec<ReaderId>) {
         let shared = SharedFrame::new(frame);
+        let pace = self.pacing();
         let mut wake = Vec::new();
         let mut dropped = Vec::new();
         for (id, r) in self.readers.iter_mut().filter(|(_, r)| !r.finished) {
@@ -104,12 +163,19 @@ impl Readers {
                 r.queue.clear();
                 r.queue.push_back(SharedFrame::new(stale_frame()));
                 r.finished = true;
+                r.deferred = false;
                 dropped.push(*id);
-            } else {
-                r.queue.push_back(Rc::clone(&shared));
+                continue; // the caller wakes it with the drop
             }
-            if std::mem::take(&mut r.parked) {
+            r.queue.push_back(Rc::clone(&shared));
+            if !r.parked || r.deferred {
+                continue;
+            }
+            if r.due(pace) <= now {
+                r.parked = false;
                 wake.push(*id);
+            } else {
+                r.deferred = true;
             }
         }
         (wake, dropped)
@@ -122,6 +188,7 @@ impl Readers {
         for (id, r) in self.readers.iter_mut().filter(|(_, r)| !r.finished) {
             r.queue.push_back(Rc::clone(&shared));
             r.finished = true;
+            r.deferred = false; // the end goes out at once
             if std::mem::take(&mut r.parked) {
                 wake.push(*id);
             }
@@ -129,8 +196,10 @@ impl Readers {
         wake
     }
 
-    /// Takes everything queued for `id` as one SSE write.
-    pub fn pull(&mut self, id: ReaderId) -> Pull {
+    /// Takes everything queued for `id` as one SSE write, unless its pace has not passed
+    /// (then it is `Pending` and named in a wake when due).
+    pub fn pull(&mut self, id: ReaderId, now: Millis) -> Pull {
+        let pace = self.pacing();
         let Some(r) = self.readers.get_mut(&id) else { return Pull::Gone };
         if r.queue.is_empty() {
             if r.finished {
@@ -140,6 +209,14 @@ impl Readers {
             r.parked = true;
             return Pull::Pending;
         }
+        if !r.finished && r.due(pace) > now {
+            r.parked = true;
+            r.deferred = true;
+            return Pull::Pending;
+        }
+        r.deferred = false;
+        r.wrote_at = Some(now);
+        self.writes += 1;
         let frames: Vec<_> = r.queue.drain(..).collect();
         let last = r.finished;
         if last {
@@ -207,57 +284,109 @@ mod tests {
         Frame::Chunk { from, seq: from + crate::core::utf16::len(text), text: text.into() }
     }
 
+    const NO_PACING: Pacing = Pacing { per_reader_us: 0, max_ms: 0 };
+
+    #[test]
+    fn with_many_readers_a_reader_written_recently_gets_its_next_write_at_its_pace_merged() {
+        // 10 readers × 1000 µs: one write per reader per 10 ms at most.
+        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 1000, max_ms: 50 });
+        let ids: Vec<_> = (0..10).map(|_| rs.attach(vec![])).collect();
+        for &id in &ids {
+            assert_eq!(rs.pull(id, 99), Pull::Pending);
+        }
+        assert_eq!(rs.pacing(), 10);
+        assert_eq!(rs.fan_out(chunk(0, "a"), stale, 100).0, ids, "the first frame goes out at once");
+        for &id in &ids {
+            assert!(matches!(rs.pull(id, 100), Pull::Data { .. }));
+            assert_eq!(rs.pull(id, 100), Pull::Pending);
+        }
+        assert!(rs.fan_out(chunk(1, "b"), stale, 103).0.is_empty(), "written 3 ms ago: deferred");
+        assert_eq!(rs.pull(ids[0], 104), Pull::Pending, "a pull before the pace is due waits too");
+        assert!(rs.fan_out(chunk(2, "c"), stale, 106).0.is_empty());
+        assert_eq!(rs.next_due(), Some(110));
+        assert!(rs.wake_due(109).is_empty());
+        assert_eq!(rs.wake_due(110), ids);
+        assert_eq!(rs.next_due(), None);
+        let Pull::Data { wire, .. } = rs.pull(ids[0], 110) else { panic!("expected data") };
+        assert_eq!(wire, sse::encode(&chunk(1, "bc")), "the deferred frames go out merged");
+        assert_eq!(rs.writes(), 11);
+    }
+
+    #[test]
+    fn with_few_readers_nothing_waits_and_the_end_never_waits() {
+        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 300, max_ms: 50 });
+        let id = rs.attach(vec![]);
+        assert_eq!(rs.pull(id, 5), Pull::Pending);
+        assert_eq!(rs.pacing(), 0, "one reader × 300 µs rounds to no pace");
+        assert_eq!(rs.fan_out(chunk(0, "a"), stale, 5).0, vec![id]);
+        assert!(matches!(rs.pull(id, 5), Pull::Data { .. }));
+        assert_eq!(rs.pull(id, 5), Pull::Pending);
+        assert_eq!(rs.fan_out(chunk(1, "b"), stale, 5).0, vec![id], "same millisecond, still at once");
+
+        let mut paced = Readers::new(64, true, Pacing { per_reader_us: 10_000, max_ms: 50 });
+        let id = paced.attach(vec![]);
+        assert_eq!(paced.pull(id, 1), Pull::Pending);
+        paced.fan_out(chunk(0, "a"), stale, 1);
+        assert!(matches!(paced.pull(id, 1), Pull::Data { .. }));
+        assert_eq!(paced.pull(id, 1), Pull::Pending);
+        assert!(paced.fan_out(chunk(1, "b"), stale, 2).0.is_empty(), "deferred");
+        let end = Frame::End { seq: 2, status: EndStatus::Complete, error: None };
+        assert_eq!(paced.finish_all(end), vec![id], "the end wakes at once");
+        assert_eq!(paced.next_due(), None);
+        assert!(matches!(paced.pull(id, 2), Pull::Data { last: true, .. }), "and is pulled at once");
+    }
+
     fn stale() -> Frame {
         Frame::Stale { floor_seq: 0, durable_seq: 0 }
     }
 
     #[test]
     fn a_pull_merges_queued_chunks_and_keeps_the_highest_durable() {
-        let mut rs = Readers::new(16, true);
+        let mut rs = Readers::new(16, true, NO_PACING);
         let id = rs.attach(vec![]);
-        rs.fan_out(chunk(0, "a😀"), stale);
-        rs.fan_out(Frame::Durable { seq: 1 }, stale);
-        rs.fan_out(chunk(3, "b"), stale);
-        rs.fan_out(Frame::Durable { seq: 3 }, stale);
-        let Pull::Data { wire, last } = rs.pull(id) else { panic!("expected data") };
+        rs.fan_out(chunk(0, "a😀"), stale, 1);
+        rs.fan_out(Frame::Durable { seq: 1 }, stale, 1);
+        rs.fan_out(chunk(3, "b"), stale, 1);
+        rs.fan_out(Frame::Durable { seq: 3 }, stale, 1);
+        let Pull::Data { wire, last } = rs.pull(id, 1) else { panic!("expected data") };
         assert!(!last);
         assert_eq!(wire, format!("{}{}", sse::encode(&chunk(0, "a😀b")), sse::encode(&Frame::Durable { seq: 3 })));
-        assert_eq!(rs.pull(id), Pull::Pending);
+        assert_eq!(rs.pull(id, 1), Pull::Pending);
     }
 
     #[test]
     fn without_merging_a_pull_sends_each_queued_frame_as_it_was_encoded() {
-        let mut rs = Readers::new(16, false);
+        let mut rs = Readers::new(16, false, NO_PACING);
         let id = rs.attach(vec![]);
-        rs.fan_out(chunk(0, "a😀"), stale);
-        rs.fan_out(chunk(3, "b"), stale);
-        let Pull::Data { wire, .. } = rs.pull(id) else { panic!("expected data") };
+        rs.fan_out(chunk(0, "a😀"), stale, 1);
+        rs.fan_out(chunk(3, "b"), stale, 1);
+        let Pull::Data { wire, .. } = rs.pull(id, 1) else { panic!("expected data") };
         assert_eq!(wire, format!("{}{}", sse::encode(&chunk(0, "a😀")), sse::encode(&chunk(3, "b"))));
     }
 
     #[test]
     fn a_full_queue_ends_in_stale_and_frees_its_frames() {
-        let mut rs = Readers::new(2, true);
+        let mut rs = Readers::new(2, true, NO_PACING);
         let slow = rs.attach(vec![]);
-        rs.fan_out(chunk(0, "a"), stale);
-        rs.fan_out(chunk(1, "b"), stale);
-        let (_, dropped) = rs.fan_out(chunk(2, "c"), stale);
+        rs.fan_out(chunk(0, "a"), stale, 1);
+        rs.fan_out(chunk(1, "b"), stale, 1);
+        let (_, dropped) = rs.fan_out(chunk(2, "c"), stale, 1);
         assert_eq!(dropped, vec![slow]);
         assert_eq!(rs.live_count(), 0);
-        assert_eq!(rs.pull(slow), Pull::Data { wire: sse::encode(&stale()), last: true });
-        assert_eq!(rs.pull(slow), Pull::Gone);
+        assert_eq!(rs.pull(slow, 1), Pull::Data { wire: sse::encode(&stale()), last: true });
+        assert_eq!(rs.pull(slow, 1), Pull::Gone);
     }
 
     #[test]
     fn an_offer_to_a_parked_reader_wakes_it_once() {
-        let mut rs = Readers::new(8, true);
+        let mut rs = Readers::new(8, true, NO_PACING);
         let id = rs.attach(vec![]);
-        assert_eq!(rs.pull(id), Pull::Pending);
-        assert_eq!(rs.fan_out(chunk(0, "a"), stale).0, vec![id]);
-        assert!(rs.fan_out(chunk(1, "b"), stale).0.is_empty());
+        assert_eq!(rs.pull(id, 1), Pull::Pending);
+        assert_eq!(rs.fan_out(chunk(0, "a"), stale, 1).0, vec![id]);
+        assert!(rs.fan_out(chunk(1, "b"), stale, 1).0.is_empty());
         let end = Frame::End { seq: 2, status: EndStatus::Complete, error: None };
         rs.finish_all(end.clone());
-        let Pull::Data { wire, last } = rs.pull(id) else { panic!() };
+        let Pull::Data { wire, last } = rs.pull(id, 1) else { panic!() };
         assert!(last);
         assert!(wire.ends_with(&sse::encode(&end)));
     }

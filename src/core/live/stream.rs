@@ -1,6 +1,6 @@
 //! The live stream: phases, inputs, outputs and the reader side.
 
-use super::readers::{Pull, ReaderId, Readers};
+use super::readers::{Pacing, Pull, ReaderId, Readers};
 use crate::core::config::{CheckpointMode, StreamConfig};
 use crate::core::durable::{OpenProbe, OpenRefused, RowState};
 use crate::core::frame::{EndStatus, Frame};
@@ -189,6 +189,9 @@ pub struct Stats {
     pub failures: u64,
     pub retries: u64,
     pub bytes_written: u64,
+    /// Writes to readers (pulls that returned bytes); merging and pacing make it smaller
+    /// than frames × readers.
+    pub reader_writes: u64,
 }
 
 /// Where the stream is in its life.
@@ -261,6 +264,8 @@ pub struct LiveStream {
     pub(crate) seal_tickets: Vec<Ticket>,
     /// The producer's last append or flush (for the idle timeout).
     pub(crate) last_activity: Millis,
+    /// The latest time an input brought (reader pacing reads it when frames fan out).
+    pub(crate) clock: Millis,
     next_op: u64,
     next_ticket: u64,
     outputs: VecDeque<Output>,
@@ -274,7 +279,12 @@ impl LiveStream {
         let mut s = Self {
             last_activity: now,
             id: stream_id.to_owned(),
-            readers: Readers::new(cfg.max_queued_frames, cfg.merge_queued_chunks),
+            readers: Readers::new(
+                cfg.max_queued_frames,
+                cfg.merge_queued_chunks,
+                Pacing { per_reader_us: cfg.reader_pacing_us, max_ms: cfg.reader_pacing_max_ms },
+            ),
+            clock: now,
             cfg,
             phase: Phase::Retired,
             buf: TextBuffer::new(),
@@ -331,8 +341,13 @@ impl LiveStream {
         self.readers.live_count()
     }
 
+    /// The least time between two wakes of one reader now (see [`Readers::pacing`]).
+    pub fn reader_pacing_ms(&self) -> Millis {
+        self.readers.pacing()
+    }
+
     pub fn stats(&self) -> Stats {
-        self.stats
+        Stats { reader_writes: self.readers.writes(), ..self.stats }
     }
 
     /// Memory held for this stream, as an upper bound: the retained text plus the encoded
@@ -351,6 +366,7 @@ impl LiveStream {
             Phase::Sealing(_) | Phase::Ended { .. } => return Err(PushError::Closed),
         }
         self.last_activity = now;
+        self.clock = self.clock.max(now);
         if !text.is_empty() {
             let (from, seq) = self.buf.push(text);
             self.fan_out(Frame::Chunk { from, seq, text: text.to_owned() });
@@ -482,9 +498,10 @@ impl LiveStream {
         self.readers.attach(replay)
     }
 
-    /// Takes what is queued for a reader, as SSE bytes.
-    pub fn pull(&mut self, reader: ReaderId) -> Pull {
-        self.readers.pull(reader)
+    /// Takes what is queued for a reader, as SSE bytes (`Pending` while it waits for data or
+    /// for its pace; a wake output names it when it should pull again).
+    pub fn pull(&mut self, reader: ReaderId, now: Millis) -> Pull {
+        self.readers.pull(reader, now)
     }
 
     /// A reader's client went away.
@@ -502,11 +519,15 @@ impl LiveStream {
             Phase::Ended { linger_until, .. } => Some(*linger_until),
             _ => None,
         };
-        [phase_deadline, self.ck.deadline()].into_iter().flatten().min()
+        [phase_deadline, self.ck.deadline(), self.readers.next_due()].into_iter().flatten().min()
     }
 
     /// Does whatever is due at `now`.
     pub fn handle_timeout(&mut self, now: Millis) {
+        self.clock = self.clock.max(now);
+        for reader in self.readers.wake_due(now) {
+            self.push_output(Output::Wake(reader));
+        }
         match self.phase {
             Phase::Opening { step: OpenStep::Backoff { until, probe }, ticket, retry } if until <= now => {
                 let step = self.first_open_step(probe);
@@ -569,7 +590,7 @@ impl LiveStream {
 
     pub(crate) fn fan_out(&mut self, frame: Frame) {
         let stale = self.stale_frame();
-        let (wake, dropped) = self.readers.fan_out(frame, || stale.clone());
+        let (wake, dropped) = self.readers.fan_out(frame, || stale.clone(), self.clock);
         for reader in wake {
             self.push_output(Output::Wake(reader));
         }
