@@ -182,7 +182,7 @@ fn main() {
         format!("merged vs separate writes, R=100, {BEHIND} behind: {:.1}x", speedup(&rows[4], &rows[5])),
     ];
     let caveat = "\"before\" is an emulation (sse::encode per delta per reader, none of the stream's bookkeeping), \
-                  not the old code; release profile (opt-level s, LTO), native, best of the repetitions";
+                  not the old code; release profile (opt-level z, LTO), native, best of the repetitions";
 
     if json {
         let rows: Vec<_> = rows

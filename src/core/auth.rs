@@ -189,7 +189,7 @@ mod tests {
     #[test]
     fn alg_none_and_other_algorithms_are_refused() {
         use base64_url as b64;
-        let body = b64(&claims("m1", "read", NOW + 60).to_string());
+        let body = b64(claims("m1", "read", NOW + 60).to_string());
         let none = format!("{}.{}.", b64(r#"{"alg":"none","typ":"JWT"}"#), body);
         assert!(matches!(ask(Some(&none), "m1", Scope::Read), Err(Denied::Invalid(_))));
         // A genuine HS512 token with the right secret: refused for its algorithm alone.

@@ -87,6 +87,9 @@ pub(crate) struct Readers {
     cap: usize,
     merge: bool,
     pacing: Pacing,
+    /// The pace for the current number of live readers, kept up to date as readers come and
+    /// go (a pull reads it; counting readers there would cost O(readers) per pull).
+    pace: Millis,
     next_id: u64,
     readers: BTreeMap<ReaderId, Reader>,
     /// Pulls that returned bytes, over the stream's life.
@@ -96,17 +99,21 @@ pub(crate) struct Readers {
 impl Readers {
     /// `merge`: merge queued chunk frames at pull time (see [`merge_wire`]).
     pub fn new(cap: usize, merge: bool, pacing: Pacing) -> Self {
-        Self { cap, merge, pacing, next_id: 0, readers: BTreeMap::new(), writes: 0 }
+        Self { cap, merge, pacing, pace: 0, next_id: 0, readers: BTreeMap::new(), writes: 0 }
     }
 
     pub fn writes(&self) -> u64 {
         self.writes
     }
 
-    /// The least time between two wakes of one reader, for the current number of readers.
+    /// The least time between two writes to one reader, for the current number of readers.
     pub fn pacing(&self) -> Millis {
+        self.pace
+    }
+
+    fn readers_changed(&mut self) {
         let readers = self.live_count() as u64;
-        (readers * self.pacing.per_reader_us / 1000).min(self.pacing.max_ms)
+        self.pace = (readers * self.pacing.per_reader_us / 1000).min(self.pacing.max_ms);
     }
 
     /// When the next deferred reader is due.
@@ -146,6 +153,7 @@ impl Readers {
         let finished = replay.last().is_some_and(Frame::is_terminal);
         let queue = replay.into_iter().map(SharedFrame::new).collect();
         self.readers.insert(id, Reader { queue, finished, parked: false, wrote_at: None, deferred: false });
+        self.readers_changed();
         id
     }
 
@@ -178,6 +186,9 @@ impl Readers {
                 r.deferred = true;
             }
         }
+        if !dropped.is_empty() {
+            self.readers_changed();
+        }
         (wake, dropped)
     }
 
@@ -193,6 +204,7 @@ impl Readers {
                 wake.push(*id);
             }
         }
+        self.readers_changed();
         wake
     }
 
@@ -220,7 +232,7 @@ impl Readers {
         let frames: Vec<_> = r.queue.drain(..).collect();
         let last = r.finished;
         if last {
-            self.readers.remove(&id);
+            self.readers.remove(&id); // finished readers are not counted: the pace stands
         }
         let wire = if self.merge { merge_wire(&frames) } else { frames.iter().map(|f| f.wire.as_str()).collect() };
         Pull::Data { wire, last }
@@ -229,6 +241,7 @@ impl Readers {
     /// Forgets a reader (its client went away).
     pub fn detach(&mut self, id: ReaderId) {
         self.readers.remove(&id);
+        self.readers_changed();
     }
 }
 
