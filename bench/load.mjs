@@ -662,7 +662,7 @@ function parseArgs(argv) {
     const m = /^--([a-z-]+)(?:=(.*))?$/.exec(a);
     if (!m) throw new Error(`unknown argument ${a}`);
     const key = m[1].replace(/-([a-z])/g, (_, c) => c.toUpperCase());
-    if (['json', 'noSlow', 'help'].includes(key)) o[key] = true;
+    if (['json', 'noSlow', 'help', 'direct'].includes(key)) o[key] = true;
     else o[key] = m[2] ?? argv[++i];
   }
   return o;
@@ -679,6 +679,8 @@ const HELP = `node bench/load.mjs [flags]
   --no-slow              no slow stream / paused reader
   --seed N               text seed
   --json                 print the report as JSON
+  --direct               send the load to the Worker's own socket, past wrangler's dev proxy
+                         (which runs out of file descriptors at full size; see BENCHMARKS.md)
   --url URL --secret S --db FILE   use a running stack instead of starting one (logs: none,
                          so the paused reader's drop cannot be seen: use --no-slow)`;
 
@@ -701,11 +703,18 @@ async function main() {
   } else {
     stack = await harness.startStack({ name: 'bench-load', vars: { MAX_QUEUED_FRAMES: String(a.maxQueuedFrames ?? 64) } });
   }
+  let target = stack;
+  if (a.direct && !a.url) {
+    const { workerBase } = await import('./bench.mjs');
+    const { base, direct } = await workerBase(stack);
+    if (!direct) throw new Error("--direct: the Worker's own socket was not found");
+    target = Object.create(stack, { baseUrl: { value: base } });
+  }
   const onAbort = () => stack.kill?.(); // stop workerd's error loop before its log fills the disk
   const say = (s) => process.stderr.write(`[load] ${s}\n`);
   let report;
   try {
-    report = await runLoad(stack, {
+    report = await runLoad(target, {
       streams: Number(a.streams ?? 50),
       readers: Number(a.readers ?? 10),
       rate: Number(a.rate ?? 50),
