@@ -32,6 +32,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import { ROOT, startStack } from '../tests/e2e/harness.mjs';
+import { rawRequest } from '../tests/e2e/edge-util.mjs';
 import { sleep } from '../tests/e2e/util.mjs';
 
 const DELTAS = ['tok ', 'ab😀', '漢字ab', '👍🏽', 'the ', '🦀ok', 'é é ', '𝄞 a '];
@@ -165,26 +166,11 @@ const round = (x, digits = 1) => (x === null || x === undefined ? null : Math.ro
 // ---------------------------------------------------------------------------------------
 // The two targets: the same load against either
 
-function request(url, { method = 'GET', headers = {}, body, timeoutMs = 30_000 } = {}) {
-  return new Promise((resolve) => {
-    const req = http.request(url, { method, headers, agent: false }, (res) => {
-      let raw = '';
-      res.setEncoding('utf8');
-      res.on('data', (c) => (raw += c));
-      res.on('end', () => {
-        let json;
-        try {
-          json = JSON.parse(raw);
-        } catch {
-          /* not JSON */
-        }
-        resolve({ status: res.statusCode, raw, json });
-      });
-    });
-    req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
-    req.on('error', (e) => resolve({ status: 0, raw: e.message }));
-    req.end(body);
-  });
+/** One request on its own connection; { status, raw, json } (status 0 and the error in `raw` when it failed). */
+async function request(url, { method = 'GET', headers = {}, body, timeoutMs = 30_000 } = {}) {
+  const { origin, pathname, search } = new URL(url);
+  const r = await rawRequest(origin, { method, path: pathname + search, headers, body, timeoutMs });
+  return { ...r, raw: r.raw ?? r.error };
 }
 
 let streamCounter = 0;

@@ -27,6 +27,7 @@ import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { jsonOrUndefined } from '../tests/e2e/harness.mjs';
+import { rawRequest } from '../tests/e2e/edge-util.mjs';
 import { rng, sleep } from '../tests/e2e/util.mjs';
 
 const PIECES = ['😀', '🎉', '🦀', '𝄞', '👍🏽', '🇯🇵', '👨‍👩‍👧', 'é', '漢字', 'ß', '\n', '"', '\\', 'data: x\n\n', 'the ', 'model ', 'streams ', 'a ', 'token ', 'to ', 'D1 '];
@@ -97,30 +98,10 @@ function sseParser(onEvent) {
   };
 }
 
-function request(base, { method = 'GET', path, headers = {}, body, timeoutMs = 30_000 }) {
-  const { hostname, port } = new URL(base);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => {
-      req.destroy();
-      resolve({ status: 0, raw: `no answer within ${timeoutMs} ms` });
-    }, timeoutMs);
-    const req = http.request({ host: hostname, port, method, path, headers, agent: false }, (res) => {
-      let raw = '';
-      res.setEncoding('utf8');
-      res.on('data', (c) => (raw += c));
-      res.on('end', () => {
-        const json = jsonOrUndefined(raw);
-        clearTimeout(timer);
-        resolve({ status: res.statusCode, raw, json });
-      });
-      res.on('error', (e) => resolve({ status: 0, raw: e.message }));
-    });
-    req.on('error', (e) => {
-      clearTimeout(timer);
-      resolve({ status: 0, raw: e.message });
-    });
-    req.end(body);
-  });
+/** One request on its own connection; { status, raw, json } (status 0 and the error in `raw` when it failed). */
+async function request(base, { method = 'GET', path, headers = {}, body, timeoutMs = 30_000 }) {
+  const r = await rawRequest(base, { method, path, headers, body, timeoutMs });
+  return { ...r, raw: r.raw ?? r.error };
 }
 
 // ---------------------------------------------------------------------------------------

@@ -5,40 +5,20 @@
 //   client       a small API client for one stream (producer calls: Bearer; reader calls: ?token=)
 //   d1Snapshot   every row of the message and chunk tables, for "nothing was written" checks
 //   durableFromDb  the durable text assembled straight from D1 (body + chunk rows), like /text
-//   textGen      seeded, emoji-heavy text; splitUnits cuts it without splitting surrogate pairs
+//   splitUnits   cuts text (util.mjs's emojiText) without splitting surrogate pairs
 //   checkSplice  contract S for one reader: durableText(from) ++ delivered == produced
 import assert from 'node:assert/strict';
 import http from 'node:http';
 
 import { jsonOrUndefined } from './harness.mjs';
-import { call, insidePair, rng, seedFromEnv, sleep, splitCodePoints } from './util.mjs';
+import { call, emojiText, insidePair, rng, seedFromEnv, sleep, splitCodePoints } from './util.mjs';
 
-export { call, insidePair, rng, seedFromEnv, sleep };
+export { call, emojiText, insidePair, rng, seedFromEnv, sleep };
 /** Cuts text into pieces of min..max UTF-16 units, never inside a surrogate pair. */
 export const splitUnits = splitCodePoints;
 
 // ---------------------------------------------------------------------------------------
 // Text
-
-const PIECES = [
-  '😀', '🎉', '🚀', '💩', '🦀', '𝄞', '𠜎', '👨‍👩‍👧‍👦', '🏳️‍🌈', '👩🏽‍💻', '❤️‍🔥', '🇯🇵', '🇫🇷', '🏴󠁧󠁢󠁳󠁣󠁴󠁿', '👍🏽',
-  'e\u0301', 'Z\u0351\u0360\u0347', '1️⃣', '漢字', '한국어', 'नमस्ते', 'مرحبا', 'ไทย', '€', 'ß', '\u00a0', '\u2028',
-  '\n', '\r\n', '\t', '"', '\\', '</script>', 'data: x\n\n', 'id: 7\n', ': ping\n',
-];
-const WORDS = ['the', 'model', 'streams', 'a', 'reply', 'to', 'every', 'reader', 'and', 'D1', 'keeps', 'it'];
-
-/** Emoji-heavy text of at least `minUnits` UTF-16 code units (roughly half astral). */
-export function textGen(r, minUnits) {
-  let s = '';
-  while (s.length < minUnits) {
-    const roll = r();
-    if (roll < 0.55) s += r.pick(PIECES);
-    else if (roll < 0.85) s += r.pick(WORDS);
-    else s += String.fromCodePoint(r.int(0x1f300, 0x1f64f));
-    if (r() < 0.5) s += ' ';
-  }
-  return s;
-}
 
 /** The first UTF-16 offset where `a` and `b` differ (or the shorter length). */
 export function divergence(a, b) {

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { readSse, skipUnlessBuilt, startStack } from './harness.mjs';
 import {
-  assertPrefix, checkSplice, client, newStreamId, ok, percentile, rng, seedFromEnv, sleep, splitUnits, textGen,
+  assertPrefix, checkSplice, client, newStreamId, ok, percentile, rng, seedFromEnv, sleep, splitUnits, emojiText,
 } from './edge-util.mjs';
 
 const skip = skipUnlessBuilt();
@@ -86,7 +86,7 @@ test(`kill -9 and restart mid-stream ${KILLS} times: the lease seals every row i
     let confirmed = 0;
     const appends = r.int(4, 12);
     for (let k = 0; k < appends; k++) {
-      const piece = textGen(r, r.int(5, 150));
+      const piece = emojiText(r, r.int(5, 150));
       const a = ok(await c.append(piece), `${label}: append`);
       produced += piece;
       assert.equal(a.seq, produced.length, `${label}: append seq`);
@@ -103,17 +103,17 @@ test(`kill -9 and restart mid-stream ${KILLS} times: the lease seals every row i
     let attempted = produced;
     let streaming;
     if (mode === 'streaming append') {
-      const tail = textGen(r, r.int(200, 600));
+      const tail = emojiText(r, r.int(200, 600));
       streaming = streamingAppend(c, splitUnits(tail, r, 3, 30), 10);
       await sleep(r.int(40, 200));
     } else if (mode === 'flush in flight') {
-      const tail = textGen(r, r.int(20, 300));
+      const tail = emojiText(r, r.int(20, 300));
       ok(await c.append(tail), `${label}: append before the flush`);
       attempted += tail;
       c.flush().catch(() => {}); // may or may not commit before the kill
       await sleep(r.int(0, 5));
     } else {
-      const tail = textGen(r, r.int(1, 100));
+      const tail = emojiText(r, r.int(1, 100));
       ok(await c.append(tail), `${label}: unflushed tail`);
       attempted += tail;
       await sleep(r.int(0, 120));

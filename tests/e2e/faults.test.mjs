@@ -20,7 +20,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { readSse, skipUnlessBuilt, startStack } from './harness.mjs';
 import {
-  assertPrefix, checkSplice, client, durableFromDb, newStreamId, ok, rng, seedFromEnv, sleep, splitUnits, textGen,
+  assertPrefix, checkSplice, client, durableFromDb, newStreamId, ok, rng, seedFromEnv, sleep, splitUnits, emojiText,
 } from './edge-util.mjs';
 
 const skip = skipUnlessBuilt();
@@ -69,7 +69,7 @@ async function runStream({ kind, r, label, units, expectSealOk = false }) {
   const id = newStreamId(stack, `f-${kind}`);
   const c = client(stack, id);
   ok(await c.open(), `${label}: open`);
-  const pieces = splitUnits(textGen(r, units), r, 5, 80);
+  const pieces = splitUnits(emojiText(r, units), r, 5, 80);
   let produced = '';
   let lastText = 0;
   const readers = [];
@@ -246,7 +246,7 @@ test('every checkpoint and seal write fails (rate=1, before): flush and close an
   ok(await c.open(), 'open (opening is never faulted)');
   const reader = await readSse(c.eventsUrl(0));
   let produced = '';
-  for (const piece of splitUnits(textGen(r, 1500), r, 5, 80)) {
+  for (const piece of splitUnits(emojiText(r, 1500), r, 5, 80)) {
     const a = ok(await c.append(piece), 'append');
     produced += piece;
     assert.equal(a.durableSeq, 0, 'nothing can be durable');
