@@ -26,5 +26,6 @@ pub mod reading;
 pub mod sse;
 pub mod stream_id;
 pub mod text;
+pub mod ui;
 pub mod utf16;
 pub mod utf8;

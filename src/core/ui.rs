@@ -1,0 +1,667 @@
+//! The `ui` format (SPEC §9): the text of a `ui` stream is NDJSON, one AI SDK UI message chunk
+//! (a JSON object with a string `type`) per line, each line ending in `\n`.
+//!
+//! Three pure pieces live here:
+//! - [`LineAssembler`] keeps the unfinished last line across appends (a producer may split a
+//!   line anywhere, even inside a UTF-8 sequence) and hands back each run of complete,
+//!   validated lines, or the [`ChunkFault`] of the first bad one;
+//! - the `/ui` wire: [`encode_lines`] writes each complete line as one SSE event whose `id:` is
+//!   the UTF-16 offset just after the line, so a reconnecting `EventSource` resumes at an exact
+//!   chunk boundary, and [`line_start_byte`] moves a join offset to the start of its line;
+//! - the [`Ending`] a `/ui` reader gets after the last line, then `data: [DONE]`.
+//!
+//! Validation runs on every line of every delta, so it never builds a JSON tree: a borrowing
+//! visitor reads `type` and skips everything else.
+
+use super::frame::EndStatus;
+use super::utf16;
+use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Serialize, Serializer};
+use std::borrow::Cow;
+use std::fmt::{self, Write};
+use thiserror::Error;
+
+/// The longest line accepted, in UTF-8 bytes (the AI SDK's chunks are far smaller; a bound
+/// keeps an unfinished line from growing without end).
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// The response header that tells the AI SDK this is a UI message stream.
+pub const UI_STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
+
+/// The last event of a `/ui` answer for a stream that ended.
+pub const DONE: &str = "data: [DONE]\n\n";
+
+/// What a stream's text is, chosen at open and remembered after the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// Plain text (SPEC §2–§7).
+    #[default]
+    Text,
+    /// NDJSON UI message chunks (SPEC §9).
+    Ui,
+}
+
+impl Format {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "text" => Some(Format::Text),
+            "ui" => Some(Format::Ui),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Ui => "ui",
+        }
+    }
+}
+
+impl Serialize for Format {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Why a line is not a UI message chunk.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ChunkFault {
+    #[error("it is longer than {max} bytes")]
+    TooLong { max: usize },
+    #[error("it is not valid UTF-8 (at byte {at} of the line)")]
+    InvalidUtf8 { at: usize },
+    #[error("it holds a raw carriage return (at byte {at} of the line), which ends an SSE line; JSON writes it as \\r")]
+    CarriageReturn { at: usize },
+    #[error("it is empty; every line must be one JSON object")]
+    Empty,
+    #[error("it is not JSON ({0})")]
+    NotJson(String),
+    #[error("it is JSON but {0}, not an object")]
+    NotAnObject(&'static str),
+    #[error("the object has no \"type\"")]
+    MissingType,
+    #[error("its \"type\" is {0}, not a string")]
+    TypeNotAString(&'static str),
+}
+
+/// A refused line: the UTF-16 offset where it starts (the `seq` the stream reached) and why.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("the line at offset {offset} is not a UI message chunk: {fault}")]
+pub struct BadChunk {
+    pub offset: u64,
+    pub fault: ChunkFault,
+}
+
+/// What one piece of a `ui` stream's text yields.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Assembled<'a> {
+    /// The complete lines it finished, validated, each ending in `\n` (empty when none).
+    pub lines: Cow<'a, str>,
+    /// One of them is a `finish` chunk.
+    pub finish: bool,
+    /// The first bad line: it, the unfinished line it completed and the rest of the piece
+    /// were dropped.
+    pub fault: Option<ChunkFault>,
+}
+
+/// Assembles complete lines from pieces split anywhere. Only validated, complete lines come
+/// out; the unfinished last line waits here (as bytes, so a UTF-8 sequence may be split too).
+#[derive(Debug, Default)]
+pub struct LineAssembler {
+    partial: Vec<u8>,
+    /// `partial[..checked]` is valid UTF-8; the rest is at most one incomplete sequence.
+    checked: usize,
+}
+
+impl LineAssembler {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bytes of the unfinished line held.
+    pub fn partial_len(&self) -> usize {
+        self.partial.len()
+    }
+
+    /// Feeds one piece. Faults are found as early as the piece shows them: a bad byte, a raw
+    /// carriage return or an over-long line is refused before its `\n` arrives.
+    pub fn feed<'a>(&mut self, piece: &'a [u8]) -> Assembled<'a> {
+        let (complete, rest) = match piece.iter().rposition(|&b| b == b'\n') {
+            Some(last_nl) => piece.split_at(last_nl + 1),
+            None => (&piece[..0], piece),
+        };
+        let (lines, finish, fault) = if complete.is_empty() {
+            (Cow::Borrowed(""), false, None)
+        } else if self.partial.is_empty() {
+            let (good, finish, fault) = check_run(complete);
+            let lines = std::str::from_utf8(&complete[..good]).expect("check_run accepts only valid UTF-8");
+            (Cow::Borrowed(lines), finish, fault)
+        } else {
+            self.complete_partial(complete)
+        };
+        let fault = match fault {
+            Some(f) => Some(f),
+            None => self.extend_partial(rest).err(),
+        };
+        if fault.is_some() {
+            self.reset();
+        }
+        Assembled { lines, finish, fault }
+    }
+
+    /// Ends the text: the unfinished line, if any, as text. It is never validated (a close
+    /// keeps what the producer sent); an incomplete trailing UTF-8 sequence becomes U+FFFD.
+    pub fn take_partial(&mut self) -> Option<String> {
+        let partial = std::mem::take(&mut self.partial);
+        self.checked = 0;
+        (!partial.is_empty()).then(|| String::from_utf8_lossy(&partial).into_owned())
+    }
+
+    /// The first line of `complete` finishes the held fragment; the lines after it stand alone.
+    fn complete_partial<'a>(&mut self, complete: &'a [u8]) -> (Cow<'a, str>, bool, Option<ChunkFault>) {
+        let first_end = complete.iter().position(|&b| b == b'\n').expect("complete ends in a newline") + 1;
+        let mut first = std::mem::take(&mut self.partial);
+        self.checked = 0;
+        first.extend_from_slice(&complete[..first_end]);
+        let (good, mut finish, fault) = check_run(&first);
+        if fault.is_some() {
+            return (Cow::Borrowed(""), false, fault);
+        }
+        debug_assert_eq!(good, first.len());
+        let (good, more_finish, fault) = check_run(&complete[first_end..]);
+        finish |= more_finish;
+        first.extend_from_slice(&complete[first_end..first_end + good]);
+        let lines = String::from_utf8(first).expect("check_run accepts only valid UTF-8");
+        (Cow::Owned(lines), finish, fault)
+    }
+
+    /// Adds bytes that complete no line, checking what can be checked before the `\n`.
+    fn extend_partial(&mut self, bytes: &[u8]) -> Result<(), ChunkFault> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if self.partial.len() + bytes.len() > MAX_LINE_BYTES {
+            return Err(ChunkFault::TooLong { max: MAX_LINE_BYTES });
+        }
+        if let Some(i) = bytes.iter().position(|&b| b == b'\r') {
+            return Err(ChunkFault::CarriageReturn { at: self.partial.len() + i });
+        }
+        self.partial.extend_from_slice(bytes);
+        match std::str::from_utf8(&self.partial[self.checked..]) {
+            Ok(_) => self.checked = self.partial.len(),
+            Err(e) if e.error_len().is_none() => self.checked += e.valid_up_to(),
+            Err(e) => return Err(ChunkFault::InvalidUtf8 { at: self.checked + e.valid_up_to() }),
+        }
+        Ok(())
+    }
+
+    fn reset(&mut self) {
+        self.partial.clear();
+        self.checked = 0;
+    }
+}
+
+/// Checks a run of lines, each ending in `\n`. Returns the bytes of the good lines before the
+/// first bad one, whether one of them is a `finish` chunk, and the bad line's fault.
+fn check_run(run: &[u8]) -> (usize, bool, Option<ChunkFault>) {
+    // One UTF-8 pass over the run; a line past the first invalid byte is that line's fault.
+    let (text, invalid_at) = match std::str::from_utf8(run) {
+        Ok(text) => (text, None),
+        Err(e) => (std::str::from_utf8(&run[..e.valid_up_to()]).expect("validated prefix"), Some(e.valid_up_to())),
+    };
+    let mut good = 0;
+    let mut finish = false;
+    for line in text.split_inclusive('\n') {
+        let Some(body) = line.strip_suffix('\n') else { break }; // the line the bad byte is in
+        match check_line(body) {
+            Ok(kind) => finish |= kind == ChunkKind::Finish,
+            Err(fault) => return (good, finish, Some(fault)),
+        }
+        good += line.len();
+    }
+    let Some(at) = invalid_at else { return (good, finish, None) };
+    let line_len = run[good..].iter().position(|&b| b == b'\n').unwrap_or(run.len() - good);
+    let fault =
+        if line_len > MAX_LINE_BYTES { ChunkFault::TooLong { max: MAX_LINE_BYTES } } else { ChunkFault::InvalidUtf8 { at: at - good } };
+    (good, finish, Some(fault))
+}
+
+/// What a valid line is, as far as the stream cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkKind {
+    /// `{"type":"finish", …}`: the text ends its own message, so a `complete` end adds none.
+    Finish,
+    Other,
+}
+
+/// Validates one line (without its `\n`): at most [`MAX_LINE_BYTES`], no raw carriage return,
+/// and a JSON object whose `type` is a string. Unknown types are fine: the AI SDK adds chunk
+/// types over time.
+pub fn check_line(line: &str) -> Result<ChunkKind, ChunkFault> {
+    if line.len() > MAX_LINE_BYTES {
+        return Err(ChunkFault::TooLong { max: MAX_LINE_BYTES });
+    }
+    if let Some(at) = line.bytes().position(|b| b == b'\r') {
+        return Err(ChunkFault::CarriageReturn { at });
+    }
+    if line.bytes().all(|b| b == b' ' || b == b'\t') {
+        return Err(ChunkFault::Empty);
+    }
+    let mut de = serde_json::Deserializer::from_str(line);
+    let seen = Describe { read_type: true }.deserialize(&mut de).and_then(|seen| de.end().map(|()| seen));
+    match seen.map_err(|e| ChunkFault::NotJson(e.to_string()))? {
+        Seen::Object(TypeField::Str(kind)) => Ok(kind),
+        Seen::Object(TypeField::Missing) => Err(ChunkFault::MissingType),
+        Seen::Object(TypeField::Other(what)) => Err(ChunkFault::TypeNotAString(what)),
+        Seen::Str(_) => Err(ChunkFault::NotAnObject("a string")),
+        Seen::Other(what) => Err(ChunkFault::NotAnObject(what)),
+    }
+}
+
+/// What a JSON value is, read without building it.
+enum Seen {
+    /// A string, and the chunk kind it names if it is a `type`.
+    Str(ChunkKind),
+    /// An object whose `type` was read.
+    Object(TypeField),
+    /// Anything else ("an array", "a number", "an object" whose `type` was not asked for, …).
+    Other(&'static str),
+}
+
+/// An object's `type` member.
+enum TypeField {
+    Missing,
+    Str(ChunkKind),
+    Other(&'static str),
+}
+
+/// Reads one value: with `read_type`, an object's keys are compared to `type` (the last one
+/// wins, as in `JSON.parse`) and every other member is skipped; otherwise only its kind is noted.
+#[derive(Clone, Copy)]
+struct Describe {
+    read_type: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Describe {
+    type Value = Seen;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Seen, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Describe {
+    type Value = Seen;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Seen, A::Error> {
+        if !self.read_type {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            return Ok(Seen::Other("an object"));
+        }
+        let mut ty = TypeField::Missing;
+        while let Some(key) = map.next_key::<Key>()? {
+            match key {
+                Key::Type => {
+                    ty = match map.next_value_seed(Describe { read_type: false })? {
+                        Seen::Str(kind) => TypeField::Str(kind),
+                        Seen::Object(_) => TypeField::Other("an object"),
+                        Seen::Other(what) => TypeField::Other(what),
+                    }
+                }
+                Key::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Seen::Object(ty))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Seen, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Seen::Other("an array"))
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Seen, E> {
+        Ok(Seen::Str(if s == "finish" { ChunkKind::Finish } else { ChunkKind::Other }))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Seen, E> {
+        Ok(Seen::Other("a boolean"))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Seen, E> {
+        Ok(Seen::Other("a number"))
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Seen, E> {
+        Ok(Seen::Other("a number"))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Seen, E> {
+        Ok(Seen::Other("a number"))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Seen, E> {
+        Ok(Seen::Other("null"))
+    }
+}
+
+/// An object key: `type` or anything else, compared without allocating.
+enum Key {
+    Type,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<Key, E> {
+                Ok(if key == "type" { Key::Type } else { Key::Other })
+            }
+        }
+        d.deserialize_identifier(KeyVisitor)
+    }
+}
+
+// ---- the `/ui` wire
+
+/// Appends the `/ui` event of each complete line of `text`, which starts at UTF-16 offset
+/// `from` at a line start: `id: <offset just after the line>` and `data: <the line>`. An
+/// unfinished last line is skipped: it never surfaces as a chunk.
+pub fn encode_lines(from: u64, text: &str, out: &mut String) {
+    let mut end = from;
+    for line in text.split_inclusive('\n') {
+        let Some(body) = line.strip_suffix('\n') else { break };
+        end += utf16::len(line);
+        let _ = write!(out, "id: {end}\ndata: {body}\n\n");
+    }
+}
+
+/// The byte index at which the line holding byte `at` of `text` starts, if `text` shows it (a
+/// `\n` before `at`); `None` means the line starts at or before the text's first byte.
+pub fn line_start_byte(text: &str, at: usize) -> Option<usize> {
+    text.as_bytes()[..at].iter().rposition(|&b| b == b'\n').map(|nl| nl + 1)
+}
+
+/// Whether a complete line of `text` is a `finish` chunk.
+pub fn holds_finish(text: &str) -> bool {
+    text.split_inclusive('\n').filter_map(|l| l.strip_suffix('\n')).any(|l| check_line(l) == Ok(ChunkKind::Finish))
+}
+
+/// The chunk a `/ui` reader gets after the last line of a stream that ended (SPEC §9). It is
+/// not part of the text and carries no `id:`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// `complete`, and the text holds no `finish` of its own.
+    Finish,
+    /// `cancelled`.
+    Abort,
+    /// `error` or `interrupted`, with the stream's error.
+    Error(String),
+}
+
+impl Ending {
+    /// The ending for a stream that ended with `status`; `None` when the text's own `finish`
+    /// ends the message.
+    pub fn of(status: EndStatus, error: Option<&str>, finish_seen: bool) -> Option<Self> {
+        match status {
+            EndStatus::Complete if finish_seen => None,
+            EndStatus::Complete => Some(Ending::Finish),
+            EndStatus::Cancelled => Some(Ending::Abort),
+            EndStatus::Error => Some(Ending::Error(error.unwrap_or("the stream failed").to_owned())),
+            EndStatus::Interrupted => Some(Ending::Error(error.unwrap_or("the stream was interrupted").to_owned())),
+        }
+    }
+
+    /// The chunk as JSON.
+    pub fn chunk(&self) -> String {
+        match self {
+            Ending::Finish => r#"{"type":"finish"}"#.to_owned(),
+            Ending::Abort => r#"{"type":"abort"}"#.to_owned(),
+            Ending::Error(text) => format!(r#"{{"type":"error","errorText":{}}}"#, serde_json::Value::from(text.as_str())),
+        }
+    }
+}
+
+/// The end of a `/ui` answer for a stream that ended: its ending chunk (if any), then `[DONE]`.
+pub fn encode_end(status: EndStatus, error: Option<&str>, finish_seen: bool) -> String {
+    let mut out = String::new();
+    if let Some(ending) = Ending::of(status, error, finish_seen) {
+        let _ = write!(out, "data: {}\n\n", ending.chunk());
+    }
+    out.push_str(DONE);
+    out
+}
+
+/// The `/ui` body of a stream read from its durable text (no live stream holds it): the lines
+/// from the line holding `from`, then, if the stream ended, its ending and `[DONE]`. A stream
+/// still `streaming` gets its lines only: the reader reconnects and finds the end later.
+pub fn encode_durable(text: &str, from: u64, ended: Option<(EndStatus, Option<&str>)>) -> String {
+    let at = utf16::locate(text, from);
+    let start = line_start_byte(text, at.byte).unwrap_or(0);
+    let start_unit = at.unit - utf16::len(&text[start..at.byte]);
+    let mut out = String::new();
+    encode_lines(start_unit, &text[start..], &mut out);
+    if let Some((status, error)) = ended {
+        let finish_seen = status == EndStatus::Complete && holds_finish(text);
+        out.push_str(&encode_end(status, error, finish_seen));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed_all(a: &mut LineAssembler, pieces: &[&[u8]]) -> (String, bool, Option<ChunkFault>) {
+        let mut lines = String::new();
+        let mut finish = false;
+        for p in pieces {
+            let out = a.feed(p);
+            lines.push_str(&out.lines);
+            finish |= out.finish;
+            if out.fault.is_some() {
+                return (lines, finish, out.fault);
+            }
+        }
+        (lines, finish, None)
+    }
+
+    const TEXT: &str = concat!(
+        r#"{"type":"start","messageId":"m1"}"#,
+        "\n",
+        r#"{"type":"text-delta","id":"t","delta":"héllo 👋🏽 日本"}"#,
+        "\n",
+        r#"{"type":"finish"}"#,
+        "\n"
+    );
+
+    #[test]
+    fn whole_lines_pass_through_borrowed() {
+        let mut a = LineAssembler::new();
+        let out = a.feed(TEXT.as_bytes());
+        assert_eq!(out, Assembled { lines: Cow::Borrowed(TEXT), finish: true, fault: None });
+        assert!(matches!(out.lines, Cow::Borrowed(_)), "no copy when no fragment is held");
+        assert_eq!(a.partial_len(), 0);
+    }
+
+    #[test]
+    fn a_line_split_at_every_byte_arrives_whole_including_utf8_sequences() {
+        let bytes = TEXT.as_bytes();
+        for cut in 1..bytes.len() {
+            let mut a = LineAssembler::new();
+            let (lines, finish, fault) = feed_all(&mut a, &[&bytes[..cut], &bytes[cut..]]);
+            assert_eq!((lines.as_str(), finish, fault), (TEXT, true, None), "cut at byte {cut}");
+        }
+        let mut a = LineAssembler::new();
+        let pieces: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(feed_all(&mut a, &pieces), (TEXT.to_owned(), true, None), "one byte at a time");
+    }
+
+    #[test]
+    fn only_complete_lines_come_out_and_the_fragment_waits() {
+        let mut a = LineAssembler::new();
+        let out = a.feed(b"{\"type\":\"a\"}\n{\"type\":");
+        assert_eq!(out.lines, "{\"type\":\"a\"}\n");
+        assert_eq!(a.partial_len(), 8);
+        let out = a.feed(b"\"b\"}\n{\"ty");
+        assert_eq!(out.lines, "{\"type\":\"b\"}\n");
+        assert_eq!(a.take_partial().as_deref(), Some("{\"ty"));
+        assert_eq!(a.take_partial(), None);
+    }
+
+    #[test]
+    fn each_fault_is_named() {
+        let cases: &[(&[u8], ChunkFault)] = &[
+            (b"not json\n", ChunkFault::NotJson("expected ident at line 1 column 2".into())),
+            (b"{\"type\":\"a\"\n", ChunkFault::NotJson("EOF while parsing an object at line 1 column 11".into())),
+            (b"{\"type\":\"a\"} x\n", ChunkFault::NotJson("trailing characters at line 1 column 14".into())),
+            (b"{}\n", ChunkFault::MissingType),
+            (b"{\"kind\":\"text\"}\n", ChunkFault::MissingType),
+            (b"{\"type\":1}\n", ChunkFault::TypeNotAString("a number")),
+            (b"{\"type\":null}\n", ChunkFault::TypeNotAString("null")),
+            (b"{\"type\":[\"a\"]}\n", ChunkFault::TypeNotAString("an array")),
+            (b"{\"type\":{\"a\":1}}\n", ChunkFault::TypeNotAString("an object")),
+            (b"{\"type\":\"a\",\"type\":true}\n", ChunkFault::TypeNotAString("a boolean")),
+            (b"[{\"type\":\"a\"}]\n", ChunkFault::NotAnObject("an array")),
+            (b"\"text\"\n", ChunkFault::NotAnObject("a string")),
+            (b"42\n", ChunkFault::NotAnObject("a number")),
+            (b"null\n", ChunkFault::NotAnObject("null")),
+            (b"\n", ChunkFault::Empty),
+            (b"  \n", ChunkFault::Empty),
+            (b"{\"type\":\"a\"}\r\n", ChunkFault::CarriageReturn { at: 12 }),
+            (b"{\"type\":\"a\xff\"}\n", ChunkFault::InvalidUtf8 { at: 10 }),
+            (b"{\"type\":\"\xed\xa0\x80\"}\n", ChunkFault::InvalidUtf8 { at: 9 }),
+            (
+                b"{\"type\":\"a\",\"x\":\"\x01\"}\n",
+                ChunkFault::NotJson("control character (\\u0000-\\u001F) found while parsing a string at line 1 column 17".into()),
+            ),
+        ];
+        for (line, fault) in cases {
+            let mut a = LineAssembler::new();
+            let out = a.feed(line);
+            assert_eq!((out.lines.as_ref(), out.fault.as_ref()), ("", Some(fault)), "{:?}", String::from_utf8_lossy(line));
+            assert_eq!(a.partial_len(), 0, "a refused line leaves nothing behind");
+        }
+    }
+
+    #[test]
+    fn what_json_parse_accepts_is_accepted() {
+        for line in [
+            r#"{"type":"data-x","n":1e400,"big":123456789012345678901234567890}"#,
+            r#"{"type":"text-delta","delta":"\ud83d"}"#,
+            r#" {"type":"a"} "#,
+            r#"{"ty\u0070e":"finish"}"#,
+            r#"{"type":"x","nested":[[[[[[[[[[{"a":[1,2,{"b":null}]}]]]]]]]]]]}"#,
+            r#"{"type":"a","type":"b"}"#,
+        ] {
+            assert!(check_line(line).is_ok(), "{line}");
+        }
+        assert_eq!(check_line(r#"{"ty\u0070e":"fin\u0069sh"}"#), Ok(ChunkKind::Finish), "escapes are decoded");
+        let deep = format!("{{\"type\":\"x\",\"d\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(check_line(&deep).is_ok(), "deep nesting is skipped without recursion");
+    }
+
+    #[test]
+    fn lines_before_a_bad_one_stay_and_the_rest_of_the_piece_is_dropped() {
+        let mut a = LineAssembler::new();
+        let out = a.feed(b"{\"type\":\"a\"}\n{\"type\":\"b\"}\n[]\n{\"type\":\"c\"}\n{\"ty");
+        assert_eq!(out.lines, "{\"type\":\"a\"}\n{\"type\":\"b\"}\n");
+        assert_eq!(out.fault, Some(ChunkFault::NotAnObject("an array")));
+        assert_eq!(a.partial_len(), 0);
+        let out = a.feed(b"{\"type\":\"d\"}\n");
+        assert_eq!((out.lines.as_ref(), out.fault), ("{\"type\":\"d\"}\n", None), "the next request starts a fresh line");
+    }
+
+    #[test]
+    fn a_split_line_that_turns_out_bad_drops_its_fragment() {
+        let mut a = LineAssembler::new();
+        assert_eq!(a.feed(b"{\"type\":\"a\"}\n{\"type\"").lines, "{\"type\":\"a\"}\n");
+        let out = a.feed(b":7}\n{\"type\":\"b\"}\n");
+        assert_eq!((out.lines.as_ref(), out.fault), ("", Some(ChunkFault::TypeNotAString("a number"))));
+        assert_eq!(a.take_partial(), None);
+    }
+
+    #[test]
+    fn faults_in_an_unfinished_line_are_found_before_its_newline() {
+        let mut a = LineAssembler::new();
+        assert_eq!(a.feed(b"{\"type\":\"a\xf0\x9f").fault, None, "an incomplete sequence may still complete");
+        assert_eq!(a.feed(b"\x98").fault, None);
+        assert_eq!(a.feed(b"x").fault, Some(ChunkFault::InvalidUtf8 { at: 10 }), "a sequence cut short");
+        assert_eq!(a.partial_len(), 0);
+
+        assert_eq!(a.feed(b"{\"type\"").fault, None);
+        assert_eq!(a.feed(b":\r").fault, Some(ChunkFault::CarriageReturn { at: 8 }));
+
+        let long = vec![b' '; MAX_LINE_BYTES];
+        assert_eq!(a.feed(&long).fault, None);
+        assert_eq!(a.feed(b"{").fault, Some(ChunkFault::TooLong { max: MAX_LINE_BYTES }));
+        assert_eq!(a.partial_len(), 0);
+        let mut exact = vec![b' '; MAX_LINE_BYTES - 12];
+        exact.extend_from_slice(b"{\"type\":\"a\"}\n");
+        assert_eq!(a.feed(&exact).fault, None, "a line of exactly the bound is fine");
+        let mut over = vec![b' '; MAX_LINE_BYTES - 11];
+        over.extend_from_slice(b"{\"type\":\"a\"}\n");
+        assert_eq!(a.feed(&over).fault, Some(ChunkFault::TooLong { max: MAX_LINE_BYTES }));
+    }
+
+    #[test]
+    fn a_fragment_taken_at_the_close_keeps_what_was_sent() {
+        let mut a = LineAssembler::new();
+        a.feed("{\"type\":\"text-delta\",\"delta\":\"😀".as_bytes());
+        assert_eq!(a.take_partial().as_deref(), Some("{\"type\":\"text-delta\",\"delta\":\"😀"));
+        a.feed(&"x😀".as_bytes()[..3]);
+        assert_eq!(a.take_partial().as_deref(), Some("x\u{FFFD}"), "a sequence cut by the close");
+    }
+
+    #[test]
+    fn lines_are_encoded_with_the_offset_just_after_each() {
+        let mut out = String::new();
+        encode_lines(10, "{\"type\":\"a\",\"d\":\"😀\"}\n{\"type\":\"b\"}\n{\"type\":\"c", &mut out);
+        let first = "{\"type\":\"a\",\"d\":\"😀\"}";
+        let at1 = 10 + first.encode_utf16().count() as u64 + 1;
+        let at2 = at1 + 13;
+        assert_eq!(out, format!("id: {at1}\ndata: {first}\n\nid: {at2}\ndata: {{\"type\":\"b\"}}\n\n"));
+    }
+
+    #[test]
+    fn endings_follow_the_status() {
+        use EndStatus::*;
+        assert_eq!(encode_end(Complete, None, false), "data: {\"type\":\"finish\"}\n\ndata: [DONE]\n\n");
+        assert_eq!(encode_end(Complete, None, true), "data: [DONE]\n\n", "the text's own finish ends it");
+        assert_eq!(encode_end(Cancelled, None, true), "data: {\"type\":\"abort\"}\n\ndata: [DONE]\n\n");
+        assert_eq!(
+            encode_end(Error, Some("model \"x\" failed"), false),
+            "data: {\"type\":\"error\",\"errorText\":\"model \\\"x\\\" failed\"}\n\ndata: [DONE]\n\n"
+        );
+        assert_eq!(Ending::of(Interrupted, None, true), Some(Ending::Error("the stream was interrupted".into())));
+    }
+
+    #[test]
+    fn a_durable_read_joins_at_the_start_of_the_line_holding_from() {
+        let text = "{\"type\":\"a\"}\n{\"type\":\"😀\"}\n{\"type\":\"finish\"}\n{\"ty";
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let end = |n: usize| lines[..n].iter().map(|l| utf16::len(l)).sum::<u64>();
+        let event = |n: usize| format!("id: {}\ndata: {}\n\n", end(n + 1), lines[n].trim_end());
+        for from in [end(1), end(1) + 1, end(2) - 1] {
+            assert_eq!(encode_durable(text, from, None), format!("{}{}", event(1), event(2)), "from {from}");
+        }
+        assert_eq!(encode_durable(text, 0, None), format!("{}{}{}", event(0), event(1), event(2)));
+        assert_eq!(encode_durable(text, 10_000, None), "", "past the end: only the fragment's line, which never surfaces");
+        assert_eq!(encode_durable(text, end(3), Some((EndStatus::Complete, None))), DONE, "the text holds a finish");
+        assert_eq!(
+            encode_durable("{\"type\":\"a\"}\n", 13, Some((EndStatus::Complete, None))),
+            format!("data: {{\"type\":\"finish\"}}\n\n{DONE}")
+        );
+    }
+}
