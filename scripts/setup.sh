@@ -52,7 +52,13 @@ NODE_MAJOR="$(node -p 'process.versions.node.split(".")[0]')"
 step "node $(node --version) ok (>= $MIN_NODE_MAJOR)"
 
 # 6. npm packages (wrangler, esbuild, test libraries), exactly as locked.
-if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json \
+# A symlinked node_modules is an install shared with other checkouts (git worktrees): never
+# `npm ci` over it (that empties it for everyone while it reinstalls, and a worktree's fresh
+# package-lock.json mtime would trigger it on every run); install in the checkout it points to.
+if [[ -L node_modules ]]; then
+  [[ -f node_modules/.package-lock.json ]] || die "node_modules -> $(readlink node_modules) holds no install: run npm ci there"
+  step "npm packages: shared install at $(readlink node_modules) (not reinstalled from here)"
+elif [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json \
       || package.json -nt node_modules/.package-lock.json ]]; then
   step "npm ci (node_modules missing or older than package-lock.json; ~1 min, compiles better-sqlite3)"
   npm ci --no-audit --no-fund --loglevel=error
