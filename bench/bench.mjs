@@ -31,9 +31,8 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
-import { ROOT, startStack } from '../tests/e2e/harness.mjs';
-import { rawRequest } from '../tests/e2e/edge-util.mjs';
-import { sleep } from '../tests/e2e/util.mjs';
+import { ROOT, sseParser, startStack } from '../tests/e2e/harness.mjs';
+import { rawRequest, sleep } from '../tests/e2e/util.mjs';
 
 const DELTAS = ['tok ', 'ab😀', '漢字ab', '👍🏽', 'the ', '🦀ok', 'é é ', '𝄞 a '];
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
@@ -198,21 +197,20 @@ export function rindleTarget(stack, base) {
       };
     },
     /**
-     * A reader's handler of raw SSE event blocks: it follows the `id:` line (a chunk's `seq`)
-     * and calls onUnits(UTF-16 units received). Only `checked` readers parse the JSON and
-     * check contract S (contiguous chunks, text.length == seq - from), so that with 100
-     * readers on two cores the client is not what gets measured.
+     * A reader's handler of SSE events: it follows the `id:` line (a chunk's `seq`) and calls
+     * onUnits(UTF-16 units received). Only `checked` readers parse the JSON and check contract
+     * S (contiguous chunks, text.length == seq - from), so that with 100 readers on two cores
+     * the client is not what gets measured.
      */
     reader(onUnits, onViolation, checked) {
       let seq = 0;
-      return (block) => {
-        if (!block.startsWith('id: ')) return; // durable, ping, end: nothing delivered
-        const eol = block.indexOf('\n');
-        if (checked && block.startsWith('data: {"type":"chunk"', eol + 1)) {
-          const f = JSON.parse(block.slice(eol + 7));
+      return ({ id, data }) => {
+        if (id === undefined) return; // durable, end: nothing delivered
+        if (checked && data.startsWith('{"type":"chunk"')) {
+          const f = JSON.parse(data);
           if (f.from !== seq || f.seq - f.from !== f.text.length) onViolation(`chunk ${f.from}..${f.seq} after ${seq}`);
         }
-        seq = Number(block.slice(4, eol));
+        seq = Number(id);
         onUnits(seq);
       };
     },
@@ -238,32 +236,23 @@ export function floorTarget(stack, base) {
     },
     reader(onUnits) {
       let units = 0;
-      return (block) => {
-        if (!block.startsWith('data: ')) return; // `event: end`
-        units += block.length - 6;
+      return ({ event, data }) => {
+        if (event !== undefined) return; // `event: end`
+        units += data.length;
         onUnits(units);
       };
     },
   };
 }
 
-/** An SSE reader on its own connection; `onBlock(text of one event)` per event. Resolves once connected. */
-function attachReader(url, onBlock) {
+/** An SSE reader on its own connection; `onEvent({ id, event, data })` per event. Resolves once connected. */
+function attachReader(url, onEvent) {
   return new Promise((resolve, reject) => {
     const req = http.get(url, { agent: false, headers: { accept: 'text/event-stream' } }, (res) => {
       if (res.statusCode !== 200) return reject(new Error(`events: ${res.statusCode}`));
       res.setEncoding('utf8');
-      let buf = '';
-      res.on('data', (chunk) => {
-        buf += chunk;
-        let start = 0;
-        let cut;
-        while ((cut = buf.indexOf('\n\n', start)) >= 0) {
-          onBlock(buf.slice(start, cut));
-          start = cut + 2;
-        }
-        buf = buf.slice(start);
-      });
+      const parser = sseParser((record) => record.data !== undefined && onEvent(record), { json: false });
+      res.on('data', (chunk) => parser.push(chunk));
       res.on('error', () => {});
       resolve({ close: () => req.destroy() });
     });

@@ -26,9 +26,8 @@ import http from 'node:http';
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-import { jsonOrUndefined } from '../tests/e2e/harness.mjs';
-import { rawRequest } from '../tests/e2e/edge-util.mjs';
-import { rng, sleep } from '../tests/e2e/util.mjs';
+import { jsonOrUndefined, sseParser } from '../tests/e2e/harness.mjs';
+import { rawRequest, rng, sleep } from '../tests/e2e/util.mjs';
 
 const PIECES = ['😀', '🎉', '🦀', '𝄞', '👍🏽', '🇯🇵', '👨‍👩‍👧', 'é', '漢字', 'ß', '\n', '"', '\\', 'data: x\n\n', 'the ', 'model ', 'streams ', 'a ', 'token ', 'to ', 'D1 '];
 /** A model-like delta: 2-8 pieces, emoji-heavy, never a lone surrogate. */
@@ -76,26 +75,6 @@ class Histogram {
       ? { n: 0 }
       : { n: this.n, p50: this.pct(50), p90: this.pct(90), p99: this.pct(99), p999: this.pct(99.9), max: Math.round(this.max * 10) / 10, mean: Math.round((this.sum / this.n) * 10) / 10 };
   }
-}
-
-/** Incremental SSE parser: feed strings, get { id, data } events. */
-function sseParser(onEvent) {
-  let buf = '';
-  return (s) => {
-    buf += s;
-    let i;
-    while ((i = buf.indexOf('\n\n')) >= 0) {
-      const block = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      let id;
-      let data;
-      for (const line of block.split('\n')) {
-        if (line.startsWith('data: ')) data = data === undefined ? line.slice(6) : `${data}\n${line.slice(6)}`;
-        else if (line.startsWith('id: ')) id = line.slice(4);
-      }
-      if (data !== undefined) onEvent({ id, data });
-    }
-  };
 }
 
 /** One request on its own connection; { status, raw, json } (status 0 and the error in `raw` when it failed). */
@@ -210,7 +189,8 @@ export async function runLoad(stack, opts = {}) {
           violation(`${label}: unexpected frame ${data.slice(0, 80)}`);
       }
     };
-    const parse = sseParser(onEvent);
+    const parser = sseParser((record) => record.data !== undefined && onEvent(record), { json: false });
+    const parse = (text) => parser.push(text);
     const path = `/streams/${s.id}/events?from=${from}&token=${encodeURIComponent(s.token)}`;
     const { hostname, port } = new URL(base);
     rd.closed = new Promise((resolve) => {

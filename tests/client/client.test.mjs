@@ -9,6 +9,7 @@ import {
 } from '../../public/client.js';
 import { mockText, mockTokens } from '../../mock/mock-text.mjs';
 import { startMockServer } from '../../mock/model-server.mjs';
+import { sseParser } from '../e2e/harness.mjs';
 
 const FIXTURES = new URL('./fixtures/', import.meta.url);
 const fixture = (name) => JSON.parse(readFileSync(new URL(name, FIXTURES), 'utf8'));
@@ -368,30 +369,29 @@ describe('mock text', () => {
 
 // ------------------------------------------------------------------ mock model server
 
-/** A minimal SSE reader: `{ event, data }` for each dispatched event, and how the body ended. */
+/**
+ * Reads a whole SSE body with the tests' one parser (eventsource-parser): `{ event, data }` for
+ * each dispatched event (`event` defaults to `message`, as in EventSource), how the body ended,
+ * and the raw text after the last blank line (which never dispatches).
+ */
 async function readSse(res) {
   const events = [];
+  const parser = sseParser((r) => r.data !== undefined && events.push({ event: r.event ?? 'message', data: r.data }), { json: false });
   const decoder = new TextDecoder();
-  let buf = '';
+  let raw = '';
   let error = null;
   try {
-    for await (const bytes of res.body) buf += decoder.decode(bytes, { stream: true });
+    for await (const bytes of res.body) {
+      const text = decoder.decode(bytes, { stream: true });
+      raw += text;
+      parser.push(text);
+    }
   } catch (err) {
     error = err;
   }
-  buf += decoder.decode();
-  const blocks = buf.split('\n\n');
-  const tail = blocks.pop(); // what follows the last blank line never dispatches
-  for (const block of blocks) {
-    let event = 'message';
-    const data = [];
-    for (const line of block.split('\n')) {
-      if (line.startsWith('event: ')) event = line.slice(7);
-      else if (line.startsWith('data: ')) data.push(line.slice(6));
-    }
-    if (data.length) events.push({ event, data: data.join('\n') });
-  }
-  return { events, error, tail };
+  raw += decoder.decode();
+  const cut = raw.lastIndexOf('\n\n');
+  return { events, error, tail: cut < 0 ? raw : raw.slice(cut + 2) };
 }
 
 /** The text each API's stream carries, exactly as a consumer of that API would extract it. */

@@ -11,7 +11,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { mintToken, skipUnlessBuilt, startStack, TEST_SECRET } from './harness.mjs';
-import { client, d1Snapshot, insertRow, insidePair, ok, rawRequest, sleep, uniqueId } from './edge-util.mjs';
+import { api, d1Snapshot, insertRow, insidePair, ok, parseSse, rawRequest, sleep, uniqueId } from './util.mjs';
 
 const skip = skipUnlessBuilt();
 const MAX_APPEND_BYTES = 1_048_576; // the default (wrangler.toml)
@@ -30,7 +30,7 @@ test.before(async () => {
   stack = await startStack({ name: 'e2e-bad-input', vars: { CHECKPOINT_INTERVAL_MS: String(INTERVAL_MS) } });
   LIVE = insertRow(stack, uniqueId('bad-live'));
   PENDING = insertRow(stack, uniqueId('bad-pending'));
-  const c = client(stack, LIVE);
+  const c = api(stack, LIVE);
   ok(await c.open(), 'open LIVE');
   ok(await c.append(TEXT), 'append LIVE');
   const f = ok(await c.flush(), 'flush LIVE');
@@ -78,25 +78,14 @@ function expectError(status, code) {
   };
 }
 
-/** Parses SSE text into data frames ({ id, data, json }) and a `retry` value. */
-function parseSse(text) {
-  const frames = [];
-  let retry;
-  for (const block of text.split(/\r?\n\r?\n/)) {
-    const ev = {};
-    for (const line of block.split(/\r?\n/)) {
-      if (!line || line.startsWith(':')) continue;
-      const i = line.indexOf(':');
-      const field = i < 0 ? line : line.slice(0, i);
-      let value = i < 0 ? '' : line.slice(i + 1);
-      if (value.startsWith(' ')) value = value.slice(1);
-      if (field === 'retry') retry = Number(value);
-      else if (field === 'id') ev.id = value;
-      else if (field === 'data') ev.data = ev.data === undefined ? value : `${ev.data}\n${value}`;
-    }
-    if (ev.data !== undefined) frames.push({ ...ev, json: JSON.parse(ev.data) });
-  }
-  return { frames, retry };
+/** The data frames, the `retry:` value and the refused lines of an SSE answer (util.mjs's parser). */
+function sseAnswer(text) {
+  const records = parseSse(text);
+  return {
+    frames: records.filter((r) => r.data !== undefined),
+    retry: records.find((r) => r.retry !== undefined)?.retry,
+    invalid: records.filter((r) => r.invalid !== undefined),
+  };
 }
 
 /** Reads a subscription of LIVE until its replay is complete (open, chunk if any, durable if any). */
@@ -105,12 +94,7 @@ function subscribe({ query = '', headers = {} }) {
     path: `/streams/${LIVE}/events?${query}${query ? '&' : ''}token=${encodeURIComponent(tok(LIVE, 'read'))}`,
     headers,
     until: (text) => {
-      let frames;
-      try {
-        ({ frames } = parseSse(text.slice(0, text.lastIndexOf('\n\n') + 2)));
-      } catch {
-        return false;
-      }
+      const { frames } = sseAnswer(text.slice(0, text.lastIndexOf('\n\n') + 2));
       const open = frames[0]?.json;
       if (!open || open.type !== 'open') return frames.length > 0;
       const needChunk = open.from < open.seq;
@@ -127,8 +111,9 @@ function expectSubscription(from) {
     assert.equal(res.headers['content-type'], 'text/event-stream; charset=utf-8');
     assert.equal(res.headers['cache-control'], 'no-cache, no-transform');
     assert.equal(res.headers['x-accel-buffering'], 'no');
-    const { frames, retry } = parseSse(res.raw);
+    const { frames, retry, invalid } = sseAnswer(res.raw);
     assert.ok(Number.isFinite(retry), 'the answer starts with a retry: line');
+    assert.deepEqual(invalid, [], 'every SSE line is well-formed');
     const open = frames[0]?.json;
     assert.equal(open?.type, 'open', `first frame ${frames[0]?.data}`);
     assert.deepEqual(open, { type: 'open', streamId: LIVE, from, seq: TEXT.length, durableSeq: TEXT.length, ended: false });
@@ -223,7 +208,7 @@ for (const [name, query, headers] of [
 ]) {
   add(`join offset: ${name} → SSE from 0 or the end`, () => subscribe({ query, headers }), (res) => {
     assert.equal(res.status, 200, `${res.status} ${res.raw}`);
-    const open = parseSse(res.raw).frames[0]?.json;
+    const open = sseAnswer(res.raw).frames[0]?.json;
     assert.ok(open?.from === 0 || open?.from === seq, `open.from ${open?.from}`);
     expectSubscription(open.from)(res);
   });
@@ -377,7 +362,7 @@ test('a refused, unread request body (up to 8 MiB) does not break the next reque
   // Regression: wrangler dev answered the request after an early refusal 503 "Your worker
   // restarted mid-request" until the object discarded unread bodies before answering.
   const id = insertRow(stack, uniqueId('bad-next'));
-  const c = client(stack, id);
+  const c = api(stack, id);
   ok(await c.open(), 'open');
   for (const [name, refused, status] of [
     ['413 append of MAX_APPEND_BYTES+1', () => post(`/streams/${id}/append`, { headers: bearer(c.token), body: Buffer.alloc(MAX_APPEND_BYTES + 1, 0x61) }), 413],
@@ -397,7 +382,7 @@ test('a refused request body over 8 MiB does not break the next request', {
   timeout: 60_000,
 }, async () => {
   const id = insertRow(stack, uniqueId('bad-next9'));
-  const c = client(stack, id);
+  const c = api(stack, id);
   ok(await c.open(), 'open');
   try {
     const { first, next, get } = await refusedThenNext(id, c.token, () =>
@@ -415,7 +400,7 @@ test('HEAD /events on a live stream answers at once and attaches no reader', {
   timeout: 30_000,
 }, async () => {
   const id = insertRow(stack, uniqueId('bad-head'));
-  const c = client(stack, id);
+  const c = api(stack, id);
   ok(await c.open(), 'open');
   ok(await c.append('abc'), 'append');
   const readersBefore = ok(await c.stats(), 'stats').readers;

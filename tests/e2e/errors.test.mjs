@@ -135,7 +135,7 @@ test('append of invalid UTF-8 → 400 bad_utf8; the row, the chunks and the stre
     Buffer.concat([Buffer.from('valid prefix '), Buffer.from([0xf0, 0x9f, 0x98])]), // ends mid-emoji
   ];
   for (const bytes of bad) {
-    const res = await s.appendBytes(bytes);
+    const res = await s.append(bytes);
     isError(res, 400, 'bad_utf8', `append ${bytes.toString('hex')}`);
   }
   assert.deepEqual(rows(stack, s.id), before, 'row and chunk rows unchanged');

@@ -11,8 +11,8 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { readSse, skipUnlessBuilt, startStack } from './harness.mjs';
 import {
-  assertPrefix, checkSplice, client, newStreamId, ok, percentile, rng, seedFromEnv, sleep, splitUnits, emojiText,
-} from './edge-util.mjs';
+  api, assertPrefix, checkFrames, newStream, ok, percentile, rng, seedFromEnv, sleep, splitCodePoints, emojiText,
+} from './util.mjs';
 
 const skip = skipUnlessBuilt();
 const KILLS = Number(process.env.EVICTION_KILLS ?? 20);
@@ -76,8 +76,8 @@ test(`kill -9 and restart mid-stream ${KILLS} times: the lease seals every row i
     assert.ok(Date.now() < loopEnd, `the loop ran out of its ${LOOP_BUDGET_MS} ms budget after ${i} kills`);
     const mode = modes[i % modes.length];
     const label = `kill ${i + 1} (${mode})`;
-    const id = newStreamId(stack, 'evict');
-    const c = client(stack, id);
+    const id = newStream(stack, 'evict');
+    const c = api(stack, id);
     ok(await c.open(), `${label}: open`);
     const reader = await readSse(c.eventsUrl(0));
 
@@ -104,7 +104,7 @@ test(`kill -9 and restart mid-stream ${KILLS} times: the lease seals every row i
     let streaming;
     if (mode === 'streaming append') {
       const tail = emojiText(r, r.int(200, 600));
-      streaming = streamingAppend(c, splitUnits(tail, r, 3, 30), 10);
+      streaming = streamingAppend(c, splitCodePoints(tail, r, 3, 30), 10);
       await sleep(r.int(40, 200));
     } else if (mode === 'flush in flight') {
       const tail = emojiText(r, r.int(20, 300));
@@ -127,7 +127,7 @@ test(`kill -9 and restart mid-stream ${KILLS} times: the lease seals every row i
       attempted += streaming.written;
     }
     // What a live reader saw before the crash is a prefix of what was produced.
-    checkSplice(reader.frames, { produced: attempted, label: `${label}: live reader`, requireEnd: false });
+    checkFrames(reader.frames, { produced: attempted, label: `${label}: live reader`, requireEnd: false });
     reader.close();
     assert.ok(!/"type":"end"/.test(JSON.stringify(reader.frames)), `${label}: no end frame before the kill`);
 

@@ -20,8 +20,8 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { readSse, skipUnlessBuilt, startStack } from './harness.mjs';
 import {
-  assertPrefix, checkSplice, client, durableFromDb, newStreamId, ok, rng, seedFromEnv, sleep, splitUnits, emojiText,
-} from './edge-util.mjs';
+  api, assertPrefix, checkFrames, durableFromDb, newStream, ok, rng, seedFromEnv, sleep, splitCodePoints, emojiText,
+} from './util.mjs';
 
 const skip = skipUnlessBuilt();
 const LEASE_MS = 2000;
@@ -66,10 +66,10 @@ function dbDurable(id, produced, what) {
  * answers 200 (for a kind that cannot break a seal).
  */
 async function runStream({ kind, r, label, units, expectSealOk = false }) {
-  const id = newStreamId(stack, `f-${kind}`);
-  const c = client(stack, id);
+  const id = newStream(stack, `f-${kind}`);
+  const c = api(stack, id);
   ok(await c.open(), `${label}: open`);
-  const pieces = splitUnits(emojiText(r, units), r, 5, 80);
+  const pieces = splitCodePoints(emojiText(r, units), r, 5, 80);
   let produced = '';
   let lastText = 0;
   const readers = [];
@@ -160,7 +160,7 @@ async function runStream({ kind, r, label, units, expectSealOk = false }) {
     const what = `${label}: reader ${k} (asked ${rd.asked} after ${rd.at} produced)`;
     await rd.sse.next((f) => f.json?.type === 'end', 15_000);
     rd.sse.close();
-    const { end } = checkSplice(rd.sse.frames, { produced, durableText: rd.durableText, asked: rd.asked, label: what });
+    const { end } = checkFrames(rd.sse.frames, { produced, durableText: rd.durableText, asked: rd.asked, label: what });
     assert.equal(end.seq, endSeq, `${what}: end.seq`);
     assert.equal(end.status, 'complete', `${what}: end.status`);
   }
@@ -173,7 +173,7 @@ async function runStream({ kind, r, label, units, expectSealOk = false }) {
   const late = await readSse(c.eventsUrl(lateAsked));
   await late.next((f) => f.json?.type === 'end', 10_000);
   late.close();
-  checkSplice(late.frames, { produced, durableText: final.text, asked: lateAsked, label: `${label}: late reader` });
+  checkFrames(late.frames, { produced, durableText: final.text, asked: lateAsked, label: `${label}: late reader` });
 
   // A row whose seal failed does not stay `streaming`: it ends `complete` with exactly the
   // produced text (the seal committed despite a lost reply, or the lease retried it from the
@@ -241,12 +241,12 @@ for (const [k, kind] of ['before', 'lost', 'readback'].entries()) {
 test('every checkpoint and seal write fails (rate=1, before): flush and close answer 503 with honest numbers, readers still end', { skip, timeout: 120_000 }, async (t) => {
   await useFaults(faultSpec('before', 1, 9));
   const r = rng(SEED + 9);
-  const id = newStreamId(stack, 'f-all');
-  const c = client(stack, id);
+  const id = newStream(stack, 'f-all');
+  const c = api(stack, id);
   ok(await c.open(), 'open (opening is never faulted)');
   const reader = await readSse(c.eventsUrl(0));
   let produced = '';
-  for (const piece of splitUnits(emojiText(r, 1500), r, 5, 80)) {
+  for (const piece of splitCodePoints(emojiText(r, 1500), r, 5, 80)) {
     const a = ok(await c.append(piece), 'append');
     produced += piece;
     assert.equal(a.durableSeq, 0, 'nothing can be durable');
@@ -265,7 +265,7 @@ test('every checkpoint and seal write fails (rate=1, before): flush and close an
   assert.deepEqual({ status: cl.json.status, seq: cl.json.seq, durableSeq: cl.json.durableSeq }, { status: 'complete', seq: produced.length, durableSeq: 0 });
   await reader.next((fr) => fr.json?.type === 'end', 10_000);
   reader.close();
-  const { end } = checkSplice(reader.frames, { produced, asked: 0, label: 'reader' });
+  const { end } = checkFrames(reader.frames, { produced, asked: 0, label: 'reader' });
   assert.equal(end.seq, 0, 'end carries the durable seq, not the produced one');
   const stats = ok(await c.stats(), 'stats');
   assert.ok(stats.faultsInjected > 0 && stats.failures > 0, `stats ${JSON.stringify(stats)}`);

@@ -22,6 +22,7 @@ import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { createParser } from 'eventsource-parser';
 import { mintToken as mintTokenImpl, decodeToken, verifyToken } from '../../scripts/jwt.mjs';
 
 export { decodeToken, verifyToken };
@@ -538,47 +539,25 @@ export function jsonOrUndefined(raw) {
 }
 
 /**
- * An incremental SSE parser: `push(text)` any number of times; `emit` gets one
- * { id, event, data, json, retry } record per event and one { comment } per comment line.
+ * The one SSE parser of the tests and benchmarks: the maintained `eventsource-parser` package
+ * (what the AI SDK uses), an oracle written independently of the Worker's encoder. `push(text)`
+ * any number of times; `emit` gets, in wire order, one { id, event, data, json } record per
+ * event, one { retry } per `retry:` line, one { comment } per comment line and one
+ * { invalid } per line the parser refused. `json: false` skips JSON.parse (benchmark readers).
  */
-export function sseParser(emit) {
-  let buf = '';
-  let ev = {};
-  const line = (text) => {
-    if (text === '') {
-      if (Object.keys(ev).length) {
-        if (ev.data !== undefined) ev.json = jsonOrUndefined(ev.data);
-        emit(ev);
-      }
-      ev = {};
-    } else if (text.startsWith(':')) {
-      emit({ comment: text.slice(1).trimStart() });
-    } else {
-      const c = text.indexOf(':');
-      const field = c < 0 ? text : text.slice(0, c);
-      let value = c < 0 ? '' : text.slice(c + 1);
-      if (value.startsWith(' ')) value = value.slice(1);
-      if (field === 'data') ev.data = ev.data === undefined ? value : `${ev.data}\n${value}`;
-      else if (field === 'id' || field === 'event') ev[field] = value;
-      else if (field === 'retry') ev.retry = Number(value);
-    }
-  };
-  return {
-    push(text) {
-      buf += text;
-      let i;
-      while ((i = buf.search(/\r\n|\r|\n/)) >= 0) {
-        const text = buf.slice(0, i);
-        buf = buf.slice(i + (buf.startsWith('\r\n', i) ? 2 : 1));
-        line(text);
-      }
-    },
-  };
+export function sseParser(emit, { json = true } = {}) {
+  const parser = createParser({
+    onEvent: ({ id, event, data }) => emit(json ? { id, event, data, json: jsonOrUndefined(data) } : { id, event, data }),
+    onRetry: (retry) => emit({ retry }),
+    onComment: (comment) => emit({ comment }),
+    onError: (error) => emit({ invalid: error.message }),
+  });
+  return { push: (text) => parser.feed(text) };
 }
 
 /**
  * Open an SSE stream and return { status, headers, frames, next(pred?, ms), close(), done }.
- * `frames` fills with { id, event, data, json, retry, comment } records as they arrive; `next`
+ * `frames` fills with sseParser's records as they arrive; `next`
  * resolves with the first unconsumed record matching pred (default: any data record).
  */
 export async function readSse(url, { headers = {}, signal } = {}) {

@@ -1,17 +1,11 @@
-// Helpers for the e2e tests (tests/e2e/*.test.mjs): a small API client over fetch, unique
-// stream ids with their message rows, a seeded generator of emoji-heavy text, a strict
-// checker of a reader's frames (contract S bookkeeping), and a cuttable HTTP proxy.
-// Everything here talks to the real Worker started by harness.mjs; nothing is mocked.
+// The one family of e2e helpers (tests/e2e/*.test.mjs, bench/): randomness and emoji-heavy
+// text, stream ids with their message rows, D1 reads, an API client over fetch and a raw
+// one-connection request, the strict frame checker (SPEC §3 and contract S), and a cuttable
+// HTTP proxy. Everything here talks to the real Worker started by harness.mjs; nothing is
+// mocked. SSE is parsed by harness.mjs's `sseParser` (the `eventsource-parser` package).
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { jsonOrUndefined, readSse, sseParser } from './harness.mjs';
-
-/**
- * Marks a test that fails because of a known WORKER bug (listed in the e2e report): it runs
- * and reports, but does not fail the suite. E2E_STRICT=1 turns every such todo into a plain
- * test, to check whether the bug is still there.
- */
-export const workerBug = (reason) => (process.env.E2E_STRICT ? undefined : `WORKER BUG: ${reason}`);
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -101,15 +95,44 @@ export function splitCodePoints(s, r, min = 1, max = 40) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Streams and the API
+// Text checks
+
+/** The first UTF-16 offset where `a` and `b` differ (or the shorter length). */
+export function divergence(a, b) {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a.charCodeAt(i) === b.charCodeAt(i)) i++;
+  return i;
+}
+
+/** Assert `prefix` is a prefix of `whole`, with a readable message when it is not. */
+export function assertPrefix(prefix, whole, what) {
+  if (whole.startsWith(prefix)) return;
+  const at = divergence(prefix, whole);
+  assert.fail(
+    `${what}: not a prefix (lengths ${prefix.length} vs ${whole.length}; first difference at UTF-16 offset ${at}: ` +
+      `${JSON.stringify(prefix.slice(Math.max(0, at - 10), at + 10))} vs ${JSON.stringify(whole.slice(Math.max(0, at - 10), at + 10))})`,
+  );
+}
+
+// ---------------------------------------------------------------------------------------
+// Stream ids, message rows and D1
 
 let idCounter = 0;
+/** A fresh, unique, valid stream id (letters, digits, - and :), without a row. */
+export function uniqueId(prefix = 's') {
+  return `${prefix}-${process.pid}-${++idCounter}-${Math.random().toString(36).slice(2, 8)}`;
+}
 
-/** A fresh stream id with its message row inserted (the app inserts it before `open`). */
-export function newStream(stack, prefix = 's') {
-  const id = `${prefix}-${++idCounter}-${Math.random().toString(36).slice(2, 8)}`;
+/** Inserts the message row of `id` (what the app does before opening) and returns the id. */
+export function insertRow(stack, id) {
   stack.db.run(`INSERT INTO messages (id, chat_id, role) VALUES (?, 'c1', 'assistant')`, id);
   return id;
+}
+
+/** A fresh stream id with its message row inserted. */
+export function newStream(stack, prefix = 's') {
+  return insertRow(stack, uniqueId(prefix));
 }
 
 /** The message row and chunk rows of a stream, straight from the local D1 file. */
@@ -120,6 +143,35 @@ export function rows(stack, id) {
   };
 }
 
+/** Every row of both tables, in a stable order, for "nothing was written" checks. */
+export function d1Snapshot(db) {
+  return {
+    messages: db.all(`SELECT * FROM messages ORDER BY id`),
+    chunks: db.all(`SELECT * FROM message_chunks ORDER BY streamId, seq, id`),
+  };
+}
+
+/**
+ * The durable text straight from D1: the row's body followed by its chunk rows in seq order,
+ * taking only the contiguous prefix (what SPEC §5 calls the durable text). `null` without a
+ * row. An oracle written from the SPEC, independent of the Worker's and client.js's assemblers.
+ */
+export function durableFromDb(db, id) {
+  const row = db.get(`SELECT body, status, seq, cancel, error FROM messages WHERE id = ?`, id);
+  if (!row) return null;
+  const chunks = db.all(`SELECT seq, text FROM message_chunks WHERE streamId = ? ORDER BY seq`, id);
+  let text = row.body ?? '';
+  for (const c of chunks) {
+    const from = c.seq - c.text.length;
+    if (from > text.length) break; // a gap: stop (never happens with a correct writer)
+    if (c.seq > text.length) text += c.text.slice(text.length - from);
+  }
+  return { text, row, chunks };
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP and the API
+
 /** { status, headers, raw, json } of a fetch. */
 export async function call(url, init = {}) {
   const res = await fetch(url, init);
@@ -127,40 +179,91 @@ export async function call(url, init = {}) {
   return { status: res.status, headers: res.headers, raw, json: jsonOrUndefined(raw) };
 }
 
-/** An API client for one stream. Producer calls send `Authorization: Bearer`; reader calls `?token=`. */
+/**
+ * One request on its own connection (`Connection: close`, no agent), the path sent exactly as
+ * given (no URL normalisation by the client). Resolves { status, headers, raw, json, error }
+ * (`headers` a plain object; status 0 and `error` when there was no answer). `readLimit` stops
+ * reading after that many bytes, `until(textSoFar)` as soon as it returns true (SSE answers).
+ */
+export function rawRequest(baseUrl, { method = 'GET', path, headers = {}, body, timeoutMs = 15_000, readLimit = Infinity, until } = {}) {
+  const { hostname, port } = new URL(baseUrl);
+  return new Promise((resolve) => {
+    let settled = false;
+    const done = (v) => {
+      if (!settled) {
+        settled = true;
+        clearTimeout(timer);
+        resolve(v);
+      }
+    };
+    const req = http.request({ host: hostname, port, method, path, agent: false, headers: { connection: 'close', ...headers } }, (res) => {
+      const bufs = [];
+      let size = 0;
+      const finish = () => {
+        const raw = Buffer.concat(bufs).toString('utf8');
+        const json = jsonOrUndefined(raw);
+        done({ status: res.statusCode, headers: res.headers, raw, json });
+      };
+      res.on('data', (c) => {
+        bufs.push(c);
+        size += c.length;
+        if (size >= readLimit || (until && until(Buffer.concat(bufs).toString('utf8')))) {
+          finish();
+          res.destroy();
+        }
+      });
+      res.on('end', finish);
+      res.on('close', finish);
+      res.on('error', finish);
+    });
+    const timer = setTimeout(() => {
+      req.destroy();
+      done({ status: 0, error: `no answer within ${timeoutMs} ms` });
+    }, timeoutMs);
+    req.on('error', (e) => done({ status: 0, error: e.message }));
+    if (body !== undefined) req.end(body);
+    else req.end();
+  });
+}
+
+/**
+ * An API client for one stream (SPEC §4). Producer calls send `Authorization: Bearer`;
+ * reader calls (`text`, `events`) pass `?token=`, as a browser's EventSource must.
+ */
 export function api(stack, id, { token = stack.token(id) } = {}) {
   const url = (action, query = '') => `${stack.baseUrl}/streams/${encodeURIComponent(id)}/${action}${query}`;
   const auth = { authorization: `Bearer ${token}` };
   const post = (action, body, headers = {}) => call(url(action), { method: 'POST', headers: { ...auth, ...headers }, body });
   const readToken = () => encodeURIComponent(token);
+  const eventsUrl = (from) => url('events', `?${from === undefined ? '' : `from=${from}&`}token=${readToken()}`);
   return {
     id,
     url,
     token,
     open: (meta) => post('open', meta === undefined ? undefined : JSON.stringify({ meta }), meta === undefined ? {} : { 'content-type': 'application/json' }),
     append: (text) => post('append', text, { 'content-type': 'text/plain; charset=utf-8' }),
-    appendBytes: (bytes) => post('append', bytes, { 'content-type': 'text/plain; charset=utf-8' }),
     flush: () => post('flush'),
     close: () => post('close'),
     fail: (error) => post('fail', JSON.stringify({ error }), { 'content-type': 'application/json' }),
     cancel: () => post('cancel'),
     stats: () => call(url('stats'), { headers: auth }),
     text: () => call(url('text', `?token=${readToken()}`)),
-    eventsUrl: (from) => url('events', `?${from === undefined ? '' : `from=${from}&`}token=${readToken()}`),
-    events: (from, opts) => readSse(url('events', `?${from === undefined ? '' : `from=${from}&`}token=${readToken()}`), opts),
+    eventsUrl,
+    events: (from, opts) => readSse(eventsUrl(from), opts),
   };
 }
 
-/** Assert a 200 answer and return its JSON. */
+/** Assert a 200 answer (of `call` or `rawRequest`) and return its JSON. */
 export function ok(res, what = 'request') {
-  assert.equal(res.status, 200, `${what}: ${res.status} ${res.raw}`);
+  assert.equal(res.status, 200, `${what}: ${res.status} ${res.raw ?? res.error}`);
   return res.json;
 }
 
-/** Assert a JSON error answer with `status` and `code`; returns its JSON. */
+/** Assert a JSON error answer (SPEC §4) with `status` and `code`; returns its JSON. */
 export function isError(res, status, code, what = 'request') {
-  assert.equal(res.status, status, `${what}: expected ${status} ${code}, got ${res.status} ${res.raw}`);
-  assert.match(res.headers.get('content-type') ?? '', /^application\/json/, `${what}: content-type`);
+  assert.equal(res.status, status, `${what}: expected ${status} ${code}, got ${res.status} ${res.raw ?? res.error}`);
+  const type = typeof res.headers?.get === 'function' ? res.headers.get('content-type') : res.headers?.['content-type'];
+  assert.match(type ?? '', /^application\/json/, `${what}: content-type`);
   assert.equal(res.json?.error, code, `${what}: ${res.raw}`);
   assert.equal(typeof res.json.message, 'string', `${what}: message`);
   assert.ok(res.json.message.length > 0, `${what}: empty message`);
@@ -197,20 +300,37 @@ export async function untilEnd(sse, ms = 30_000) {
 }
 
 /**
- * Checks a reader's data frames against SPEC §3 and returns what it learned:
- *   open   the open frame;  text  the concatenated chunk texts (covering [open.from, end));
- *   end    the end frame (or undefined);  durables  the durable seqs in order.
- * Asserts: open first with `id: <from>`; every chunk has `id: <seq>`, `text.length == seq - from`
- * and starts where the previous one ended; durable/end carry no id and never claim more than
- * was delivered; durable seqs never go backwards; nothing follows `end`.
+ * Checks one reader's data frames against SPEC §3 and, given `produced`, contract S:
+ *   durableText.slice(0, open.from) ++ concat(chunks) == produced
+ *
+ * `opts` is a label, or { label, produced, durableText = produced, asked, requireEnd }:
+ * `durableText` is what the reader read from /text before joining (a prefix of produced that
+ * covers the join offset), `asked` the offset it asked for (checked against open.from, moved
+ * down out of a surrogate pair), `requireEnd` (default: true when `produced` is given) that
+ * it saw `end` and the splice is the whole produced text (else only a prefix of it).
+ *
+ * Asserts: open first with `id: <from>`; every chunk has `id: <seq>`, `text.length == seq -
+ * from`, is not empty and starts where the previous one ended; durable/end carry no id and
+ * never claim more than was delivered; durable seqs never go backwards; nothing follows `end`.
+ * Returns { open, text (the chunk texts, covering [open.from, cursor)), end, durables, cursor }.
  */
-export function checkFrames(frames, label = 'reader') {
+export function checkFrames(frames, opts = {}) {
+  const { label = 'reader', produced, durableText = produced, asked, requireEnd = produced !== undefined } =
+    typeof opts === 'string' ? { label: opts } : opts;
   const data = frames.filter((f) => f.data !== undefined);
   assert.ok(data.length > 0, `${label}: no frames`);
   const open = data[0].json;
   assert.equal(open?.type, 'open', `${label}: first frame ${data[0].data}`);
   assert.equal(data[0].id, String(open.from), `${label}: open carries id: <from>`);
   assert.ok(open.from <= open.seq, `${label}: open.from ${open.from} > open.seq ${open.seq}`);
+  if (asked !== undefined) {
+    const want = Math.min(asked, open.seq);
+    const expected = produced !== undefined && insidePair(produced, want) ? want - 1 : want;
+    assert.equal(open.from, expected, `${label}: asked from ${asked} (seq ${open.seq}), open.from ${open.from}`);
+  }
+  if (durableText !== undefined) {
+    assert.ok(open.from <= durableText.length, `${label}: open.from ${open.from} beyond the durable text it read (${durableText.length} units)`);
+  }
   let cursor = open.from;
   let text = '';
   let end;
@@ -244,6 +364,12 @@ export function checkFrames(frames, label = 'reader') {
       default:
         assert.fail(`${label}: unexpected frame ${f.data}`);
     }
+  }
+  if (requireEnd) assert.ok(end, `${label}: no end frame; frames: ${data.length}`);
+  if (produced !== undefined) {
+    const spliced = durableText.slice(0, open.from) + text;
+    if (requireEnd) assert.equal(spliced.length, produced.length, `${label}: spliced ${spliced.length} units, produced ${produced.length}`);
+    assertPrefix(spliced, produced, `${label}: splice${requireEnd ? '' : ' so far'}`);
   }
   return { open, text, end, durables, cursor };
 }
@@ -327,4 +453,11 @@ export function openPost(url, headers = {}) {
     end: () => { if (!req.writableEnded) req.end(); },
     destroy: () => req.destroy(),
   };
+}
+
+/** Percentile of a sorted numeric array (nearest rank). */
+export function percentile(sorted, p) {
+  if (sorted.length === 0) return NaN;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i];
 }
