@@ -6,7 +6,7 @@ use super::http::unavailable;
 use super::shell::{log, Shell};
 use crate::core::api::ApiError;
 use crate::core::live::{LiveStream, PushError};
-use crate::core::pump::{PumpRequest, UpstreamEvent, UpstreamFormat};
+use crate::core::pump::{Pump, PumpRequest, PumpStep};
 use eventsource_stream::Eventsource;
 use futures::future::{select, Either};
 use futures::StreamExt;
@@ -54,7 +54,7 @@ pub async fn run(shell: Rc<Shell>, pump: PumpRequest, request: Request) {
     let controller = AbortController::default();
     let upstream = pump.redacted_url().to_owned();
     log("info", "pump_started", &shell.stream_id, json!({"format": format!("{:?}", pump.format), "upstream": upstream}));
-    let outcome = relay(&shell, pump.format, request, &controller).await;
+    let outcome = relay(&shell, Pump::text(pump.format), request, &controller).await;
     controller.abort(); // a no-op after a complete response; cuts the upstream off otherwise
     let fields = |outcome: &str| json!({"upstream": upstream, "outcome": outcome});
     match outcome {
@@ -74,7 +74,7 @@ pub async fn run(shell: Rc<Shell>, pump: PumpRequest, request: Request) {
     }
 }
 
-async fn relay(shell: &Rc<Shell>, format: UpstreamFormat, request: Request, controller: &AbortController) -> Result<PumpEnd, String> {
+async fn relay(shell: &Rc<Shell>, mut pump: Pump, request: Request, controller: &AbortController) -> Result<PumpEnd, String> {
     let mut cancelled = shell.watch_cancel();
     let signal = controller.signal();
     let fetch = Fetch::Request(request);
@@ -95,21 +95,24 @@ async fn relay(shell: &Rc<Shell>, format: UpstreamFormat, request: Request, cont
         if shell.inspect(LiveStream::cancelled).unwrap_or(false) {
             return Ok(PumpEnd::Cancelled);
         }
-        let event = match select(events.next(), &mut cancelled).await {
+        let step = match select(events.next(), &mut cancelled).await {
             Either::Right(_) => return Ok(PumpEnd::Cancelled),
-            Either::Left((None, _)) => return Err("the upstream stream ended before its final event".into()),
+            Either::Left((None, _)) => pump.handle_body_end(),
             Either::Left((Some(Err(e)), _)) => return Err(format!("the upstream stream failed: {e}")),
-            Either::Left((Some(Ok(event)), _)) => event,
+            Either::Left((Some(Ok(event)), _)) => pump.handle_event(&event.event, &event.data),
         };
-        match format.interpret(&event.event, &event.data).map_err(|e| e.to_string())? {
-            UpstreamEvent::Delta(text) => match shell.feed(|s, now| s.push(&text, now)) {
+        let push = pump.take_push();
+        if !push.is_empty() {
+            match shell.feed(|s, now| s.push(&push, now)) {
                 Some(Ok(receipt)) if receipt.cancelled => return Ok(PumpEnd::Cancelled),
                 Some(Ok(_)) => {}
                 Some(Err(PushError::Closed)) | Some(Err(PushError::NotOpen)) | None => return Ok(PumpEnd::StreamEnded),
-            },
-            UpstreamEvent::Done => return Ok(PumpEnd::Complete),
-            UpstreamEvent::Error(message) => return Err(format!("the upstream reported an error: {message}")),
-            UpstreamEvent::Ignore => {}
+            }
+        }
+        match step {
+            PumpStep::Continue => {}
+            PumpStep::Complete => return Ok(PumpEnd::Complete),
+            PumpStep::Failed(failure) => return Err(failure.to_string()),
         }
     }
 }
