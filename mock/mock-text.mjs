@@ -85,3 +85,33 @@ export function mockTokens({ seed = 1, tokens = 120 } = {}) {
 export function mockText(opts) {
   return mockTokens(opts).join('');
 }
+
+/**
+ * A whole mock answer: optional reasoning, the text, and an optional tool call whose JSON
+ * input is streamed in pieces (split at code points, as the APIs split their argument deltas).
+ * The mock model server sends exactly this; tests compare what they receive against it.
+ *
+ * @param {{ seed?: number, tokens?: number, reasoning?: number, tool?: string | null }} [opts]
+ *   `reasoning`: how many reasoning tokens come before the text (0: none); `tool`: the name of
+ *   the tool the answer calls after its text (null: none).
+ * @returns {{ reasoningTokens: string[], textTokens: string[],
+ *   tool: null | { name: string, input: object, pieces: string[] } }}
+ */
+export function mockAnswer({ seed = 1, tokens = 120, reasoning = 0, tool = null } = {}) {
+  const s = Number(seed) || 0;
+  const reasoningTokens = reasoning > 0 ? mockTokens({ seed: s + 1000, tokens: reasoning }) : [];
+  const textTokens = mockTokens({ seed: s, tokens });
+  if (!tool) return { reasoningTokens, textTokens, tool: null };
+  const rand = prng(s + 2000);
+  const input = { city: CJK[s % CJK.length], query: mockText({ seed: s + 3000, tokens: 6 }), days: 1 + (s % 7), units: ['metric', 'imperial'][s % 2] };
+  const json = JSON.stringify(input);
+  // Argument deltas of 1 to 8 code points.
+  const cps = Array.from(json);
+  const pieces = [];
+  for (let at = 0; at < cps.length;) {
+    const take = 1 + Math.floor(rand() * 8);
+    pieces.push(cps.slice(at, at + take).join(''));
+    at += take;
+  }
+  return { reasoningTokens, textTokens, tool: { name: tool, input, pieces } };
+}

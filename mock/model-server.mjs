@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// A mock of three streaming model APIs, for development and tests. Node 20, node:http only.
+// A mock of three streaming model APIs, for development and tests: a stand-in for an upstream
+// model, not a model. Node 20, node:http only.
 //
 //   node mock/model-server.mjs --port 8788 [--host 127.0.0.1]
 //   import { startMockServer } from './mock/model-server.mjs';
@@ -14,16 +15,25 @@
 //   POST /_mock/reset           forget them
 //
 // Query options (the caller controls the mock through the upstream URL it hands the Worker):
-//   tokens=120   how many tokens (the text is mockText({ seed, tokens }) from ./mock-text.mjs)
+//   tokens=120   how many text tokens (the answer is mockAnswer(…) from ./mock-text.mjs)
 //   rate=40      tokens per second; 0 sends as fast as the socket takes them
-//   seed=1       which deterministic text
+//   seed=1       which deterministic answer
+//   reasoning=0  reasoning tokens before the text, in the API's own shape: Anthropic `thinking`
+//                block (with a signature), Responses reasoning summary, and for chat the
+//                `reasoning_content` deltas of OpenAI-compatible servers (OpenAI sends none)
+//   tool=        a tool name: after the text the model calls it, its JSON input streamed in
+//                pieces (Anthropic `tool_use` + `input_json_delta`, chat `tool_calls`, Responses
+//                `function_call` + `function_call_arguments.delta`); the finish reason says so
+//   usage=1      chat only: the last chunk carries usage, as the real API does when the request
+//                body has `stream_options: {include_usage: true}` (also honoured). Responses and
+//                Anthropic always report usage.
 //   fail=        error     the API's own error event at failAt, then the response ends
 //                drop      the socket is destroyed at failAt (no terminator, no error)
 //                malformed a `data:` line that is not JSON at failAt, then the stream CONTINUES
 //                          normally, so the consumer's policy (skip or fail) decides the outcome
 //                stall     sending stops at failAt and the connection stays open
 //                http500   a 500 with the API's JSON error body, at once
-//   failAt=      token index of the failure (default: half of `tokens`)
+//   failAt=      text token index of the failure (default: half of `tokens`)
 //
 // `aborted` is true when the CLIENT closed the connection before the end: that is how a test
 // proves a cancel reached the upstream. A `drop` is the server's doing and is not an abort.
@@ -31,7 +41,7 @@
 import { createServer } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
-import { mockTokens } from './mock-text.mjs';
+import { mockAnswer } from './mock-text.mjs';
 
 const MODEL = { openai: 'gpt-4o-mini-2024-07-18', anthropic: 'claude-3-5-haiku-20241022' };
 
@@ -41,22 +51,49 @@ function sse(event, data) {
   return `${event ? `event: ${event}\n` : ''}data: ${payload}\n\n`;
 }
 
-// Each format: `start` events, one `delta` event per token, `end` events, its own mid-stream
-// `error` event, a `malformed` event (named like a delta, so a parser that dispatches on the event
-// name still meets it) and its HTTP 500 body. `ctx` = { id, msgId, created, text (so far), n (tokens),
-// sent (tokens so far), sequence (the Responses API's event counter) }.
+// Each format turns an answer into its API's events. `ctx` = { id, msgId, created, n (text tokens),
+// text (so far), reasoning (so far), tool (null or { name, callId, itemId, input, json (so far) }),
+// reasoningTokens, usage (whether a chat client asked for usage), sequence (the Responses API's
+// event counter), sent (text tokens so far) }. Phases, each a list of events:
+//   start · reasoningStart, reasoningDelta × N, reasoningEnd · textStart, delta × n, textEnd ·
+//   toolStart, toolDelta × k, toolEnd · end
+// plus the format's own mid-stream `error` event, a `malformed` event (named like a delta, so a
+// parser that dispatches on the event name still meets it) and its HTTP 500 body.
 const FORMATS = {
   '/v1/chat/completions': (() => {
-    const chunk = (ctx, delta, finish = null) => sse(null, {
+    const chunk = (ctx, delta, finish = null, extra = {}) => sse(null, {
       id: ctx.id, object: 'chat.completion.chunk', created: ctx.created, model: MODEL.openai,
-      system_fingerprint: 'fp_mock', choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+      system_fingerprint: 'fp_mock', choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...extra,
     });
     const error = { error: { message: 'The server had an error while processing your request.', type: 'server_error', param: null, code: null } };
     return {
       idPrefix: 'chatcmpl-',
       start: (ctx) => [chunk(ctx, { role: 'assistant', content: '', refusal: null })],
+      // OpenAI's own chat API streams no reasoning; OpenAI-compatible servers (DeepSeek, vLLM)
+      // stream it as `reasoning_content` before the content.
+      reasoningStart: () => [],
+      reasoningDelta: (ctx, text) => chunk(ctx, { content: null, reasoning_content: text }),
+      reasoningEnd: () => [],
+      textStart: () => [],
       delta: (ctx, text) => chunk(ctx, { content: text }),
-      end: (ctx) => [chunk(ctx, {}, 'stop'), sse(null, '[DONE]')],
+      textEnd: () => [],
+      toolStart: (ctx) => [chunk(ctx, { tool_calls: [{ index: 0, id: ctx.tool.callId, type: 'function', function: { name: ctx.tool.name, arguments: '' } }] })],
+      toolDelta: (ctx, json) => chunk(ctx, { tool_calls: [{ index: 0, function: { arguments: json } }] }),
+      toolEnd: () => [],
+      end: (ctx) => [
+        chunk(ctx, {}, ctx.tool ? 'tool_calls' : 'stop'),
+        // Only when the request asked for it (`stream_options.include_usage`): a last chunk
+        // with no choices.
+        ...(ctx.usage ? [sse(null, {
+          id: ctx.id, object: 'chat.completion.chunk', created: ctx.created, model: MODEL.openai, system_fingerprint: 'fp_mock', choices: [],
+          usage: {
+            prompt_tokens: 12, completion_tokens: ctx.outputTokens, total_tokens: 12 + ctx.outputTokens,
+            prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 },
+            completion_tokens_details: { reasoning_tokens: ctx.reasoningTokens, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
+          },
+        })] : []),
+        sse(null, '[DONE]'),
+      ],
       error: () => sse(null, error),
       malformed: 'data: {"choices": [{"delta": {"content": "unterminated\n\n',
       http500: error,
@@ -65,31 +102,65 @@ const FORMATS = {
 
   '/v1/responses': (() => {
     const ev = (ctx, type, fields) => sse(type, { type, sequence_number: ctx.sequence++, ...fields });
-    const response = (ctx, status, output = []) => ({
-      id: ctx.id, object: 'response', created_at: ctx.created, status, error: null,
-      model: MODEL.openai, output, usage: status === 'completed'
-        ? { input_tokens: 12, output_tokens: ctx.n, total_tokens: 12 + ctx.n } : null,
+    const response = (ctx, status) => ({
+      id: ctx.id, object: 'response', created_at: ctx.created, status, error: null, incomplete_details: null,
+      model: MODEL.openai, output: status === 'completed' ? items(ctx) : [], usage: status === 'completed' ? {
+        input_tokens: 12, input_tokens_details: { cached_tokens: 0 },
+        output_tokens: ctx.outputTokens, output_tokens_details: { reasoning_tokens: ctx.reasoningTokens }, total_tokens: 12 + ctx.outputTokens,
+      } : null,
     });
+    // The output items in order: reasoning, the message, the function call.
+    const reasoningItem = (ctx, done) => ({ id: ctx.rsId, type: 'reasoning', summary: done ? [{ type: 'summary_text', text: ctx.reasoning }] : [] });
     const message = (ctx, status) => ({
       id: ctx.msgId, type: 'message', status, role: 'assistant',
       content: status === 'completed' ? [{ type: 'output_text', text: ctx.text, annotations: [] }] : [],
     });
-    const at = (ctx) => ({ item_id: ctx.msgId, output_index: 0, content_index: 0 });
+    const call = (ctx, status) => ({
+      id: ctx.tool.itemId, type: 'function_call', status, arguments: status === 'completed' ? ctx.tool.json : '', call_id: ctx.tool.callId, name: ctx.tool.name,
+    });
+    const items = (ctx) => [
+      ...(ctx.reasoningTokens ? [reasoningItem(ctx, true)] : []),
+      message(ctx, 'completed'),
+      ...(ctx.tool ? [call(ctx, 'completed')] : []),
+    ];
+    const out = (ctx) => (ctx.reasoningTokens ? 1 : 0); // the message's output_index
+    const at = (ctx) => ({ item_id: ctx.msgId, output_index: out(ctx), content_index: 0 });
+    const summary = (ctx) => ({ item_id: ctx.rsId, output_index: 0, summary_index: 0 });
+    const fc = (ctx) => ({ item_id: ctx.tool.itemId, output_index: out(ctx) + 1 });
     return {
       idPrefix: 'resp_',
       start: (ctx) => [
         ev(ctx, 'response.created', { response: response(ctx, 'in_progress') }),
         ev(ctx, 'response.in_progress', { response: response(ctx, 'in_progress') }),
-        ev(ctx, 'response.output_item.added', { output_index: 0, item: message(ctx, 'in_progress') }),
+      ],
+      // Reasoning summaries: sent when the request asks `reasoning.summary` of a reasoning model.
+      reasoningStart: (ctx) => [
+        ev(ctx, 'response.output_item.added', { output_index: 0, item: reasoningItem(ctx, false) }),
+        ev(ctx, 'response.reasoning_summary_part.added', { ...summary(ctx), part: { type: 'summary_text', text: '' } }),
+      ],
+      reasoningDelta: (ctx, text) => ev(ctx, 'response.reasoning_summary_text.delta', { ...summary(ctx), delta: text, obfuscation: 'mock' }),
+      reasoningEnd: (ctx) => [
+        ev(ctx, 'response.reasoning_summary_text.done', { ...summary(ctx), text: ctx.reasoning }),
+        ev(ctx, 'response.reasoning_summary_part.done', { ...summary(ctx), part: { type: 'summary_text', text: ctx.reasoning } }),
+        ev(ctx, 'response.output_item.done', { output_index: 0, item: reasoningItem(ctx, true) }),
+      ],
+      textStart: (ctx) => [
+        ev(ctx, 'response.output_item.added', { output_index: out(ctx), item: message(ctx, 'in_progress') }),
         ev(ctx, 'response.content_part.added', { ...at(ctx), part: { type: 'output_text', text: '', annotations: [] } }),
       ],
       delta: (ctx, text) => ev(ctx, 'response.output_text.delta', { ...at(ctx), delta: text, logprobs: [] }),
-      end: (ctx) => [
+      textEnd: (ctx) => [
         ev(ctx, 'response.output_text.done', { ...at(ctx), text: ctx.text, logprobs: [] }),
         ev(ctx, 'response.content_part.done', { ...at(ctx), part: { type: 'output_text', text: ctx.text, annotations: [] } }),
-        ev(ctx, 'response.output_item.done', { output_index: 0, item: message(ctx, 'completed') }),
-        ev(ctx, 'response.completed', { response: response(ctx, 'completed', [message(ctx, 'completed')]) }),
+        ev(ctx, 'response.output_item.done', { output_index: out(ctx), item: message(ctx, 'completed') }),
       ],
+      toolStart: (ctx) => [ev(ctx, 'response.output_item.added', { output_index: out(ctx) + 1, item: call(ctx, 'in_progress') })],
+      toolDelta: (ctx, json) => ev(ctx, 'response.function_call_arguments.delta', { ...fc(ctx), delta: json, obfuscation: 'mock' }),
+      toolEnd: (ctx) => [
+        ev(ctx, 'response.function_call_arguments.done', { ...fc(ctx), arguments: ctx.tool.json }),
+        ev(ctx, 'response.output_item.done', { output_index: out(ctx) + 1, item: call(ctx, 'completed') }),
+      ],
+      end: (ctx) => [ev(ctx, 'response.completed', { response: response(ctx, 'completed') })],
       error: (ctx) => ev(ctx, 'error', { code: 'server_error', message: 'The server had an error while processing your request.', param: null }),
       malformed: 'event: response.output_text.delta\ndata: {"type": "response.output_text.delta", "delta": \n\n',
       http500: { error: { message: 'The server had an error while processing your request.', type: 'server_error', param: null, code: 'server_error' } },
@@ -98,19 +169,34 @@ const FORMATS = {
 
   '/v1/messages': (() => {
     const ev = (type, fields = {}) => sse(type, { type, ...fields });
+    // Content block indexes: thinking (when asked for), then text, then the tool call.
+    const textIndex = (ctx) => (ctx.reasoningTokens ? 1 : 0);
     return {
       idPrefix: 'msg_',
       start: (ctx) => [
-        ev('message_start', { message: { id: ctx.id, type: 'message', role: 'assistant', model: MODEL.anthropic, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 12, output_tokens: 1 } } }),
-        ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }),
-        ev('ping'),
+        ev('message_start', { message: { id: ctx.id, type: 'message', role: 'assistant', model: MODEL.anthropic, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 12, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 } } }),
       ],
+      // Extended thinking (`thinking: {type: "enabled"}` in a real request): a thinking block
+      // whose signature arrives last.
+      reasoningStart: () => [ev('content_block_start', { index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } }), ev('ping')],
+      reasoningDelta: (ctx, text) => ev('content_block_delta', { index: 0, delta: { type: 'thinking_delta', thinking: text } }),
+      reasoningEnd: (ctx) => [
+        ev('content_block_delta', { index: 0, delta: { type: 'signature_delta', signature: `EqQBCgIYAhIM${ctx.id.slice(4, 28)}` } }),
+        ev('content_block_stop', { index: 0 }),
+      ],
+      textStart: (ctx) => [ev('content_block_start', { index: textIndex(ctx), content_block: { type: 'text', text: '' } }), ...(ctx.reasoningTokens ? [] : [ev('ping')])],
       // A ping every 25 tokens, as the real API interleaves them, so parsers must skip them.
       delta: (ctx, text) => (ctx.sent > 0 && ctx.sent % 25 === 0 ? ev('ping') : '') +
-        ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text } }),
+        ev('content_block_delta', { index: textIndex(ctx), delta: { type: 'text_delta', text } }),
+      textEnd: (ctx) => [ev('content_block_stop', { index: textIndex(ctx) })],
+      toolStart: (ctx) => [
+        ev('content_block_start', { index: textIndex(ctx) + 1, content_block: { type: 'tool_use', id: ctx.tool.callId, name: ctx.tool.name, input: {} } }),
+        ev('content_block_delta', { index: textIndex(ctx) + 1, delta: { type: 'input_json_delta', partial_json: '' } }),
+      ],
+      toolDelta: (ctx, json) => ev('content_block_delta', { index: textIndex(ctx) + 1, delta: { type: 'input_json_delta', partial_json: json } }),
+      toolEnd: (ctx) => [ev('content_block_stop', { index: textIndex(ctx) + 1 })],
       end: (ctx) => [
-        ev('content_block_stop', { index: 0 }),
-        ev('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: ctx.n } }),
+        ev('message_delta', { delta: { stop_reason: ctx.tool ? 'tool_use' : 'end_turn', stop_sequence: null }, usage: { output_tokens: ctx.outputTokens } }),
         ev('message_stop'),
       ],
       error: () => ev('error', { error: { type: 'overloaded_error', message: 'Overloaded' } }),
@@ -143,21 +229,63 @@ async function readBody(req) {
   }
 }
 
-/** Stream one model response, token by token, honouring the failure options. */
+/** Stream one model response, token by token, honouring the answer and failure options. */
 function streamResponse(format, record, res) {
   const q = record.query;
   const n = intParam(q, 'tokens', 120);
   const rate = intParam(q, 'rate', 40);
   const fail = FAILS.has(q.fail) ? q.fail : null;
   const failAt = Math.min(intParam(q, 'failAt', Math.floor(n / 2)), n);
-  const tokens = mockTokens({ seed: intParam(q, 'seed', 1), tokens: n });
+  const answer = mockAnswer({ seed: intParam(q, 'seed', 1), tokens: n, reasoning: intParam(q, 'reasoning', 0), tool: q.tool || null });
   const uid = () => randomUUID().replaceAll('-', '');
-  const ctx = { id: `${format.idPrefix}${uid()}`, msgId: `msg_${uid()}`, created: Math.floor(Date.now() / 1000), text: '', n, sent: 0, sequence: 0 };
+  const ctx = {
+    id: `${format.idPrefix}${uid()}`, msgId: `msg_${uid()}`, rsId: `rs_${uid()}`, created: Math.floor(Date.now() / 1000),
+    text: '', reasoning: '', n, sent: 0, sequence: 0,
+    reasoningTokens: answer.reasoningTokens.length,
+    outputTokens: answer.reasoningTokens.length + n + (answer.tool ? answer.tool.pieces.length : 0),
+    tool: answer.tool && {
+      name: answer.tool.name, input: answer.tool.input, json: '',
+      callId: `${format.idPrefix === 'msg_' ? 'toolu_' : 'call_'}${uid().slice(0, 24)}`, itemId: `fc_${uid()}`,
+    },
+    usage: q.usage === '1' || record.body?.stream_options?.include_usage === true,
+  };
 
   if (fail === 'http500') {
     record.fail = fail;
     return json(res, 500, format.http500);
   }
+
+  // The response as a list of steps. A `paced` step (one token of reasoning, text or tool input)
+  // waits one interval after the previous one; the structure between them goes out at once, as
+  // the real APIs send it. Failures strike before text token `failAt` (at `failAt = tokens`:
+  // after the last one).
+  const steps = [];
+  const add = (write, paced) => steps.push({ write, paced });
+  const bundle = (events) => events.join('');
+  add(() => bundle(format.start(ctx)), false);
+  answer.reasoningTokens.forEach((token, i) => add(() => {
+    ctx.reasoning += token;
+    return (i === 0 ? bundle(format.reasoningStart(ctx)) : '') + format.reasoningDelta(ctx, token);
+  }, true));
+  if (answer.reasoningTokens.length) add(() => bundle(format.reasoningEnd(ctx)), false);
+  add(() => bundle(format.textStart(ctx)), false);
+  const tokenSteps = answer.textTokens.map((token) => add(() => {
+    const event = format.delta(ctx, token);
+    ctx.text += token;
+    ctx.sent += 1;
+    record.tokensSent = ctx.sent;
+    return event;
+  }, true) - 1);
+  const failStep = failAt < n ? tokenSteps[failAt] : add(() => bundle(format.textEnd(ctx)), false) - 1;
+  if (failAt < n) add(() => bundle(format.textEnd(ctx)), false);
+  if (answer.tool) {
+    answer.tool.pieces.forEach((piece, i) => add(() => {
+      ctx.tool.json += piece;
+      return (i === 0 ? bundle(format.toolStart(ctx)) : '') + format.toolDelta(ctx, piece);
+    }, true));
+    add(() => bundle(format.toolEnd(ctx)), false);
+  }
+  add(() => bundle(format.end(ctx)), false);
 
   let timer = null;
   let dropped = false;
@@ -173,11 +301,12 @@ function streamResponse(format, record, res) {
     connection: 'keep-alive',
   });
   res.socket?.setNoDelay(true);
-  for (const event of format.start(ctx)) res.write(event);
 
+  let next = 0;
+  let pacedYet = false;
   const step = () => {
     if (res.destroyed) return;
-    if (fail && ctx.sent === failAt) {
+    if (fail && next === failStep) {
       record.fail = fail;
       if (fail === 'error') return res.end(format.error(ctx));
       if (fail === 'drop') {
@@ -187,17 +316,19 @@ function streamResponse(format, record, res) {
       if (fail === 'stall') return;
       if (fail === 'malformed') res.write(format.malformed);
     }
-    if (ctx.sent === n) {
-      for (const event of format.end(ctx)) res.write(event);
+    res.write(steps[next].write());
+    next += 1;
+    if (next === steps.length) {
       record.completed = true;
       return res.end();
     }
-    const token = tokens[ctx.sent];
-    res.write(format.delta(ctx, token));
-    ctx.text += token;
-    ctx.sent += 1;
-    record.tokensSent = ctx.sent;
-    timer = rate > 0 ? setTimeout(step, 1000 / rate) : setImmediate(step);
+    // The first paced step goes at once, every later one an interval after the step before.
+    if (steps[next].paced && pacedYet && rate > 0) {
+      timer = setTimeout(step, 1000 / rate);
+    } else {
+      pacedYet ||= steps[next].paced;
+      timer = setImmediate(step);
+    }
   };
   step();
 }
