@@ -64,7 +64,7 @@ fn fixture(name: &str) -> String {
 /// a part that is not open), plus the pump's own: `start`, `start-step` first; nothing open at
 /// `finish-step`; `finish` last.
 fn assert_well_formed(chunks: &[Value]) {
-    let types: Vec<&str> = chunks.iter().map(|c| c["type"].as_str().unwrap()).collect();
+    let types = types(chunks);
     if types.is_empty() {
         return;
     }
@@ -98,6 +98,10 @@ fn assert_well_formed(chunks: &[Value]) {
             _ => {}
         }
     }
+}
+
+fn types(chunks: &[Value]) -> Vec<&str> {
+    chunks.iter().map(|c| c["type"].as_str().unwrap()).collect()
 }
 
 /// The text the concatenated deltas of `kind` parts give.
@@ -143,9 +147,8 @@ fn anthropic_thinking_text_and_a_tool_call_become_reasoning_text_and_tool_chunks
 fn openai_responses_reasoning_summaries_text_and_a_function_call() {
     let (chunks, end) = ui(UpstreamFormat::OpenAiResponses, &fixture("openai-responses-reasoning-tool.sse"));
     assert_eq!(end, Some(PumpStep::Complete));
-    let types: Vec<&str> = chunks.iter().map(|c| c["type"].as_str().unwrap()).collect();
     assert_eq!(
-        types,
+        types(&chunks),
         [
             "start",
             "start-step",
@@ -227,9 +230,8 @@ fn openai_chat_text_then_two_parallel_tool_calls_with_usage() {
 fn openai_compatible_chat_reasoning_content_ends_when_the_answer_starts() {
     let (chunks, end) = ui(UpstreamFormat::OpenAiChat, &fixture("openai-chat-reasoning.sse"));
     assert_eq!(end, Some(PumpStep::Complete));
-    let types: Vec<&str> = chunks.iter().map(|c| c["type"].as_str().unwrap()).collect();
     assert_eq!(
-        types,
+        types(&chunks),
         [
             "start",
             "start-step",
@@ -283,8 +285,7 @@ fn an_upstream_error_fails_the_pump_after_the_chunks_before_it() {
     let (chunks, end) = ui(UpstreamFormat::Anthropic, body);
     assert_eq!(end, Some(PumpStep::Failed(PumpFailure::Upstream("Overloaded".into()))));
     // No finish: the stream fails, and its `/ui` readers get the `error` ending.
-    let types: Vec<&str> = chunks.iter().map(|c| c["type"].as_str().unwrap()).collect();
-    assert_eq!(types, ["start", "start-step", "text-start", "text-delta"]);
+    assert_eq!(types(&chunks), ["start", "start-step", "text-start", "text-delta"]);
 }
 
 #[test]

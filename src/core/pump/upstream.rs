@@ -281,17 +281,8 @@ fn chat(
         }));
     }
     // Sent last, with `choices: []`, when the request asked `stream_options.include_usage`.
-    if let Some(raw @ Value::Object(_)) = v.get("usage") {
-        let n = |p: &str| raw.pointer(p).and_then(Value::as_u64);
-        out.push(ModelEvent::Usage(Usage::new(
-            n("/prompt_tokens"),
-            n("/prompt_tokens_details/cached_tokens"),
-            None,
-            n("/completion_tokens"),
-            n("/completion_tokens_details/reasoning_tokens"),
-            n("/total_tokens"),
-            raw.clone(),
-        )));
+    if let Some(usage) = v.get("usage").and_then(|raw| openai_usage(raw, "prompt", "completion")) {
+        out.push(ModelEvent::Usage(usage));
     }
     Ok(())
 }
@@ -376,18 +367,27 @@ fn responses(kind: &str, v: &Value, full: bool, tool_called: &mut bool, out: &mu
 }
 
 fn responses_usage(v: &Value, out: &mut Vec<ModelEvent>) {
-    if let Some(raw @ Value::Object(_)) = v.pointer("/response/usage") {
-        let n = |p: &str| raw.pointer(p).and_then(Value::as_u64);
-        out.push(ModelEvent::Usage(Usage::new(
-            n("/input_tokens"),
-            n("/input_tokens_details/cached_tokens"),
-            None,
-            n("/output_tokens"),
-            n("/output_tokens_details/reasoning_tokens"),
-            n("/total_tokens"),
-            raw.clone(),
-        )));
+    if let Some(usage) = v.pointer("/response/usage").and_then(|raw| openai_usage(raw, "input", "output")) {
+        out.push(ModelEvent::Usage(usage));
     }
+}
+
+/// OpenAI's usage object: chat names its counts `prompt_*`/`completion_*`, Responses
+/// `input_*`/`output_*`; both count cached tokens in the input and reasoning in the output.
+fn openai_usage(raw: &Value, input: &str, output: &str) -> Option<Usage> {
+    if !raw.is_object() {
+        return None; // chat sends `"usage": null` on every chunk but the last
+    }
+    let n = |p: String| raw.pointer(&p).and_then(Value::as_u64);
+    Some(Usage::new(
+        n(format!("/{input}_tokens")),
+        n(format!("/{input}_tokens_details/cached_tokens")),
+        None,
+        n(format!("/{output}_tokens")),
+        n(format!("/{output}_tokens_details/reasoning_tokens")),
+        n("/total_tokens".to_owned()),
+        raw.clone(),
+    ))
 }
 
 /// Anthropic Messages: parts are keyed by content block index.
