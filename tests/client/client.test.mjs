@@ -7,7 +7,7 @@ import {
   applyFrame, assembleDurableText, followStream, frameResumePoint, initialState, spliceStreamText,
   StreamGapError, TERMINAL_STATUSES,
 } from '../../public/client.js';
-import { mockText, mockTokens } from '../../mock/mock-text.mjs';
+import { mockAnswer, mockText, mockTokens } from '../../mock/mock-text.mjs';
 import { startMockServer } from '../../mock/model-server.mjs';
 import { sseParser } from '../e2e/harness.mjs';
 
@@ -462,6 +462,95 @@ describe('mock model server', () => {
       }
     });
   }
+
+  // What a consumer of each API reads from a stream: reasoning, text, the tool call (name, id,
+  // its streamed input and the input the API repeats at the end), the finish reason, the usage.
+  const READ_ANSWER = {
+    '/v1/chat/completions': (events) => {
+      const chunks = events.filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+      const deltas = chunks.map((c) => c.choices[0]?.delta ?? {});
+      const calls = deltas.flatMap((d) => d.tool_calls ?? []);
+      return {
+        reasoning: deltas.map((d) => d.reasoning_content ?? '').join(''),
+        text: deltas.map((d) => d.content ?? '').join(''),
+        tool: calls.length ? { name: calls[0].function.name, id: calls[0].id, input: calls.map((c) => c.function.arguments).join(''), indexes: [...new Set(calls.map((c) => c.index))] } : null,
+        finish: chunks.map((c) => c.choices[0]?.finish_reason).find(Boolean),
+        usage: chunks.find((c) => c.usage)?.usage ?? null,
+        last: events.at(-1).data,
+      };
+    },
+    '/v1/responses': (events) => {
+      const of = (type) => events.filter((e) => e.event === type).map((e) => JSON.parse(e.data));
+      const call = of('response.output_item.added').find((e) => e.item.type === 'function_call')?.item;
+      const completed = of('response.completed')[0].response;
+      return {
+        reasoning: of('response.reasoning_summary_text.delta').map((e) => e.delta).join(''),
+        text: of('response.output_text.delta').map((e) => e.delta).join(''),
+        tool: call ? {
+          name: call.name, id: call.call_id, input: of('response.function_call_arguments.delta').map((e) => e.delta).join(''),
+          done: of('response.function_call_arguments.done')[0].arguments, sameItem: of('response.function_call_arguments.delta').every((e) => e.item_id === call.id),
+        } : null,
+        output: completed.output.map((item) => item.type),
+        usage: completed.usage,
+        sequence: events.map((e) => JSON.parse(e.data).sequence_number),
+      };
+    },
+    '/v1/messages': (events) => {
+      const all = events.map((e) => JSON.parse(e.data));
+      const deltas = all.filter((e) => e.type === 'content_block_delta');
+      const blocks = all.filter((e) => e.type === 'content_block_start').map((e) => ({ index: e.index, ...e.content_block }));
+      const tool = blocks.find((b) => b.type === 'tool_use');
+      return {
+        reasoning: deltas.filter((d) => d.delta.type === 'thinking_delta').map((d) => d.delta.thinking).join(''),
+        text: deltas.filter((d) => d.delta.type === 'text_delta').map((d) => d.delta.text).join(''),
+        tool: tool ? { name: tool.name, id: tool.id, input: deltas.filter((d) => d.index === tool.index).map((d) => d.delta.partial_json).join('') } : null,
+        blocks: blocks.map((b) => `${b.index}:${b.type}`),
+        // The signature comes last in the thinking block, before its stop.
+        signedBeforeStop: all.findIndex((e) => e.delta?.type === 'signature_delta') === all.findIndex((e) => e.type === 'content_block_stop' && e.index === 0) - 1,
+        finish: all.find((e) => e.type === 'message_delta').delta.stop_reason,
+        usage: all.find((e) => e.type === 'message_delta').usage,
+      };
+    },
+  };
+
+  test('reasoning=N&tool=NAME: each API streams mockAnswer’s reasoning, text and tool call in its own shapes', async () => {
+    const answer = mockAnswer({ seed: 9, tokens: 30, reasoning: 12, tool: 'get_weather' });
+    const [reasoning, text, input] = [answer.reasoningTokens.join(''), answer.textTokens.join(''), JSON.stringify(answer.tool.input)];
+    const outputTokens = 12 + 30 + answer.tool.pieces.length;
+    const read = async (path, query) => READ_ANSWER[path]((await readSse(await post(path, query))).events);
+
+    const chat = await read('/v1/chat/completions', 'tokens=30&seed=9&rate=0&reasoning=12&tool=get_weather&usage=1');
+    assert.deepEqual([chat.reasoning, chat.text, chat.tool.name, chat.tool.input, chat.tool.indexes], [reasoning, text, 'get_weather', input, [0]]);
+    assert.match(chat.tool.id, /^call_/);
+    assert.equal(chat.finish, 'tool_calls');
+    assert.deepEqual([chat.usage.completion_tokens, chat.usage.completion_tokens_details.reasoning_tokens, chat.last], [outputTokens, 12, '[DONE]']);
+
+    const responses = await read('/v1/responses', 'tokens=30&seed=9&rate=0&reasoning=12&tool=get_weather');
+    assert.deepEqual([responses.reasoning, responses.text, responses.tool.name, responses.tool.input, responses.tool.done], [reasoning, text, 'get_weather', input, input]);
+    assert.ok(responses.tool.sameItem && /^call_/.test(responses.tool.id));
+    assert.deepEqual(responses.output, ['reasoning', 'message', 'function_call']);
+    assert.deepEqual([responses.usage.output_tokens, responses.usage.output_tokens_details.reasoning_tokens], [outputTokens, 12]);
+    assert.deepEqual(responses.sequence, responses.sequence.map((_, i) => i), 'sequence_number counts every event');
+
+    const anthropic = await read('/v1/messages', 'tokens=30&seed=9&rate=0&reasoning=12&tool=get_weather');
+    assert.deepEqual([anthropic.reasoning, anthropic.text, anthropic.tool.name, anthropic.tool.input], [reasoning, text, 'get_weather', input]);
+    assert.match(anthropic.tool.id, /^toolu_/);
+    assert.deepEqual(anthropic.blocks, ['0:thinking', '1:text', '2:tool_use']);
+    assert.ok(anthropic.signedBeforeStop);
+    assert.deepEqual([anthropic.finish, anthropic.usage.output_tokens], ['tool_use', outputTokens]);
+  });
+
+  test('without the options the answers are text only; chat usage follows the body’s stream_options', async () => {
+    const read = async (path, query, body) => READ_ANSWER[path]((await readSse(await post(path, query, body && { body }))).events);
+    for (const path of Object.keys(READ_ANSWER)) {
+      const plain = await read(path, 'tokens=20&seed=4&rate=0');
+      assert.deepEqual([plain.reasoning, plain.text, plain.tool], ['', mockText({ seed: 4, tokens: 20 }), null], path);
+    }
+    assert.equal((await read('/v1/chat/completions', 'tokens=5&rate=0')).usage, null, 'no usage unless asked');
+    const asked = await read('/v1/chat/completions', 'tokens=5&rate=0', JSON.stringify({ stream: true, stream_options: { include_usage: true } }));
+    assert.deepEqual([asked.usage.completion_tokens, asked.finish], [5, 'stop']);
+    assert.equal((await read('/v1/messages', 'tokens=5&rate=0')).finish, 'end_turn');
+  });
 
   test('fail=error sends each API’s own error event at failAt, then ends', async () => {
     const expectTail = {
