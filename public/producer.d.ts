@@ -1,0 +1,115 @@
+// Types for producer.js: rindle-streams producer helpers for a JavaScript Worker (or Node ≥ 20).
+// `ai` is referenced for its types only; the module itself imports nothing.
+import type { UIMessageChunk } from 'ai';
+
+/** Something with a `fetch`, such as a service binding (`env.RINDLE`). */
+export interface Fetcher {
+  fetch(request: Request): Promise<Response>;
+}
+
+/** Where the stream API is: a service binding, or a base URL. */
+export type StreamApi =
+  | { service: Fetcher; prefix?: string }
+  | { baseUrl: string; prefix?: string; fetch?: typeof globalThis.fetch };
+
+export type StreamFormat = 'text' | 'ui';
+
+export type OpenStreamOptions<F extends StreamFormat = 'text'> = StreamApi & {
+  /** The message row's id; the app inserted the row before opening (SPEC §5). */
+  streamId: string;
+  /** A token with `write` scope for `streamId`. */
+  token: string;
+  /** `ui`: the text is NDJSON of AI SDK UI message chunks (SPEC §9). Default `text`. */
+  format?: F;
+  /** Handed to the Worker's authorizer (and kept with the stream). */
+  meta?: unknown;
+};
+
+/** `{ seq, durableSeq, cancelled }`: offsets in UTF-16 code units of the stream's text. */
+export interface AppendResult {
+  seq: number;
+  durableSeq: number;
+  cancelled: boolean;
+}
+
+export interface EndResult {
+  status: 'complete' | 'cancelled' | 'error' | 'interrupted';
+  seq: number;
+  durableSeq: number;
+}
+
+type Piece<F extends StreamFormat> = F extends 'ui' ? UIMessageChunk : string;
+
+export interface ProducerStream<F extends StreamFormat = 'text'> {
+  readonly streamId: string;
+  readonly format: F;
+  /** The open answer. */
+  readonly opened: { streamId: string; seq: number; durableSeq: number };
+  /**
+   * Fires (reason: a `CancelledError`, named `AbortError`) once the producer learns of a
+   * cancel: pass it as the model call's `abortSignal`.
+   */
+  readonly signal: AbortSignal;
+  readonly cancelled: boolean;
+  /** One plain append: a string (`text`), or a chunk or an array of chunks (`ui`). */
+  append(value: F extends 'ui' ? UIMessageChunk | UIMessageChunk[] : string): Promise<AppendResult>;
+  /** Resolves once everything appended so far is committed to D1 (503 `checkpoint_failed` otherwise). */
+  flush(): Promise<AppendResult>;
+  /** Seal the stream. */
+  close(): Promise<EndResult>;
+  /** Seal the stream as `error` with this message. */
+  fail(error: unknown): Promise<EndResult>;
+  /**
+   * Send `source` as ONE streaming append (NDJSON lines for `ui`), then `close()`; an upstream
+   * that throws or a UI `error` chunk ends it with `fail()` instead. A cancel answers the append
+   * early: `pipe` stops reading `source`, fires `signal`, and closes (status `cancelled`).
+   * Rejects (after failing the stream) if the stream API refuses the append.
+   */
+  pipe(source: ReadableStream<Piece<F>>): Promise<EndResult>;
+}
+
+/** Open a stream and return its producer handle. Rejects with a `RindleError` on a refusal. */
+export function openStream<F extends StreamFormat = 'text'>(options: OpenStreamOptions<F>): Promise<ProducerStream<F>>;
+
+/** The stream API answered with an error (SPEC §4 shape). */
+export class RindleError extends Error {
+  name: 'RindleError';
+  status: number;
+  /** e.g. `open_refused`, `bad_chunk`, `forbidden`. */
+  code: string;
+  /** The whole JSON answer (`offset`, `seq`, … where the API adds them). */
+  body: Record<string, unknown>;
+}
+
+/** A value that cannot be one line of a `ui` stream. */
+export class BadChunkError extends TypeError {
+  name: 'BadChunkError';
+  chunk: unknown;
+}
+
+/** The reason `signal` carries: a reader cancelled the stream. */
+export class CancelledError extends Error {
+  name: 'AbortError';
+  streamId: string;
+}
+
+/** One NDJSON line (with its `\n`) for a UI message chunk; throws `BadChunkError`. */
+export function encodeUIChunk(chunk: UIMessageChunk): string;
+
+/**
+ * An HS256 token for the stream API (SPEC §4), signed with WebCrypto. Give readers
+ * `read cancel`, producers `write`.
+ */
+export function signStreamToken(options: {
+  /** STREAM_JWT_SECRET: at least 16 characters. */
+  secret: string;
+  /** An exact stream id, or a prefix ending in `*`. */
+  stream: string;
+  scope: string | Array<'read' | 'write' | 'cancel'>;
+  /** Default 3600. Make it outlive the longest answer plus reconnects. */
+  ttlSeconds?: number;
+  /** Default `app`. */
+  sub?: string;
+  /** ms since the epoch. Default `Date.now()`. */
+  now?: number;
+}): Promise<string>;

@@ -1,0 +1,218 @@
+// rindle-streams producer helpers for a JavaScript producer (a Worker, or Node ≥ 20), with no
+// dependencies. Vendor this file, or load it from the Worker at `/producer.js`. Types: producer.d.ts.
+//
+//   import { openStream, signStreamToken } from './producer.js';
+//   const token = await signStreamToken({ secret: env.STREAM_JWT_SECRET, stream: messageId, scope: 'write' });
+//   const stream = await openStream({ service: env.RINDLE, streamId: messageId, token, format: 'ui', meta: { chatId } });
+//   const result = streamText({ model, messages, abortSignal: stream.signal });   // a cancel stops the model
+//   ctx.waitUntil(stream.pipe(result.toUIMessageStream({ generateMessageId: () => messageId })));
+//
+// `pipe` sends the whole answer as ONE streaming append (the fast path), NDJSON-encoded for a
+// `ui` stream, then closes the stream; an upstream that throws, or a UI `error` chunk, ends it
+// with `fail` instead, so the row is never left `streaming`. A cancel (POST …/cancel from any
+// reader) answers the streaming append at once with `cancelled: true`: `pipe` then stops reading
+// the upstream, fires `stream.signal`, and closes (the row ends `cancelled`).
+
+/** A non-2xx answer of the stream API: `status`, the SPEC §4 `code` and its `message`. */
+export class RindleError extends Error {
+  constructor(status, code, message, body = {}) {
+    super(`${code} (${status}): ${message}`);
+    this.name = 'RindleError';
+    this.status = status;
+    this.code = code;
+    this.body = body;
+  }
+}
+
+/** A chunk that cannot become one NDJSON line of a `ui` stream (SPEC §9 validation). */
+export class BadChunkError extends TypeError {
+  constructor(message, chunk) {
+    super(message);
+    this.name = 'BadChunkError';
+    this.chunk = chunk;
+  }
+}
+
+const encoder = new TextEncoder();
+
+/** One NDJSON line for a UI message chunk: a JSON object whose `type` is a string. */
+export function encodeUIChunk(chunk) {
+  if (chunk === null || typeof chunk !== 'object' || Array.isArray(chunk)) {
+    throw new BadChunkError(`a UI message chunk must be an object, got ${chunk === null ? 'null' : Array.isArray(chunk) ? 'an array' : typeof chunk}`, chunk);
+  }
+  if (typeof chunk.type !== 'string') throw new BadChunkError('a UI message chunk needs a string `type`', chunk);
+  return `${JSON.stringify(chunk)}\n`;
+}
+
+/**
+ * The stream API of one rindle-streams deployment: through a service binding (`service`, a
+ * Fetcher such as `env.RINDLE`) or over HTTP (`baseUrl`, e.g. `https://streams.example.com`).
+ */
+function endpoint({ service, baseUrl, prefix = '/streams', fetch: fetchImpl }) {
+  if (!service && baseUrl == null) throw new TypeError('openStream: pass `service` (a service binding) or `baseUrl`');
+  const origin = service ? 'https://rindle.internal' : String(baseUrl).replace(/\/+$/, '');
+  const send = service ? (req) => service.fetch(req) : (req) => (fetchImpl ?? globalThis.fetch)(req);
+  return (streamId, action) => (init) => send(new Request(`${origin}${prefix}/${encodeURIComponent(streamId)}/${action}`, init));
+}
+
+async function answer(res) {
+  const raw = await res.text();
+  let body;
+  try {
+    body = raw ? JSON.parse(raw) : {};
+  } catch {
+    body = {};
+  }
+  if (!res.ok) throw new RindleError(res.status, body.error ?? 'http_error', body.message ?? (raw.slice(0, 200) || res.statusText), body);
+  return body;
+}
+
+/**
+ * Open a stream whose message row the app has already inserted (SPEC §5) and return its
+ * producer handle. `token` needs `write` scope for `streamId`.
+ */
+export async function openStream({ streamId, token, format = 'text', meta, ...where }) {
+  if (format !== 'text' && format !== 'ui') throw new TypeError(`openStream: format must be "text" or "ui", got ${JSON.stringify(format)}`);
+  const route = endpoint(where);
+  const auth = { authorization: `Bearer ${token}` };
+  const post = (action, body, headers = {}) =>
+    route(streamId, action)({ method: 'POST', headers: { ...auth, ...headers }, body, ...(isStream(body) ? { duplex: 'half' } : {}) }).then(answer);
+  const postJson = (action, value) => post(action, JSON.stringify(value), { 'content-type': 'application/json' });
+
+  const opened = await postJson('open', meta === undefined ? { format } : { format, meta });
+  const cancel = new AbortController();
+  const learn = (reply) => {
+    if (reply?.cancelled || reply?.status === 'cancelled') cancel.abort(new CancelledError(streamId));
+    return reply;
+  };
+  const encode = format === 'ui' ? encodeUIChunk : encodeText;
+
+  const stream = {
+    streamId,
+    format,
+    /** The open answer: `{ streamId, seq, durableSeq }`. */
+    opened,
+    /** Fires when a reader cancelled the stream (learned from an append or close answer). */
+    signal: cancel.signal,
+    get cancelled() {
+      return cancel.signal.aborted;
+    },
+    /** One plain append: a string (text) or one chunk / an array of chunks (ui). */
+    append(value) {
+      const text = Array.isArray(value) && format === 'ui' ? value.map(encode).join('') : encode(value);
+      return post('append', text, { 'content-type': 'text/plain; charset=utf-8' }).then(learn);
+    },
+    /** Resolves once everything appended so far is committed to D1. */
+    flush: () => post('flush').then(learn),
+    /** Seal the stream: `{ status, seq, durableSeq }` (`cancelled` when a cancel was seen). */
+    close: () => post('close').then(learn),
+    /** Seal the stream as `error` with this message. */
+    fail: (error) => postJson('fail', { error: errorText(error) }),
+
+    /**
+     * Send `source` (UI message chunks for `ui`, strings for `text`) as one streaming append,
+     * then close, or fail on an upstream error. Resolves with the close/fail answer.
+     */
+    async pipe(source) {
+      const reader = source.getReader();
+      let upstreamError; // what ends the stream with `fail` instead of `close`
+      let badChunk; // a chunk refused here: the append was cut short on purpose
+      const body = new ReadableStream({
+        async pull(controller) {
+          let next;
+          try {
+            next = await reader.read();
+          } catch (err) {
+            upstreamError = err;
+            controller.close();
+            return;
+          }
+          if (next.done) return controller.close();
+          let line;
+          try {
+            line = encode(next.value);
+          } catch (err) {
+            badChunk = err;
+            reader.cancel(err).catch(() => {});
+            controller.close();
+            return;
+          }
+          // An `error` chunk is the AI SDK's way of saying the generation failed.
+          if (format === 'ui' && next.value.type === 'error') upstreamError ??= next.value.errorText ?? 'the model stream reported an error';
+          controller.enqueue(encoder.encode(line));
+        },
+        cancel(reason) {
+          // The append answered before the body ended (a cancel): stop the model.
+          return reader.cancel(reason).catch(() => {});
+        },
+      });
+      let appended;
+      try {
+        appended = learn(await post('append', body, { 'content-type': 'text/plain; charset=utf-8' }));
+      } catch (err) {
+        reader.cancel(err).catch(() => {});
+        await stream.fail(err).catch(() => {}); // never leave the row `streaming`
+        throw err;
+      }
+      if (appended.cancelled) reader.cancel(cancel.signal.reason).catch(() => {});
+      if (badChunk) {
+        await stream.fail(badChunk).catch(() => {});
+        throw badChunk;
+      }
+      if (upstreamError !== undefined && !appended.cancelled) return stream.fail(upstreamError);
+      return stream.close();
+    },
+  };
+  return stream;
+}
+
+/** Raised as the reason of `stream.signal` when a reader cancelled the stream. */
+export class CancelledError extends Error {
+  constructor(streamId) {
+    super(`stream ${streamId} was cancelled by a reader`);
+    this.name = 'AbortError'; // what fetch, streamText and friends expect from an abort reason
+    this.streamId = streamId;
+  }
+}
+
+function encodeText(value) {
+  if (typeof value !== 'string') throw new TypeError(`a text stream takes strings, got ${typeof value}`);
+  return value;
+}
+
+function errorText(error) {
+  if (typeof error === 'string') return error;
+  if (error instanceof Error) return error.message || error.name;
+  try {
+    return JSON.stringify(error) ?? String(error);
+  } catch {
+    return String(error);
+  }
+}
+
+const isStream = (body) => typeof ReadableStream !== 'undefined' && body instanceof ReadableStream;
+
+// ---------------------------------------------------------------------------------------
+// Tokens
+
+const b64url = (bytes) => {
+  let s = '';
+  for (const b of bytes) s += String.fromCharCode(b);
+  return btoa(s).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+};
+const b64urlJson = (value) => b64url(encoder.encode(JSON.stringify(value)));
+
+/**
+ * An HS256 token for the stream API (SPEC §4), signed with WebCrypto (Workers, browsers' server
+ * side, Node ≥ 20). `stream` is an exact stream id or a prefix ending in `*`; `scope` is a
+ * space-separated string or an array of `read`, `write`, `cancel`.
+ */
+export async function signStreamToken({ secret, stream, scope, ttlSeconds = 3600, sub = 'app', now = Date.now() }) {
+  if (typeof secret !== 'string' || secret.length < 16) throw new TypeError('signStreamToken: the secret must be a string of at least 16 characters');
+  if (typeof stream !== 'string' || stream === '') throw new TypeError('signStreamToken: `stream` is required');
+  const claims = { sub, stream, scope: Array.isArray(scope) ? scope.join(' ') : scope, exp: Math.floor(now / 1000) + ttlSeconds };
+  const input = `${b64urlJson({ alg: 'HS256', typ: 'JWT' })}.${b64urlJson(claims)}`;
+  const key = await crypto.subtle.importKey('raw', encoder.encode(secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+  const sig = new Uint8Array(await crypto.subtle.sign('HMAC', key, encoder.encode(input)));
+  return `${input}.${b64url(sig)}`;
+}
