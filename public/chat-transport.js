@@ -1,0 +1,409 @@
+// rindle-streams ChatTransport for the AI SDK's `useChat` (ai 5+), with no dependencies. Vendor
+// this file, or load it from the Worker at `/chat-transport.js`. Types: chat-transport.d.ts.
+//
+//   import { useChat } from '@ai-sdk/react';
+//   import { RindleChatTransport } from './chat-transport.js';
+//   const transport = new RindleChatTransport({ api: '/api/chat' });
+//   const chat = useChat({ id: chatId, messages: initialMessages, transport, resume: true });
+//
+// The app's chat endpoint (`api`) starts the answer and says where it streams:
+//   POST {api}                  AI SDK body {id, messages, trigger, messageId, …} → {streamId, token}
+//   GET  {api}/{chatId}/stream  the chat's active answer → {streamId, token}, or 204 when none
+// The token needs `read cancel` scope for that stream. The transport then reads
+// GET {streamsUrl}{prefix}/{streamId}/ui (SPEC §9) with a fetch-based SSE reader:
+//   * a dropped connection is resumed here from the last `id:` (`?from=`), so the AI SDK never
+//     sees a gap or a repeat; reconnects back off exponentially with jitter;
+//   * the stream handed to the AI SDK always ends with `finish`, `abort` or `error`: the server's
+//     ending, or an `error` chunk when the stream cannot be reached for `giveUpAfterMs`;
+//   * `stop()` (the abort signal, once the answer is streaming) POSTs …/cancel, so the producer
+//     stops and every reader gets `abort`;
+//   * `reconnectToStream` replays the active answer from offset 0 (`resumeStreamIsReplay`).
+
+const TERMINAL = new Set(['finish', 'abort', 'error']);
+const DEFAULT_RETRY = { initialDelayMs: 250, maxDelayMs: 4000, giveUpAfterMs: 10_000 };
+
+/** The app's chat endpoint or the stream API answered with an error. */
+export class ChatTransportError extends Error {
+  constructor(message, { status, code, url } = {}) {
+    super(message);
+    this.name = 'ChatTransportError';
+    this.status = status;
+    this.code = code;
+    this.url = url;
+  }
+}
+
+const abortError = (reason) =>
+  reason instanceof Error && reason.name === 'AbortError' ? reason : Object.assign(new Error('The request was aborted'), { name: 'AbortError' });
+
+const sleep = (ms, signal) =>
+  new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+
+/** Parses an SSE body incrementally (WHATWG rules) and calls `onEvent({ id, data, retry })`. */
+export function createSseParser(onEvent) {
+  let buffer = '';
+  let data;
+  let id;
+  let retry;
+  const dispatch = () => {
+    if (data !== undefined || id !== undefined || retry !== undefined) onEvent({ id, data, retry });
+    data = id = retry = undefined;
+  };
+  const line = (text) => {
+    if (text === '') return dispatch();
+    if (text.startsWith(':')) return; // a comment (keep-alive ping)
+    const colon = text.indexOf(':');
+    const field = colon < 0 ? text : text.slice(0, colon);
+    let value = colon < 0 ? '' : text.slice(colon + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'data') data = data === undefined ? value : `${data}\n${value}`;
+    else if (field === 'id' && !value.includes('\0')) id = value;
+    else if (field === 'retry' && /^\d+$/.test(value)) retry = Number(value);
+  };
+  return {
+    push(text) {
+      buffer += text;
+      let start = 0;
+      for (;;) {
+        const cr = buffer.indexOf('\r', start);
+        const lf = buffer.indexOf('\n', start);
+        if (cr < 0 && lf < 0) break;
+        const end = cr < 0 ? lf : lf < 0 ? cr : Math.min(cr, lf);
+        if (end === cr && end === buffer.length - 1) break; // a CR that may be half of CRLF
+        line(buffer.slice(start, end));
+        start = end + (end === cr && buffer[end + 1] === '\n' ? 2 : 1);
+      }
+      buffer = buffer.slice(start);
+    },
+    /** Forget a partial event (the connection it came on is gone). */
+    reset() {
+      buffer = '';
+      data = id = retry = undefined;
+    },
+  };
+}
+
+/**
+ * Read a `ui` stream (GET …/ui) as a `ReadableStream` of UI message chunks, from `from` to its
+ * ending, across dropped connections. Every chunk is delivered once and in order; the stream
+ * always ends with a `finish`, `abort` or `error` chunk (the last one synthesized here when the
+ * stream API cannot be reached for `retry.giveUpAfterMs`).
+ */
+export function readUIStream({
+  streamId,
+  token,
+  streamsUrl = '',
+  prefix = '/streams',
+  from = 0,
+  fetch: fetchImpl,
+  credentials,
+  retry = {},
+  onReconnect,
+}) {
+  const policy = { ...DEFAULT_RETRY, ...retry };
+  const doFetch = fetchImpl ?? ((...args) => globalThis.fetch(...args));
+  const base = `${String(streamsUrl).replace(/\/+$/, '')}${prefix}/${encodeURIComponent(streamId)}/ui`;
+  const stop = new AbortController(); // the consumer cancelled
+  let position = from; // the `id:` of the last chunk delivered: where a reconnect resumes
+  let serverRetryMs;
+  let ended = false;
+
+  return new ReadableStream({
+    async start(controller) {
+      let failures = 0;
+      let disconnectedAt; // when the current run of failed attempts began
+      let lastProblem = '';
+      // An ending chunk without an SSE `id:` is the server's (or our) ending: nothing follows.
+      const deliver = (chunk, sseId) => {
+        if (ended) return;
+        controller.enqueue(chunk);
+        if (TERMINAL.has(chunk.type) && sseId === undefined) ended = true;
+      };
+
+      while (!ended && !stop.signal.aborted) {
+        let progressed = false;
+        try {
+          const url = `${base}?from=${position}${token == null ? '' : `&token=${encodeURIComponent(token)}`}`;
+          const res = await doFetch(url, { headers: { accept: 'text/event-stream' }, credentials, signal: stop.signal, cache: 'no-store' });
+          if (!res.ok) {
+            const detail = await errorDetail(res);
+            const message = `stream ${streamId}: ${res.status} ${detail.code ?? ''} ${detail.message ?? ''}`.replace(/\s+/g, ' ').trim();
+            // 408, 429 and 5xx are worth another try; anything else will not change.
+            if (res.status !== 408 && res.status !== 429 && res.status < 500) {
+              deliver({ type: 'error', errorText: message });
+              break;
+            }
+            throw new ChatTransportError(message, { status: res.status, code: detail.code, url: base });
+          }
+          if (!res.body) throw new ChatTransportError(`stream ${streamId}: the response has no body`, { url: base });
+          const done = await readEvents(res.body, stop.signal, (event) => {
+            if (event.retry !== undefined) serverRetryMs = event.retry;
+            if (event.data === undefined) return false;
+            if (event.data === '[DONE]') return true;
+            let chunk;
+            try {
+              chunk = JSON.parse(event.data);
+            } catch {
+              return false; // the server validates every line; skip anything else
+            }
+            if (event.id !== undefined) {
+              const at = Number(event.id);
+              if (!(at > position)) return false; // already delivered (never expected: belt and braces)
+              position = at;
+            }
+            progressed = true;
+            failures = 0;
+            disconnectedAt = undefined;
+            deliver(chunk, event.id);
+            return ended;
+          });
+          if (done) ended = true;
+          lastProblem = 'the connection closed before the stream ended';
+        } catch (err) {
+          if (stop.signal.aborted) break;
+          lastProblem = err?.message ?? String(err);
+        }
+        if (ended || stop.signal.aborted) break;
+        // Reconnect from `position`: the first time after a connection that delivered something
+        // within [0, initial) ms, then with exponential backoff (jittered) while attempts fail.
+        if (!progressed) failures += 1;
+        disconnectedAt ??= Date.now();
+        const waited = Date.now() - disconnectedAt;
+        if (waited >= policy.giveUpAfterMs) {
+          deliver({ type: 'error', errorText: `stream ${streamId}: gave up reconnecting after ${Math.round(waited / 1000)} s (${lastProblem})` });
+          break;
+        }
+        const initial = retry.initialDelayMs ?? serverRetryMs ?? policy.initialDelayMs;
+        const ceiling = Math.min(policy.maxDelayMs, initial * 2 ** failures);
+        const jittered = failures === 0 ? Math.random() * initial : ceiling / 2 + (Math.random() * ceiling) / 2;
+        const delay = Math.min(jittered, policy.giveUpAfterMs - waited);
+        onReconnect?.({ streamId, from: position, attempt: failures, delayMs: delay, reason: lastProblem });
+        await sleep(delay, stop.signal);
+      }
+      if (!stop.signal.aborted) controller.close();
+    },
+    cancel(reason) {
+      ended = true;
+      stop.abort(reason);
+    },
+  });
+}
+
+/** Read SSE events from `body` until `onEvent` returns true (→ true) or the body ends (→ false). */
+async function readEvents(body, signal, onEvent) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let finished = false;
+  const parser = createSseParser((event) => {
+    if (!finished && onEvent(event)) finished = true;
+  });
+  const release = () => reader.cancel().catch(() => {});
+  signal.addEventListener('abort', release, { once: true });
+  try {
+    while (!finished) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      parser.push(value);
+    }
+  } finally {
+    signal.removeEventListener('abort', release);
+    if (finished) release();
+  }
+  return finished;
+}
+
+async function errorDetail(res) {
+  try {
+    const body = await res.json();
+    return { code: body?.error, message: body?.message };
+  } catch {
+    return {};
+  }
+}
+
+/** Parse the app's `{streamId, token}` answer. */
+async function streamRef(res, url) {
+  let body;
+  try {
+    body = await res.json();
+  } catch {
+    throw new ChatTransportError(`${url} answered ${res.status} without JSON`, { status: res.status, url });
+  }
+  if (typeof body?.streamId !== 'string' || body.streamId === '') {
+    throw new ChatTransportError(`${url} answered without a streamId: ${JSON.stringify(body).slice(0, 200)}`, { status: res.status, url });
+  }
+  return { streamId: body.streamId, token: body.token };
+}
+
+async function failure(res, url, what) {
+  const detail = await errorDetail(res);
+  return new ChatTransportError(detail.message ?? `${what} failed with ${res.status}`, { status: res.status, code: detail.code, url });
+}
+
+const asHeaders = (h) => (h instanceof Headers ? Object.fromEntries(h.entries()) : { ...(h ?? {}) });
+const resolveValue = async (v) => (typeof v === 'function' ? v() : v);
+
+/** The AI SDK `ChatTransport` over rindle-streams (see the header comment). */
+export class RindleChatTransport {
+  /** `reconnectToStream` replays the answer from its start: the SDK resets its message state. */
+  resumeStreamIsReplay = true;
+
+  #options;
+  #readers = new Set();
+  #cancelled = new Set(); // stream ids already cancelled (the abort can be seen twice)
+
+  constructor({
+    api = '/api/chat',
+    streamsUrl = '',
+    prefix = '/streams',
+    headers,
+    body,
+    credentials,
+    fetch,
+    prepareSendMessagesRequest,
+    prepareReconnectToStreamRequest,
+    cancelOnStop = true,
+    retry,
+    onReconnect,
+  } = {}) {
+    this.#options = {
+      api, streamsUrl, prefix, headers, body, credentials, fetch, prepareSendMessagesRequest, prepareReconnectToStreamRequest, cancelOnStop, retry, onReconnect,
+    };
+  }
+
+  get #fetch() {
+    return this.#options.fetch ?? ((...args) => globalThis.fetch(...args));
+  }
+
+  async sendMessages({ chatId, messages, abortSignal, trigger, messageId, headers, body, metadata }) {
+    const o = this.#options;
+    const baseHeaders = { ...asHeaders(await resolveValue(o.headers)), ...asHeaders(headers) };
+    const baseBody = { ...(await resolveValue(o.body)), ...body };
+    const credentials = await resolveValue(o.credentials);
+    const prepared = await o.prepareSendMessagesRequest?.({
+      id: chatId, messages, body: baseBody, headers: baseHeaders, credentials, api: o.api, trigger, messageId, requestMetadata: metadata,
+    });
+    const api = prepared?.api ?? o.api;
+    const requestBody = prepared?.body ?? { ...baseBody, id: chatId, messages, trigger, messageId };
+    // Not tied to abortSignal: a stop() while the app is starting the answer must still learn
+    // the stream id, to cancel it.
+    const started = this.#fetch(api, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(prepared?.headers !== undefined ? asHeaders(prepared.headers) : baseHeaders) },
+      body: JSON.stringify(requestBody),
+      credentials: prepared?.credentials ?? credentials,
+    }).then(async (res) => {
+      if (!res.ok) throw await failure(res, api, 'starting the answer');
+      return streamRef(res, api);
+    });
+    let ref;
+    if (abortSignal) {
+      const aborted = new Promise((_, reject) => {
+        if (abortSignal.aborted) reject(abortError(abortSignal.reason));
+        abortSignal.addEventListener('abort', () => reject(abortError(abortSignal.reason)), { once: true });
+      });
+      aborted.catch(() => {});
+      started.then((r) => abortSignal.aborted && this.#cancel(r), () => {});
+      ref = await Promise.race([started, aborted]);
+    } else {
+      ref = await started;
+    }
+    return this.#follow(ref, abortSignal);
+  }
+
+  async reconnectToStream({ chatId, abortSignal, headers, body, metadata }) {
+    const o = this.#options;
+    const baseHeaders = { ...asHeaders(await resolveValue(o.headers)), ...asHeaders(headers) };
+    const credentials = await resolveValue(o.credentials);
+    const prepared = await o.prepareReconnectToStreamRequest?.({
+      id: chatId, body: { ...(await resolveValue(o.body)), ...body }, headers: baseHeaders, credentials, api: o.api, requestMetadata: metadata,
+    });
+    const api = prepared?.api ?? `${o.api}/${encodeURIComponent(chatId)}/stream`;
+    const res = await this.#fetch(api, {
+      method: 'GET',
+      headers: prepared?.headers !== undefined ? asHeaders(prepared.headers) : baseHeaders,
+      credentials: prepared?.credentials ?? credentials,
+      signal: abortSignal,
+    });
+    if (res.status === 204) return null;
+    if (!res.ok) throw await failure(res, api, 'looking up the active answer');
+    const ref = await streamRef(res, api);
+    // An abort before this point is never a user's stop (the chat was not streaming yet; React
+    // StrictMode's double mount does it): nothing to cancel. After it, it is `stop()`.
+    if (abortSignal?.aborted) throw abortError(abortSignal.reason);
+    return this.#follow(ref, abortSignal);
+  }
+
+  /** Stop every reader this transport started (without cancelling the answers). */
+  close() {
+    for (const reader of this.#readers) reader.cancel().catch(() => {});
+    this.#readers.clear();
+  }
+
+  #follow(ref, abortSignal) {
+    if (abortSignal?.aborted) {
+      this.#cancel(ref);
+      throw abortError(abortSignal.reason);
+    }
+    const o = this.#options;
+    const stream = readUIStream({
+      ...ref, streamsUrl: o.streamsUrl, prefix: o.prefix, fetch: o.fetch, credentials: o.credentials, retry: o.retry, onReconnect: o.onReconnect,
+    });
+    // Our own reader over it, so close() and the abort can stop it; the SDK reads the outer stream.
+    const inner = stream.getReader();
+    this.#readers.add(inner);
+    let ended = false; // the stream delivered its ending: a later abort has nothing to cancel
+    const onAbort = () => {
+      if (!ended) this.#cancel(ref);
+      inner.cancel().catch(() => {});
+    };
+    const forget = () => {
+      ended = true;
+      this.#readers.delete(inner);
+      abortSignal?.removeEventListener('abort', onAbort);
+    };
+    abortSignal?.addEventListener('abort', onAbort, { once: true });
+    return new ReadableStream({
+      async pull(controller) {
+        let next;
+        try {
+          next = await inner.read();
+        } catch (err) {
+          forget();
+          return controller.error(err);
+        }
+        if (next.done) {
+          forget();
+          return controller.close();
+        }
+        controller.enqueue(next.value);
+      },
+      cancel() {
+        forget();
+        return inner.cancel();
+      },
+    });
+  }
+
+  /** POST …/cancel (needs `cancel` scope); keepalive lets it outlive a closing page. */
+  #cancel({ streamId, token }) {
+    const o = this.#options;
+    if (!o.cancelOnStop || this.#cancelled.has(streamId)) return;
+    this.#cancelled.add(streamId);
+    const url = `${String(o.streamsUrl).replace(/\/+$/, '')}${o.prefix}/${encodeURIComponent(streamId)}/cancel`;
+    this.#fetch(url, {
+      method: 'POST',
+      headers: token == null ? {} : { authorization: `Bearer ${token}` },
+      credentials: o.credentials,
+      keepalive: true,
+    }).then((res) => res.body?.cancel(), () => {});
+  }
+}
