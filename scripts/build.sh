@@ -8,6 +8,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 START="$(now)"
 
+# The example chat's page (examples/chat/dist/: React + the transport, bundled by esbuild). Fast,
+# and skipped when up to date; first, because the wasm build below may exit early.
+node examples/chat/build.mjs || die "building the example chat's page failed"
+
 OUT_WASM="build/index_bg.wasm"
 OUT_SHIM="build/worker/shim.mjs"
 STAMP="build/.build-ok"   # written only after a complete, successful build

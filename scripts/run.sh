@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # The project's run command (README "run"): setup, build, local D1 migrations, the mock model
-# server (if mock/model-server.mjs exists), then `wrangler dev` on http://127.0.0.1:8787/.
-# PORT and MOCK_PORT override the ports. State lives in .wrangler/state (delete it to reset).
+# server (if mock/model-server.mjs exists), the example chat (examples/chat/: its producer Worker
+# and rindle-streams in a second `wrangler dev`, on http://127.0.0.1:8790/), then `wrangler dev`
+# on http://127.0.0.1:8787/ (the demo). PORT, MOCK_PORT and CHAT_PORT override the ports. State
+# lives in .wrangler/state and .wrangler/chat-state (delete them to reset).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 PORT="${PORT:-8787}"
 MOCK_PORT="${MOCK_PORT:-8788}"
+CHAT_PORT="${CHAT_PORT:-8790}"
+CHAT_STATE=".wrangler/chat-state"
 
 "$SCRIPTS_DIR/setup.sh"
 "$SCRIPTS_DIR/build.sh"
 
 step "d1: applying migrations/ to the local database"
 out="$(CI=true wrangler d1 migrations apply DB --local 2>&1)" || { printf '%s\n' "$out" >&2; die "applying D1 migrations failed"; }
+out="$(CI=true wrangler d1 migrations apply DB --local --persist-to "$CHAT_STATE" 2>&1)" || { printf '%s\n' "$out" >&2; die "applying D1 migrations (example chat) failed"; }
 
 MOCK_PID=""
-cleanup() { [[ -n "$MOCK_PID" ]] && kill "$MOCK_PID" 2>/dev/null || true; }
+CHAT_PID=""
+cleanup() {
+  [[ -n "$MOCK_PID" ]] && kill "$MOCK_PID" 2>/dev/null || true
+  [[ -n "$CHAT_PID" ]] && kill -- "-$CHAT_PID" 2>/dev/null || true # its process group: wrangler, workerd
+}
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -28,10 +37,22 @@ else
   step "mock model server: mock/model-server.mjs not present, skipping"
 fi
 
+# The example chat: one `wrangler dev` with two configs, the example Worker first (it gets the
+# port and forwards /streams/* to rindle-streams over its service binding), one D1 database,
+# its own state and dev registry (so it never binds to another dev process's rindle-streams).
+step "example chat: http://127.0.0.1:$CHAT_PORT (log: test-artifacts/chat-example.log)"
+mkdir -p test-artifacts
+WRANGLER_REGISTRY_PATH="$ROOT/.wrangler/chat-registry" setsid wrangler dev \
+  -c examples/chat/wrangler.toml -c wrangler.toml --ip 127.0.0.1 --port "$CHAT_PORT" \
+  --persist-to "$CHAT_STATE" --env-file "$ROOT/.dev.vars" --show-interactive-dev-session=false \
+  >test-artifacts/chat-example.log 2>&1 &
+CHAT_PID=$!
+
 URL="http://127.0.0.1:$PORT"
 cat <<EOT
 
-  Demo page:  $URL/
+  Demo page:     $URL/
+  Example chat:  http://127.0.0.1:$CHAT_PORT/   (AI SDK useChat + RindleChatTransport; examples/chat/)
 
   Try it from another terminal (in $ROOT):
 

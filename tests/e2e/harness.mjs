@@ -325,6 +325,38 @@ export function openDb(persistDir) {
 // ---------------------------------------------------------------------------------------
 // The stack
 
+/** The example chat's wrangler config (examples/chat/): the primary Worker of a chat stack. */
+export const CHAT_CONFIG = join(ROOT, 'examples', 'chat', 'wrangler.toml');
+
+async function buildChatPage() {
+  const { buildChatPage: build } = await import(join(ROOT, 'examples', 'chat', 'build.mjs'));
+  await build();
+}
+
+/**
+ * rindle-streams as the second Worker of a two-config `wrangler dev`: `--var` and `--env-file`
+ * reach only the first Worker, and a config's `.dev.vars` (which overrides its [vars]) is read
+ * next to it. So: a copy of wrangler.toml with absolute paths, and the vars in a `.dev.vars`.
+ */
+function writeAuxiliaryConfig(dir, vars) {
+  mkdirSync(dir, { recursive: true });
+  const toml = readFileSync(join(ROOT, 'wrangler.toml'), 'utf8')
+    .replace(/^main = .*$/m, `main = ${JSON.stringify(SHIM)}`)
+    .replace(/^directory = .*$/m, `directory = ${JSON.stringify(join(ROOT, 'public'))}`)
+    .replace(/^migrations_dir = .*$/m, `migrations_dir = ${JSON.stringify(join(ROOT, 'migrations'))}`);
+  writeFileSync(join(dir, 'wrangler.toml'), toml);
+  writeFileSync(join(dir, '.dev.vars'), dotenv(vars));
+  return join(dir, 'wrangler.toml');
+}
+
+function dotenv(values) {
+  return Object.entries(values).map(([k, v]) => {
+    v = typeof v === 'string' ? v : JSON.stringify(v);
+    if (/['\n\r]/.test(v)) throw new Error(`${k}: single quotes and newlines are not supported`);
+    return `${k}='${v}'`;
+  }).join('\n') + '\n';
+}
+
 let stackCounter = 0;
 
 /**
@@ -338,6 +370,10 @@ let stackCounter = 0;
  *   timeoutMs  how long to wait for the server to answer (default 60 s)
  *   name       label for the log file in test-artifacts/e2e/
  *   config     another wrangler.toml (default: the project's), e.g. the benchmark's floor
+ *   chat       start the example chat (examples/chat/) in front of rindle-streams instead: one
+ *              `wrangler dev` with two configs, the example Worker first (it gets the port; it
+ *              forwards /streams/* to rindle-streams over its service binding), one D1 database.
+ *              `vars` still go to rindle-streams; `chatVars` go to the example Worker.
  *
  * returns { baseUrl, port, persistDir, secret, db, token(stream, scope?, claims?),
  *           stop(), kill(), restart(opts?), logs(), waitForLog(re, ms), process }
@@ -351,6 +387,8 @@ export async function startStack({
   timeoutMs = 60_000,
   name,
   config,
+  chat = false,
+  chatVars = {},
 } = {}) {
   if (!haveBuild()) throw new Error(`${SHIM} is missing: run scripts/build.sh first`);
   installExitHooks();
@@ -363,15 +401,9 @@ export async function startStack({
     cpSync(await migratedTemplate(), persistDir, { recursive: true });
     rmSync(join(persistDir, '.complete'), { force: true });
   }
+  if (chat) await buildChatPage();
   const envFile = join(base, 'secrets.env');
-  const writeEnvFile = (values) => {
-    const lines = Object.entries(values).map(([k, v]) => {
-      v = String(v);
-      if (/['\n\r]/.test(v)) throw new Error(`secret ${k}: single quotes and newlines are not supported`);
-      return `${k}='${v}'`;
-    });
-    writeFileSync(envFile, lines.join('\n') + '\n');
-  };
+  const writeEnvFile = (values) => writeFileSync(envFile, dotenv(values));
   mkdirSync(ARTIFACTS, { recursive: true });
 
   const stack = {
@@ -379,6 +411,7 @@ export async function startStack({
     persistDir,
     secret,
     vars: { ...vars },
+    chatVars: { ...chatVars },
     db: openDb(persistDir),
     process: null,
     logFile: null,
@@ -465,10 +498,18 @@ export async function startStack({
       '--log-level', 'log',
     ];
     if (config) args.push('--config', config);
-    for (const [k, v] of Object.entries(stack.vars)) args.push('--var', `${k}:${typeof v === 'string' ? v : JSON.stringify(v)}`);
+    const asVar = ([k, v]) => ['--var', `${k}:${typeof v === 'string' ? v : JSON.stringify(v)}`];
+    let env = BASE_ENV;
+    if (chat) {
+      args.push('--config', CHAT_CONFIG, '--config', writeAuxiliaryConfig(join(base, 'rindle'), { ...stack.vars, STREAM_JWT_SECRET: stack.secret }));
+      args.push(...Object.entries(stack.chatVars).flatMap(asVar));
+      env = { ...BASE_ENV, WRANGLER_REGISTRY_PATH: join(base, 'registry') }; // no other dev process's workers
+    } else {
+      args.push(...Object.entries(stack.vars).flatMap(asVar));
+    }
     stack.logFile = join(ARTIFACTS, `${label}-${id}.log`);
     writeFileSync(stack.logFile, `$ wrangler ${args.join(' ')}\n`, { flag: 'a' });
-    const proc = spawnGroup(WRANGLER, args, { logFile: stack.logFile });
+    const proc = spawnGroup(WRANGLER, args, { logFile: stack.logFile, env });
     stack.process = proc;
     const end = Date.now() + timeoutMs;
     for (;;) {
