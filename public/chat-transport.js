@@ -360,13 +360,13 @@ export class RindleChatTransport {
     // Our own reader over it, so close() and the abort can stop it; the SDK reads the outer stream.
     const inner = stream.getReader();
     this.#readers.add(inner);
-    let ended = false; // the stream delivered its ending: a later abort has nothing to cancel
+    let finished = false; // the answer's ending was delivered: an abort has nothing left to cancel
+    const cancelAnswer = () => finished || this.#cancel(ref);
     const onAbort = () => {
-      if (!ended) this.#cancel(ref);
+      cancelAnswer();
       inner.cancel().catch(() => {});
     };
-    const forget = () => {
-      ended = true;
+    const cleanup = () => {
       this.#readers.delete(inner);
       abortSignal?.removeEventListener('abort', onAbort);
     };
@@ -377,17 +377,20 @@ export class RindleChatTransport {
         try {
           next = await inner.read();
         } catch (err) {
-          forget();
+          cleanup();
           return controller.error(err);
         }
         if (next.done) {
-          forget();
+          finished = true;
+          cleanup();
           return controller.close();
         }
         controller.enqueue(next.value);
       },
       cancel() {
-        forget();
+        // The SDK cancels its reader on stop(), possibly before our abort listener ran.
+        if (abortSignal?.aborted) cancelAnswer();
+        cleanup();
         return inner.cancel();
       },
     });

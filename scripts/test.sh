@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (README "test", and .ci/run): setup, native Rust tests, the
-# wasm build, then the Node tests (tests/client/, tests/e2e/, tests/browser/) against the real Worker.
+# wasm build, then the Node tests (tests/client/, tests/ai/, tests/e2e/, tests/browser/) against the real Worker.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
@@ -25,7 +25,7 @@ T="$(now)"
 "$SCRIPTS_DIR/build.sh"
 
 dirs=()
-for d in tests/client tests/e2e tests/browser; do
+for d in tests/client tests/ai tests/e2e tests/browser; do
   [[ -d "$d" ]] && dirs+=("$d/")
 done
 if [[ ${#dirs[@]} -eq 0 ]]; then
