@@ -68,3 +68,13 @@ test('signStreamToken: an HS256 token the tooling verifies, with the claims aske
   assert.throws(() => verifyToken(token, 'another-secret-0123456789'), /bad signature/);
   await assert.rejects(signStreamToken({ secret: 'short', stream: 'a', scope: 'read' }), /at least 16/);
 });
+
+test('the shipped .d.ts files parse as TypeScript (a syntax check: no TypeScript compiler is installed)', async () => {
+  const { createRequire } = await import('node:module');
+  const { readFileSync } = await import('node:fs');
+  const esbuild = createRequire(import.meta.url)('esbuild');
+  for (const file of ['chat-transport.d.ts', 'producer.d.ts']) {
+    const source = readFileSync(new URL(`../../public/${file}`, import.meta.url), 'utf8');
+    await esbuild.transform(source, { loader: 'ts', sourcefile: file }); // throws on a syntax error
+  }
+});
