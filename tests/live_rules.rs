@@ -6,8 +6,9 @@ mod support;
 use rindle_streams::core::config::{CheckpointMode, StreamConfig};
 use rindle_streams::core::durable::{ColumnValue, OpenRefused, TableMapping};
 use rindle_streams::core::frame::{EndStatus, Frame};
-use rindle_streams::core::live::{FlushError, OpenError, Settlement, StoreOp, StreamEvent, StreamState};
-use support::driver::{Driver, STREAM, TOKEN};
+use rindle_streams::core::live::{FlushError, OpenError, Pull, PushError, Settlement, StoreOp, StreamEvent, StreamState};
+use rindle_streams::core::ui::{BadChunk, ChunkFault, Format};
+use support::driver::{Driver, UiEvent, STREAM, TOKEN};
 use support::{Fault, SqliteDb};
 
 fn cfg() -> StreamConfig {
@@ -622,4 +623,232 @@ fn an_open_whose_store_keeps_failing_reports_the_store_error() {
         }
     }
     assert!(matches!(d.settled.values().next(), Some(Settlement::Opened(Err(OpenError::Store(_))))));
+}
+
+// ---- ui streams (SPEC §9): NDJSON text, validated line by line
+
+fn ui_cfg() -> StreamConfig {
+    // No reader pacing: these tests pull whenever they like.
+    StreamConfig { format: Format::Ui, reader_pacing_us: 0, ..cfg() }
+}
+
+/// One NDJSON line of a UI message chunk.
+fn chunk(ty: &str, delta: &str) -> String {
+    format!("{}\n", serde_json::json!({"type": ty, "id": "t1", "delta": delta}))
+}
+
+fn units(s: &str) -> u64 {
+    s.encode_utf16().count() as u64
+}
+
+/// The `/ui` events of `lines` (each ending in `\n`) joined at offset `from`.
+fn ui_lines(from: u64, lines: &[&str]) -> Vec<UiEvent> {
+    let mut end = from;
+    lines
+        .iter()
+        .map(|l| {
+            end += units(l);
+            UiEvent::line(end, l.trim_end_matches('\n'))
+        })
+        .collect()
+}
+
+#[test]
+fn a_ui_stream_lets_only_complete_lines_into_the_text() {
+    let mut d = Driver::open(ui_cfg());
+    let events = d.subscribe(0);
+    let ui = d.subscribe_ui(0);
+    d.read(events);
+    assert_eq!(d.read_ui(ui), None, "open and durable frames write nothing in the ui dialect");
+    let (a, b) = (chunk("text-delta", "héllo 👋🏽"), chunk("text-delta", "日本"));
+    let receipt = d.push(&format!("{a}{}", &b[..10]));
+    assert_eq!(receipt.seq, units(&a), "the unfinished line is not part of the text yet");
+    assert_eq!(d.read(events), vec![Frame::Chunk { from: 0, seq: units(&a), text: a.clone() }]);
+    assert_eq!(d.read_ui(ui), Some(ui_lines(0, &[&a])));
+    let receipt = d.push(&b[10..]);
+    assert_eq!(receipt.seq, units(&a) + units(&b));
+    assert_eq!(d.read_ui(ui), Some(ui_lines(units(&a), &[&b])));
+}
+
+#[test]
+fn a_line_split_at_every_byte_even_inside_a_utf8_sequence_arrives_once_whole() {
+    let mut d = Driver::open(ui_cfg());
+    let ui = d.subscribe_ui(0);
+    let text = format!("{}{}{}", chunk("start", ""), chunk("text-delta", "👩‍💻 e\u{301} 日本語"), chunk("finish", ""));
+    let mut got = Vec::new();
+    for byte in text.as_bytes() {
+        let receipt = d.push_ndjson(&[*byte]).unwrap();
+        assert!(text[..].encode_utf16().take(receipt.seq as usize).last().is_none_or(|u| u == u16::from(b'\n')), "seq sits at a line end");
+        got.extend(d.read_ui(ui).unwrap_or_default());
+    }
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    assert_eq!(got, ui_lines(0, &lines));
+    let close = d.close();
+    d.answer_all();
+    assert!(matches!(d.settlement(close), Some(Settlement::Sealed(Ok(_)))));
+    assert_eq!(d.db.durable_text(STREAM), text, "checkpoints and compaction store the NDJSON as it is");
+    assert_eq!(d.read_ui(ui), Some(vec![UiEvent::added("[DONE]")]), "the text's own finish ends the message");
+}
+
+#[test]
+fn a_bad_line_is_refused_where_it_starts_and_the_lines_before_it_stay() {
+    let mut d = Driver::open(ui_cfg());
+    let good = chunk("text-delta", "ok 😀");
+    let piece = format!("{good}[\"not an object\"]\n{}{{\"type\":", chunk("text-delta", "never"));
+    match d.push_ndjson(piece.as_bytes()) {
+        Err(PushError::BadChunk { bad, receipt }) => {
+            assert_eq!(bad, BadChunk { offset: units(&good), fault: ChunkFault::NotAnObject("an array") });
+            assert_eq!(receipt.seq, units(&good));
+        }
+        other => panic!("expected bad_chunk, got {other:?}"),
+    }
+    assert_eq!(d.stream.seq(), units(&good));
+    let next = chunk("text-delta", "next");
+    assert_eq!(d.push(&next).seq, units(&good) + units(&next), "the next request starts a fresh line");
+    d.close();
+    d.answer_all();
+    assert_eq!(d.db.durable_text(STREAM), format!("{good}{next}"), "nothing of the refused request was written");
+}
+
+#[test]
+fn a_line_split_across_pushes_that_turns_out_bad_drops_its_fragment() {
+    let mut d = Driver::open(ui_cfg());
+    let reader = d.subscribe(0);
+    assert_eq!(d.push_ndjson(b"{\"type\":\"text-delta\",\"delta\":\"a\xF0\x9F").unwrap().seq, 0);
+    match d.push_ndjson(b"\x98\x80\"}x\n") {
+        Err(PushError::BadChunk { bad, .. }) => {
+            assert_eq!(bad.offset, 0);
+            assert!(matches!(bad.fault, ChunkFault::NotJson(_)), "{bad}");
+        }
+        other => panic!("expected bad_chunk, got {other:?}"),
+    }
+    match d.push_ndjson(b"{\"type\":\"a\",\"d\":\"\xC3(\"}\n") {
+        Err(PushError::BadChunk { bad, .. }) => assert_eq!(bad.fault, ChunkFault::InvalidUtf8 { at: 17 }),
+        other => panic!("invalid UTF-8 is a bad chunk, got {other:?}"),
+    }
+    assert_eq!(d.stream.seq(), 0);
+    assert_eq!(d.read(reader).len(), 1, "only the open frame: no refused byte reached a reader");
+    let close = d.close();
+    d.answer_all();
+    assert!(matches!(d.settlement(close), Some(Settlement::Sealed(Ok(_)))));
+    assert_eq!(d.db.durable_text(STREAM), "", "no fragment of a refused line is kept");
+}
+
+#[test]
+fn a_close_keeps_an_unfinished_line_in_the_text_and_it_never_surfaces_as_a_chunk() {
+    let mut d = Driver::open(ui_cfg());
+    let events = d.subscribe(0);
+    let ui = d.subscribe_ui(0);
+    let line = chunk("text-delta", "whole");
+    let fragment = "{\"type\":\"text-delta\",\"delta\":\"cut 😀";
+    d.push(&format!("{line}{fragment}"));
+    assert_eq!(d.read(events)[1], Frame::Chunk { from: 0, seq: units(&line), text: line.clone() });
+    let close = d.close();
+    d.answer_all();
+    let total = units(&line) + units(fragment);
+    assert!(matches!(d.settlement(close), Some(Settlement::Sealed(Ok(r))) if r.seq == total));
+    assert_eq!(d.db.durable_text(STREAM), format!("{line}{fragment}"));
+    let frames = d.read(events);
+    assert!(frames.contains(&Frame::Chunk { from: units(&line), seq: total, text: fragment.into() }), "{frames:?}");
+    assert_eq!(frames.last(), Some(&Frame::End { seq: total, status: EndStatus::Complete, error: None }));
+    let mut expected = ui_lines(0, &[&line]);
+    expected.extend([UiEvent::added(r#"{"type":"finish"}"#), UiEvent::added("[DONE]")]);
+    assert_eq!(d.read_ui(ui), Some(expected));
+}
+
+#[test]
+fn a_ui_reader_gets_the_ending_of_each_status() {
+    let line = chunk("text-delta", "hi");
+    let ending = |seal: &dyn Fn(&mut Driver)| {
+        let mut d = Driver::open(StreamConfig { idle_timeout_ms: 5_000, ..ui_cfg() });
+        d.push(&line);
+        let ui = d.subscribe_ui(0);
+        seal(&mut d);
+        d.answer_all();
+        let mut events = d.read_ui(ui).unwrap();
+        assert_eq!(events.remove(0), UiEvent::line(units(&line), line.trim_end()));
+        assert_eq!(events.pop(), Some(UiEvent::added("[DONE]")));
+        events.into_iter().map(|e| (e.id, e.data)).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ending(&|d| {
+            d.close();
+        }),
+        vec![(None, r#"{"type":"finish"}"#.to_owned())]
+    );
+    assert_eq!(
+        ending(&|d| {
+            d.stream.cancel();
+            d.close();
+        }),
+        vec![(None, r#"{"type":"abort"}"#.to_owned())]
+    );
+    assert_eq!(
+        ending(&|d| {
+            d.stream.fail("the model said \"no\"", d.now);
+        }),
+        vec![(None, r#"{"type":"error","errorText":"the model said \"no\""}"#.to_owned())]
+    );
+    assert_eq!(
+        ending(&|d| d.advance(5_000)),
+        vec![(None, r#"{"type":"error","errorText":"the producer sent nothing for 5 s"}"#.to_owned())]
+    );
+}
+
+#[test]
+fn a_ui_reader_joins_at_the_start_of_the_line_holding_its_offset() {
+    let mut d = Driver::open(ui_cfg());
+    let (a, b, c) = (chunk("text-delta", "😀😀"), chunk("text-delta", "b"), chunk("text-delta", "c"));
+    d.push(&format!("{a}{b}"));
+    d.answer_all();
+    for from in [units(&a), units(&a) + 1, units(&a) + units(&b) - 1] {
+        let ui = d.subscribe_ui(from);
+        assert_eq!(d.read_ui(ui), Some(ui_lines(units(&a), &[&b])), "from {from}");
+    }
+    let at_end = d.subscribe_ui(10_000);
+    assert_eq!(d.read_ui(at_end), None, "past the end: joins at the end, nothing to replay");
+    let events = d.subscribe(units(&a) + 1);
+    assert!(matches!(d.read(events)[0], Frame::Open { from, .. } if from == units(&a) + 1), "an events reader keeps its offset");
+    d.push(&c);
+    assert_eq!(d.read_ui(at_end), Some(ui_lines(units(&a) + units(&b), &[&c])));
+    d.close();
+    d.answer_all();
+    let late = d.subscribe_ui(units(&a) + 2);
+    let mut expected = ui_lines(units(&a), &[&b, &c]);
+    expected.extend([UiEvent::added(r#"{"type":"finish"}"#), UiEvent::added("[DONE]")]);
+    assert_eq!(d.read_ui(late), Some(expected), "a late reader within the linger gets the lines and the ending");
+}
+
+#[test]
+fn a_ui_reader_is_not_woken_for_frames_that_write_nothing() {
+    let mut d = Driver::open(ui_cfg());
+    let ui = d.subscribe_ui(0);
+    assert_eq!(d.read_ui(ui), None);
+    d.push(&chunk("text-delta", "12345678"));
+    assert!(d.read_ui(ui).is_some());
+    assert_eq!(d.read_ui(ui), None);
+    d.wakes.clear();
+    d.answer_all();
+    assert!(d.stream.durable_seq() > 0);
+    assert!(d.wakes.is_empty(), "a durable frame is not queued for a ui reader");
+}
+
+#[test]
+fn a_ui_reader_dropped_as_stale_gets_no_done() {
+    let mut d = Driver::open(StreamConfig { max_queued_frames: 4, ..ui_cfg() });
+    let slow = d.subscribe_ui(0);
+    for i in 0..6 {
+        d.push(&chunk("text-delta", &i.to_string()));
+    }
+    match d.stream.pull(slow, d.now) {
+        Pull::Data { wire, last } => assert_eq!((wire.as_str(), last), ("", true), "the body just ends; the reconnect resumes"),
+        other => panic!("expected the end of the body, got {other:?}"),
+    }
+}
+
+#[test]
+fn raw_bytes_are_refused_by_a_text_stream() {
+    let mut d = Driver::open(cfg());
+    assert_eq!(d.push_ndjson(b"{\"type\":\"a\"}\n"), Err(PushError::NotUi));
+    assert_eq!(d.stream.seq(), 0);
 }

@@ -143,6 +143,11 @@ impl ApiError {
         Self::new(400, "bad_utf8", e.to_string())
     }
 
+    /// A line of a `ui` stream that is not a UI message chunk (SPEC §9), at UTF-16 `offset`.
+    pub fn bad_chunk(bad: &crate::core::ui::BadChunk) -> Self {
+        Self::new(400, "bad_chunk", bad.to_string()).with("offset", bad.offset)
+    }
+
     pub fn bad_json(what: &str, e: impl std::fmt::Display) -> Self {
         Self::new(400, "bad_json", format!("{what}: {e}"))
     }

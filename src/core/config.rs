@@ -2,6 +2,7 @@
 //! the Worker's string vars and refused with a clear message when wrong.
 
 use crate::core::durable::{ColumnNames, MappingError, TableMapping};
+use crate::core::ui::Format;
 use thiserror::Error;
 
 /// How a checkpoint is confirmed and how a stream opens.
@@ -49,6 +50,8 @@ pub struct StreamConfig {
     /// The largest body compacted into one row at seal; a larger one stays as chunk rows.
     pub max_compact_bytes: usize,
     pub mode: CheckpointMode,
+    /// What the stream's text is (SPEC §9): chosen by the open request, not a var.
+    pub format: Format,
 }
 
 impl Default for StreamConfig {
@@ -68,6 +71,7 @@ impl Default for StreamConfig {
             max_slice_bytes: 256 * 1024,
             max_compact_bytes: 1_900_000,
             mode: CheckpointMode::Tables { host_cas: true },
+            format: Format::Text,
         }
     }
 }

@@ -80,6 +80,17 @@ impl TextBuffer {
         self.locate(offset).unit
     }
 
+    /// The start of the line (of a `ui` stream's NDJSON text) holding `offset`; `None` when it
+    /// may start below the floor, where the buffer no longer shows it.
+    pub fn line_start(&self, offset: u64) -> Option<u64> {
+        let at = self.locate(offset);
+        match super::ui::line_start_byte(&self.text, at.byte) {
+            Some(start) => Some(at.unit - utf16::len(&self.text[start..at.byte])),
+            None if self.floor == 0 => Some(0),
+            None => None,
+        }
+    }
+
     /// The held text in `[from, to)`; both ends are clamped into the buffer and floored to a
     /// character start.
     pub fn slice(&self, from: u64, to: u64) -> &str {

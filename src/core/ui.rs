@@ -13,7 +13,7 @@
 //! Validation runs on every line of every delta, so it never builds a JSON tree: a borrowing
 //! visitor reads `type` and skips everything else.
 
-use super::frame::EndStatus;
+use super::frame::{EndStatus, Frame};
 use super::utf16;
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Serialize, Serializer};
@@ -384,6 +384,20 @@ pub fn encode_lines(from: u64, text: &str, out: &mut String) {
         let Some(body) = line.strip_suffix('\n') else { break };
         end += utf16::len(line);
         let _ = write!(out, "id: {end}\ndata: {body}\n\n");
+    }
+}
+
+/// A live frame in the `/ui` dialect: a chunk's complete lines (it starts at a line start), the
+/// ending for `end`; the other frames write nothing.
+pub fn encode_frame(frame: &Frame, finish_seen: bool) -> String {
+    match frame {
+        Frame::Chunk { from, text, .. } => {
+            let mut out = String::with_capacity(text.len() + 64);
+            encode_lines(*from, text, &mut out);
+            out
+        }
+        Frame::End { status, error, .. } => encode_end(*status, error.as_deref(), finish_seen),
+        Frame::Open { .. } | Frame::Durable { .. } | Frame::Stale { .. } | Frame::Absent => String::new(),
     }
 }
 

@@ -267,6 +267,8 @@ impl Object {
             Some(Ok(receipt)) => Ok(receipt),
             Some(Err(PushError::Closed)) => Err(ApiError::closed(&route.stream_id)),
             Some(Err(PushError::NotOpen)) | None => Err(ApiError::not_open(&route.stream_id)),
+            Some(Err(PushError::BadChunk { bad, .. })) => Err(ApiError::bad_chunk(&bad)),
+            Some(Err(e @ PushError::NotUi)) => Err(ApiError::new(409, "wrong_format", e.to_string())),
         }
     }
 

@@ -107,6 +107,9 @@ async fn relay(shell: &Rc<Shell>, mut pump: Pump, request: Request, controller: 
                 Some(Ok(receipt)) if receipt.cancelled => return Ok(PumpEnd::Cancelled),
                 Some(Ok(_)) => {}
                 Some(Err(PushError::Closed)) | Some(Err(PushError::NotOpen)) | None => return Ok(PumpEnd::StreamEnded),
+                Some(Err(e @ (PushError::BadChunk { .. } | PushError::NotUi))) => {
+                    return Err(format!("the stream refused the pumped text: {e}"))
+                }
             }
         }
         match step {

@@ -4,7 +4,9 @@
 use super::{Fault, SqliteDb};
 use rindle_streams::core::config::StreamConfig;
 use rindle_streams::core::frame::Frame;
-use rindle_streams::core::live::{LiveStream, Output, Pull, PushReceipt, ReaderId, Settlement, StoreOp, StoreRequest, StreamEvent, Ticket};
+use rindle_streams::core::live::{
+    Dialect, LiveStream, Output, Pull, PushError, PushReceipt, ReaderId, Settlement, StoreOp, StoreRequest, StreamEvent, Ticket,
+};
 use std::collections::{HashMap, VecDeque};
 
 pub const STREAM: &str = "m1";
@@ -101,6 +103,13 @@ impl Driver {
         r
     }
 
+    /// A piece of a `ui` stream's body, as it arrived.
+    pub fn push_ndjson(&mut self, piece: &[u8]) -> Result<PushReceipt, PushError> {
+        let r = self.stream.push_ndjson(piece, self.now);
+        self.drain();
+        r
+    }
+
     pub fn flush(&mut self) -> Ticket {
         let t = self.stream.flush(self.now);
         self.drain();
@@ -117,6 +126,23 @@ impl Driver {
         let r = self.stream.subscribe(from);
         self.drain();
         r
+    }
+
+    pub fn subscribe_ui(&mut self, from: u64) -> ReaderId {
+        let r = self.stream.subscribe_as(Dialect::Ui, from);
+        self.drain();
+        r
+    }
+
+    /// Everything queued for a `/ui` reader, parsed back from its SSE bytes; `None` when
+    /// nothing is queued.
+    pub fn read_ui(&mut self, reader: ReaderId) -> Option<Vec<UiEvent>> {
+        let events = match self.stream.pull(reader, self.now) {
+            Pull::Data { wire, .. } => Some(parse_ui_sse(&wire)),
+            Pull::Pending | Pull::Gone => None,
+        };
+        self.drain();
+        events
     }
 
     /// Everything queued for `reader`, parsed back from its SSE bytes.
@@ -156,4 +182,43 @@ pub fn parse_sse(wire: &str) -> Vec<Frame> {
         frames.push(frame);
     }
     frames
+}
+
+/// One event of the `/ui` wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UiEvent {
+    pub id: Option<u64>,
+    pub data: String,
+}
+
+impl UiEvent {
+    /// A line of the text, with the offset just after it.
+    pub fn line(id: u64, data: &str) -> Self {
+        Self { id: Some(id), data: data.to_owned() }
+    }
+
+    /// An added event (an ending or `[DONE]`): no `id:`.
+    pub fn added(data: &str) -> Self {
+        Self { id: None, data: data.to_owned() }
+    }
+}
+
+/// Parses `/ui` SSE bytes: each event is at most one `id:` line and exactly one `data:` line.
+pub fn parse_ui_sse(wire: &str) -> Vec<UiEvent> {
+    let mut events = Vec::new();
+    for event in wire.split("\n\n").filter(|e| !e.is_empty()) {
+        let mut id = None;
+        let mut data = None;
+        for line in event.split('\n') {
+            if let Some(v) = line.strip_prefix("id: ") {
+                assert!(id.replace(v.parse::<u64>().unwrap()).is_none(), "two id lines in {event:?}");
+            } else if let Some(v) = line.strip_prefix("data: ") {
+                assert!(data.replace(v.to_owned()).is_none(), "two data lines in {event:?}");
+            } else {
+                panic!("unexpected line {line:?} in {event:?}");
+            }
+        }
+        events.push(UiEvent { id, data: data.expect("a data line") });
+    }
+    events
 }

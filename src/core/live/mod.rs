@@ -11,5 +11,5 @@ mod checkpoint;
 mod readers;
 mod stream;
 
-pub use readers::{DropReason, Pull, ReaderId};
+pub use readers::{Dialect, DropReason, Pull, ReaderId};
 pub use stream::*;

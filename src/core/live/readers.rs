@@ -1,7 +1,8 @@
 //! The attached readers: one bounded queue each, frames encoded once and shared.
 //!
-//! A frame is serialized once when it is fanned out and the same bytes are queued for every
-//! reader. A reader's queue is drained by [`Readers::pull`], which merges runs of queued chunk
+//! A reader speaks a [`Dialect`]: the frames of SPEC §3 (`/events`) or the AI SDK's UI message
+//! stream (`/ui`, SPEC §9). A frame is serialized once per dialect that has readers when it is
+//! fanned out, and the same bytes are queued for every reader of that dialect. A reader's queue is drained by [`Readers::pull`], which merges runs of queued chunk
 //! frames into one, so a reader that falls a little behind catches up in one write. A reader
 //! whose queue reaches the cap is dropped with `stale`: it costs itself a rejoin, never the
 //! producer's memory.
@@ -15,7 +16,8 @@
 
 use super::stream::Millis;
 use crate::core::frame::Frame;
-use crate::core::sse;
+use crate::core::{sse, ui};
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
@@ -23,22 +25,65 @@ use std::rc::Rc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ReaderId(pub u64);
 
-/// A frame with its SSE encoding, shared by every queue it sits in.
+/// What a reader reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// The frames of SPEC §3 (`GET /events`).
+    Events,
+    /// The AI SDK's UI message stream (`GET /ui`, SPEC §9): each complete line of a `ui`
+    /// stream's text as one event, then the ending. `open`, `durable` and `stale` frames
+    /// write nothing in it.
+    Ui,
+}
+
+/// The dialects that have live readers, so a frame is encoded only for those.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Dialects {
+    events: bool,
+    ui: bool,
+}
+
+/// A frame with its SSE encoding in each dialect, made at most once and shared by every
+/// queue it sits in.
 #[derive(Debug)]
 pub struct SharedFrame {
     pub frame: Frame,
-    pub wire: String,
+    /// The `ui` encoding of an `end` frame leaves out the `finish` chunk when the text holds one.
+    finish_seen: bool,
+    events: OnceCell<String>,
+    ui: OnceCell<String>,
 }
 
 impl SharedFrame {
-    pub fn new(frame: Frame) -> Rc<Self> {
-        let wire = sse::encode(&frame);
-        Rc::new(Self { frame, wire })
+    fn new(frame: Frame, finish_seen: bool, encode_for: Dialects) -> Rc<Self> {
+        let shared = Self { frame, finish_seen, events: OnceCell::new(), ui: OnceCell::new() };
+        if encode_for.events {
+            shared.wire(Dialect::Events);
+        }
+        if encode_for.ui {
+            shared.wire(Dialect::Ui);
+        }
+        Rc::new(shared)
+    }
+
+    /// The frame's bytes in `dialect`.
+    pub fn wire(&self, dialect: Dialect) -> &str {
+        match dialect {
+            Dialect::Events => self.events.get_or_init(|| sse::encode(&self.frame)),
+            Dialect::Ui => self.ui.get_or_init(|| ui::encode_frame(&self.frame, self.finish_seen)),
+        }
+    }
+
+    /// Whether a reader of `dialect` needs this frame: a frame that writes nothing and ends
+    /// nothing is not queued (a `/ui` reader is never woken for a `durable` frame).
+    fn worth_queueing(&self, dialect: Dialect) -> bool {
+        !self.wire(dialect).is_empty() || self.frame.is_terminal()
     }
 }
 
 #[derive(Debug)]
 struct Reader {
+    dialect: Dialect,
     queue: VecDeque<Rc<SharedFrame>>,
     /// A terminal frame is queued; nothing more will be offered.
     finished: bool,
@@ -94,12 +139,26 @@ pub(crate) struct Readers {
     readers: BTreeMap<ReaderId, Reader>,
     /// Pulls that returned bytes, over the stream's life.
     writes: u64,
+    /// The dialects live readers speak.
+    dialects: Dialects,
+    /// A complete line of the text is a `finish` chunk (the `ui` encoding of `end` needs it).
+    finish_seen: bool,
 }
 
 impl Readers {
     /// `merge`: merge queued chunk frames at pull time (see [`merge_wire`]).
     pub fn new(cap: usize, merge: bool, pacing: Pacing) -> Self {
-        Self { cap, merge, pacing, pace: 0, next_id: 0, readers: BTreeMap::new(), writes: 0 }
+        Self {
+            cap,
+            merge,
+            pacing,
+            pace: 0,
+            next_id: 0,
+            readers: BTreeMap::new(),
+            writes: 0,
+            dialects: Dialects::default(),
+            finish_seen: false,
+        }
     }
 
     pub fn writes(&self) -> u64 {
@@ -111,9 +170,26 @@ impl Readers {
         self.pace
     }
 
+    /// A `finish` line entered the text: a `complete` end adds no `finish` of its own.
+    pub fn saw_finish_line(&mut self) {
+        self.finish_seen = true;
+    }
+
     fn readers_changed(&mut self) {
-        let readers = self.live_count() as u64;
+        let mut readers = 0;
+        self.dialects = Dialects::default();
+        for r in self.readers.values().filter(|r| !r.finished) {
+            readers += 1;
+            match r.dialect {
+                Dialect::Events => self.dialects.events = true,
+                Dialect::Ui => self.dialects.ui = true,
+            }
+        }
         self.pace = (readers * self.pacing.per_reader_us / 1000).min(self.pacing.max_ms);
+    }
+
+    fn share(&self, frame: Frame) -> Rc<SharedFrame> {
+        SharedFrame::new(frame, self.finish_seen, self.dialects)
     }
 
     /// When the next deferred reader is due.
@@ -142,17 +218,18 @@ impl Readers {
     /// Bytes of encoded frames queued across all readers, for memory accounting. A frame
     /// shared by several queues counts once per queue, so this is an upper bound.
     pub fn queued_bytes(&self) -> usize {
-        self.readers.values().flat_map(|r| r.queue.iter()).map(|f| f.wire.len()).sum()
+        self.readers.values().map(|r| r.queue.iter().map(|f| f.wire(r.dialect).len()).sum::<usize>()).sum()
     }
 
-    /// Registers a reader whose queue starts with `replay` (uncapped: a replay is bounded by
-    /// construction). A replay ending in a terminal frame makes a finished reader.
-    pub fn attach(&mut self, replay: Vec<Frame>) -> ReaderId {
+    /// Registers a reader of `dialect` whose queue starts with `replay` (uncapped: a replay is
+    /// bounded by construction). A replay ending in a terminal frame makes a finished reader.
+    pub fn attach(&mut self, dialect: Dialect, replay: Vec<Frame>) -> ReaderId {
         let id = ReaderId(self.next_id);
         self.next_id += 1;
         let finished = replay.last().is_some_and(Frame::is_terminal);
-        let queue = replay.into_iter().map(SharedFrame::new).collect();
-        self.readers.insert(id, Reader { queue, finished, parked: false, wrote_at: None, deferred: false });
+        let only = Dialects { events: dialect == Dialect::Events, ui: dialect == Dialect::Ui };
+        let queue = replay.into_iter().map(|f| SharedFrame::new(f, self.finish_seen, only)).filter(|f| f.worth_queueing(dialect)).collect();
+        self.readers.insert(id, Reader { dialect, queue, finished, parked: false, wrote_at: None, deferred: false });
         self.readers_changed();
         id
     }
@@ -161,15 +238,22 @@ impl Readers {
     /// whose pace has passed; the others are deferred, see [`Self::next_due`]) and those
     /// dropped because their queue was full (they get `stale_frame` instead and are finished).
     pub fn fan_out(&mut self, frame: Frame, stale_frame: impl Fn() -> Frame, now: Millis) -> (Vec<ReaderId>, Vec<ReaderId>) {
-        let shared = SharedFrame::new(frame);
+        let shared = self.share(frame);
+        let worth_ui = self.dialects.ui && shared.worth_queueing(Dialect::Ui);
+        let (finish_seen, dialects) = (self.finish_seen, self.dialects);
+        let mut stale = None;
         let pace = self.pacing();
         let mut wake = Vec::new();
         let mut dropped = Vec::new();
         for (id, r) in self.readers.iter_mut().filter(|(_, r)| !r.finished) {
+            if r.dialect == Dialect::Ui && !worth_ui {
+                continue;
+            }
             if r.queue.len() >= self.cap {
                 // The queued frames are useless to a reader told to rejoin: free them now.
                 r.queue.clear();
-                r.queue.push_back(SharedFrame::new(stale_frame()));
+                let stale = stale.get_or_insert_with(|| SharedFrame::new(stale_frame(), finish_seen, dialects));
+                r.queue.push_back(Rc::clone(stale));
                 r.finished = true;
                 r.deferred = false;
                 dropped.push(*id);
@@ -194,7 +278,7 @@ impl Readers {
 
     /// Queues a terminal frame for every live reader (past the cap: it is the last one).
     pub fn finish_all(&mut self, frame: Frame) -> Vec<ReaderId> {
-        let shared = SharedFrame::new(frame);
+        let shared = self.share(frame);
         let mut wake = Vec::new();
         for (id, r) in self.readers.iter_mut().filter(|(_, r)| !r.finished) {
             r.queue.push_back(Rc::clone(&shared));
@@ -230,11 +314,15 @@ impl Readers {
         r.wrote_at = Some(now);
         self.writes += 1;
         let frames: Vec<_> = r.queue.drain(..).collect();
-        let last = r.finished;
+        let (last, dialect) = (r.finished, r.dialect);
         if last {
             self.readers.remove(&id); // finished readers are not counted: the pace stands
         }
-        let wire = if self.merge { merge_wire(&frames) } else { frames.iter().map(|f| f.wire.as_str()).collect() };
+        let wire = match dialect {
+            Dialect::Events if self.merge => merge_wire(&frames),
+            // A `ui` event is one line: a run of them is already as merged as it gets.
+            _ => frames.iter().map(|f| f.wire(dialect)).collect(),
+        };
         Pull::Data { wire, last }
     }
 
@@ -255,7 +343,7 @@ fn merge_wire(frames: &[Rc<SharedFrame>]) -> String {
     let flush = |out: &mut String, run: &mut Vec<&Rc<SharedFrame>>, durable: &mut Option<&Rc<SharedFrame>>| {
         match run.as_slice() {
             [] => {}
-            [one] => out.push_str(&one.wire),
+            [one] => out.push_str(one.wire(Dialect::Events)),
             many => {
                 let (Frame::Chunk { from, .. }, Frame::Chunk { seq, .. }) = (&many[0].frame, &many[many.len() - 1].frame) else {
                     unreachable!("runs hold only chunk frames")
@@ -271,7 +359,7 @@ fn merge_wire(frames: &[Rc<SharedFrame>]) -> String {
         }
         run.clear();
         if let Some(d) = durable.take() {
-            out.push_str(&d.wire);
+            out.push_str(d.wire(Dialect::Events));
         }
     };
     for f in frames {
@@ -280,7 +368,7 @@ fn merge_wire(frames: &[Rc<SharedFrame>]) -> String {
             Frame::Durable { .. } => durable = Some(f),
             _ => {
                 flush(&mut out, &mut run, &mut durable);
-                out.push_str(&f.wire);
+                out.push_str(f.wire(Dialect::Events));
             }
         }
     }
@@ -303,7 +391,7 @@ mod tests {
     fn with_many_readers_a_reader_written_recently_gets_its_next_write_at_its_pace_merged() {
         // 10 readers × 1000 µs: one write per reader per 10 ms at most.
         let mut rs = Readers::new(64, true, Pacing { per_reader_us: 1000, max_ms: 50 });
-        let ids: Vec<_> = (0..10).map(|_| rs.attach(vec![])).collect();
+        let ids: Vec<_> = (0..10).map(|_| rs.attach(Dialect::Events, vec![])).collect();
         for &id in &ids {
             assert_eq!(rs.pull(id, 99), Pull::Pending);
         }
@@ -328,7 +416,7 @@ mod tests {
     #[test]
     fn with_few_readers_nothing_waits_and_the_end_never_waits() {
         let mut rs = Readers::new(64, true, Pacing { per_reader_us: 300, max_ms: 50 });
-        let id = rs.attach(vec![]);
+        let id = rs.attach(Dialect::Events, vec![]);
         assert_eq!(rs.pull(id, 5), Pull::Pending);
         assert_eq!(rs.pacing(), 0, "one reader × 300 µs rounds to no pace");
         assert_eq!(rs.fan_out(chunk(0, "a"), stale, 5).0, vec![id]);
@@ -337,7 +425,7 @@ mod tests {
         assert_eq!(rs.fan_out(chunk(1, "b"), stale, 5).0, vec![id], "same millisecond, still at once");
 
         let mut paced = Readers::new(64, true, Pacing { per_reader_us: 10_000, max_ms: 50 });
-        let id = paced.attach(vec![]);
+        let id = paced.attach(Dialect::Events, vec![]);
         assert_eq!(paced.pull(id, 1), Pull::Pending);
         paced.fan_out(chunk(0, "a"), stale, 1);
         assert!(matches!(paced.pull(id, 1), Pull::Data { .. }));
@@ -356,7 +444,7 @@ mod tests {
     #[test]
     fn a_pull_merges_queued_chunks_and_keeps_the_highest_durable() {
         let mut rs = Readers::new(16, true, NO_PACING);
-        let id = rs.attach(vec![]);
+        let id = rs.attach(Dialect::Events, vec![]);
         rs.fan_out(chunk(0, "a😀"), stale, 1);
         rs.fan_out(Frame::Durable { seq: 1 }, stale, 1);
         rs.fan_out(chunk(3, "b"), stale, 1);
@@ -370,7 +458,7 @@ mod tests {
     #[test]
     fn without_merging_a_pull_sends_each_queued_frame_as_it_was_encoded() {
         let mut rs = Readers::new(16, false, NO_PACING);
-        let id = rs.attach(vec![]);
+        let id = rs.attach(Dialect::Events, vec![]);
         rs.fan_out(chunk(0, "a😀"), stale, 1);
         rs.fan_out(chunk(3, "b"), stale, 1);
         let Pull::Data { wire, .. } = rs.pull(id, 1) else { panic!("expected data") };
@@ -380,7 +468,7 @@ mod tests {
     #[test]
     fn a_full_queue_ends_in_stale_and_frees_its_frames() {
         let mut rs = Readers::new(2, true, NO_PACING);
-        let slow = rs.attach(vec![]);
+        let slow = rs.attach(Dialect::Events, vec![]);
         rs.fan_out(chunk(0, "a"), stale, 1);
         rs.fan_out(chunk(1, "b"), stale, 1);
         let (_, dropped) = rs.fan_out(chunk(2, "c"), stale, 1);
@@ -391,9 +479,24 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_is_encoded_once_for_each_dialect_that_has_readers() {
+        let mut rs = Readers::new(16, true, NO_PACING);
+        let events = rs.attach(Dialect::Events, vec![]);
+        rs.fan_out(chunk(0, "{\"type\":\"a\"}\n"), stale, 1);
+        let only_events = &rs.readers[&events].queue[0];
+        assert!(only_events.events.get().is_some() && only_events.ui.get().is_none(), "no ui reader, no ui encoding");
+        let ui = rs.attach(Dialect::Ui, vec![]);
+        rs.fan_out(chunk(13, "{\"type\":\"b\"}\n"), stale, 1);
+        let (a, b) = (&rs.readers[&events].queue[1], &rs.readers[&ui].queue[0]);
+        assert!(Rc::ptr_eq(a, b), "one frame shared by the readers of both dialects");
+        assert!(a.events.get().is_some() && a.ui.get().is_some());
+        assert_eq!(rs.pull(ui, 1), Pull::Data { wire: "id: 26\ndata: {\"type\":\"b\"}\n\n".into(), last: false });
+    }
+
+    #[test]
     fn an_offer_to_a_parked_reader_wakes_it_once() {
         let mut rs = Readers::new(8, true, NO_PACING);
-        let id = rs.attach(vec![]);
+        let id = rs.attach(Dialect::Events, vec![]);
         assert_eq!(rs.pull(id, 1), Pull::Pending);
         assert_eq!(rs.fan_out(chunk(0, "a"), stale, 1).0, vec![id]);
         assert!(rs.fan_out(chunk(1, "b"), stale, 1).0.is_empty());

@@ -1,10 +1,11 @@
 //! The live stream: phases, inputs, outputs and the reader side.
 
-use super::readers::{Pacing, Pull, ReaderId, Readers};
+use super::readers::{Dialect, Pacing, Pull, ReaderId, Readers};
 use crate::core::config::{CheckpointMode, StreamConfig};
 use crate::core::durable::{OpenProbe, OpenRefused, RowState};
 use crate::core::frame::{EndStatus, Frame};
 use crate::core::text::TextBuffer;
+use crate::core::ui::{BadChunk, Format, LineAssembler};
 use std::collections::VecDeque;
 use thiserror::Error;
 
@@ -135,12 +136,20 @@ pub struct SealShortfall {
 }
 
 /// A push that was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PushError {
     #[error("the stream is not open")]
     NotOpen,
     #[error("the stream is closed")]
     Closed,
+    /// A `ui` stream refused a line: the lines before it were pushed (`receipt` says how far
+    /// the stream got, which is where the bad line starts); it and the rest of the piece were not.
+    #[error("{bad}")]
+    BadChunk { bad: BadChunk, receipt: PushReceipt },
+    /// Raw bytes were pushed to a `text` stream, which takes text (the shell reassembles
+    /// characters split across the pieces of a body).
+    #[error("raw bytes are pushed only to a ui stream")]
+    NotUi,
 }
 
 /// What a producer learns from a push.
@@ -255,6 +264,8 @@ pub struct LiveStream {
     pub(crate) cfg: StreamConfig,
     pub(crate) phase: Phase,
     pub(crate) buf: TextBuffer,
+    /// A `ui` stream's unfinished last line (only complete lines enter `buf`).
+    pub(crate) ui_lines: Option<LineAssembler>,
     pub(crate) durable_seq: u64,
     pub(crate) cancelled: bool,
     pub(crate) readers: Readers,
@@ -285,6 +296,7 @@ impl LiveStream {
                 Pacing { per_reader_us: cfg.reader_pacing_us, max_ms: cfg.reader_pacing_max_ms },
             ),
             clock: now,
+            ui_lines: (cfg.format == Format::Ui).then(LineAssembler::new),
             cfg,
             phase: Phase::Retired,
             buf: TextBuffer::new(),
@@ -314,6 +326,11 @@ impl LiveStream {
     /// The produced length.
     pub fn seq(&self) -> u64 {
         self.buf.seq()
+    }
+
+    /// What the stream's text is (SPEC §9).
+    pub fn format(&self) -> Format {
+        self.cfg.format
     }
 
     /// The confirmed durable length.
@@ -358,8 +375,30 @@ impl LiveStream {
 
     // ---- producer inputs
 
-    /// Appends produced text and fans it out at once.
+    /// Appends produced text and fans it out at once. In a `ui` stream the text goes through
+    /// the line assembler: only complete, valid lines enter the text.
     pub fn push(&mut self, text: &str, now: Millis) -> Result<PushReceipt, PushError> {
+        self.producer_input(now)?;
+        match self.ui_lines.is_some() {
+            true => self.push_lines(text.as_bytes(), now)?,
+            false => self.append(text, now),
+        }
+        Ok(self.receipt())
+    }
+
+    /// Appends a piece of a `ui` stream's NDJSON as it arrived: a piece may split a line, or a
+    /// UTF-8 sequence, anywhere. A bad line is refused with the lines before it pushed.
+    pub fn push_ndjson(&mut self, piece: &[u8], now: Millis) -> Result<PushReceipt, PushError> {
+        if self.ui_lines.is_none() {
+            return Err(PushError::NotUi);
+        }
+        self.producer_input(now)?;
+        self.push_lines(piece, now)?;
+        Ok(self.receipt())
+    }
+
+    /// A producer's push may come in now: the stream is live.
+    fn producer_input(&mut self, now: Millis) -> Result<(), PushError> {
         match self.phase {
             Phase::Live => {}
             Phase::Opening { .. } | Phase::Retired => return Err(PushError::NotOpen),
@@ -367,12 +406,28 @@ impl LiveStream {
         }
         self.last_activity = now;
         self.clock = self.clock.max(now);
+        Ok(())
+    }
+
+    fn append(&mut self, text: &str, now: Millis) {
         if !text.is_empty() {
             let (from, seq) = self.buf.push(text);
             self.fan_out(Frame::Chunk { from, seq, text: text.to_owned() });
             self.drive(now);
         }
-        Ok(self.receipt())
+    }
+
+    fn push_lines(&mut self, piece: &[u8], now: Millis) -> Result<(), PushError> {
+        let Some(assembler) = self.ui_lines.as_mut() else { return Ok(()) };
+        let out = assembler.feed(piece);
+        if out.finish {
+            self.readers.saw_finish_line();
+        }
+        self.append(&out.lines, now);
+        match out.fault {
+            Some(fault) => Err(PushError::BadChunk { bad: BadChunk { offset: self.seq(), fault }, receipt: self.receipt() }),
+            None => Ok(()),
+        }
     }
 
     pub fn receipt(&self) -> PushReceipt {
@@ -419,6 +474,10 @@ impl LiveStream {
         let ticket = self.ticket();
         match &self.phase {
             Phase::Live => {
+                // An unfinished last line is kept in the text as sent; it never becomes a chunk.
+                if let Some(fragment) = self.ui_lines.as_mut().and_then(LineAssembler::take_partial) {
+                    self.append(&fragment, now);
+                }
                 let in_place = self.must_seal_in_place();
                 self.phase = Phase::Sealing(Seal { status, error, in_place, tail_abandoned: false });
                 self.seal_tickets.push(ticket);
@@ -469,21 +528,29 @@ impl LiveStream {
 
     // ---- reader inputs
 
-    /// Attaches a reader at UTF-16 offset `from`: replays `open`, the text from there, a
-    /// `durable` and (if ended) `end` in this one step, then registers it for live frames, so no
-    /// delta can fall between replay and live tail.
+    /// Attaches an `/events` reader at UTF-16 offset `from` (see [`Self::subscribe_as`]).
     pub fn subscribe(&mut self, from: u64) -> ReaderId {
+        self.subscribe_as(Dialect::Events, from)
+    }
+
+    /// Attaches a reader of `dialect` at UTF-16 offset `from`: replays `open`, the text from
+    /// there, a `durable` and (if ended) `end` in this one step, then registers it for live
+    /// frames, so no delta can fall between replay and live tail. A `ui` reader joins at the
+    /// start of the line holding `from`.
+    pub fn subscribe_as(&mut self, dialect: Dialect, from: u64) -> ReaderId {
         let ended = match &self.phase {
             Phase::Live | Phase::Sealing(_) => None,
             Phase::Ended { seal, .. } => Some(seal.clone()),
-            Phase::Opening { .. } | Phase::Retired => return self.readers.attach(vec![Frame::Absent]),
+            Phase::Opening { .. } | Phase::Retired => return self.readers.attach(dialect, vec![Frame::Absent]),
         };
         let seq = self.seq();
         let wanted = from.min(seq);
-        if wanted < self.buf.floor() {
-            return self.readers.attach(vec![self.stale_frame()]);
-        }
-        let at = self.buf.char_floor(wanted);
+        let at = match dialect {
+            _ if wanted < self.buf.floor() => None,
+            Dialect::Events => Some(self.buf.char_floor(wanted)),
+            Dialect::Ui => self.buf.line_start(wanted),
+        };
+        let Some(at) = at else { return self.readers.attach(dialect, vec![self.stale_frame()]) };
         let mut replay =
             vec![Frame::Open { stream_id: self.id.clone(), from: at, seq, durable_seq: self.durable_seq, ended: ended.is_some() }];
         if seq > at {
@@ -495,7 +562,7 @@ impl LiveStream {
         if let Some(seal) = ended {
             replay.push(self.end_frame(&seal));
         }
-        self.readers.attach(replay)
+        self.readers.attach(dialect, replay)
     }
 
     /// Takes what is queued for a reader, as SSE bytes (`Pending` while it waits for data or
