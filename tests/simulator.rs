@@ -9,16 +9,26 @@
 //! the join offset plus the frames delivered equals the produced text) and the chunk rule
 //! (`text` has exactly `seq - from` UTF-16 units and chunks are contiguous).
 //!
+//! Even seeds run a `ui` stream (SPEC §9): the producer sends NDJSON UI message chunks cut into
+//! pieces at random bytes (inside lines and inside UTF-8 sequences), with some bad lines; a
+//! reference assembler (a plain `serde_json::Value` parse) says which lines the stream must
+//! accept, and `/ui` readers, joining at random offsets and resuming from their last `id:`
+//! when dropped, must get exactly the produced lines after their join's line start (contract S
+//! at chunk granularity), then the ending of the stream's status and `[DONE]`.
+//!
 //! `SIM_SCHEDULES=n` changes the number of schedules (default 2000); `SIM_SEED=s` replays one.
 
 mod support;
 
 use rindle_streams::core::config::StreamConfig;
 use rindle_streams::core::frame::{EndStatus, Frame};
-use rindle_streams::core::live::{LiveStream, Output, Pull, ReaderId, Settlement, StoreOp, StoreRequest, StreamState, Ticket};
+use rindle_streams::core::live::{
+    Dialect, LiveStream, Output, Pull, PushError, ReaderId, Settlement, StoreOp, StoreRequest, StreamState, Ticket,
+};
+use rindle_streams::core::ui::{Format, MAX_LINE_BYTES};
 use rindle_streams::core::utf16;
 use std::collections::{HashMap, VecDeque};
-use support::driver::parse_sse;
+use support::driver::{parse_sse, parse_ui_sse};
 use support::{Fault, SqliteDb};
 
 const STREAM: &str = "sim";
@@ -87,6 +97,117 @@ struct Reader {
     done: bool,
 }
 
+/// Lines a `ui` producer sends that the stream must refuse.
+const BAD_LINES: &[&[u8]] = &[
+    b"not json",
+    b"[{\"type\":\"text-delta\"}]",
+    b"{\"kind\":\"text-delta\"}",
+    b"{\"type\":7}",
+    b"{\"type\":\"text-delta\",\"delta\":\"a\"}\r",
+    b"{\"type\":\"text-delta\",\"delta\":\"\xff\"}",
+    b"{\"type\":\"text-delta\",\"delta\":\"\xf0\x9f\"}",
+    b"",
+    b"{\"type\":\"text-delta\"",
+    b"\"finish\"",
+];
+
+/// A `ui` producer: UI message chunk lines, now and then a bad one, sent in pieces cut at
+/// random bytes.
+struct LineProducer {
+    bad_rate: f64,
+    /// The line being sent (with its `\n`) and how much of it was sent.
+    line: Vec<u8>,
+    sent: usize,
+}
+
+impl LineProducer {
+    fn next_line(&mut self, rng: &mut Rng) {
+        self.sent = 0;
+        self.line = if rng.chance(self.bad_rate) {
+            rng.pick(BAD_LINES).to_vec()
+        } else if rng.chance(0.03) {
+            br#"{"type":"finish","finishReason":"stop"}"#.to_vec()
+        } else {
+            let ty = rng.pick(&["text-delta", "reasoning-delta", "tool-input-delta", "data-weather"]);
+            let delta: String = (0..1 + rng.below(4)).map(|_| rng.pick(TOKENS)).collect();
+            serde_json::json!({"type": ty, "id": "p1", "delta": delta}).to_string().into_bytes()
+        };
+        self.line.push(b'\n');
+    }
+
+    /// The next piece: 1–80 bytes, cut anywhere.
+    fn piece(&mut self, rng: &mut Rng) -> Vec<u8> {
+        let want = 1 + rng.below(80) as usize;
+        let mut piece = Vec::with_capacity(want);
+        while piece.len() < want {
+            if self.sent == self.line.len() {
+                self.next_line(rng);
+            }
+            let take = (want - piece.len()).min(self.line.len() - self.sent);
+            piece.extend_from_slice(&self.line[self.sent..self.sent + take]);
+            self.sent += take;
+        }
+        piece
+    }
+
+    /// After a refusal the producer starts again at a fresh line.
+    fn resync(&mut self) {
+        self.sent = self.line.len();
+    }
+}
+
+/// The reference for which lines a `ui` stream accepts: the obvious algorithm, with a full
+/// `serde_json::Value` parse per line.
+#[derive(Default)]
+struct ReferenceLines {
+    partial: Vec<u8>,
+    finish_seen: bool,
+}
+
+impl ReferenceLines {
+    fn valid(line: &[u8]) -> Option<bool> {
+        let text = std::str::from_utf8(line).ok().filter(|t| t.len() <= MAX_LINE_BYTES && !t.contains('\r'))?;
+        let value: serde_json::Value = serde_json::from_str(text).ok()?;
+        value.as_object()?.get("type")?.as_str().map(|ty| ty == "finish")
+    }
+
+    /// The text a piece adds, and whether it was refused.
+    fn feed(&mut self, piece: &[u8]) -> (String, bool) {
+        let mut bytes = std::mem::take(&mut self.partial);
+        bytes.extend_from_slice(piece);
+        let mut accepted = String::new();
+        let mut start = 0;
+        while let Some(nl) = bytes[start..].iter().position(|&b| b == b'\n') {
+            let line = &bytes[start..start + nl];
+            let Some(finish) = Self::valid(line) else { return (accepted, true) };
+            self.finish_seen |= finish;
+            accepted.push_str(std::str::from_utf8(line).unwrap());
+            accepted.push('\n');
+            start += nl + 1;
+        }
+        let rest = &bytes[start..];
+        let broken_utf8 = std::str::from_utf8(rest).is_err_and(|e| e.error_len().is_some());
+        if rest.len() > MAX_LINE_BYTES || rest.contains(&b'\r') || broken_utf8 {
+            return (accepted, true);
+        }
+        self.partial = rest.to_vec();
+        (accepted, false)
+    }
+}
+
+/// A `/ui` reader, resuming like an `EventSource`: from its last `id:` when its body ends
+/// without `[DONE]`.
+struct UiReader {
+    id: ReaderId,
+    /// Where the next line must start: the join's line start, then each line's `id:`.
+    cursor: u64,
+    /// The offset to rejoin from: the original ask until an `id:` arrives.
+    resume_from: u64,
+    /// The ending chunk, once it arrived.
+    ending: Option<String>,
+    done: bool,
+}
+
 struct Sim {
     rng: Rng,
     seed: u64,
@@ -98,6 +219,10 @@ struct Sim {
     max_latency: u64,
     produced: String,
     readers: Vec<Reader>,
+    /// A `ui` stream's producer, its reference, and its `/ui` readers.
+    ui: Option<(LineProducer, ReferenceLines)>,
+    ui_readers: Vec<UiReader>,
+    bad_lines: u64,
     durable_high: u64,
     settled: HashMap<Ticket, Settlement>,
     retired: bool,
@@ -122,6 +247,12 @@ impl Sim {
         };
         let fault_rate = rng.pick(&[0.0, 0.05, 0.2, 0.5]);
         let max_latency = rng.pick(&[0, 5, 50, 400]);
+        // Seed parity picks the format, so the text schedules draw exactly what they always did.
+        let ui = (seed % 2 == 0).then(|| {
+            let bad_rate = rng.pick(&[0.0, 0.02, 0.1]);
+            (LineProducer { bad_rate, line: Vec::new(), sent: 0 }, ReferenceLines::default())
+        });
+        let cfg = StreamConfig { format: if ui.is_some() { Format::Ui } else { Format::Text }, ..cfg };
         let db = SqliteDb::new();
         db.insert_message(STREAM);
         let (stream, _) = LiveStream::open(STREAM, cfg, "sim-host", 0);
@@ -136,6 +267,9 @@ impl Sim {
             max_latency,
             produced: String::new(),
             readers: Vec::new(),
+            ui,
+            ui_readers: Vec::new(),
+            bad_lines: 0,
             durable_high: 0,
             settled: HashMap::new(),
             retired: false,
@@ -236,6 +370,9 @@ impl Sim {
     }
 
     fn push(&mut self) {
+        if self.ui.is_some() {
+            return self.push_ui();
+        }
         let n = 1 + self.rng.below(12);
         let text: String = (0..n).map(|_| self.rng.pick(TOKENS)).collect();
         match self.stream.push(&text, self.now) {
@@ -246,6 +383,99 @@ impl Sim {
             Err(e) => self.fail(format!("push refused while live: {e}")),
         }
         self.drain();
+    }
+
+    /// The `ui` producer sends its next piece, as raw bytes or (when it is whole UTF-8) as text.
+    fn push_ui(&mut self) {
+        let (producer, reference) = self.ui.as_mut().unwrap();
+        let piece = producer.piece(&mut self.rng);
+        let (accepted, refused) = reference.feed(&piece);
+        let as_text = std::str::from_utf8(&piece).ok().filter(|_| self.rng.chance(0.5));
+        let result = match as_text {
+            Some(text) => self.stream.push(text, self.now),
+            None => self.stream.push_ndjson(&piece, self.now),
+        };
+        self.produced.push_str(&accepted);
+        let seq = utf16::len(&self.produced);
+        match (result, refused) {
+            (Ok(receipt), false) if receipt.seq == seq => {}
+            (Err(PushError::BadChunk { bad, receipt }), true) if bad.offset == seq && receipt.seq == seq => {
+                self.bad_lines += 1;
+                self.ui.as_mut().unwrap().0.resync();
+            }
+            (other, refused) => self.fail(format!("push of {piece:?}: {other:?}; the reference refused: {refused}, at {seq}")),
+        }
+        self.drain();
+    }
+
+    /// A `/ui` reader joins at any offset (a `from` or a `Last-Event-ID`).
+    fn join_ui(&mut self) {
+        let asked = self.rng.below(self.stream.seq() + 1);
+        let id = self.stream.subscribe_as(Dialect::Ui, asked);
+        self.drain();
+        let before = utf16::slice(&self.produced, 0, asked);
+        let cursor = before.rfind('\n').map_or(0, |nl| utf16::len(&before[..=nl]));
+        self.ui_readers.push(UiReader { id, cursor, resume_from: asked, ending: None, done: false });
+    }
+
+    /// Contract S at chunk granularity: every line a `/ui` reader gets is the produced line
+    /// that starts at its cursor, with the offset after it as `id:`; then the ending, `[DONE]`.
+    fn pull_ui(&mut self, i: usize) {
+        let (wire, last) = match self.stream.pull(self.ui_readers[i].id, self.now) {
+            Pull::Data { wire, last } => (wire, last),
+            Pull::Pending | Pull::Gone => return,
+        };
+        self.drain();
+        let finish_seen = self.ui.as_ref().unwrap().1.finish_seen;
+        let status = match self.stream.state() {
+            StreamState::Ended(status) => Some(status),
+            _ => None,
+        };
+        let (seed, produced) = (self.seed, &self.produced);
+        let r = &mut self.ui_readers[i];
+        for event in parse_ui_sse(&wire) {
+            match (event.id, &r.ending) {
+                (Some(id), None) => {
+                    let rest = utf16::slice(produced, r.cursor, u64::MAX);
+                    let Some(line) = rest.split_inclusive('\n').next().filter(|l| l.ends_with('\n')) else {
+                        die(seed, format!("ui reader got line {} at {} past the produced lines", event.data, r.cursor));
+                    };
+                    let end = r.cursor + utf16::len(line);
+                    if (id, event.data.as_str()) != (end, line.trim_end_matches('\n')) {
+                        die(seed, format!("ui reader at {} got id {id} {:?}, produced {line:?} ending at {end}", r.cursor, event.data));
+                    }
+                    (r.cursor, r.resume_from) = (end, end);
+                }
+                (None, None) => {
+                    let Some(status) = status else { die(seed, format!("an ending {:?} before the end", event.data)) };
+                    let expected = match status {
+                        EndStatus::Complete if finish_seen => "[DONE]".to_owned(),
+                        EndStatus::Complete => r#"{"type":"finish"}"#.to_owned(),
+                        EndStatus::Cancelled => r#"{"type":"abort"}"#.to_owned(),
+                        EndStatus::Error => r#"{"type":"error","errorText":"model error"}"#.to_owned(),
+                        EndStatus::Interrupted => die(seed, "no idle timeout in the simulator".into()),
+                    };
+                    if event.data != expected {
+                        die(seed, format!("ui ending {:?} for {status:?}, expected {expected:?}", event.data));
+                    }
+                    r.ending = Some(event.data);
+                }
+                (None, Some(_)) if event.data == "[DONE]" && !r.done => r.done = true,
+                (id, ending) => die(seed, format!("ui event {id:?} {:?} after the ending {ending:?}", event.data)),
+            }
+            if r.ending.as_deref() == Some("[DONE]") {
+                r.done = true;
+            }
+        }
+        if last && !r.done {
+            // Dropped as stale (or no live stream): the body just ends; resume from the last id.
+            if self.retired {
+                die(seed, "a ui reader's body ended without [DONE] after the stream retired".into());
+            }
+            let from = r.resume_from;
+            r.id = self.stream.subscribe_as(Dialect::Ui, from);
+            self.drain();
+        }
     }
 
     /// A reader joins the way a client does: it reads the durable text, picks an offset at or
@@ -339,10 +569,20 @@ impl Sim {
                     self.stream.flush(self.now);
                     self.drain();
                 }
+                65..=72 if self.ui.is_some() && self.rng.chance(0.5) => self.join_ui(),
                 65..=72 => self.join(),
+                73..=96 if !self.ui_readers.is_empty() && self.rng.chance(0.5) => {
+                    let i = self.rng.below(self.ui_readers.len() as u64) as usize;
+                    self.pull_ui(i);
+                }
                 73..=96 if !self.readers.is_empty() => {
                     let i = self.rng.below(self.readers.len() as u64) as usize;
                     self.pull(i);
+                }
+                97 if !self.ui_readers.is_empty() && self.rng.chance(0.5) => {
+                    let i = self.rng.below(self.ui_readers.len() as u64) as usize;
+                    self.stream.detach(self.ui_readers[i].id);
+                    self.ui_readers.swap_remove(i);
                 }
                 97 if !self.readers.is_empty() => {
                     let i = self.rng.below(self.readers.len() as u64) as usize;
@@ -357,6 +597,10 @@ impl Sim {
         let ticket = if self.rng.chance(0.8) { self.stream.close(self.now) } else { self.stream.fail("model error", self.now) };
         self.seal_outcome = Some(ticket);
         self.drain();
+        // A close keeps a `ui` stream's unfinished line in the text as it was sent.
+        if let Some((_, reference)) = &mut self.ui {
+            self.produced.push_str(&String::from_utf8_lossy(&std::mem::take(&mut reference.partial)));
+        }
         // Let every retry and backoff play out, then drain every reader.
         while !matches!(self.stream.state(), StreamState::Ended(_)) {
             self.advance(100);
@@ -364,6 +608,9 @@ impl Sim {
         for _ in 0..4 {
             for i in 0..self.readers.len() {
                 self.pull(i);
+            }
+            for i in 0..self.ui_readers.len() {
+                self.pull_ui(i);
             }
         }
         self.check_end();
@@ -431,6 +678,12 @@ impl Sim {
                 self.fail(format!("reader {:?} never got a terminal frame", r.id));
             }
         }
+        let lines_end = self.produced.rfind('\n').map_or(0, |nl| utf16::len(&self.produced[..=nl]));
+        for r in &self.ui_readers {
+            if !r.done || r.cursor < lines_end {
+                self.fail(format!("ui reader {:?} ended at {} of {lines_end} without [DONE] ({:?})", r.id, r.cursor, r.ending));
+            }
+        }
     }
 }
 
@@ -442,6 +695,7 @@ fn contracts_s_and_p_hold_over_random_faulty_schedules() {
         None => (1..=schedules).collect(),
     };
     let (mut ops, mut readers, mut sealed_short, mut repaired) = (0, 0, 0, 0);
+    let (mut ui_schedules, mut ui_readers, mut bad_lines) = (0, 0, 0);
     for seed in &seeds {
         let mut sim = Sim::new(*seed);
         sim.run();
@@ -451,9 +705,13 @@ fn contracts_s_and_p_hold_over_random_faulty_schedules() {
             sealed_short += 1;
         }
         repaired += u64::from(sim.repaired);
+        ui_schedules += u64::from(sim.ui.is_some());
+        ui_readers += sim.ui_readers.len();
+        bad_lines += sim.bad_lines;
     }
     println!(
-        "{} schedules, {ops} store operations, {readers} readers, {sealed_short} seals short ({repaired} repaired by the lease)",
+        "{} schedules ({ui_schedules} ui streams), {ops} store operations, {readers} readers and {ui_readers} /ui readers, \
+         {bad_lines} bad lines refused, {sealed_short} seals short ({repaired} repaired by the lease)",
         seeds.len()
     );
     assert!(ops > seeds.len() as u64, "the simulator exercised the store");
