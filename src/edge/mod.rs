@@ -1,9 +1,11 @@
 //! The Workers shell (wasm32 only): the front Worker routes `{prefix}/{id}/…` to the stream's
 //! Durable Object; everything else about a stream happens inside that object.
 
+mod append;
 mod dev;
 mod faults;
 mod http;
+mod lease;
 mod object;
 mod pump;
 mod setup;

@@ -1,45 +1,32 @@
-//! The Durable Object: one per stream id. It authorizes every request first, then drives the
-//! stream's [`Shell`], streams SSE to readers, and keeps a lease alarm so that a stream whose
-//! object was evicted is sealed `interrupted` from its durable text.
+//! The Durable Object: one per stream id. It routes and authorizes every request first, then
+//! runs the handlers against the stream's [`Shell`]. The lease alarm lives in [`super::lease`],
+//! the append body policy in [`super::append`].
 
+use super::append::discard_unread;
 use super::http::{self, error, unavailable};
 use super::setup::Setup;
 use super::shell::{log, now_ms, Shell};
 use super::sse::{self, ReaderBody};
 use crate::core::api::{self, Action, ApiError, Route};
 use crate::core::auth::AuthRequest;
-use crate::core::frame::EndStatus;
-use crate::core::live::{
-    FlushError, LiveStream, OpenError, PushError, PushReceipt, SealWrite, Settlement, StoreFailure, StoreOp, StreamState,
-};
-use crate::core::utf8::{BadUtf8, Utf8Reassembler};
-use futures::future::{select, Either};
-use futures::StreamExt;
+use crate::core::live::{FlushError, LiveStream, OpenError, Settlement, StreamState};
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::Duration;
 use worker::{durable_object, DurableObject, Env, Request, Response, State};
-
-/// The storage key under which the object remembers its stream id, for the lease alarm (an
-/// alarm carries no request to read it from).
-const STREAM_ID_KEY: &str = "streamId";
-
-/// Why an evicted stream was sealed.
-const INTERRUPTED: &str = "the live stream was lost (its Durable Object was evicted, crashed or redeployed) before it was sealed";
 
 #[durable_object]
 pub struct StreamObject {
-    state: State,
+    pub(super) state: State,
     env: Env,
     setup: RefCell<Option<Rc<Setup>>>,
     object: RefCell<Option<Rc<Object>>>,
 }
 
 /// An object that knows its stream.
-struct Object {
-    setup: Rc<Setup>,
-    shell: Rc<Shell>,
+pub(super) struct Object {
+    pub(super) setup: Rc<Setup>,
+    pub(super) shell: Rc<Shell>,
     /// An upstream pump is running (one at a time: two would interleave their text).
     pumping: std::cell::Cell<bool>,
 }
@@ -81,7 +68,7 @@ impl StreamObject {
         Ok(setup)
     }
 
-    fn object(&self, stream_id: &str) -> Result<Rc<Object>, ApiError> {
+    pub(super) fn object(&self, stream_id: &str) -> Result<Rc<Object>, ApiError> {
         if let Some(o) = self.object.borrow().as_ref() {
             return Ok(Rc::clone(o));
         }
@@ -176,178 +163,20 @@ impl StreamObject {
         });
         http::json(202, &json!({"streamId": route.stream_id, "pumping": true})).map_err(unavailable)
     }
-
-    /// Arms the lease alarm and keeps renewing it while this object holds the stream. If the
-    /// object dies, the renewals stop and the alarm fires in a fresh instance.
-    async fn hold_lease(&self, o: &Rc<Object>, stream_id: &str) {
-        let storage = self.state.storage();
-        let lease_ms = o.setup.settings.lease_ms;
-        if let Err(e) = storage.put(STREAM_ID_KEY, stream_id).await {
-            log("error", "lease_failed", stream_id, json!({"error": e.to_string()}));
-        }
-        if let Err(e) = storage.set_alarm(Duration::from_millis(lease_ms)).await {
-            log("error", "lease_failed", stream_id, json!({"error": e.to_string()}));
-        }
-        let shell = Rc::clone(&o.shell);
-        wasm_bindgen_futures::spawn_local(async move {
-            loop {
-                worker::Delay::from(Duration::from_millis(lease_ms / 2)).await;
-                let live = shell.inspect(|s| matches!(s.state(), StreamState::Live | StreamState::Sealing)).unwrap_or(false);
-                if !live {
-                    break; // sealed (or retired): the alarm that follows finds nothing to repair
-                }
-                if let Err(e) = storage.set_alarm(Duration::from_millis(lease_ms)).await {
-                    log("error", "lease_renewal_failed", &shell.stream_id, json!({"error": e.to_string()}));
-                }
-            }
-        });
-    }
-
-    /// The lease alarm: a stream still live here renews it; otherwise the row is sealed (see
-    /// [`Self::seal_abandoned_row`]). A repair that fails is tried again a lease later, for as
-    /// long as it takes: the runtime's own alarm retries give up after a few, and no row may
-    /// stay `streaming`.
-    async fn lease_expired(&self) -> worker::Result<()> {
-        let Some(stream_id) = self.state.storage().get::<String>(STREAM_ID_KEY).await.ok().flatten() else { return Ok(()) };
-        let o = self.object(&stream_id).map_err(|e| worker::Error::RustError(e.message))?;
-        let lease = Duration::from_millis(o.setup.settings.lease_ms);
-        if o.shell.inspect(|s| matches!(s.state(), StreamState::Opening | StreamState::Live | StreamState::Sealing)).unwrap_or(false) {
-            return self.state.storage().set_alarm(lease).await;
-        }
-        if let Err(e) = Self::seal_abandoned_row(&o, &stream_id).await {
-            log("error", "lease_repair_failed", &stream_id, json!({"error": e.0, "retryInMs": o.setup.settings.lease_ms}));
-            self.state.storage().set_alarm(lease).await?;
-        }
-        Ok(())
-    }
-
-    /// Seals a row that no live stream will seal: a seal that could not commit is retried from
-    /// the lingering stream (so the row gets the producer's status); otherwise a row still
-    /// `streaming` is sealed `interrupted` from its durable text.
-    async fn seal_abandoned_row(o: &Object, stream_id: &str) -> Result<(), StoreFailure> {
-        if let Some(write) = o.shell.inspect(LiveStream::unsealed_write).flatten() {
-            o.setup.sink.run(stream_id, &StoreOp::Seal(write)).await?;
-            o.shell.feed(|s, _| s.seal_repaired());
-            log("warn", "seal_repaired", stream_id, json!({"durableSeq": o.shell.inspect(LiveStream::durable_seq)}));
-            return Ok(());
-        }
-        let Some(durable) = o.setup.sink.read_durable(stream_id).await?.filter(|d| d.status == crate::core::frame::STATUS_STREAMING) else {
-            return Ok(());
-        };
-        let fits = durable.text.len() <= o.setup.settings.stream.max_compact_bytes;
-        let seal = SealWrite {
-            status: EndStatus::Interrupted,
-            error: Some(INTERRUPTED.to_owned()),
-            seq: durable.seq,
-            body: fits.then(|| durable.text.clone()),
-            body_from: 0,
-        };
-        o.setup.sink.run(stream_id, &StoreOp::Seal(seal)).await?;
-        log("warn", "interrupted", stream_id, json!({"durableSeq": durable.seq, "compacted": fits}));
-        Ok(())
-    }
 }
 
 impl Object {
-    fn settings(&self) -> &crate::core::config::Settings {
+    pub(super) fn settings(&self) -> &crate::core::config::Settings {
         &self.setup.settings
     }
 
     /// Refuses producer calls on a stream that is not live here.
-    fn require_live(&self, route: &Route) -> Result<(), ApiError> {
+    pub(super) fn require_live(&self, route: &Route) -> Result<(), ApiError> {
         match self.shell.inspect(LiveStream::state) {
             Some(StreamState::Live) => Ok(()),
             Some(StreamState::Sealing | StreamState::Ended(_)) => Err(ApiError::closed(&route.stream_id)),
             _ => Err(ApiError::not_open(&route.stream_id)),
         }
-    }
-
-    fn push(&self, route: &Route, text: &str) -> Result<PushReceipt, ApiError> {
-        match self.shell.feed(|s, now| s.push(text, now)) {
-            Some(Ok(receipt)) => Ok(receipt),
-            Some(Err(PushError::Closed)) => Err(ApiError::closed(&route.stream_id)),
-            Some(Err(PushError::NotOpen)) | None => Err(ApiError::not_open(&route.stream_id)),
-            Some(Err(PushError::BadChunk { bad, .. })) => Err(ApiError::bad_chunk(&bad)),
-            Some(Err(e @ PushError::NotUi)) => Err(ApiError::new(409, "wrong_format", e.to_string())),
-        }
-    }
-
-    /// A plain body is validated whole before anything is pushed; a streaming body (no
-    /// content-length) is pushed piece by piece, reassembling characters split across pieces,
-    /// and ends early when a cancel arrives.
-    async fn append(&self, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
-        self.require_live(route)?;
-        let max = self.settings().max_append_bytes;
-        let declared = req.headers().get("content-length").ok().flatten().and_then(|l| l.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > max as u64) {
-            return Err(ApiError::too_large(max));
-        }
-        let mut receipt = self.shell.inspect(LiveStream::receipt).ok_or_else(|| ApiError::not_open(&route.stream_id))?;
-        if declared.is_some() {
-            let bytes = req.bytes().await.map_err(|e| ApiError::new(400, "bad_request", format!("could not read the body: {e}")))?;
-            if bytes.len() > max {
-                return Err(ApiError::too_large(max));
-            }
-            let text = std::str::from_utf8(&bytes).map_err(|e| ApiError::bad_utf8(BadUtf8 { offset: e.valid_up_to() as u64 }))?;
-            receipt = self.push(route, text)?;
-        } else {
-            receipt = self.append_streaming(route, req, receipt, max).await?;
-        }
-        http::json(200, &json!({"seq": receipt.seq, "durableSeq": receipt.durable_seq, "cancelled": receipt.cancelled}))
-            .map_err(unavailable)
-    }
-
-    /// A streaming body: each piece is pushed as it arrives. A cancel answers at once. A body
-    /// that turns out too large or not UTF-8 stops being pushed, is read to its end (up to
-    /// [`MAX_DISCARDED_BYTES`] more) and only then refused: answering while the client is still
-    /// sending breaks its connection under the local runtime's proxy.
-    async fn append_streaming(
-        &self,
-        route: &Route,
-        req: &mut Request,
-        mut receipt: PushReceipt,
-        max: usize,
-    ) -> Result<PushReceipt, ApiError> {
-        let mut body = Box::pin(req.stream().map_err(unavailable)?);
-        let mut utf8 = Utf8Reassembler::new();
-        let mut total = 0usize;
-        let mut refusal: Option<ApiError> = None;
-        let mut cancelled = self.shell.watch_cancel();
-        loop {
-            if receipt.cancelled {
-                break;
-            }
-            let piece = match select(body.next(), &mut cancelled).await {
-                Either::Right(_) => {
-                    receipt = self.shell.inspect(LiveStream::receipt).unwrap_or(receipt);
-                    break;
-                }
-                Either::Left((None, _)) => {
-                    if refusal.is_none() {
-                        utf8.finish().map_err(|e| ApiError::bad_utf8(e).with("seq", receipt.seq))?;
-                    }
-                    break;
-                }
-                Either::Left((Some(Err(e)), _)) => return Err(ApiError::new(400, "bad_request", format!("the body stream failed: {e}"))),
-                Either::Left((Some(Ok(piece)), _)) => piece,
-            };
-            total += piece.len();
-            if refusal.is_some() {
-                if total > max + MAX_DISCARDED_BYTES as usize {
-                    break;
-                }
-                continue;
-            }
-            if total > max {
-                refusal = Some(ApiError::too_large(max).with("seq", receipt.seq));
-                continue;
-            }
-            match utf8.feed(&piece) {
-                Ok(text) => receipt = self.push(route, &text)?,
-                Err(e) => refusal = Some(ApiError::bad_utf8(e).with("seq", receipt.seq)),
-            }
-        }
-        refusal.map_or(Ok(receipt), Err)
     }
 
     async fn flush(&self, route: &Route) -> Result<Response, ApiError> {
@@ -452,31 +281,6 @@ impl Object {
             })
             .ok_or_else(|| ApiError::not_open(&route.stream_id))?;
         http::json(200, &stats).map_err(unavailable)
-    }
-}
-
-/// The most of an unread request body discarded before answering: Cloudflare's own request
-/// body limit, so every body the edge lets through is read to its end.
-const MAX_DISCARDED_BYTES: u32 = 100 << 20;
-
-/// Reads and discards a request body that a refusal left untouched. The front Worker streams
-/// the client's body into this object; answering before that pipe finishes makes it read from
-/// a request whose response was already sent, which breaks the client's connection. A body a
-/// handler started reading is left alone: a handler that stops early (a cancelled streaming
-/// append) drops its stream, which cancels the pipe and lets it answer at once. A body past
-/// the cap is cancelled too.
-async fn discard_unread(request: &web_sys::Request) {
-    let Some(body) = request.body().filter(|_| !request.body_used()) else { return };
-    if body.locked() {
-        return;
-    }
-    let mut stream = wasm_streams::ReadableStream::from_raw(wasm_bindgen::JsCast::unchecked_into(body)).into_stream();
-    let mut total = 0u32;
-    while let Some(Ok(chunk)) = stream.next().await {
-        total = total.saturating_add(js_sys::Uint8Array::new(&chunk).length());
-        if total > MAX_DISCARDED_BYTES {
-            break;
-        }
     }
 }
 

@@ -1,0 +1,127 @@
+//! Request bodies: the append body policy (a plain body validated whole, a streaming body
+//! pushed piece by piece) and the discard of bodies a refusal left unread.
+
+use super::http::{self, unavailable};
+use super::object::Object;
+use crate::core::api::{ApiError, Route};
+use crate::core::live::{LiveStream, PushError, PushReceipt};
+use crate::core::utf8::{BadUtf8, Utf8Reassembler};
+use futures::future::{select, Either};
+use futures::StreamExt;
+use serde_json::json;
+use worker::{Request, Response};
+
+impl Object {
+    fn push(&self, route: &Route, text: &str) -> Result<PushReceipt, ApiError> {
+        match self.shell.feed(|s, now| s.push(text, now)) {
+            Some(Ok(receipt)) => Ok(receipt),
+            Some(Err(PushError::Closed)) => Err(ApiError::closed(&route.stream_id)),
+            Some(Err(PushError::NotOpen)) | None => Err(ApiError::not_open(&route.stream_id)),
+            Some(Err(PushError::BadChunk { bad, .. })) => Err(ApiError::bad_chunk(&bad)),
+            Some(Err(e @ PushError::NotUi)) => Err(ApiError::new(409, "wrong_format", e.to_string())),
+        }
+    }
+
+    /// A plain body is validated whole before anything is pushed; a streaming body (no
+    /// content-length) is pushed piece by piece, reassembling characters split across pieces,
+    /// and ends early when a cancel arrives.
+    pub(super) async fn append(&self, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
+        self.require_live(route)?;
+        let max = self.settings().max_append_bytes;
+        let declared = req.headers().get("content-length").ok().flatten().and_then(|l| l.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > max as u64) {
+            return Err(ApiError::too_large(max));
+        }
+        let mut receipt = self.shell.inspect(LiveStream::receipt).ok_or_else(|| ApiError::not_open(&route.stream_id))?;
+        if declared.is_some() {
+            let bytes = req.bytes().await.map_err(|e| ApiError::new(400, "bad_request", format!("could not read the body: {e}")))?;
+            if bytes.len() > max {
+                return Err(ApiError::too_large(max));
+            }
+            let text = std::str::from_utf8(&bytes).map_err(|e| ApiError::bad_utf8(BadUtf8 { offset: e.valid_up_to() as u64 }))?;
+            receipt = self.push(route, text)?;
+        } else {
+            receipt = self.append_streaming(route, req, receipt, max).await?;
+        }
+        http::json(200, &json!({"seq": receipt.seq, "durableSeq": receipt.durable_seq, "cancelled": receipt.cancelled}))
+            .map_err(unavailable)
+    }
+
+    /// A streaming body: each piece is pushed as it arrives. A cancel answers at once. A body
+    /// that turns out too large or not UTF-8 stops being pushed, is read to its end (up to
+    /// [`MAX_DISCARDED_BYTES`] more) and only then refused: answering while the client is still
+    /// sending breaks its connection under the local runtime's proxy.
+    async fn append_streaming(
+        &self,
+        route: &Route,
+        req: &mut Request,
+        mut receipt: PushReceipt,
+        max: usize,
+    ) -> Result<PushReceipt, ApiError> {
+        let mut body = Box::pin(req.stream().map_err(unavailable)?);
+        let mut utf8 = Utf8Reassembler::new();
+        let mut total = 0usize;
+        let mut refusal: Option<ApiError> = None;
+        let mut cancelled = self.shell.watch_cancel();
+        loop {
+            if receipt.cancelled {
+                break;
+            }
+            let piece = match select(body.next(), &mut cancelled).await {
+                Either::Right(_) => {
+                    receipt = self.shell.inspect(LiveStream::receipt).unwrap_or(receipt);
+                    break;
+                }
+                Either::Left((None, _)) => {
+                    if refusal.is_none() {
+                        utf8.finish().map_err(|e| ApiError::bad_utf8(e).with("seq", receipt.seq))?;
+                    }
+                    break;
+                }
+                Either::Left((Some(Err(e)), _)) => return Err(ApiError::new(400, "bad_request", format!("the body stream failed: {e}"))),
+                Either::Left((Some(Ok(piece)), _)) => piece,
+            };
+            total += piece.len();
+            if refusal.is_some() {
+                if total > max + MAX_DISCARDED_BYTES as usize {
+                    break;
+                }
+                continue;
+            }
+            if total > max {
+                refusal = Some(ApiError::too_large(max).with("seq", receipt.seq));
+                continue;
+            }
+            match utf8.feed(&piece) {
+                Ok(text) => receipt = self.push(route, &text)?,
+                Err(e) => refusal = Some(ApiError::bad_utf8(e).with("seq", receipt.seq)),
+            }
+        }
+        refusal.map_or(Ok(receipt), Err)
+    }
+}
+
+/// The most of an unread request body discarded before answering: Cloudflare's own request
+/// body limit, so every body the edge lets through is read to its end.
+const MAX_DISCARDED_BYTES: u32 = 100 << 20;
+
+/// Reads and discards a request body that a refusal left untouched. The front Worker streams
+/// the client's body into this object; answering before that pipe finishes makes it read from
+/// a request whose response was already sent, which breaks the client's connection. A body a
+/// handler started reading is left alone: a handler that stops early (a cancelled streaming
+/// append) drops its stream, which cancels the pipe and lets it answer at once. A body past
+/// the cap is cancelled too.
+pub(super) async fn discard_unread(request: &web_sys::Request) {
+    let Some(body) = request.body().filter(|_| !request.body_used()) else { return };
+    if body.locked() {
+        return;
+    }
+    let mut stream = wasm_streams::ReadableStream::from_raw(wasm_bindgen::JsCast::unchecked_into(body)).into_stream();
+    let mut total = 0u32;
+    while let Some(Ok(chunk)) = stream.next().await {
+        total = total.saturating_add(js_sys::Uint8Array::new(&chunk).length());
+        if total > MAX_DISCARDED_BYTES {
+            break;
+        }
+    }
+}
