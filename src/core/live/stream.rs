@@ -1,5 +1,6 @@
 //! The live stream: phases, inputs, outputs and the reader side.
 
+use super::checkpoint::{Checkpointer, Retry, RoundReply};
 use super::readers::{Dialect, Pacing, Pull, ReaderId, Readers};
 use crate::core::config::{CheckpointMode, StreamConfig};
 use crate::core::durable::{OpenProbe, OpenRefused, RowState};
@@ -204,7 +205,7 @@ pub struct Stats {
 }
 
 /// Where the stream is in its life.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Phase {
     /// Awaiting the store's word on the open.
     Opening {
@@ -214,7 +215,7 @@ pub(crate) enum Phase {
     },
     Live,
     /// A seal is requested; the terminal write is pending.
-    Sealing(Seal),
+    Sealing(Sealing),
     /// Sealed; joinable until `linger_until`.
     Ended {
         seal: Seal,
@@ -237,14 +238,39 @@ pub(crate) enum OpenStep {
     },
 }
 
+/// What the producer asked the seal to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Seal {
     pub status: EndStatus,
     pub error: Option<String>,
     /// The body cannot be compacted into one row: commit the tail as chunks, then seal in place.
     pub in_place: bool,
+}
+
+/// The seal in progress: one phase, holding everything only a sealing stream has.
+#[derive(Debug)]
+pub(crate) struct Sealing {
+    seal: Seal,
     /// An in-place seal's tail could not be committed; seal with what is durable.
-    pub tail_abandoned: bool,
+    tail_abandoned: bool,
+    write: SealStep,
+    /// The requests (close, fail, idle timeout) waiting for the outcome.
+    tickets: Vec<Ticket>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SealStep {
+    /// A checkpoint round must settle first: one in flight, or an in-place seal's tail.
+    AwaitingRound,
+    Writing {
+        op: OpId,
+        attempt: u32,
+        compacts: bool,
+    },
+    Backoff {
+        until: Millis,
+        attempt: u32,
+    },
 }
 
 /// What the stream reports about itself.
@@ -260,61 +286,84 @@ pub enum StreamState {
 /// One stream's live state. See the module docs for the driving loop.
 #[derive(Debug)]
 pub struct LiveStream {
-    pub(crate) id: String,
-    pub(crate) cfg: StreamConfig,
-    pub(crate) phase: Phase,
-    pub(crate) buf: TextBuffer,
+    id: String,
+    cfg: StreamConfig,
+    phase: Phase,
+    buf: TextBuffer,
     /// A `ui` stream's unfinished last line (only complete lines enter `buf`).
-    pub(crate) ui_lines: Option<LineAssembler>,
-    pub(crate) durable_seq: u64,
-    pub(crate) cancelled: bool,
-    pub(crate) readers: Readers,
-    pub(crate) host_token: String,
-    pub(crate) ck: super::checkpoint::Checkpointing,
-    pub(crate) flush_waiters: Vec<(Ticket, u64)>,
-    pub(crate) seal_tickets: Vec<Ticket>,
+    ui_lines: Option<LineAssembler>,
+    durable_seq: u64,
+    cancelled: bool,
+    readers: Readers,
+    host_token: String,
+    ck: Checkpointer,
+    flush_waiters: Vec<(Ticket, u64)>,
     /// The producer's last append or flush (for the idle timeout).
-    pub(crate) last_activity: Millis,
+    last_activity: Millis,
     /// The latest time an input brought (reader pacing reads it when frames fan out).
-    pub(crate) clock: Millis,
+    clock: Millis,
+    out: Outbox,
+    stats: Stats,
+}
+
+/// Where outputs queue until the shell drains them, and the counters that name operations and
+/// requests.
+#[derive(Debug, Default)]
+struct Outbox {
     next_op: u64,
     next_ticket: u64,
     outputs: VecDeque<Output>,
-    pub(crate) stats: Stats,
+}
+
+impl Outbox {
+    fn push(&mut self, o: Output) {
+        self.outputs.push_back(o);
+    }
+
+    fn ticket(&mut self) -> Ticket {
+        self.next_ticket += 1;
+        Ticket(self.next_ticket)
+    }
+
+    fn request(&mut self, op: StoreOp) -> OpId {
+        self.next_op += 1;
+        let id = OpId(self.next_op);
+        self.push(Output::Store(StoreRequest { id, op }));
+        id
+    }
 }
 
 impl LiveStream {
     /// Starts opening `stream_id`; the ticket settles with [`Settlement::Opened`].
     /// `host_token` is this producer's claim on the row (the open CAS).
     pub fn open(stream_id: &str, cfg: StreamConfig, host_token: &str, now: Millis) -> (Self, Ticket) {
-        let mut s = Self {
-            last_activity: now,
+        let mut out = Outbox::default();
+        let ticket = out.ticket();
+        let step = first_open_step(&mut out, &cfg.mode, host_token, true);
+        let readers = Readers::new(
+            cfg.max_queued_frames,
+            cfg.merge_queued_chunks,
+            Pacing { per_reader_us: cfg.reader_pacing_us, max_ms: cfg.reader_pacing_max_ms },
+        );
+        let ui_lines = (cfg.format == Format::Ui).then(LineAssembler::new);
+        let stream = Self {
             id: stream_id.to_owned(),
-            readers: Readers::new(
-                cfg.max_queued_frames,
-                cfg.merge_queued_chunks,
-                Pacing { per_reader_us: cfg.reader_pacing_us, max_ms: cfg.reader_pacing_max_ms },
-            ),
-            clock: now,
-            ui_lines: (cfg.format == Format::Ui).then(LineAssembler::new),
             cfg,
-            phase: Phase::Retired,
+            phase: Phase::Opening { ticket, step, retry: 0 },
             buf: TextBuffer::new(),
+            ui_lines,
             durable_seq: 0,
             cancelled: false,
+            readers,
             host_token: host_token.to_owned(),
-            ck: Default::default(),
+            ck: Checkpointer::default(),
             flush_waiters: Vec::new(),
-            seal_tickets: Vec::new(),
-            next_op: 0,
-            next_ticket: 0,
-            outputs: VecDeque::new(),
+            last_activity: now,
+            clock: now,
+            out,
             stats: Stats::default(),
         };
-        let ticket = s.ticket();
-        let step = s.first_open_step(true);
-        s.phase = Phase::Opening { ticket, step, retry: 0 };
-        (s, ticket)
+        (stream, ticket)
     }
 
     // ---- getters
@@ -436,7 +485,7 @@ impl LiveStream {
 
     /// Asks for everything produced so far to be durable; settles with [`Settlement::Flushed`].
     pub fn flush(&mut self, now: Millis) -> Ticket {
-        let ticket = self.ticket();
+        let ticket = self.out.ticket();
         let at = self.seq();
         let settled = match &self.phase {
             Phase::Opening { .. } | Phase::Retired => Some(Err(FlushError::NotOpen)),
@@ -450,7 +499,7 @@ impl LiveStream {
             None => {
                 self.last_activity = now;
                 self.flush_waiters.push((ticket, at));
-                self.ck.forced = true;
+                self.ck.force();
                 self.drive(now);
             }
         }
@@ -471,21 +520,22 @@ impl LiveStream {
     /// Seals with `status`; settles with [`Settlement::Sealed`]. A second seal joins the first
     /// (or, once ended, gets the first one's outcome): a stream seals once.
     pub fn seal(&mut self, status: EndStatus, error: Option<String>, now: Millis) -> Ticket {
-        let ticket = self.ticket();
-        match &self.phase {
+        let ticket = self.out.ticket();
+        match &mut self.phase {
             Phase::Live => {
                 // An unfinished last line is kept in the text as sent; it never becomes a chunk.
                 if let Some(fragment) = self.ui_lines.as_mut().and_then(LineAssembler::take_partial) {
                     self.append(&fragment, now);
                 }
-                let in_place = self.must_seal_in_place();
-                self.phase = Phase::Sealing(Seal { status, error, in_place, tail_abandoned: false });
-                self.seal_tickets.push(ticket);
+                let seal = Seal { status, error, in_place: self.must_seal_in_place() };
+                self.phase = Phase::Sealing(Sealing { seal, tail_abandoned: false, write: SealStep::AwaitingRound, tickets: vec![ticket] });
+                self.ck.stop_cadence();
                 self.drive(now);
             }
-            Phase::Sealing(_) => self.seal_tickets.push(ticket),
+            Phase::Sealing(sealing) => sealing.tickets.push(ticket),
             Phase::Ended { seal, shortfall, .. } => {
-                let outcome = self.seal_outcome(seal.status, shortfall.clone());
+                let (status, shortfall) = (seal.status, shortfall.clone());
+                let outcome = self.seal_outcome(status, shortfall);
                 self.settle(ticket, Settlement::Sealed(outcome));
             }
             Phase::Opening { .. } | Phase::Retired => {
@@ -576,6 +626,30 @@ impl LiveStream {
         self.readers.detach(reader);
     }
 
+    // ---- store replies
+
+    /// Feeds the store's answer to operation `op`.
+    pub fn handle_store(&mut self, op: OpId, result: Result<StoreReply, StoreFailure>, now: Millis) {
+        self.clock = self.clock.max(now);
+        match &self.phase {
+            Phase::Opening { .. } => return self.handle_open_reply(op, result, now),
+            Phase::Sealing(Sealing { write: SealStep::Writing { op: id, attempt, compacts }, .. }) if *id == op => {
+                let (attempt, compacts) = (*attempt, *compacts);
+                return self.on_seal_reply(result, attempt, compacts, now);
+            }
+            _ => {}
+        }
+        match self.ck.on_reply(op, result, &self.cfg.mode) {
+            None => {} // the reply of an operation no longer awaited
+            Some(RoundReply::ReadBack { from, write_error }) => {
+                let op = self.out.request(StoreOp::ReadState);
+                self.ck.reading_back(op, from, write_error);
+            }
+            Some(RoundReply::Confirmed { from, state, write_error }) => self.on_confirmed(from, state, write_error, now),
+            Some(RoundReply::Failed { from, error }) => self.attempt_failed(from, error, now),
+        }
+    }
+
     // ---- time
 
     /// The next moment [`Self::handle_timeout`] has work to do.
@@ -583,6 +657,7 @@ impl LiveStream {
         let phase_deadline = match &self.phase {
             Phase::Opening { step: OpenStep::Backoff { until, .. }, .. } => Some(*until),
             Phase::Live => self.idle_deadline(),
+            Phase::Sealing(Sealing { write: SealStep::Backoff { until, .. }, .. }) => Some(*until),
             Phase::Ended { linger_until, .. } => Some(*linger_until),
             _ => None,
         };
@@ -593,16 +668,17 @@ impl LiveStream {
     pub fn handle_timeout(&mut self, now: Millis) {
         self.clock = self.clock.max(now);
         for reader in self.readers.wake_due(now) {
-            self.push_output(Output::Wake(reader));
+            self.out.push(Output::Wake(reader));
         }
         match self.phase {
             Phase::Opening { step: OpenStep::Backoff { until, probe }, ticket, retry } if until <= now => {
-                let step = self.first_open_step(probe);
+                let step = first_open_step(&mut self.out, &self.cfg.mode, &self.host_token, probe);
                 self.phase = Phase::Opening { ticket, step, retry };
             }
+            Phase::Sealing(Sealing { write: SealStep::Backoff { until, attempt }, .. }) if until <= now => self.send_seal(attempt + 1),
             Phase::Ended { linger_until, .. } if linger_until <= now => {
                 self.phase = Phase::Retired;
-                self.push_output(Output::Retired);
+                self.out.push(Output::Retired);
             }
             Phase::Live if self.idle_deadline().is_some_and(|d| d <= now) => {
                 let idle_s = self.cfg.idle_timeout_ms / 1000;
@@ -611,76 +687,52 @@ impl LiveStream {
             }
             _ => {}
         }
-        self.checkpoint_timeout(now);
+        if self.ck.handle_timeout(now) {
+            self.send_slice(now);
+        }
+        self.drive(now);
     }
 
     // ---- outputs
 
     /// The next thing for the shell to do.
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.outputs.pop_front()
+        self.out.outputs.pop_front()
     }
 
-    // ---- internals shared with the checkpoint driver
+    // ---- internals
 
-    pub(crate) fn push_output(&mut self, o: Output) {
-        self.outputs.push_back(o);
+    fn settle(&mut self, ticket: Ticket, s: Settlement) {
+        self.out.push(Output::Settled(ticket, s));
     }
 
-    pub(crate) fn ticket(&mut self) -> Ticket {
-        self.next_ticket += 1;
-        Ticket(self.next_ticket)
+    fn event(&mut self, e: StreamEvent) {
+        self.out.push(Output::Event(e));
     }
 
-    pub(crate) fn request(&mut self, op: StoreOp) -> OpId {
-        self.next_op += 1;
-        let id = OpId(self.next_op);
-        self.push_output(Output::Store(StoreRequest { id, op }));
-        id
-    }
-
-    pub(crate) fn settle(&mut self, ticket: Ticket, s: Settlement) {
-        self.push_output(Output::Settled(ticket, s));
-    }
-
-    pub(crate) fn event(&mut self, e: StreamEvent) {
-        self.push_output(Output::Event(e));
-    }
-
-    pub(crate) fn stale_frame(&self) -> Frame {
+    fn stale_frame(&self) -> Frame {
         Frame::Stale { floor_seq: self.buf.floor(), durable_seq: self.durable_seq }
     }
 
-    pub(crate) fn end_frame(&self, seal: &Seal) -> Frame {
+    fn end_frame(&self, seal: &Seal) -> Frame {
         Frame::End { seq: self.durable_seq, status: seal.status, error: seal.error.clone() }
     }
 
-    pub(crate) fn fan_out(&mut self, frame: Frame) {
+    fn fan_out(&mut self, frame: Frame) {
         let stale = self.stale_frame();
         let (wake, dropped) = self.readers.fan_out(frame, || stale.clone(), self.clock);
         for reader in wake {
-            self.push_output(Output::Wake(reader));
+            self.out.push(Output::Wake(reader));
         }
         for reader in dropped {
-            self.push_output(Output::Wake(reader));
+            self.out.push(Output::Wake(reader));
             self.event(StreamEvent::ReaderDropped { reader, reason: super::DropReason::QueueFull });
         }
     }
 
-    pub(crate) fn finish_readers(&mut self, frame: Frame) {
+    fn finish_readers(&mut self, frame: Frame) {
         for reader in self.readers.finish_all(frame) {
-            self.push_output(Output::Wake(reader));
-        }
-    }
-
-    /// The first store request of an open attempt (`probe`: start from the probe).
-    fn first_open_step(&mut self, probe: bool) -> OpenStep {
-        match (&self.cfg.mode, probe) {
-            (CheckpointMode::Tables { .. }, true) => OpenStep::Probing(self.request(StoreOp::ProbeOpen)),
-            _ => {
-                let host_token = self.host_token.clone();
-                OpenStep::Marking(self.request(StoreOp::MarkStreaming { host_token }))
-            }
+            self.out.push(Output::Wake(reader));
         }
     }
 
@@ -693,27 +745,226 @@ impl LiveStream {
             && (self.buf.floor() > 0 || self.buf.retained_bytes() > self.cfg.max_compact_bytes)
     }
 
-    pub(crate) fn seal_outcome(&self, status: EndStatus, shortfall: Option<SealShortfall>) -> Result<SealReport, SealShortfall> {
+    fn seal_outcome(&self, status: EndStatus, shortfall: Option<SealShortfall>) -> Result<SealReport, SealShortfall> {
         match shortfall {
             Some(s) => Err(s),
             None => Ok(SealReport { status, seq: self.seq(), durable_seq: self.durable_seq }),
         }
     }
 
+    // ---- checkpoints (the driver decides; the stream sends, adopts and reports)
+
+    /// Starts whatever is due. Called after every change.
+    fn drive(&mut self, now: Millis) {
+        if let Phase::Sealing(sealing) = &self.phase {
+            if !sealing.seal.in_place {
+                // A seal that compacts writes the whole body: a round waiting to retry is moot.
+                self.ck.drop_waiting_retry();
+            }
+        }
+        if !self.ck.is_idle() {
+            return;
+        }
+        match &self.phase {
+            Phase::Sealing(Sealing { seal, tail_abandoned, write: SealStep::AwaitingRound, .. }) => {
+                if seal.in_place && !tail_abandoned && self.durable_seq < self.seq() {
+                    self.start_round();
+                } else {
+                    self.send_seal(0);
+                }
+            }
+            Phase::Live => {
+                let behind = self.seq() - self.durable_seq;
+                let awaited = self.flush_waiters.iter().any(|&(_, at)| at > self.durable_seq);
+                if self.ck.due(behind, awaited, &self.cfg, now) {
+                    self.start_round();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn start_round(&mut self) {
+        let from = self.durable_seq;
+        let to = self.buf.capped_end(from, self.seq(), self.cfg.max_slice_bytes);
+        let op = self.out.request(StoreOp::Append { from, to, text: self.buf.slice(from, to).to_owned() });
+        self.ck.start(to, op, from);
+    }
+
+    /// Sends the round's next attempt, from the current `durableSeq`: a retry after a read-back
+    /// adopted a higher length re-covers only what is still missing.
+    fn send_slice(&mut self, now: Millis) {
+        let Some(to) = self.ck.round_end() else { return };
+        let from = self.durable_seq;
+        if from >= to {
+            return self.round_succeeded(now);
+        }
+        let op = self.out.request(StoreOp::Append { from, to, text: self.buf.slice(from, to).to_owned() });
+        self.ck.sent(op, from);
+    }
+
+    fn on_confirmed(&mut self, from: u64, state: RowState, write_error: Option<String>, now: Millis) {
+        let Some(to) = self.ck.round_end() else { return };
+        if state.cancel {
+            self.cancelled = true;
+        }
+        if state.seq > self.seq() {
+            let error = format!("the store holds {} characters but only {} were produced here", state.seq, self.seq());
+            return self.attempt_failed(from, error, now);
+        }
+        if state.seq > self.durable_seq {
+            self.advance_durable(state.seq);
+        }
+        if self.durable_seq >= to {
+            self.round_succeeded(now);
+        } else {
+            // A confirmation short of the slice: this slice's `from` was stale, the guarded
+            // statements made it a no-op, and the retry re-covers from the confirmed length.
+            let error = write_error.unwrap_or_else(|| format!("the store confirmed {} of {to}", state.seq));
+            self.attempt_failed(from, error, now);
+        }
+    }
+
+    fn attempt_failed(&mut self, from: u64, error: String, now: Millis) {
+        let Some(to) = self.ck.round_end() else { return };
+        // A pending seal (other than an in-place one, which needs these chunks) writes the whole
+        // body anyway, so it supersedes and repairs this slice: no retry.
+        let superseded = matches!(&self.phase, Phase::Sealing(sealing) if !sealing.seal.in_place);
+        let (attempt, retry) = self.ck.attempt_failed(superseded, &self.cfg, now);
+        let will_retry = matches!(retry, Retry::After { .. });
+        self.event(StreamEvent::CheckpointAttemptFailed { from, to, attempt, will_retry, error: error.clone() });
+        match retry {
+            Retry::After { .. } => self.stats.retries += 1,
+            Retry::GivenUp => self.round_failed(from, to, error, now),
+        }
+    }
+
+    fn round_failed(&mut self, from: u64, to: u64, error: String, now: Millis) {
+        self.stats.failures += 1;
+        self.event(StreamEvent::CheckpointFailed { from, to, error: error.clone() });
+        let stall = match &mut self.phase {
+            Phase::Sealing(sealing) => {
+                // The seal settles the waiters; an in-place seal settles for what is durable.
+                sealing.tail_abandoned |= sealing.seal.in_place;
+                false
+            }
+            _ => {
+                let (seq, durable_seq) = (self.seq(), self.durable_seq);
+                self.settle_waiters(|at| {
+                    (at <= to).then(|| Err(FlushError::CheckpointFailed { seq: at.min(seq), durable_seq, reason: error.clone() }))
+                });
+                true
+            }
+        };
+        self.ck.round_failed(stall, &self.cfg, now);
+        self.drive(now);
+    }
+
+    fn round_succeeded(&mut self, now: Millis) {
+        self.stats.checkpoints += 1;
+        self.ck.round_succeeded();
+        self.drive(now);
+    }
+
+    /// The one place durable progress is recorded: position, `durable` frame, trim, waiters.
+    fn advance_durable(&mut self, seq: u64) {
+        self.stats.bytes_written += self.buf.slice(self.durable_seq, seq).len() as u64;
+        self.durable_seq = seq;
+        self.fan_out(Frame::Durable { seq });
+        if let Some(retain) = self.cfg.retain_chars {
+            self.buf.trim_below(seq.saturating_sub(retain));
+        }
+        self.settle_waiters(|at| (at <= seq).then_some(Ok(seq)));
+    }
+
+    /// Settles the flush waiters for which `verdict(at)` has an answer.
+    fn settle_waiters(&mut self, verdict: impl Fn(u64) -> Option<Result<u64, FlushError>>) {
+        let waiters = std::mem::take(&mut self.flush_waiters);
+        for (ticket, at) in waiters {
+            match verdict(at) {
+                Some(result) => self.settle(ticket, Settlement::Flushed(result)),
+                None => self.flush_waiters.push((ticket, at)),
+            }
+        }
+    }
+
+    // ---- the seal
+
+    /// Sends the terminal write (attempt `attempt`, from 0).
+    fn send_seal(&mut self, attempt: u32) {
+        let Phase::Sealing(sealing) = &self.phase else { return };
+        let body = (!sealing.seal.in_place).then(|| self.buf.as_str().to_owned());
+        let compacts = body.is_some();
+        let (status, error) = (sealing.seal.status, sealing.seal.error.clone());
+        let write = SealWrite { status, error, seq: self.seq(), body, body_from: self.buf.floor() };
+        let op = self.out.request(StoreOp::Seal(write));
+        if let Phase::Sealing(sealing) = &mut self.phase {
+            sealing.write = SealStep::Writing { op, attempt, compacts };
+        }
+    }
+
+    fn on_seal_reply(&mut self, result: Result<StoreReply, StoreFailure>, attempt: u32, compacts: bool, now: Millis) {
+        match (result, self.cfg.retry_delay(attempt + 1)) {
+            (Ok(_), _) => self.finish_seal(None, compacts, now),
+            (Err(_), Some(delay)) => {
+                self.stats.retries += 1;
+                if let Phase::Sealing(sealing) = &mut self.phase {
+                    sealing.write = SealStep::Backoff { until: now + delay, attempt };
+                }
+            }
+            (Err(e), None) => self.finish_seal(Some(e.0), compacts, now),
+        }
+    }
+
+    fn finish_seal(&mut self, failure: Option<String>, compacted: bool, now: Millis) {
+        let Phase::Sealing(sealing) = &mut self.phase else { return };
+        let tickets = std::mem::take(&mut sealing.tickets);
+        let seal = sealing.seal.clone();
+        if failure.is_none() && compacted {
+            self.stats.bytes_written += self.buf.retained_bytes() as u64;
+            self.durable_seq = self.seq();
+        }
+        let seq = self.seq();
+        // A seal that did not commit is a shortfall even when every character is durable as
+        // chunk rows: the row's terminal status was not written.
+        let reason = match failure {
+            Some(reason) => Some(reason),
+            None => (self.durable_seq < seq).then(|| "the tail could not be committed before the seal".to_owned()),
+        };
+        let shortfall = reason.map(|reason| SealShortfall { status: seal.status, seq, durable_seq: self.durable_seq, reason });
+        self.ck = Checkpointer::default();
+        self.event(StreamEvent::Sealed {
+            status: seal.status,
+            seq,
+            durable_seq: self.durable_seq,
+            shortfall: shortfall.as_ref().map(|s| s.reason.clone()),
+        });
+        let outcome = self.seal_outcome(seal.status, shortfall.clone());
+        for ticket in tickets {
+            self.settle(ticket, Settlement::Sealed(outcome.clone()));
+        }
+        let durable_seq = self.durable_seq;
+        self.settle_waiters(|at| Some(if at <= durable_seq { Ok(durable_seq) } else { Err(FlushError::EndedShort { seq, durable_seq }) }));
+        let end = self.end_frame(&seal);
+        self.finish_readers(end);
+        self.phase = Phase::Ended { seal, shortfall, linger_until: now + self.cfg.linger_ms };
+    }
+
     // ---- the open handshake's replies
 
-    pub(crate) fn handle_open_reply(&mut self, op: OpId, result: Result<StoreReply, StoreFailure>, now: Millis) {
-        let Phase::Opening { ticket, step, retry } = self.phase.clone() else { return };
+    fn handle_open_reply(&mut self, op: OpId, result: Result<StoreReply, StoreFailure>, now: Millis) {
+        let Phase::Opening { ticket, step, retry } = &self.phase else { return };
+        let (ticket, step, retry) = (*ticket, step.clone(), *retry);
         let probe = matches!(step, OpenStep::Probing(_));
         let verdict: Result<Option<OpenStep>, OpenError> = match (step, result) {
             (OpenStep::Probing(id), Ok(StoreReply::Probe(row))) if id == op => {
                 crate::core::durable::judge_probe(row.as_ref()).map_err(OpenError::from).map(|()| {
                     let host_token = self.host_token.clone();
-                    Some(OpenStep::Marking(self.request(StoreOp::MarkStreaming { host_token })))
+                    Some(OpenStep::Marking(self.out.request(StoreOp::MarkStreaming { host_token })))
                 })
             }
             (OpenStep::Marking(id), Ok(_)) if id == op => match self.cfg.mode {
-                CheckpointMode::Tables { host_cas: true } => Ok(Some(OpenStep::ReadingHost(self.request(StoreOp::ReadHost)))),
+                CheckpointMode::Tables { host_cas: true } => Ok(Some(OpenStep::ReadingHost(self.out.request(StoreOp::ReadHost)))),
                 _ => Ok(None),
             },
             (OpenStep::ReadingHost(id), Ok(StoreReply::Host(host))) if id == op => {
@@ -748,8 +999,16 @@ impl LiveStream {
                 self.phase = Phase::Retired;
                 self.event(StreamEvent::OpenFailed(e.clone()));
                 self.settle(ticket, Settlement::Opened(Err(e)));
-                self.push_output(Output::Retired);
+                self.out.push(Output::Retired);
             }
         }
+    }
+}
+
+/// The first store request of an open attempt (`probe`: start from the probe).
+fn first_open_step(out: &mut Outbox, mode: &CheckpointMode, host_token: &str, probe: bool) -> OpenStep {
+    match (mode, probe) {
+        (CheckpointMode::Tables { .. }, true) => OpenStep::Probing(out.request(StoreOp::ProbeOpen)),
+        _ => OpenStep::Marking(out.request(StoreOp::MarkStreaming { host_token: host_token.to_owned() })),
     }
 }
