@@ -14,14 +14,14 @@
 mod chunks;
 mod upstream;
 
-pub use upstream::{Detail, FinishReason, MalformedEvent, ModelEvent, PartKind, UpstreamFormat, UpstreamParser, Usage};
+pub use upstream::{MalformedEvent, UpstreamFormat};
 
 use chunks::{UiWriter, Written};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use thiserror::Error;
-use upstream::truncate;
+use upstream::{truncate, Detail, ModelEvent, PartKind, UpstreamParser};
 
 /// One pump's conversion of an upstream response into stream text.
 #[derive(Debug)]
