@@ -8,6 +8,7 @@
 //! end in `tests/e2e/pump-ui.test.mjs`.
 
 use rindle_streams::core::pump::{Pump, PumpFailure, PumpStep, UpstreamFormat};
+use rindle_streams::core::ui::Format;
 use serde_json::{json, Value};
 
 /// The events of an SSE body: `(event name, data)`.
@@ -53,7 +54,7 @@ fn run(mut pump: Pump, body: &str) -> (Vec<Value>, Option<PumpStep>) {
 }
 
 fn ui(format: UpstreamFormat, body: &str) -> (Vec<Value>, Option<PumpStep>) {
-    run(Pump::ui(format, "msg-1"), body)
+    run(Pump::for_stream(Format::Ui, format, "msg-1"), body)
 }
 
 fn fixture(name: &str) -> String {
@@ -262,7 +263,7 @@ fn a_text_pump_fed_the_same_sequences_pushes_only_the_answer_text() {
         (UpstreamFormat::OpenAiChat, "openai-chat-tool-usage.sse", "Two cities, two calls 🧑🏽‍🚀"),
         (UpstreamFormat::OpenAiChat, "openai-chat-reasoning.sse", "9.9 is larger."),
     ] {
-        let mut pump = Pump::text(format);
+        let mut pump = Pump::for_stream(Format::Text, format, "msg-1");
         let mut pushed = String::new();
         let mut end = None;
         for (event, data) in sse_events(&fixture(name)) {

@@ -1,5 +1,6 @@
 //! `POST /streams/{id}/pump`: the object fetches an upstream model API itself and pushes its
-//! text deltas, so the producer's own request ends at once. The upstream's end closes the
+//! text deltas (on a `ui` stream, UI message chunks: `core::pump` decides which), so the
+//! producer's own request ends at once. The upstream's end closes the
 //! stream; an upstream error or a malformed event fails it; a cancel aborts the upstream.
 
 use super::http::unavailable;
@@ -54,7 +55,8 @@ pub async fn run(shell: Rc<Shell>, pump: PumpRequest, request: Request) {
     let controller = AbortController::default();
     let upstream = pump.redacted_url().to_owned();
     log("info", "pump_started", &shell.stream_id, json!({"format": format!("{:?}", pump.format), "upstream": upstream}));
-    let outcome = relay(&shell, Pump::text(pump.format), request, &controller).await;
+    let format = shell.inspect(LiveStream::format).unwrap_or_default();
+    let outcome = relay(&shell, Pump::for_stream(format, pump.format, &shell.stream_id), request, &controller).await;
     controller.abort(); // a no-op after a complete response; cuts the upstream off otherwise
     let fields = |outcome: &str| json!({"upstream": upstream, "outcome": outcome});
     match outcome {

@@ -16,6 +16,7 @@ mod upstream;
 
 pub use upstream::{MalformedEvent, UpstreamFormat};
 
+use super::ui::Format;
 use chunks::{UiWriter, Written};
 use serde::Deserialize;
 use serde_json::Value;
@@ -64,6 +65,15 @@ pub enum PumpFailure {
 }
 
 impl Pump {
+    /// The pump a stream of `format` takes: text for a `text` stream, UI message chunks (the
+    /// stream id as the message id) for a `ui` stream.
+    pub fn for_stream(format: Format, upstream: UpstreamFormat, stream_id: &str) -> Self {
+        match format {
+            Format::Text => Pump::text(upstream),
+            Format::Ui => Pump::ui(upstream, stream_id),
+        }
+    }
+
     /// A pump into a `text` stream: pushes the answer's text.
     pub fn text(format: UpstreamFormat) -> Self {
         Pump::with(UpstreamParser::new(format, Detail::Text), Sink::Text)
