@@ -69,10 +69,10 @@ fn flush_resolves_only_when_the_store_confirms() {
     d.push("hi😀");
     let t = d.flush();
     d.answer(Fault::None); // the write
-    assert_eq!(d.settlement(t), None, "a committed write alone does not settle a flush");
+    assert_eq!(d.outcome(t), None, "a committed write alone does not settle a flush");
     assert_eq!(d.stream.durable_seq(), 0);
     d.answer(Fault::None); // the read-back
-    assert_eq!(d.settlement(t), Some(&Settlement::Flushed(Ok(4))));
+    assert_eq!(d.outcome(t), Some(&Ok(4)));
     assert_eq!(d.db.durable_text(STREAM), "hi😀");
 }
 
@@ -82,8 +82,8 @@ fn flush_is_rejected_when_its_round_fails() {
     d.push("abc");
     let t = d.flush();
     fail_round(&mut d);
-    match d.settlement(t) {
-        Some(Settlement::Flushed(Err(FlushError::CheckpointFailed { seq: 3, durable_seq: 0, .. }))) => {}
+    match d.outcome(t) {
+        Some(Err(FlushError::CheckpointFailed { seq: 3, durable_seq: 0, .. })) => {}
         other => panic!("expected a rejected flush, got {other:?}"),
     }
     assert!(d.events.iter().any(|e| matches!(e, StreamEvent::CheckpointFailed { from: 0, to: 3, .. })));
@@ -93,7 +93,7 @@ fn flush_is_rejected_when_its_round_fails() {
 fn flush_with_nothing_outstanding_resolves_at_once() {
     let mut d = Driver::open(cfg());
     let t = d.flush();
-    assert_eq!(d.settlement(t), Some(&Settlement::Flushed(Ok(0))));
+    assert_eq!(d.outcome(t), Some(&Ok(0)));
 }
 
 // ---- the force flag
@@ -107,11 +107,11 @@ fn a_flush_landing_mid_round_gets_a_round_of_its_own() {
     d.push("b");
     let second = d.flush();
     d.answer_all_once_round();
-    assert_eq!(d.settlement(first), Some(&Settlement::Flushed(Ok(1))));
-    assert_eq!(d.settlement(second), None);
+    assert_eq!(d.outcome(first), Some(&Ok(1)));
+    assert_eq!(d.outcome(second), None);
     assert_eq!(d.peek(), Some(&StoreOp::Append { from: 1, to: 2, text: "b".into() }), "no wait for the interval");
     d.answer_all();
-    assert_eq!(d.settlement(second), Some(&Settlement::Flushed(Ok(2))));
+    assert_eq!(d.outcome(second), Some(&Ok(2)));
 }
 
 trait RoundExt {
@@ -235,11 +235,8 @@ fn a_seal_requested_mid_round_goes_straight_to_compaction() {
     d.answer(Fault::FailBeforeCommit); // …and so does its read-back
     assert!(matches!(d.peek(), Some(StoreOp::Seal(_))), "no retry of the failing slice: {:?}", d.peek());
     d.answer(Fault::None);
-    assert_eq!(
-        d.settlement(close),
-        Some(&Settlement::Sealed(Ok(rindle_streams::core::live::SealReport { status: EndStatus::Complete, seq: 3, durable_seq: 3 })))
-    );
-    assert_eq!(d.settlement(flush), Some(&Settlement::Flushed(Ok(3))), "the seal repaired the failed slice");
+    assert_eq!(d.outcome(close), Some(&Ok(rindle_streams::core::live::SealReport { status: EndStatus::Complete, seq: 3, durable_seq: 3 })));
+    assert_eq!(d.outcome(flush), Some(&Ok(3)), "the seal repaired the failed slice");
     assert_eq!(d.db.durable_text(STREAM), "abc");
     assert_eq!(d.db.status(STREAM), "complete");
     assert_eq!(d.db.chunk_count(STREAM), 0);
@@ -251,7 +248,7 @@ fn a_seal_during_a_retry_backoff_supersedes_the_retry() {
     d.push("12345678");
     fail_attempt(&mut d);
     assert!(d.stream.poll_timeout().is_some(), "waiting to retry");
-    d.close();
+    let _ = d.close();
     assert!(matches!(d.peek(), Some(StoreOp::Seal(_))));
 }
 
@@ -265,14 +262,14 @@ fn a_failed_seal_still_ends_the_stream_and_the_caller_learns_the_shortfall() {
     d.read(reader);
     let close = d.close();
     fail_seal(&mut d);
-    match d.settlement(close) {
-        Some(Settlement::Sealed(Err(s))) => assert_eq!((s.seq, s.durable_seq), (9, 8)),
+    match d.outcome(close) {
+        Some(Err(s)) => assert_eq!((s.seq, s.durable_seq), (9, 8)),
         other => panic!("expected a shortfall, got {other:?}"),
     }
     assert_eq!(d.stream.state(), StreamState::Ended(EndStatus::Complete));
     assert_eq!(d.read(reader), vec![Frame::End { seq: 8, status: EndStatus::Complete, error: None }]);
     let late_flush = d.flush();
-    assert_eq!(d.settlement(late_flush), Some(&Settlement::Flushed(Err(FlushError::EndedShort { seq: 9, durable_seq: 8 }))));
+    assert_eq!(d.outcome(late_flush), Some(&Err(FlushError::EndedShort { seq: 9, durable_seq: 8 })));
     assert!(d.stream.push("x", d.now).is_err(), "the stream is over");
 }
 
@@ -295,8 +292,8 @@ fn a_seal_that_cannot_commit_is_a_shortfall_even_when_every_character_is_durable
     assert_eq!(d.stream.durable_seq(), 8, "the chunk rows hold everything");
     let close = d.close();
     fail_seal(&mut d);
-    match d.settlement(close) {
-        Some(Settlement::Sealed(Err(s))) => assert_eq!((s.seq, s.durable_seq), (8, 8), "the text is durable, the status is not"),
+    match d.outcome(close) {
+        Some(Err(s)) => assert_eq!((s.seq, s.durable_seq), (8, 8), "the text is durable, the status is not"),
         other => panic!("a seal that never committed must not report success: {other:?}"),
     }
     assert_eq!(d.db.status(STREAM), "streaming", "nothing sealed the row");
@@ -311,7 +308,7 @@ fn a_failed_seal_is_retried_from_the_lingering_stream_and_then_reported_sealed()
     d.push("9😀");
     let close = d.close();
     fail_seal(&mut d);
-    assert!(matches!(d.settlement(close), Some(Settlement::Sealed(Err(_)))));
+    assert!(matches!(d.outcome(close), Some(Err(_))));
     assert_eq!(d.db.status(STREAM), "streaming");
 
     // What the lease alarm does while the stream lingers: run the seal again, then say so.
@@ -325,8 +322,8 @@ fn a_failed_seal_is_retried_from_the_lingering_stream_and_then_reported_sealed()
     assert_eq!(d.stream.durable_seq(), 11);
     assert_eq!(d.stream.unsealed_write(), None, "nothing left to repair");
     let again = d.close();
-    match d.settlement(again) {
-        Some(Settlement::Sealed(Ok(r))) => assert_eq!((r.seq, r.durable_seq), (11, 11)),
+    match d.outcome(again) {
+        Some(Ok(r)) => assert_eq!((r.seq, r.durable_seq), (11, 11)),
         other => panic!("a close after the repair reports the seal: {other:?}"),
     }
 }
@@ -335,7 +332,7 @@ fn a_failed_seal_is_retried_from_the_lingering_stream_and_then_reported_sealed()
 fn a_sealed_stream_has_nothing_to_repair() {
     let mut d = Driver::open(cfg());
     d.push("ab");
-    d.close();
+    let _ = d.close();
     d.answer_all();
     assert_eq!(d.db.status(STREAM), "complete");
     assert_eq!(d.stream.unsealed_write(), None);
@@ -348,7 +345,7 @@ fn a_second_close_gets_the_first_seals_outcome() {
     let first = d.close();
     let second = d.close();
     d.answer_all();
-    assert_eq!(d.settlement(first), d.settlement(second));
+    assert_eq!(d.outcome(first), d.outcome(second));
     assert_eq!(d.events.iter().filter(|e| matches!(e, StreamEvent::Sealed { .. })).count(), 1);
 }
 
@@ -370,7 +367,7 @@ fn a_huge_push_becomes_several_capped_chunk_rows() {
     }
     assert_eq!(slices.iter().sum::<usize>(), 6000);
     assert_eq!(slices.len(), 7, "6000 bytes in slices of at most 1000 that never split a character");
-    assert_eq!(d.settlement(t), Some(&Settlement::Flushed(Ok(3000))));
+    assert_eq!(d.outcome(t), Some(&Ok(3000)));
     assert_eq!(d.db.chunk_count(STREAM), 7);
     assert_eq!(d.db.durable_text(STREAM), text);
 }
@@ -382,7 +379,7 @@ fn a_body_too_large_to_compact_stays_as_chunk_rows_and_is_sealed() {
     d.push(&text);
     let close = d.close();
     d.answer_all();
-    assert!(matches!(d.settlement(close), Some(Settlement::Sealed(Ok(_)))));
+    assert!(matches!(d.outcome(close), Some(Ok(_))));
     assert_eq!(d.db.status(STREAM), "complete");
     assert_eq!(d.db.chunk_count(STREAM), 3, "the chunk rows are the durable text");
     assert_eq!(d.db.durable_text(STREAM), text);
@@ -473,7 +470,7 @@ fn a_from_beyond_the_end_joins_at_the_end() {
 fn a_late_reader_within_the_linger_gets_the_tail_and_end_and_after_it_absent() {
     let mut d = Driver::open(cfg());
     d.push("hello");
-    d.close();
+    let _ = d.close();
     d.answer_all();
     d.advance(29_999);
     let late = d.subscribe(2);
@@ -522,7 +519,7 @@ fn a_cancel_set_in_the_row_is_seen_at_the_next_read_back_and_seals_cancelled() {
     assert!(d.stream.receipt().cancelled);
     let close = d.close();
     d.answer_all();
-    assert!(matches!(d.settlement(close), Some(Settlement::Sealed(Ok(r))) if r.status == EndStatus::Cancelled));
+    assert!(matches!(d.outcome(close), Some(Ok(r)) if r.status == EndStatus::Cancelled));
     assert_eq!(d.db.status(STREAM), "cancelled");
 }
 
@@ -534,7 +531,7 @@ fn fail_seals_error_with_the_message() {
     let t = d.stream.fail("upstream died", d.now);
     d.drain();
     d.answer_all();
-    assert!(matches!(d.settlement(t), Some(Settlement::Sealed(Ok(_)))));
+    assert!(matches!(d.outcome(t), Some(Ok(_))));
     assert_eq!(d.db.message_column(STREAM, "error"), ColumnValue::Text("upstream died".into()));
     assert_eq!(d.read(r).last(), Some(&Frame::End { seq: 7, status: EndStatus::Error, error: Some("upstream died".into()) }));
 }
@@ -545,7 +542,7 @@ fn open_verdict(db: SqliteDb) -> Result<(), OpenError> {
     let mut d = Driver::opening(db, cfg(), TOKEN);
     d.answer_all();
     match d.settled.values().next() {
-        Some(Settlement::Opened(r)) => r.clone(),
+        Some(Settlement::Opened(_, r)) => r.clone(),
         other => panic!("open did not settle: {other:?}"),
     }
 }
@@ -593,7 +590,10 @@ fn open_is_refused_to_the_loser_of_a_race_on_the_host_column() {
     std::mem::swap(&mut a.db, &mut b.db);
     b.answer_all(); // B's mark matches nothing; its read-back names A
     let verdict = b.settled.values().next().cloned();
-    assert_eq!(verdict, Some(Settlement::Opened(Err(OpenError::Refused(OpenRefused::LostRace { holder: Some("host-A".into()) })))));
+    assert!(
+        matches!(verdict, Some(Settlement::Opened(_, Err(OpenError::Refused(OpenRefused::LostRace { holder: Some(ref h) }))))  if h == "host-A"),
+        "{verdict:?}"
+    );
     assert!(b.retired);
     assert_eq!(a.stream.state(), StreamState::Live);
 }
@@ -622,7 +622,7 @@ fn an_open_whose_store_keeps_failing_reports_the_store_error() {
             d.advance(50 << retry);
         }
     }
-    assert!(matches!(d.settled.values().next(), Some(Settlement::Opened(Err(OpenError::Store(_))))));
+    assert!(matches!(d.settled.values().next(), Some(Settlement::Opened(_, Err(OpenError::Store(_))))));
 }
 
 // ---- ui streams (SPEC §9): NDJSON text, validated line by line
@@ -685,7 +685,7 @@ fn a_line_split_at_every_byte_even_inside_a_utf8_sequence_arrives_once_whole() {
     assert_eq!(got, ui_lines(0, &lines));
     let close = d.close();
     d.answer_all();
-    assert!(matches!(d.settlement(close), Some(Settlement::Sealed(Ok(_)))));
+    assert!(matches!(d.outcome(close), Some(Ok(_))));
     assert_eq!(d.db.durable_text(STREAM), text, "checkpoints and compaction store the NDJSON as it is");
     assert_eq!(d.read_ui(ui), Some(vec![UiEvent::added("[DONE]")]), "the text's own finish ends the message");
 }
@@ -705,7 +705,7 @@ fn a_bad_line_is_refused_where_it_starts_and_the_lines_before_it_stay() {
     assert_eq!(d.stream.seq(), units(&good));
     let next = chunk("text-delta", "next");
     assert_eq!(d.push(&next).seq, units(&good) + units(&next), "the next request starts a fresh line");
-    d.close();
+    let _ = d.close();
     d.answer_all();
     assert_eq!(d.db.durable_text(STREAM), format!("{good}{next}"), "nothing of the refused request was written");
 }
@@ -730,7 +730,7 @@ fn a_line_split_across_pushes_that_turns_out_bad_drops_its_fragment() {
     assert_eq!(d.read(reader).len(), 1, "only the open frame: no refused byte reached a reader");
     let close = d.close();
     d.answer_all();
-    assert!(matches!(d.settlement(close), Some(Settlement::Sealed(Ok(_)))));
+    assert!(matches!(d.outcome(close), Some(Ok(_))));
     assert_eq!(d.db.durable_text(STREAM), "", "no fragment of a refused line is kept");
 }
 
@@ -746,7 +746,7 @@ fn a_close_keeps_an_unfinished_line_in_the_text_and_it_never_surfaces_as_a_chunk
     let close = d.close();
     d.answer_all();
     let total = units(&line) + units(fragment);
-    assert!(matches!(d.settlement(close), Some(Settlement::Sealed(Ok(r))) if r.seq == total));
+    assert!(matches!(d.outcome(close), Some(Ok(r)) if r.seq == total));
     assert_eq!(d.db.durable_text(STREAM), format!("{line}{fragment}"));
     let frames = d.read(events);
     assert!(frames.contains(&Frame::Chunk { from: units(&line), seq: total, text: fragment.into() }), "{frames:?}");
@@ -772,20 +772,20 @@ fn a_ui_reader_gets_the_ending_of_each_status() {
     };
     assert_eq!(
         ending(&|d| {
-            d.close();
+            let _ = d.close();
         }),
         vec![(None, r#"{"type":"finish"}"#.to_owned())]
     );
     assert_eq!(
         ending(&|d| {
             d.stream.cancel();
-            d.close();
+            let _ = d.close();
         }),
         vec![(None, r#"{"type":"abort"}"#.to_owned())]
     );
     assert_eq!(
         ending(&|d| {
-            d.stream.fail("the model said \"no\"", d.now);
+            let _ = d.stream.fail("the model said \"no\"", d.now);
         }),
         vec![(None, r#"{"type":"error","errorText":"the model said \"no\""}"#.to_owned())]
     );
@@ -811,7 +811,7 @@ fn a_ui_reader_joins_at_the_start_of_the_line_holding_its_offset() {
     assert!(matches!(d.read(events)[0], Frame::Open { from, .. } if from == units(&a) + 1), "an events reader keeps its offset");
     d.push(&c);
     assert_eq!(d.read_ui(at_end), Some(ui_lines(units(&a) + units(&b), &[&c])));
-    d.close();
+    let _ = d.close();
     d.answer_all();
     let late = d.subscribe_ui(units(&a) + 2);
     let mut expected = ui_lines(units(&a), &[&b, &c]);

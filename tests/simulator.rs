@@ -23,12 +23,12 @@ mod support;
 use rindle_streams::core::config::StreamConfig;
 use rindle_streams::core::frame::{EndStatus, Frame};
 use rindle_streams::core::live::{
-    Dialect, LiveStream, Output, Pull, PushError, ReaderId, Settlement, StoreOp, StoreRequest, StreamState, Ticket,
+    Dialect, LiveStream, Output, Pull, PushError, ReaderId, SealOutcome, Settlement, StoreOp, StoreRequest, StreamState, Ticket,
 };
 use rindle_streams::core::ui::{Format, MAX_LINE_BYTES};
 use rindle_streams::core::utf16;
 use std::collections::{HashMap, VecDeque};
-use support::driver::{parse_sse, parse_ui_sse};
+use support::driver::{parse_sse, parse_ui_sse, ticket_id, Settles};
 use support::{Fault, SqliteDb};
 
 const STREAM: &str = "sim";
@@ -224,10 +224,11 @@ struct Sim {
     ui_readers: Vec<UiReader>,
     bad_lines: u64,
     durable_high: u64,
-    settled: HashMap<Ticket, Settlement>,
+    /// Every settlement, by ticket id.
+    settled: HashMap<u64, Settlement>,
     retired: bool,
     store_ops: u64,
-    seal_outcome: Option<Ticket>,
+    seal_ticket: Option<Ticket<SealOutcome>>,
     cancelled_at_close: bool,
     /// The lease re-ran a seal that could not commit, and it committed.
     repaired: bool,
@@ -274,7 +275,7 @@ impl Sim {
             settled: HashMap::new(),
             retired: false,
             store_ops: 0,
-            seal_outcome: None,
+            seal_ticket: None,
             cancelled_at_close: false,
             repaired: false,
         };
@@ -293,9 +294,10 @@ impl Sim {
                     let at = self.now + self.rng.below(self.max_latency + 1);
                     self.in_flight.push_back((at, r));
                 }
-                Output::Settled(t, s) => {
-                    if self.settled.insert(t, s).is_some() {
-                        self.fail(format!("ticket {t:?} settled twice"));
+                Output::Settled(s) => {
+                    let id = ticket_id(&s);
+                    if self.settled.insert(id, s).is_some() {
+                        self.fail(format!("ticket {id} settled twice"));
                     }
                 }
                 Output::Retired => self.retired = true,
@@ -566,7 +568,7 @@ impl Sim {
                     self.advance(dt);
                 }
                 60..=64 => {
-                    self.stream.flush(self.now);
+                    let _ = self.stream.flush(self.now);
                     self.drain();
                 }
                 65..=72 if self.ui.is_some() && self.rng.chance(0.5) => self.join_ui(),
@@ -595,7 +597,7 @@ impl Sim {
         }
         self.cancelled_at_close = self.stream.cancelled();
         let ticket = if self.rng.chance(0.8) { self.stream.close(self.now) } else { self.stream.fail("model error", self.now) };
-        self.seal_outcome = Some(ticket);
+        self.seal_ticket = Some(ticket);
         self.drain();
         // A close keeps a `ui` stream's unfinished line in the text as it was sent.
         if let Some((_, reference)) = &mut self.ui {
@@ -625,7 +627,7 @@ impl Sim {
     /// (faults included) until it commits; the row must then hold the producer's status and
     /// exactly the produced text.
     fn repair_seal(&mut self) {
-        let Some(Settlement::Sealed(Err(shortfall))) = self.settled.get(&self.seal_outcome.unwrap()).cloned() else { return };
+        let Some(Err(shortfall)) = self.seal_outcome() else { return };
         for _ in 0..50 {
             let Some(write) = self.stream.unsealed_write() else { return };
             let plan = self.db.sql.plan(STREAM, &StoreOp::Seal(write));
@@ -647,11 +649,16 @@ impl Sim {
         }
     }
 
+    /// How the producer's seal settled, if it did.
+    fn seal_outcome(&self) -> Option<SealOutcome> {
+        self.settled.get(&self.seal_ticket?.id()).and_then(SealOutcome::of).cloned()
+    }
+
     fn check_end(&mut self) {
-        let outcome = self.settled.get(&self.seal_outcome.unwrap()).cloned();
+        let outcome = self.seal_outcome();
         let durable = self.db.durable_text(STREAM);
         match outcome {
-            Some(Settlement::Sealed(Ok(report))) => {
+            Some(Ok(report)) => {
                 if durable != self.produced {
                     self.fail(format!("sealed OK but the durable text is {durable:?}, produced {:?}", self.produced));
                 }
@@ -666,12 +673,12 @@ impl Sim {
                     self.fail("a cancelled stream sealed complete".into());
                 }
             }
-            Some(Settlement::Sealed(Err(shortfall))) => {
+            Some(Err(shortfall)) => {
                 if shortfall.durable_seq > utf16::len(&durable) || shortfall.durable_seq > shortfall.seq {
                     self.fail(format!("a shortfall that overclaims: {shortfall:?} with {} in the store", utf16::len(&durable)));
                 }
             }
-            other => self.fail(format!("the seal did not settle: {other:?}")),
+            None => self.fail("the seal did not settle".into()),
         }
         for r in &self.readers {
             if !r.done {
@@ -701,7 +708,7 @@ fn contracts_s_and_p_hold_over_random_faulty_schedules() {
         sim.run();
         ops += sim.store_ops;
         readers += sim.readers.len();
-        if matches!(sim.seal_outcome.and_then(|t| sim.settled.get(&t).cloned()), Some(Settlement::Sealed(Err(_)))) {
+        if matches!(sim.seal_outcome(), Some(Err(_))) {
             sealed_short += 1;
         }
         repaired += u64::from(sim.repaired);

@@ -9,7 +9,7 @@ use super::shell::{log, now_ms, Shell};
 use super::sse::{self, ReaderBody};
 use crate::core::api::{self, Action, ApiError, Route};
 use crate::core::auth::AuthRequest;
-use crate::core::live::{FlushError, LiveStream, OpenError, Settlement, StreamState};
+use crate::core::live::{FlushError, LiveStream, OpenError, StreamState};
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -135,14 +135,13 @@ impl StreamObject {
         }
         *o.shell.meta.borrow_mut() = meta;
         o.shell.feed(|_, _| ()); // performs the first store request queued by `open`
-        match settled.await {
-            Ok(Settlement::Opened(Ok(()))) => {
+        match settled.await.map_err(unavailable)? {
+            Ok(()) => {
                 self.hold_lease(o, &route.stream_id).await;
                 http::json(200, &json!({"streamId": route.stream_id, "seq": 0, "durableSeq": 0})).map_err(unavailable)
             }
-            Ok(Settlement::Opened(Err(OpenError::Refused(reason)))) => Err(ApiError::open_refused(&route.stream_id, reason)),
-            Ok(Settlement::Opened(Err(OpenError::Store(e)))) => Err(ApiError::store_unavailable(e)),
-            other => Err(unavailable(format!("the open did not settle ({other:?})"))),
+            Err(OpenError::Refused(reason)) => Err(ApiError::open_refused(&route.stream_id, reason)),
+            Err(OpenError::Store(e)) => Err(ApiError::store_unavailable(e)),
         }
     }
 
@@ -182,17 +181,15 @@ impl Object {
     async fn flush(&self, route: &Route) -> Result<Response, ApiError> {
         let shell = &self.shell;
         let settled = shell.feed(|s, now| shell.await_ticket(s.flush(now))).ok_or_else(|| ApiError::not_open(&route.stream_id))?;
-        match settled.await {
-            Ok(Settlement::Flushed(Ok(durable_seq))) => {
+        match settled.await.map_err(unavailable)? {
+            Ok(durable_seq) => {
                 let seq = shell.inspect(LiveStream::seq).unwrap_or(durable_seq);
                 http::json(200, &json!({"seq": seq, "durableSeq": durable_seq})).map_err(unavailable)
             }
-            Ok(Settlement::Flushed(Err(FlushError::NotOpen))) => Err(ApiError::not_open(&route.stream_id)),
-            Ok(Settlement::Flushed(Err(e @ FlushError::CheckpointFailed { seq, durable_seq, .. })))
-            | Ok(Settlement::Flushed(Err(e @ FlushError::EndedShort { seq, durable_seq }))) => {
+            Err(FlushError::NotOpen) => Err(ApiError::not_open(&route.stream_id)),
+            Err(e @ (FlushError::CheckpointFailed { seq, durable_seq, .. } | FlushError::EndedShort { seq, durable_seq })) => {
                 Err(ApiError::checkpoint_failed(seq, durable_seq, e))
             }
-            other => Err(unavailable(format!("the flush did not settle ({other:?})"))),
         }
     }
 
@@ -209,15 +206,12 @@ impl Object {
                 shell.await_ticket(ticket)
             })
             .ok_or_else(|| ApiError::not_open(&route.stream_id))?;
-        match settled.await {
-            Ok(Settlement::Sealed(Ok(r))) => {
-                http::json(200, &json!({"status": r.status, "seq": r.seq, "durableSeq": r.durable_seq})).map_err(unavailable)
-            }
-            Ok(Settlement::Sealed(Err(short))) => Err(ApiError::new(503, "seal_failed", short.to_string())
+        match settled.await.map_err(unavailable)? {
+            Ok(r) => http::json(200, &json!({"status": r.status, "seq": r.seq, "durableSeq": r.durable_seq})).map_err(unavailable),
+            Err(short) => Err(ApiError::new(503, "seal_failed", short.to_string())
                 .with("status", short.status.as_str())
                 .with("seq", short.seq)
                 .with("durableSeq", short.durable_seq)),
-            other => Err(unavailable(format!("the seal did not settle ({other:?})"))),
         }
     }
 

@@ -3,7 +3,9 @@
 //! wake readers, settle waiting requests, arm the timer).
 
 use super::store::CheckpointSink;
-use crate::core::live::{LiveStream, Millis, Output, ReaderId, Settlement, StoreRequest, StreamEvent, Ticket};
+use crate::core::live::{
+    FlushOutcome, LiveStream, Millis, OpenOutcome, Output, ReaderId, SealOutcome, Settlement, StoreRequest, StreamEvent, Ticket,
+};
 use futures::channel::oneshot;
 use serde_json::json;
 use std::cell::{Cell, RefCell};
@@ -30,6 +32,60 @@ pub fn log(level: &str, event: &str, stream_id: &str, fields: serde_json::Value)
     }
 }
 
+/// A request's stream went away before settling it (the machine always settles what it
+/// ticketed, so this is a runtime failure, never an answer about the stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the stream went away before the request settled")]
+pub struct StreamDropped;
+
+type Waiters<T> = RefCell<HashMap<Ticket<T>, oneshot::Sender<T>>>;
+
+/// Requests waiting for their settlement, one map per kind of outcome.
+#[derive(Default)]
+pub struct Waiting {
+    opens: Waiters<OpenOutcome>,
+    flushes: Waiters<FlushOutcome>,
+    seals: Waiters<SealOutcome>,
+}
+
+impl Waiting {
+    fn settle(&self, settlement: Settlement) {
+        fn send<T>(waiters: &Waiters<T>, ticket: Ticket<T>, outcome: T) {
+            if let Some(tx) = waiters.borrow_mut().remove(&ticket) {
+                let _ = tx.send(outcome); // the request may have gone away meanwhile
+            }
+        }
+        match settlement {
+            Settlement::Opened(t, o) => send(&self.opens, t, o),
+            Settlement::Flushed(t, o) => send(&self.flushes, t, o),
+            Settlement::Sealed(t, o) => send(&self.seals, t, o),
+        }
+    }
+}
+
+/// An outcome a request can wait for: each kind has its own waiters.
+pub trait Awaitable: Sized + 'static {
+    fn waiters(waiting: &Waiting) -> &Waiters<Self>;
+}
+
+impl Awaitable for OpenOutcome {
+    fn waiters(waiting: &Waiting) -> &Waiters<Self> {
+        &waiting.opens
+    }
+}
+
+impl Awaitable for FlushOutcome {
+    fn waiters(waiting: &Waiting) -> &Waiters<Self> {
+        &waiting.flushes
+    }
+}
+
+impl Awaitable for SealOutcome {
+    fn waiters(waiting: &Waiting) -> &Waiters<Self> {
+        &waiting.seals
+    }
+}
+
 /// The live side of one Durable Object.
 pub struct Shell {
     pub stream_id: String,
@@ -37,7 +93,7 @@ pub struct Shell {
     live: RefCell<Option<LiveStream>>,
     /// The `meta` given at open, handed to the authorizer.
     pub meta: RefCell<Option<serde_json::Value>>,
-    tickets: RefCell<HashMap<Ticket, oneshot::Sender<Settlement>>>,
+    waiting: Waiting,
     wakers: RefCell<HashMap<ReaderId, Waker>>,
     /// Senders woken when a cancel arrives (a streaming append waits on one).
     cancel_watchers: RefCell<Vec<oneshot::Sender<()>>>,
@@ -52,7 +108,7 @@ impl Shell {
             sink,
             live: RefCell::new(None),
             meta: RefCell::new(None),
-            tickets: RefCell::default(),
+            waiting: Waiting::default(),
             wakers: RefCell::default(),
             cancel_watchers: RefCell::default(),
             timer_at: Cell::new(None),
@@ -95,12 +151,13 @@ impl Shell {
         Some(result)
     }
 
-    /// Registers interest in a ticket's settlement. Call before the outputs that may settle it
-    /// are performed, i.e. inside the same `feed`.
-    pub fn await_ticket(&self, ticket: Ticket) -> oneshot::Receiver<Settlement> {
+    /// Registers interest in a ticket's settlement; the future resolves with the outcome the
+    /// ticket's type names. Call before the outputs that may settle it are performed, i.e.
+    /// inside the same `feed`.
+    pub fn await_ticket<T: Awaitable>(&self, ticket: Ticket<T>) -> impl std::future::Future<Output = Result<T, StreamDropped>> {
         let (tx, rx) = oneshot::channel();
-        self.tickets.borrow_mut().insert(ticket, tx);
-        rx
+        T::waiters(&self.waiting).borrow_mut().insert(ticket, tx);
+        async move { rx.await.map_err(|_| StreamDropped) }
     }
 
     /// A receiver that fires when a cancel reaches this stream.
@@ -122,17 +179,20 @@ impl Shell {
         self.wakers.borrow_mut().insert(reader, waker.clone());
     }
 
-    /// Pulls a reader's queued bytes (no outputs come from a pull, so no `feed`). A pull
-    /// held back by reader pacing moves the stream's next deadline, so the timer is re-armed.
+    /// Pulls a reader's queued bytes (no outputs come from a pull, so no `feed`). A pull held
+    /// back by reader pacing arms a timer for when that reader is due: only its own deadline,
+    /// not the stream's (which would cost O(readers) on every pull).
     pub fn pull(self: &Rc<Self>, reader: ReaderId) -> crate::core::live::Pull {
         let now = now_ms();
-        let (pull, deadline) = match self.live.borrow_mut().as_mut() {
-            Some(s) => (s.pull(reader, now), s.poll_timeout()),
+        let (pull, due) = match self.live.borrow_mut().as_mut() {
+            Some(s) => {
+                let pull = s.pull(reader, now);
+                let due = if pull == crate::core::live::Pull::Pending { s.reader_due(reader) } else { None };
+                (pull, due)
+            }
             None => return crate::core::live::Pull::Gone,
         };
-        if pull == crate::core::live::Pull::Pending {
-            self.arm_timer(deadline, now);
-        }
+        self.arm_timer(due, now);
         pull
     }
 
@@ -156,11 +216,7 @@ impl Shell {
                         w.wake();
                     }
                 }
-                Output::Settled(ticket, settlement) => {
-                    if let Some(tx) = self.tickets.borrow_mut().remove(&ticket) {
-                        let _ = tx.send(settlement);
-                    }
-                }
+                Output::Settled(settlement) => self.waiting.settle(settlement),
                 Output::Event(event) => self.log_event(event),
                 Output::Retired => self.retire(),
             }

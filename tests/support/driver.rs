@@ -5,7 +5,8 @@ use super::{Fault, SqliteDb};
 use rindle_streams::core::config::StreamConfig;
 use rindle_streams::core::frame::Frame;
 use rindle_streams::core::live::{
-    Dialect, LiveStream, Output, Pull, PushError, PushReceipt, ReaderId, Settlement, StoreOp, StoreRequest, StreamEvent, Ticket,
+    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, PushError, PushReceipt, ReaderId, SealOutcome, Settlement, StoreOp,
+    StoreRequest, StreamEvent, Ticket,
 };
 use std::collections::{HashMap, VecDeque};
 
@@ -17,7 +18,8 @@ pub struct Driver {
     pub db: SqliteDb,
     pub now: u64,
     pub pending: VecDeque<StoreRequest>,
-    pub settled: HashMap<Ticket, Settlement>,
+    /// Every settlement, by ticket id.
+    pub settled: HashMap<u64, Settlement>,
     pub events: Vec<StreamEvent>,
     pub wakes: Vec<ReaderId>,
     pub retired: bool,
@@ -55,8 +57,9 @@ impl Driver {
             match o {
                 Output::Store(r) => self.pending.push_back(r),
                 Output::Wake(r) => self.wakes.push(r),
-                Output::Settled(t, s) => {
-                    assert!(self.settled.insert(t, s).is_none(), "ticket {t:?} settled twice");
+                Output::Settled(s) => {
+                    let id = ticket_id(&s);
+                    assert!(self.settled.insert(id, s).is_none(), "ticket {id} settled twice");
                 }
                 Output::Event(e) => self.events.push(e),
                 Output::Retired => self.retired = true,
@@ -110,13 +113,13 @@ impl Driver {
         r
     }
 
-    pub fn flush(&mut self) -> Ticket {
+    pub fn flush(&mut self) -> Ticket<FlushOutcome> {
         let t = self.stream.flush(self.now);
         self.drain();
         t
     }
 
-    pub fn close(&mut self) -> Ticket {
+    pub fn close(&mut self) -> Ticket<SealOutcome> {
         let t = self.stream.close(self.now);
         self.drain();
         t
@@ -155,12 +158,54 @@ impl Driver {
         frames
     }
 
-    pub fn settlement(&self, t: Ticket) -> Option<&Settlement> {
-        self.settled.get(&t)
+    /// How the request of ticket `t` settled, if it did.
+    pub fn outcome<T: Settles>(&self, t: Ticket<T>) -> Option<&T> {
+        T::of(self.settled.get(&t.id())?)
     }
 
     pub fn appends_pending(&self) -> usize {
         self.pending.iter().filter(|r| matches!(r.op, StoreOp::Append { .. })).count()
+    }
+}
+
+/// The ticket id a settlement answers.
+pub fn ticket_id(s: &Settlement) -> u64 {
+    match s {
+        Settlement::Opened(t, _) => t.id(),
+        Settlement::Flushed(t, _) => t.id(),
+        Settlement::Sealed(t, _) => t.id(),
+    }
+}
+
+/// An outcome a ticket settles with, read out of its settlement.
+pub trait Settles: Sized {
+    fn of(s: &Settlement) -> Option<&Self>;
+}
+
+impl Settles for OpenOutcome {
+    fn of(s: &Settlement) -> Option<&Self> {
+        match s {
+            Settlement::Opened(_, o) => Some(o),
+            _ => None,
+        }
+    }
+}
+
+impl Settles for FlushOutcome {
+    fn of(s: &Settlement) -> Option<&Self> {
+        match s {
+            Settlement::Flushed(_, o) => Some(o),
+            _ => None,
+        }
+    }
+}
+
+impl Settles for SealOutcome {
+    fn of(s: &Settlement) -> Option<&Self> {
+        match s {
+            Settlement::Sealed(_, o) => Some(o),
+            _ => None,
+        }
     }
 }
 

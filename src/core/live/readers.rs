@@ -103,6 +103,7 @@ impl Reader {
 }
 
 /// What a pull produced.
+#[must_use = "a pull takes the reader's queued bytes: write them"]
 #[derive(Debug, PartialEq, Eq)]
 pub enum Pull {
     /// SSE bytes to write. `last` is true when they end the subscription.
@@ -196,6 +197,11 @@ impl Readers {
     pub fn next_due(&self) -> Option<Millis> {
         let pace = self.pacing();
         self.readers.values().filter(|r| r.deferred).map(|r| r.due(pace)).min()
+    }
+
+    /// When reader `id`, held back by its pace, is due (`None` when it is not held back).
+    pub fn due_of(&self, id: ReaderId) -> Option<Millis> {
+        self.readers.get(&id).filter(|r| r.deferred).map(|r| r.due(self.pacing()))
     }
 
     /// Wakes the deferred readers whose pace has passed.
@@ -401,8 +407,10 @@ mod tests {
             assert!(matches!(rs.pull(id, 100), Pull::Data { .. }));
             assert_eq!(rs.pull(id, 100), Pull::Pending);
         }
+        assert_eq!(rs.due_of(ids[0]), None, "not held back: parked, waiting for data");
         assert!(rs.fan_out(chunk(1, "b"), stale, 103).0.is_empty(), "written 3 ms ago: deferred");
         assert_eq!(rs.pull(ids[0], 104), Pull::Pending, "a pull before the pace is due waits too");
+        assert_eq!(rs.due_of(ids[0]), Some(110), "held back by its pace: the shell arms a timer for 110");
         assert!(rs.fan_out(chunk(2, "c"), stale, 106).0.is_empty());
         assert_eq!(rs.next_due(), Some(110));
         assert!(rs.wake_due(109).is_empty());

@@ -8,6 +8,7 @@ use crate::core::frame::{EndStatus, Frame};
 use crate::core::text::TextBuffer;
 use crate::core::ui::{BadChunk, Format, LineAssembler};
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 use thiserror::Error;
 
 /// Milliseconds on the shell's clock. The machine never reads a clock; time is an input.
@@ -17,9 +18,56 @@ pub type Millis = u64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OpId(pub u64);
 
-/// Names one pending request (open, flush or seal) until it settles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Ticket(pub u64);
+/// Names one pending request (open, flush or seal) until it settles with a `T`: an
+/// [`OpenOutcome`], a [`FlushOutcome`] or a [`SealOutcome`]. The type says what the settlement
+/// carries, so a waiter never has to handle a settlement of another kind.
+#[must_use = "a ticket names a request that settles later: await its settlement"]
+pub struct Ticket<T> {
+    id: u64,
+    settles_with: PhantomData<fn() -> T>,
+}
+
+impl<T> Ticket<T> {
+    fn new(id: u64) -> Self {
+        Self { id, settles_with: PhantomData }
+    }
+
+    /// A number naming this request among the stream's tickets.
+    pub fn id(self) -> u64 {
+        self.id
+    }
+}
+
+// By hand: derives would demand the same of `T`, which a ticket does not hold.
+impl<T> Clone for Ticket<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Ticket<T> {}
+impl<T> PartialEq for Ticket<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+impl<T> Eq for Ticket<T> {}
+impl<T> std::hash::Hash for Ticket<T> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.id.hash(state);
+    }
+}
+impl<T> std::fmt::Debug for Ticket<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ticket({})", self.id)
+    }
+}
+
+/// How an open settles.
+pub type OpenOutcome = Result<(), OpenError>;
+/// How a flush settles: the confirmed `durableSeq`, or why it could not be confirmed.
+pub type FlushOutcome = Result<u64, FlushError>;
+/// How a seal settles.
+pub type SealOutcome = Result<SealReport, SealShortfall>;
 
 /// A store operation for the shell to perform and answer with [`LiveStream::handle_store`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,20 +130,19 @@ pub enum Output {
     /// A parked reader has frames: pull it.
     Wake(ReaderId),
     /// A request settled.
-    Settled(Ticket, Settlement),
+    Settled(Settlement),
     /// Something worth one log line.
     Event(StreamEvent),
     /// The stream is over (refused, or its linger window passed): drop the machine.
     Retired,
 }
 
-/// How a request settled.
+/// A request that settled, with its ticket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settlement {
-    Opened(Result<(), OpenError>),
-    /// The confirmed `durableSeq`.
-    Flushed(Result<u64, FlushError>),
-    Sealed(Result<SealReport, SealShortfall>),
+    Opened(Ticket<OpenOutcome>, OpenOutcome),
+    Flushed(Ticket<FlushOutcome>, FlushOutcome),
+    Sealed(Ticket<SealOutcome>, SealOutcome),
 }
 
 /// Why an open failed.
@@ -209,7 +256,7 @@ pub struct Stats {
 pub(crate) enum Phase {
     /// Awaiting the store's word on the open.
     Opening {
-        ticket: Ticket,
+        ticket: Ticket<OpenOutcome>,
         step: OpenStep,
         retry: u32,
     },
@@ -255,7 +302,7 @@ pub(crate) struct Sealing {
     tail_abandoned: bool,
     write: SealStep,
     /// The requests (close, fail, idle timeout) waiting for the outcome.
-    tickets: Vec<Ticket>,
+    tickets: Vec<Ticket<SealOutcome>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -297,7 +344,7 @@ pub struct LiveStream {
     readers: Readers,
     host_token: String,
     ck: Checkpointer,
-    flush_waiters: Vec<(Ticket, u64)>,
+    flush_waiters: Vec<(Ticket<FlushOutcome>, u64)>,
     /// The producer's last append or flush (for the idle timeout).
     last_activity: Millis,
     /// The latest time an input brought (reader pacing reads it when frames fan out).
@@ -320,9 +367,9 @@ impl Outbox {
         self.outputs.push_back(o);
     }
 
-    fn ticket(&mut self) -> Ticket {
+    fn ticket<T>(&mut self) -> Ticket<T> {
         self.next_ticket += 1;
-        Ticket(self.next_ticket)
+        Ticket::new(self.next_ticket)
     }
 
     fn request(&mut self, op: StoreOp) -> OpId {
@@ -336,7 +383,8 @@ impl Outbox {
 impl LiveStream {
     /// Starts opening `stream_id`; the ticket settles with [`Settlement::Opened`].
     /// `host_token` is this producer's claim on the row (the open CAS).
-    pub fn open(stream_id: &str, cfg: StreamConfig, host_token: &str, now: Millis) -> (Self, Ticket) {
+    #[must_use = "the stream must be driven, and its ticket awaited"]
+    pub fn open(stream_id: &str, cfg: StreamConfig, host_token: &str, now: Millis) -> (Self, Ticket<OpenOutcome>) {
         let mut out = Outbox::default();
         let ticket = out.ticket();
         let step = first_open_step(&mut out, &cfg.mode, host_token, true);
@@ -484,7 +532,7 @@ impl LiveStream {
     }
 
     /// Asks for everything produced so far to be durable; settles with [`Settlement::Flushed`].
-    pub fn flush(&mut self, now: Millis) -> Ticket {
+    pub fn flush(&mut self, now: Millis) -> Ticket<FlushOutcome> {
         let ticket = self.out.ticket();
         let at = self.seq();
         let settled = match &self.phase {
@@ -495,7 +543,7 @@ impl LiveStream {
             Phase::Live | Phase::Sealing(_) => None,
         };
         match settled {
-            Some(result) => self.settle(ticket, Settlement::Flushed(result)),
+            Some(result) => self.settle(Settlement::Flushed(ticket, result)),
             None => {
                 self.last_activity = now;
                 self.flush_waiters.push((ticket, at));
@@ -507,19 +555,19 @@ impl LiveStream {
     }
 
     /// Seals `complete`, or `cancelled` when a cancel was seen.
-    pub fn close(&mut self, now: Millis) -> Ticket {
+    pub fn close(&mut self, now: Millis) -> Ticket<SealOutcome> {
         let status = if self.cancelled { EndStatus::Cancelled } else { EndStatus::Complete };
         self.seal(status, None, now)
     }
 
     /// Seals `error` with the producer's message.
-    pub fn fail(&mut self, error: &str, now: Millis) -> Ticket {
+    pub fn fail(&mut self, error: &str, now: Millis) -> Ticket<SealOutcome> {
         self.seal(EndStatus::Error, Some(error.to_owned()), now)
     }
 
     /// Seals with `status`; settles with [`Settlement::Sealed`]. A second seal joins the first
     /// (or, once ended, gets the first one's outcome): a stream seals once.
-    pub fn seal(&mut self, status: EndStatus, error: Option<String>, now: Millis) -> Ticket {
+    pub fn seal(&mut self, status: EndStatus, error: Option<String>, now: Millis) -> Ticket<SealOutcome> {
         let ticket = self.out.ticket();
         match &mut self.phase {
             Phase::Live => {
@@ -536,12 +584,12 @@ impl LiveStream {
             Phase::Ended { seal, shortfall, .. } => {
                 let (status, shortfall) = (seal.status, shortfall.clone());
                 let outcome = self.seal_outcome(status, shortfall);
-                self.settle(ticket, Settlement::Sealed(outcome));
+                self.settle(Settlement::Sealed(ticket, outcome));
             }
             Phase::Opening { .. } | Phase::Retired => {
                 let shortfall =
                     SealShortfall { status, seq: self.seq(), durable_seq: self.durable_seq, reason: "the stream is not open".into() };
-                self.settle(ticket, Settlement::Sealed(Err(shortfall)));
+                self.settle(Settlement::Sealed(ticket, Err(shortfall)));
             }
         }
         ticket
@@ -579,6 +627,7 @@ impl LiveStream {
     // ---- reader inputs
 
     /// Attaches an `/events` reader at UTF-16 offset `from` (see [`Self::subscribe_as`]).
+    #[must_use = "a reader's frames queue until it is pulled or detached"]
     pub fn subscribe(&mut self, from: u64) -> ReaderId {
         self.subscribe_as(Dialect::Events, from)
     }
@@ -587,6 +636,7 @@ impl LiveStream {
     /// there, a `durable` and (if ended) `end` in this one step, then registers it for live
     /// frames, so no delta can fall between replay and live tail. A `ui` reader joins at the
     /// start of the line holding `from`.
+    #[must_use = "a reader's frames queue until it is pulled or detached"]
     pub fn subscribe_as(&mut self, dialect: Dialect, from: u64) -> ReaderId {
         let ended = match &self.phase {
             Phase::Live | Phase::Sealing(_) => None,
@@ -621,6 +671,12 @@ impl LiveStream {
         self.readers.pull(reader, now)
     }
 
+    /// When `reader`, held back by its pace after a `Pending` pull, is due; the shell arms a
+    /// timer for it (the stream's other deadlines are armed already).
+    pub fn reader_due(&self, reader: ReaderId) -> Option<Millis> {
+        self.readers.due_of(reader)
+    }
+
     /// A reader's client went away.
     pub fn detach(&mut self, reader: ReaderId) {
         self.readers.detach(reader);
@@ -653,6 +709,7 @@ impl LiveStream {
     // ---- time
 
     /// The next moment [`Self::handle_timeout`] has work to do.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         let phase_deadline = match &self.phase {
             Phase::Opening { step: OpenStep::Backoff { until, .. }, .. } => Some(*until),
@@ -682,8 +739,8 @@ impl LiveStream {
             }
             Phase::Live if self.idle_deadline().is_some_and(|d| d <= now) => {
                 let idle_s = self.cfg.idle_timeout_ms / 1000;
-                let ticket = self.seal(EndStatus::Interrupted, Some(format!("the producer sent nothing for {idle_s} s")), now);
-                let _ = ticket; // nobody awaits it: the seal's outcome is logged and framed
+                // Nobody awaits this seal's ticket: its outcome is logged and framed.
+                let _ = self.seal(EndStatus::Interrupted, Some(format!("the producer sent nothing for {idle_s} s")), now);
             }
             _ => {}
         }
@@ -696,14 +753,15 @@ impl LiveStream {
     // ---- outputs
 
     /// The next thing for the shell to do.
+    #[must_use]
     pub fn poll_output(&mut self) -> Option<Output> {
         self.out.outputs.pop_front()
     }
 
     // ---- internals
 
-    fn settle(&mut self, ticket: Ticket, s: Settlement) {
-        self.out.push(Output::Settled(ticket, s));
+    fn settle(&mut self, s: Settlement) {
+        self.out.push(Output::Settled(s));
     }
 
     fn event(&mut self, e: StreamEvent) {
@@ -882,7 +940,7 @@ impl LiveStream {
         let waiters = std::mem::take(&mut self.flush_waiters);
         for (ticket, at) in waiters {
             match verdict(at) {
-                Some(result) => self.settle(ticket, Settlement::Flushed(result)),
+                Some(result) => self.settle(Settlement::Flushed(ticket, result)),
                 None => self.flush_waiters.push((ticket, at)),
             }
         }
@@ -941,7 +999,7 @@ impl LiveStream {
         });
         let outcome = self.seal_outcome(seal.status, shortfall.clone());
         for ticket in tickets {
-            self.settle(ticket, Settlement::Sealed(outcome.clone()));
+            self.settle(Settlement::Sealed(ticket, outcome.clone()));
         }
         let durable_seq = self.durable_seq;
         self.settle_waiters(|at| Some(if at <= durable_seq { Ok(durable_seq) } else { Err(FlushError::EndedShort { seq, durable_seq }) }));
@@ -993,12 +1051,12 @@ impl LiveStream {
             Ok(None) => {
                 self.phase = Phase::Live;
                 self.event(StreamEvent::Opened);
-                self.settle(ticket, Settlement::Opened(Ok(())));
+                self.settle(Settlement::Opened(ticket, Ok(())));
             }
             Err(e) => {
                 self.phase = Phase::Retired;
                 self.event(StreamEvent::OpenFailed(e.clone()));
-                self.settle(ticket, Settlement::Opened(Err(e)));
+                self.settle(Settlement::Opened(ticket, Err(e)));
                 self.out.push(Output::Retired);
             }
         }
