@@ -21,16 +21,6 @@ impl EndStatus {
             EndStatus::Interrupted => "interrupted",
         }
     }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "complete" => EndStatus::Complete,
-            "cancelled" => EndStatus::Cancelled,
-            "error" => EndStatus::Error,
-            "interrupted" => EndStatus::Interrupted,
-            _ => return None,
-        })
-    }
 }
 
 /// The status column's value while a producer holds the row.

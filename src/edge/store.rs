@@ -25,11 +25,6 @@ pub trait CheckpointSink {
     /// Sets the row's cancel flag; `false` when there is no such row.
     fn request_cancel<'a>(&'a self, stream_id: &'a str) -> LocalBoxFuture<'a, Result<bool, StoreFailure>>;
 
-    /// Whether this sink confirms checkpoints by reading the row back (mapped tables).
-    fn reads_back(&self) -> bool {
-        false
-    }
-
     /// What this sink has sent to its store so far, where it counts (for `/stats`).
     fn counters(&self) -> Option<StoreCounters> {
         None
@@ -67,10 +62,6 @@ impl D1Tables {
         let mut c = self.counters.get();
         f(&mut c);
         self.counters.set(c);
-    }
-
-    pub fn sql(&self) -> &MappedSql {
-        &self.sql
     }
 
     fn prepare(&self, s: &Statement) -> Result<worker::D1PreparedStatement, StoreFailure> {
@@ -160,10 +151,6 @@ impl CheckpointSink for D1Tables {
                 None => Ok(!self.query(&self.sql.read_row(stream_id)).await?.is_empty()),
             }
         })
-    }
-
-    fn reads_back(&self) -> bool {
-        true
     }
 
     fn counters(&self) -> Option<StoreCounters> {

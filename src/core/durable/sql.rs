@@ -109,10 +109,6 @@ impl MappedSql {
         Self { map, dialect }
     }
 
-    pub fn mapping(&self) -> &TableMapping {
-        &self.map
-    }
-
     fn p(&self, n: usize) -> String {
         self.dialect.placeholder(n)
     }
