@@ -42,7 +42,7 @@ elif [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
 else
   warn "chromium missing and not root, so not installing: sudo apt-get install -y chromium"
-  warn "  (browser tests skip without it)"
+  warn "  (scripts/test.sh fails without it: the browser tests never skip)"
 fi
 
 # 5. Node.js.

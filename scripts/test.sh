@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The project's test command (README "test", and .ci/run): setup, native Rust tests, the
-# wasm build, then the Node tests (tests/client/, tests/ai/, tests/e2e/, tests/browser/) against the real Worker.
+# The project's test command (README "test", and .ci/run): setup, then the gates, cheapest
+# first so a broken change fails in seconds rather than after the long steps: Chromium present,
+# rustfmt, clippy (native and wasm32, warnings denied), native Rust tests, the embedding build,
+# the Worker build and its bundle size, then the Node tests (tests/client/, tests/ai/, tests/e2e/,
+# tests/browser/) against the real Worker.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
@@ -9,10 +12,35 @@ trap 'echo "test.sh: total time $(elapsed "$START")"' EXIT
 
 "$SCRIPTS_DIR/setup.sh"
 
+# The browser tests never skip: a missing Chromium fails the test command here, at once.
+CHROMIUM="${CHROMIUM_BIN:-/usr/bin/chromium}"
+[[ -x "$CHROMIUM" ]] || die "no Chromium at $CHROMIUM: the browser tests (tests/browser/) need it and never skip. Install it (apt-get install chromium; scripts/setup.sh does when run as root) or point CHROMIUM_BIN at one."
+step "chromium: $CHROMIUM"
+
+step "cargo fmt --check"
+cargo fmt --check || die "cargo fmt --check: run cargo fmt"
+
+# Native clippy never sees src/edge (wasm32 only), so the wasm32 target is linted too, with
+# and without the standalone fetch handler (the embedding path, README "Embedding").
+T="$(now)"
+step "cargo clippy (native, all targets, -D warnings)"
+cargo clippy --quiet --all-targets -- -D warnings
+step "cargo clippy (wasm32-unknown-unknown, -D warnings)"
+cargo clippy --quiet --target wasm32-unknown-unknown -- -D warnings
+step "cargo clippy (wasm32-unknown-unknown, --no-default-features, -D warnings)"
+cargo clippy --quiet --target wasm32-unknown-unknown --no-default-features -- -D warnings
+step "clippy: $(elapsed "$T")"
+
 step "cargo test (native)"
 T="$(now)"
 cargo test
 step "cargo test: $(elapsed "$T")"
+
+# The embedding path: the crate as a dependency of another Worker (no standalone handler).
+step "cargo build (wasm32-unknown-unknown, --no-default-features: the embedding build)"
+T="$(now)"
+cargo build --quiet --lib --target wasm32-unknown-unknown --no-default-features
+step "embedding build: $(elapsed "$T")"
 
 # The native fan-out micro-benchmark (bench/fanout.rs), at smoke size: it must keep building
 # and running. Its full run is `cargo run --release --example fanout` (BENCHMARKS.md).
@@ -21,21 +49,18 @@ T="$(now)"
 cargo run --quiet --release --example fanout -- --smoke
 step "fan-out smoke: $(elapsed "$T")"
 
-T="$(now)"
 "$SCRIPTS_DIR/build.sh"
+"$SCRIPTS_DIR/bundle-size.sh"
 
 dirs=()
 for d in tests/client tests/ai tests/e2e tests/browser; do
   [[ -d "$d" ]] && dirs+=("$d/")
 done
-if [[ ${#dirs[@]} -eq 0 ]]; then
-  warn "no Node test directories: skipping Node tests"
-else
-  step "node --test ${dirs[*]}"
-  T="$(now)"
-  rm -rf test-artifacts/e2e && mkdir -p test-artifacts
-  # One file at a time: each e2e file runs its own wrangler/workerd and the machine has 2 cores.
-  # NODE_TEST_TIMEOUT (ms, default 300000) bounds any single test so CI can never hang.
-  node --test --test-concurrency=1 --test-timeout="${NODE_TEST_TIMEOUT:-300000}" "${dirs[@]}"
-  step "node tests: $(elapsed "$T")"
-fi
+[[ ${#dirs[@]} -gt 0 ]] || die "no Node test directories (tests/client, tests/ai, tests/e2e, tests/browser)"
+step "node --test ${dirs[*]}"
+T="$(now)"
+rm -rf test-artifacts/e2e && mkdir -p test-artifacts
+# One file at a time: each e2e file runs its own wrangler/workerd and the machine has 2 cores.
+# NODE_TEST_TIMEOUT (ms, default 300000) bounds any single test so CI can never hang.
+node --test --test-concurrency=1 --test-timeout="${NODE_TEST_TIMEOUT:-300000}" "${dirs[@]}"
+step "node tests: $(elapsed "$T")"

@@ -9,11 +9,11 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import {
-  ROOT, launchChromium, skipUnlessBuilt, skipUnlessChromium, startMock, startStack,
+  ROOT, launchChromium, skipUnlessBuilt, startMock, startStack,
 } from '../e2e/harness.mjs';
 import { mockText, mockTokens } from '../../mock/mock-text.mjs';
 
-const skip = skipUnlessBuilt() || skipUnlessChromium();
+const skip = skipUnlessBuilt();
 const SHOTS = join(ROOT, 'test-artifacts');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const TERMINAL = ['complete', 'cancelled', 'error', 'interrupted', 'disconnected'];

@@ -674,11 +674,15 @@ export async function readSse(url, { headers = {}, signal } = {}) {
 // Headless Chromium (Debian's /usr/bin/chromium driven by playwright-core).
 
 export const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
-/** Use as `test('x', { skip: skipUnlessChromium() }, ...)`. */
-export const skipUnlessChromium = () => (existsSync(CHROMIUM) ? false : `no ${CHROMIUM}: apt-get install chromium`);
 
-/** Launch headless Chromium; close it with `await browser.close()`. */
+/**
+ * Launch headless Chromium; close it with `await browser.close()`. A missing Chromium is an
+ * error, never a skip: a browser test that did not run must not count as passed.
+ */
 export async function launchChromium(options = {}) {
+  if (!existsSync(CHROMIUM)) {
+    throw new Error(`no Chromium at ${CHROMIUM}: install it (apt-get install chromium) or set CHROMIUM_BIN; browser tests never skip`);
+  }
   const { chromium } = requireFromRoot('playwright-core');
   return chromium.launch({
     executablePath: CHROMIUM,
