@@ -358,7 +358,7 @@ async function refusedThenNext(id, token, refused) {
   return { first, next, get };
 }
 
-test('a refused, unread request body (up to 8 MiB) does not break the next request', { skip, timeout: 60_000 }, async () => {
+test('a refused, unread request body (70 KB to 4 MiB) does not break the next request', { skip, timeout: 60_000 }, async () => {
   // Regression: wrangler dev answered the request after an early refusal 503 "Your worker
   // restarted mid-request" until the object discarded unread bodies before answering.
   const id = insertRow(stack, uniqueId('bad-next'));
@@ -377,7 +377,7 @@ test('a refused, unread request body (up to 8 MiB) does not break the next reque
   }
 });
 
-test('a refused request body over 8 MiB does not break the next request', {
+test('a refused 9 MiB request body (over MAX_APPEND_BYTES, read and discarded: the limit is 100 MiB) does not break the next request', {
   skip,
   timeout: 60_000,
 }, async () => {
@@ -407,7 +407,8 @@ test('HEAD /events on a live stream answers at once and attaches no reader', {
   const head = await req({ method: 'HEAD', path: `/streams/${id}/events?token=${encodeURIComponent(c.token)}`, timeoutMs: 5000 });
   const readersAfter = ok(await c.stats(), 'stats').readers;
   ok(await c.close(), 'close'); // ends the stuck subscription, whatever happened
-  assert.ok(head.status === 200 || head.status === 405, `HEAD /events: ${head.status} ${head.error ?? ''}`);
+  assert.equal(head.status, 200, `HEAD /events: ${head.status} ${head.error ?? ''}`);
+  assert.equal(head.headers['content-type'], 'text/event-stream; charset=utf-8', 'HEAD answers the headers a GET would get');
   assert.equal(readersAfter, readersBefore, 'a HEAD request attached a reader');
 });
 
