@@ -4,7 +4,7 @@
 //   import { followStream } from './client.js';
 //   const handle = followStream({
 //     streamId, token,                              // a read-scoped token
-//     onText: (text, seq) => render(text),          // the whole text so far, never shorter
+//     onText: (text, seq) => render(text),          // the whole text so far (see "Endings")
 //     onDurable: (durableSeq) => mark(durableSeq),  // text below this is committed to D1
 //     onEnd: ({ status, seq, error, text }) => done(status),
 //     onError: (err) => show(err),                  // gave up reconnecting
@@ -15,6 +15,14 @@
 //
 // Offsets (`seq`, `from`, `durableSeq`) are UTF-16 code units, i.e. JavaScript string lengths.
 // In Node 20 pass `EventSourceImpl` (e.g. the `eventsource` package) and, if needed, `fetchImpl`.
+// Types: client.d.ts.
+//
+// Endings. While the stream is live the text only grows. Once it has ended, the message row is
+// the truth: a reader that ends holds exactly the durable text, `end.seq` (or the terminal
+// row's `/text`) long. That can be shorter than what was shown live, when the stream ended
+// `interrupted` or its seal fell short, so `onText` may deliver one shorter text, right before
+// `onEnd`. Rejoins after a failure back off exponentially with jitter, so readers cut off
+// together (a restart, a deploy) do not come back in lockstep.
 
 export const TERMINAL_STATUSES = ['complete', 'cancelled', 'error', 'interrupted'];
 
@@ -30,9 +38,29 @@ export function frameResumePoint(frame) {
   return undefined;
 }
 
-/** The durable text: the message row's body, then its chunk rows `{ seq, text }` in seq order. */
+/**
+ * The durable text (SPEC §5): the message row's body, then its chunk rows `{ seq, text }` in seq
+ * order, where a row's `seq` is the offset its text ends at. Only the contiguous prefix counts:
+ * a row that starts past the assembled end (a gap) stops assembly, and a row that overlaps adds
+ * only its new tail. The same rule as the Worker's `assemble_durable_text` (src/core/reading.rs).
+ */
 export function assembleDurableText(body, chunks = []) {
-  return (body ?? '') + [...chunks].sort((x, y) => x.seq - y.seq).map((c) => c.text).join('');
+  let text = body ?? '';
+  for (const chunk of [...chunks].sort((x, y) => x.seq - y.seq)) {
+    const from = Math.max(0, chunk.seq - chunk.text.length);
+    if (from > text.length) break;
+    if (chunk.seq > text.length) text += chunk.text.slice(text.length - from);
+  }
+  return text;
+}
+
+/**
+ * How long to wait before rejoin number `attempt` (0-based): exponential from `baseMs`, with
+ * jitter over its upper half, so many readers cut off at once spread their rejoins out.
+ */
+export function backoffDelay(attempt, baseMs, random = Math.random) {
+  const ceiling = baseMs * 2 ** attempt;
+  return ceiling / 2 + random() * (ceiling / 2);
 }
 
 /** A chunk starts beyond the text the reader holds: the frames between were lost. */
@@ -50,7 +78,9 @@ export const initialState = (text = '') =>
 
 /**
  * Fold one frame into a reader state, returning a new state (the input is not modified).
- * The text never shrinks; a chunk that starts past its end throws {@link StreamGapError}.
+ * While live the text never shrinks; a chunk that starts past its end throws
+ * {@link StreamGapError}. `end` cuts the text to `end.seq`, the durable length: an ended
+ * stream is what D1 holds, never more (an `end` beyond the text held is a gap too).
  * `stale` and `absent` carry no text: the caller must rejoin from the durable text.
  */
 export function applyFrame(state, frame) {
@@ -70,10 +100,13 @@ export function applyFrame(state, frame) {
       s.durableSeq = Math.max(s.durableSeq, frame.seq);
       break;
     case 'end':
+      if (frame.seq > s.text.length) throw new StreamGapError(s.text.length, frame.seq);
+      s.text = s.text.slice(0, frame.seq);
+      s.seq = frame.seq;
+      s.durableSeq = frame.seq;
       s.ended = true;
       s.status = frame.status;
       s.error = frame.error;
-      s.durableSeq = Math.max(s.durableSeq, frame.seq);
       break;
     case 'stale':
       s.durableSeq = Math.max(s.durableSeq, frame.durableSeq ?? 0);
@@ -136,7 +169,7 @@ export function followStream({
     detach();
     if (retries >= maxRetries) return fail(new Error(`stream ${streamId}: gave up after ${retries} retries (${why})`));
     const mine = gen;
-    timer = setTimeout(() => mine === gen && connect(state.text.length), retryDelayMs * 2 ** retries);
+    timer = setTimeout(() => mine === gen && connect(state.text.length), backoffDelay(retries, retryDelayMs));
     retries += 1;
   };
 
@@ -167,7 +200,8 @@ export function followStream({
     });
   };
 
-  // Read the durable text, splice it in, then end (terminal row) or rejoin the live stream.
+  // Read the durable text. A terminal row is the whole truth: end holding exactly its text. A
+  // row still streaming is a prefix of the produced text: splice it in and rejoin live.
   const recover = async (why) => {
     detach();
     const mine = gen;
@@ -181,11 +215,15 @@ export function followStream({
       return;
     }
     if (mine !== gen) return; // closed, dropped or superseded meanwhile
-    const text = spliceStreamText(state.text, body.text ?? '');
-    update({ ...state, text, seq: Math.max(state.seq, text.length), durableSeq: Math.max(state.durableSeq, body.seq ?? 0) });
-    if (!TERMINAL_STATUSES.includes(body.status)) return retry(why);
-    state = { ...state, ended: true, status: body.status, error: body.error };
-    finish();
+    const durable = body.text ?? '';
+    if (TERMINAL_STATUSES.includes(body.status)) {
+      update({ ...state, text: durable, seq: durable.length, durableSeq: durable.length });
+      state = { ...state, ended: true, status: body.status, error: body.error };
+      return finish();
+    }
+    const text = spliceStreamText(state.text, durable);
+    update({ ...state, text, seq: Math.max(state.seq, text.length), durableSeq: Math.max(state.durableSeq, durable.length) });
+    retry(why);
   };
 
   connect(from);

@@ -73,7 +73,7 @@ test('the shipped .d.ts files parse as TypeScript (a syntax check: no TypeScript
   const { createRequire } = await import('node:module');
   const { readFileSync } = await import('node:fs');
   const esbuild = createRequire(import.meta.url)('esbuild');
-  for (const file of ['chat-transport.d.ts', 'producer.d.ts']) {
+  for (const file of ['chat-transport.d.ts', 'client.d.ts', 'producer.d.ts']) {
     const source = readFileSync(new URL(`../../public/${file}`, import.meta.url), 'utf8');
     await esbuild.transform(source, { loader: 'ts', sourcefile: file }); // throws on a syntax error
   }

@@ -1,183 +1,76 @@
-// Unit tests of public/client.js against recorded frame sequences (fixtures/*.json), and of the mock
-// model server (mock/). Run: node --test tests/client/
+// Unit tests of public/client.js against frames, /text answers and D1 rows recorded from the real
+// Worker (fixtures/*.json, written by record-fixtures.mjs), and of the mock model server (mock/).
+// Run: node --test tests/client/
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import {
-  applyFrame, assembleDurableText, followStream, frameResumePoint, initialState, spliceStreamText,
+  applyFrame, assembleDurableText, backoffDelay, followStream, frameResumePoint, initialState, spliceStreamText,
   StreamGapError, TERMINAL_STATUSES,
 } from '../../public/client.js';
 import { mockAnswer, mockText, mockTokens } from '../../mock/mock-text.mjs';
 import { startMockServer } from '../../mock/model-server.mjs';
 import { sseParser } from '../e2e/harness.mjs';
+import { rng } from '../e2e/util.mjs';
+import { assertFollowed, fakeBrowser, fromOf, loadFixtures, replay, streamCases, tick } from './replay.mjs';
 
-const FIXTURES = new URL('./fixtures/', import.meta.url);
-const fixture = (name) => JSON.parse(readFileSync(new URL(name, FIXTURES), 'utf8'));
-const tick = () => new Promise((resolve) => setImmediate(resolve));
-
-// ------------------------------------------------------------------ browser stand-ins
-//
-// FakeEventSource and the fake fetch below stand in for the browser's EventSource and fetch: the
-// test hands the client one recorded frame at a time, so its splice and rejoin logic is driven
-// deterministically, with no server, no network and no timing.
-
-function fakeBrowser(textResponses = []) {
-  const sources = [];
-  const fetches = [];
-  class FakeEventSource {
-    static CONNECTING = 0;
-    static OPEN = 1;
-    static CLOSED = 2;
-    constructor(url) {
-      this.url = url;
-      this.readyState = FakeEventSource.CONNECTING;
-      this.listeners = new Map();
-      sources.push(this);
-    }
-    addEventListener(type, fn) {
-      this.listeners.set(type, [...(this.listeners.get(type) ?? []), fn]);
-    }
-    close() {
-      this.readyState = FakeEventSource.CLOSED;
-    }
-    dispatch(type, event) {
-      for (const fn of this.listeners.get(type) ?? []) fn(event);
-    }
-    /** One SSE `message` event carrying one frame, as the server writes it (`data: <json>`). */
-    emit(frame) {
-      assert.notEqual(this.readyState, FakeEventSource.CLOSED, `frame sent to a closed EventSource: ${JSON.stringify(frame)}`);
-      this.readyState = FakeEventSource.OPEN;
-      const id = frameResumePoint(frame);
-      this.dispatch('message', { data: JSON.stringify(frame), lastEventId: id === undefined ? '' : String(id) });
-    }
-    /** A network error the browser recovers from by itself (it reconnects with Last-Event-ID). */
-    nativeReconnect() {
-      this.readyState = FakeEventSource.CONNECTING;
-      this.dispatch('error', {});
-    }
-    /** The browser gave up on this EventSource (e.g. a 5xx answer to its reconnect). */
-    giveUp() {
-      this.readyState = FakeEventSource.CLOSED;
-      this.dispatch('error', {});
-    }
-  }
-  const queue = [...textResponses];
-  const fetch = async (url) => {
-    fetches.push(url);
-    const next = queue.shift() ?? { status: 500, body: { error: 'unexpected', message: 'no recorded /text answer left' } };
-    return { ok: next.status < 300, status: next.status, json: async () => structuredClone(next.body) };
-  };
-  const waitForSource = async (i) => {
-    for (let n = 0; sources.length <= i; n++) {
-      if (n > 5000) assert.fail(`the client never opened EventSource #${i + 1}`);
-      await tick();
-    }
-    return sources[i];
-  };
-  return { EventSource: FakeEventSource, fetch, sources, fetches, waitForSource };
-}
-
-const fromOf = (url) => new URL(url, 'http://reader.test').searchParams.get('from');
-
-/** Follow a fixture's stream: feed each recorded connection its frames, and collect what the app saw. */
-async function replay(fx, extra = {}) {
-  const browser = fakeBrowser(fx.textResponses);
-  const seen = { texts: [], durables: [], ends: [], errors: [] };
-  const handle = followStream({
-    streamId: fx.streamId,
-    token: fx.token,
-    ...fx.options,
-    retryDelayMs: 0,
-    onText: (text, seq) => seen.texts.push({ text, seq }),
-    onDurable: (d) => seen.durables.push(d),
-    onEnd: (end) => seen.ends.push(end),
-    onError: (err) => seen.errors.push(err),
-    EventSourceImpl: browser.EventSource,
-    fetchImpl: browser.fetch,
-    ...extra,
-  });
-  for (const [i, conn] of fx.connections.entries()) {
-    const es = await browser.waitForSource(i);
-    assert.equal(fromOf(es.url), String(conn.from), `connection #${i + 1} joins at the right offset`);
-    for (const ev of conn.events) {
-      if (ev.transport === 'reconnect') es.nativeReconnect();
-      else if (ev.transport === 'closed') es.giveUp();
-      else es.emit(ev);
-    }
-  }
-  const final = await handle.done;
-  return { final, seen, browser, handle };
-}
-
-/** What every fixture must satisfy, whatever its path to the end. */
-function assertFollowed(fx, { final, seen, browser }) {
-  const { expect } = fx;
-  assert.equal(final.text, expect.text, 'exact final text');
-  assert.equal(final.status, expect.status);
-  assert.equal(final.durableSeq, expect.durableSeq);
-  assert.equal(final.ended, true);
-  assert.equal(browser.sources.length, expect.connections, 'EventSources opened');
-  assert.equal(browser.fetches.length, expect.textFetches, '/text reads');
-  assert.ok(browser.sources.every((es) => es.readyState === 2), 'every EventSource is closed at the end');
-  let prev = fx.options?.initialText ?? '';
-  for (const { text, seq } of seen.texts) {
-    assert.ok(text.length > prev.length && text.startsWith(prev), `text never shrinks: ${JSON.stringify(prev)} → ${JSON.stringify(text)}`);
-    assert.ok(expect.text.startsWith(text), 'every intermediate text is a prefix of the final one');
-    assert.ok(seq >= text.length);
-    prev = text;
-  }
-  for (let i = 1; i < seen.durables.length; i++) assert.ok(seen.durables[i] > seen.durables[i - 1], 'durableSeq is monotone');
-  assert.equal(seen.ends.length, 1, 'onEnd exactly once');
-  assert.deepEqual(seen.ends[0], { status: expect.status, seq: expect.durableSeq, error: expect.error ?? undefined, text: expect.text });
-  assert.deepEqual(seen.errors, []);
-}
+const FIXTURES = loadFixtures(fileURLToPath(new URL('./fixtures/', import.meta.url)));
 
 // ------------------------------------------------------------------ the recorded fixtures
 
 describe('recorded fixtures', () => {
-  const names = readdirSync(FIXTURES).filter((n) => n.endsWith('.json'));
+  const cases = streamCases(FIXTURES);
 
-  test('every recorded frame obeys SPEC §3 (chunk text covers [from, seq) exactly, well-formed)', () => {
-    for (const name of names) {
-      const fx = fixture(name);
-      for (const c of fx.cases ?? [fx]) {
-        for (const conn of c.connections) {
-          for (const f of conn.events.filter((e) => e.type === 'chunk')) {
-            assert.equal(f.text.length, f.seq - f.from, `${name}: ${JSON.stringify(f)}`);
-            assert.ok(f.text.isWellFormed(), `${name}: no lone surrogate`);
-          }
-          for (const f of conn.events.filter((e) => e.type === 'end')) assert.ok(TERMINAL_STATUSES.includes(f.status));
+  test('every fixture was recorded, and every recorded frame obeys SPEC §3', () => {
+    for (const [name, fx] of Object.entries(FIXTURES)) assert.equal(fx.recorded?.by, 'tests/client/record-fixtures.mjs', `${name} is recorded`);
+    assert.ok(cases.length >= 12, `${cases.length} recorded streams`);
+    for (const { name, fx } of cases) {
+      for (const conn of fx.connections) {
+        for (const f of conn.events.filter((e) => e.type === 'chunk')) {
+          assert.equal(f.text.length, f.seq - f.from, `${name}: ${JSON.stringify(f)}`);
+          assert.ok(f.text.isWellFormed(), `${name}: no lone surrogate`);
         }
+        for (const f of conn.events.filter((e) => e.type === 'end')) assert.ok(TERMINAL_STATUSES.includes(f.status));
       }
     }
   });
 
-  for (const name of ['splice-emoji', 'reconnect-overlap', 'stale-fallback', 'absent-terminal', 'absent-streaming', 'gap', 'late-join', 'closed-rejoin']) {
+  for (const { name, fx } of cases) {
     test(name, async () => {
-      const fx = fixture(`${name}.json`);
       const run = await replay(fx);
       assertFollowed(fx, run);
-      for (const url of run.browser.sources.map((s) => s.url)) {
-        assert.match(url, /^\/streams\/msg_01\/events\?token=read-token&from=\d+$/);
-      }
-      for (const url of run.browser.fetches) assert.equal(url, '/streams/msg_01/text?token=read-token');
     });
   }
 
-  for (const c of fixture('end-statuses.json').cases) {
-    test(`end with status ${c.status}`, async () => {
-      const fx = { ...fixture('end-statuses.json'), ...c };
-      const run = await replay(fx);
-      assertFollowed(fx, run);
-      assert.equal(run.final.error, c.expect.error ?? undefined);
-    });
-  }
+  test('a live end short of what was shown: the reader ends with the durable text (end.seq)', async () => {
+    const fx = streamCases(FIXTURES).find((c) => c.name === 'end-statuses: seal-short').fx;
+    const end = fx.connections[0].events.at(-1);
+    const shown = fx.connections[0].events.filter((e) => e.type === 'chunk').at(-1).seq;
+    assert.ok(end.seq < shown, `the recording ends short (end.seq ${end.seq} < ${shown} shown)`);
+    const { final, seen } = await replay(fx);
+    assert.equal(final.text.length, end.seq);
+    assert.equal(seen.texts.at(-2).text.length, shown, 'the longer text was shown while live');
+  });
+
+  test('a /text recovery from a terminal row: the reader ends with the row, not the longer live text', async () => {
+    const fx = FIXTURES['absent-streaming'];
+    const { final, seen } = await replay(fx);
+    const held = Math.max(...seen.texts.map((t) => t.text.length));
+    assert.ok(held > fx.expect.text.length, `the reader held ${held} units live, more than the ${fx.expect.text.length} durable`);
+    assert.equal(final.text, fx.textResponses.at(-1).body.text);
+  });
 
   test('surrogate pairs: seq counts UTF-16 code units', async () => {
-    const { final } = await replay(fixture('splice-emoji.json'));
+    const { final } = await replay(FIXTURES['splice-emoji']);
     assert.equal(final.text.length, 45);
     assert.equal(Array.from(final.text).length, 38, 'seven astral characters, two units each');
     assert.ok(final.text.includes('👩\u200d💻') && final.text.includes('🇯🇵') && final.text.includes('e\u0301'));
+  });
+
+  test('assembleDurableText gives the Worker\'s /text for every recorded set of D1 rows', () => {
+    const { rows } = FIXTURES['durable-rows'];
+    assert.ok(rows.length >= 3);
+    for (const r of rows) assert.equal(assembleDurableText(r.body, r.chunks), r.text, r.what);
   });
 });
 
@@ -196,10 +89,17 @@ describe('pure helpers', () => {
     for (const type of ['durable', 'end', 'stale', 'absent']) assert.equal(frameResumePoint({ type, seq: 9 }), undefined);
   });
 
-  test('assembleDurableText: body, then chunk rows in seq order', () => {
-    assert.equal(assembleDurableText('Hi ', [{ seq: 7, text: '💻!' }, { seq: 3, text: '👩\u200d' }]), 'Hi 👩\u200d💻!');
+  test('assembleDurableText: body, then chunk rows in seq order (seq is where a row ends)', () => {
+    assert.equal(assembleDurableText('Hi ', [{ seq: 9, text: '💻!' }, { seq: 6, text: '👩\u200d' }]), 'Hi 👩\u200d💻!');
+    assert.equal(assembleDurableText('x', [{ seq: 7, text: '😀b' }, { seq: 4, text: 'a😀' }]), 'xa😀😀b');
     assert.equal(assembleDurableText(null, []), '');
     assert.equal(assembleDurableText('sealed'), 'sealed');
+  });
+
+  test('assembleDurableText keeps only the contiguous prefix: a gap stops it, an overlap adds its tail', () => {
+    // The same cases as src/core/reading.rs's tests of assemble_durable_text.
+    assert.equal(assembleDurableText('ab', [{ seq: 5, text: 'z' }, { seq: 3, text: 'c' }]), 'abc');
+    assert.equal(assembleDurableText('abc', [{ seq: 4, text: 'cd' }]), 'abcd');
   });
 
   test('applyFrame splices, never shrinks, never mutates its input', () => {
@@ -215,7 +115,7 @@ describe('pure helpers', () => {
   });
 
   test('applyFrame reports a gap with a typed error', () => {
-    const fx = fixture('gap.json');
+    const fx = FIXTURES.gap;
     let state = initialState();
     const [open, first, afterGap] = fx.connections[0].events;
     state = applyFrame(applyFrame(state, open), first);
@@ -227,20 +127,44 @@ describe('pure helpers', () => {
   });
 
   test('applyFrame: durable is monotone, end seals, open records the watermarks', () => {
-    let s = applyFrame(initialState(), { type: 'open', streamId: 'x', from: 0, seq: 10, durableSeq: 4, ended: false });
-    assert.deepEqual([s.seq, s.durableSeq, s.status], [10, 4, 'streaming']);
+    let s = applyFrame(initialState(), { type: 'open', streamId: 'x', from: 0, seq: 0, durableSeq: 0, ended: false });
+    assert.deepEqual([s.seq, s.durableSeq, s.status], [0, 0, 'streaming']);
+    s = applyFrame(s, { type: 'chunk', from: 0, seq: 10, text: 'hello 👋 w' });
     s = applyFrame(s, { type: 'durable', seq: 8 });
     s = applyFrame(s, { type: 'durable', seq: 6 });
     assert.equal(s.durableSeq, 8);
     s = applyFrame(s, { type: 'end', seq: 10, status: 'error', error: 'boom' });
-    assert.deepEqual([s.ended, s.status, s.error, s.durableSeq], [true, 'error', 'boom', 10]);
+    assert.deepEqual([s.ended, s.status, s.error, s.durableSeq, s.text], [true, 'error', 'boom', 10, 'hello 👋 w']);
+  });
+
+  test('applyFrame: end cuts the text to end.seq, the durable length', () => {
+    const live = applyFrame(initialState(), { type: 'chunk', from: 0, seq: 10, text: 'hello 👋 w' });
+    const ended = applyFrame(live, { type: 'end', seq: 8, status: 'interrupted' });
+    assert.deepEqual([ended.text, ended.seq, ended.durableSeq, ended.status], ['hello 👋', 8, 8, 'interrupted']);
+    assert.equal(live.text, 'hello 👋 w', 'input untouched');
+  });
+
+  test('applyFrame: an end beyond the text held is a gap (the reader reads /text)', () => {
+    const live = applyFrame(initialState(), { type: 'chunk', from: 0, seq: 5, text: 'hello' });
+    assert.throws(() => applyFrame(live, { type: 'end', seq: 8, status: 'complete' }), StreamGapError);
+  });
+
+  test('backoffDelay: exponential, jittered over the upper half of each step', () => {
+    assert.equal(backoffDelay(0, 250, () => 0), 125);
+    assert.equal(backoffDelay(0, 250, () => 1), 250);
+    assert.equal(backoffDelay(3, 250, () => 0.5), 1500);
+    const r = rng(7);
+    const delays = Array.from({ length: 100 }, () => backoffDelay(2, 250, r));
+    assert.ok(delays.every((d) => d >= 500 && d <= 1000), 'within [ceiling/2, ceiling]');
+    assert.ok(new Set(delays).size === 100, '100 readers, 100 different delays');
+    assert.ok(Math.max(...delays) - Math.min(...delays) > 400, 'spread over the range, not clustered');
   });
 });
 
 // ------------------------------------------------------------------ handle behaviour
 
 describe('followStream handle', () => {
-  const fx = fixture('splice-emoji.json');
+  const fx = FIXTURES['splice-emoji'];
   const events = fx.connections[0].events;
 
   test('drop() closes the EventSource and rejoins at ?from=<text length>', async () => {
@@ -331,6 +255,26 @@ describe('followStream handle', () => {
     assert.equal(browser.sources.length, 4);
     assert.deepEqual(browser.sources.slice(1).map((s) => fromOf(s.url)), ['2', '2', '2']);
     assert.ok(browser.sources.every((s) => s.readyState === 2));
+  });
+
+  test('rejoins are jittered: readers cut off together do not come back in lockstep', async (t) => {
+    const delays = [];
+    const realSetTimeout = globalThis.setTimeout;
+    t.mock.method(globalThis, 'setTimeout', (fn, ms, ...args) => {
+      delays.push(ms);
+      return realSetTimeout(fn, 0, ...args);
+    });
+    for (let i = 0; i < 20; i++) {
+      const browser = fakeBrowser([{ status: 200, body: { text: 'Hi', seq: 2, status: 'streaming' } }]);
+      const handle = followStream({ streamId: 'msg_01', retryDelayMs: 1000, EventSourceImpl: browser.EventSource, fetchImpl: browser.fetch });
+      (await browser.waitForSource(0)).emit({ type: 'absent' });
+      const rejoin = await browser.waitForSource(1);
+      assert.equal(fromOf(rejoin.url), '2', 'rejoins from the durable text it read');
+      handle.close();
+    }
+    assert.equal(delays.length, 20, 'one backoff per reader');
+    assert.ok(delays.every((d) => d >= 500 && d <= 1000), `first backoff within [500, 1000] ms: ${delays}`);
+    assert.ok(new Set(delays).size > 10, `the 20 readers wait different times: ${delays}`);
   });
 });
 
