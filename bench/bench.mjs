@@ -7,22 +7,28 @@
 //   node bench/bench.mjs            # the full run (≈10 min): what BENCHMARKS.md reports
 //   node bench/bench.mjs --smoke    # seconds per scenario: the harness cannot rot (in the test command)
 //   node bench/bench.mjs --json     # the report as JSON on stdout
-//   node bench/bench.mjs --only latency,d1   # a subset (latency, maxRate, d1, memory, variants)
+//   node bench/bench.mjs --only latency,d1   # a subset (latency, plain, maxRate, d1, memory, variants)
 //
 // Build the Worker first (scripts/build.sh; the test command does). Scenarios:
 //   latency   1 stream, R readers (1, 10, 100), 4-UTF-16-unit deltas at 100/s through one
 //             streaming append; push→reader latency p50/p99; workerd CPU per 1,000
 //             deliveries (a delivery = one delta reaching one reader) and per 1,000 deltas
+//   plain     the same with one POST per delta (each sent once the previous one is answered,
+//             on one kept-alive connection): also the deltas/s achieved and the append's
+//             round trip
 //   max-rate  the highest delta rate one stream sustains with 100 readers before p99 > 100 ms
 //   d1        statements, rows and bytes written per 10,000 characters (counted at the
 //             executor, from /stats), for 10k, 100k and 1M characters
 //   memory    workerd resident memory per 100 live streams (each with a reader and 2 KB text)
-//   variants  before/after: pull-time merging off (MERGE_QUEUED_CHUNKS=0), one POST per delta
-//             instead of the streaming append, checkpoints per delta (CHECKPOINT_CHARS=1)
+//   variants  before/after: pull-time merging off (MERGE_QUEUED_CHUNKS=0), reader pacing off
+//             (READER_PACING_US=0), checkpoints per delta (CHECKPOINT_CHARS=1)
 // The load goes to each Worker's own socket inside wrangler dev, past its dev proxy (a second
 // workerd relaying every request over fresh loopback connections, which production does not
-// have and which runs out of file descriptors at 100 readers). CPU and memory come from /proc,
-// summed over the stack's workerd processes (the proxy's too: idle, but in both sides' figures).
+// have and which runs out of file descriptors at 100 readers). Each stack's inspector Network
+// domain is turned off first (bench/inspector.mjs: with it on, the runtime reports every
+// request and every chunk written to a reader to wrangler's inspector proxy, which costs more
+// than the Worker itself). CPU and memory come from /proc, summed over the stack's workerd
+// processes (the dev proxy's too, on both sides).
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import http from 'node:http';
@@ -30,9 +36,11 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { ROOT, sseParser, startStack } from '../tests/e2e/harness.mjs';
 import { rawRequest, sleep } from '../tests/e2e/util.mjs';
+import { quietInspector } from './inspector.mjs';
 
 const DELTAS = ['tok ', 'ab😀', '漢字ab', '👍🏽', 'the ', '🦀ok', 'é é ', '𝄞 a '];
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
@@ -260,6 +268,43 @@ function attachReader(url, onEvent) {
   });
 }
 
+/**
+ * One POST per delta on one kept-alive connection: `post(text)` resolves when the append is
+ * answered; `roundTrips` are their times (ms).
+ */
+function plainProducer(stream) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const roundTrips = [];
+  let refused = null;
+  const post = (text) =>
+    new Promise((resolve) => {
+      const sentAt = performance.now();
+      const body = Buffer.from(text);
+      const req = http.request(stream.appendUrl, { method: 'POST', agent, headers: { ...stream.producerHeaders, 'content-length': body.length } });
+      req.on('response', (res) => {
+        let raw = '';
+        res.setEncoding('utf8');
+        res.on('data', (c) => (raw += c));
+        res.on('end', () => {
+          roundTrips.push(performance.now() - sentAt);
+          if (res.statusCode !== 200) refused ??= { status: res.statusCode, raw };
+          resolve();
+        });
+      });
+      req.on('error', (e) => {
+        refused ??= { status: 0, raw: e.message };
+        resolve();
+      });
+      req.end(body);
+    });
+  /** Closes the connection; the first refusal, or 200. */
+  const finish = () => {
+    agent.destroy();
+    return refused ?? { status: 200 };
+  };
+  return { roundTrips, post, finish };
+}
+
 /** A streaming append (chunked, no content-length) that stays open until `end()`. */
 function openAppend(stream) {
   const req = http.request(stream.appendUrl, { method: 'POST', agent: false, headers: { ...stream.producerHeaders, 'transfer-encoding': 'chunked' } });
@@ -282,10 +327,13 @@ function openAppend(stream) {
 
 /**
  * One stream, `readers` readers, `rate` deltas/s for `seconds` (deltas of 4 UTF-16 units).
- * `plain`: one POST per delta instead of one streaming append. Returns latency percentiles
- * (the first 10% of deltas are warm-up and not counted), deliveries, CPU and violations.
+ * `plain`: one POST per delta instead of one streaming append, each sent when due but not
+ * before the previous one was answered (so the rate achieved says whether the append path
+ * keeps up). Returns latency percentiles (the first 10% of deltas are warm-up and not
+ * counted), deliveries, CPU and violations. `during` ({ start, stop }) brackets the measured
+ * window (bench/profile.mjs takes its CPU profile there).
  */
-export async function fanout(target, { readers, rate, seconds, plain = false }) {
+export async function fanout(target, { readers, rate, seconds, plain = false, during }) {
   const stream = await target.open();
   const total = Math.max(1, Math.round(rate * seconds));
   const sentAt = new Float64Array(total);
@@ -318,12 +366,14 @@ export async function fanout(target, { readers, rate, seconds, plain = false }) 
     conns.push(await attachReader(stream.eventsUrl, target.reader(onUnits, () => violations++, i === 0)));
   }
   await sleep(200); // every reader attached and parked
+  await during?.start();
   const before = workerdUsage(target.stack.process.pgid);
   const clientBefore = process.cpuUsage();
-  const producer = plain ? null : openAppend(stream);
+  // Plain: one POST per delta, each sent once the previous one was answered (a producer that
+  // cannot hold a request open still keeps its deltas in order), on one kept-alive connection.
+  const producer = plain ? plainProducer(stream) : openAppend(stream);
   let units = 0;
   const start = performance.now();
-  const inflight = [];
   while (sent < total) {
     const due = start + (sent * 1000) / rate;
     const wait = due - performance.now();
@@ -333,7 +383,7 @@ export async function fanout(target, { readers, rate, seconds, plain = false }) 
     endUnits[sent] = units;
     sentAt[sent] = performance.now();
     sent++;
-    if (plain) inflight.push(request(stream.appendUrl, { method: 'POST', headers: stream.producerHeaders, body: text }));
+    if (plain) await producer.post(text);
     else producer.write(text);
   }
   const elapsed = (performance.now() - start) / 1000;
@@ -342,13 +392,11 @@ export async function fanout(target, { readers, rate, seconds, plain = false }) 
   const outcome = await Promise.race([done.then(() => 'done'), grace]);
   const after = workerdUsage(target.stack.process.pgid);
   const client = process.cpuUsage(clientBefore);
+  await during?.stop();
   const drainedAfter = (performance.now() - start) / 1000 - elapsed;
   const deliveredInWindow = delivered;
-  if (plain) await Promise.all(inflight);
-  else {
-    producer.end();
-    await producer.answer;
-  }
+  const answered = plain ? producer.finish() : (producer.end(), await producer.answer);
+  if (answered.status !== 200) throw new Error(`${target.name} append: ${answered.status} ${answered.raw}`);
   const stats = await stream.stats();
   await stream.close();
   for (const c of conns) c.close();
@@ -364,6 +412,7 @@ export async function fanout(target, { readers, rate, seconds, plain = false }) 
     deliveries: deliveredInWindow,
     expectedDeliveries: total * readers,
     drainSeconds: round(drainedAfter, 2),
+    ...(plain ? { appendP50: round(percentile(producer.roundTrips.sort((a, b) => a - b), 50)), appendP99: round(percentile(producer.roundTrips, 99)) } : {}),
     clientCpuMs: round((client.user + client.system) / 1000),
     // rindle-streams counts its writes to readers; the floor writes once per delta per reader.
     writesPer1000Deliveries: round(((stats ? stats.readerWrites - readers : total * readers) * 1000) / Math.max(1, deliveredInWindow), 1),
@@ -376,6 +425,20 @@ export async function fanout(target, { readers, rate, seconds, plain = false }) 
     cpuMsPer1000Deliveries: round((cpuMs * 1000) / Math.max(1, deliveredInWindow), 2),
     cpuMsPer1000Deltas: round((cpuMs * 1000) / total, 2),
   };
+}
+
+/**
+ * The fan-out load named on a command line (bench/profile.mjs, bench/compare.mjs):
+ * --readers N, --rate N (deltas/s), --seconds N, --plain, --var KEY=VALUE (repeatable). The
+ * tools' own options come back in `values`: `strings` take a value, anything else is a flag.
+ */
+export function loadFromArgs(args, { seconds = 5, strings = [] } = {}) {
+  const options = { var: { type: 'string', multiple: true } };
+  for (const name of ['readers', 'rate', 'seconds', ...strings]) options[name] = { type: 'string' };
+  const { values } = parseArgs({ args, strict: false, options });
+  const vars = Object.fromEntries((values.var ?? []).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+  const load = { readers: Number(values.readers ?? 1), rate: Number(values.rate ?? 100), seconds: Number(values.seconds ?? seconds), plain: values.plain === true, vars };
+  return { load, values };
 }
 
 /** D1 traffic for a stream of `chars` UTF-16 units written as fast as the append takes them. */
@@ -507,11 +570,12 @@ const SIDES = {
  * measurement gets its own runtime, and only one runtime runs at a time: one that fell behind
  * keeps writing its backlog for a long while, which must not be billed to the next.
  */
-async function onFreshStack(side, fn, { vars = {}, seen } = {}) {
+export async function onFreshStack(side, fn, { vars = {}, seen } = {}) {
   const stack = await startStack(SIDES[side].stack(vars));
   try {
     const { base, direct } = await workerBase(stack);
     if (seen) seen.direct = (seen.direct ?? true) && direct;
+    await quietInspector(stack.inspectorPort);
     await quiet([stack]);
     return await fn(SIDES[side].target(stack, base));
   } finally {
@@ -534,12 +598,19 @@ async function maxRate(side, { readers, rates, seconds, vars, seen }) {
 }
 
 /**
- * Runs the scenarios (`only`: a subset of latency, maxRate, d1, memory, variants; default
+ * Runs the scenarios (`only`: a subset of latency, plain, maxRate, d1, memory, variants; default
  * all); `smoke` shrinks each to seconds. `log` gets progress lines.
  */
 export async function runBench({ smoke = false, only, log = () => {} } = {}) {
   const want = (name) => !only || only.includes(name);
-  const report = { smoke, machine: { cpus: os.cpus().length, model: os.cpus()[0]?.model, node: process.version, date: new Date().toISOString() } };
+  const commit = (() => {
+    try {
+      return execFileSync('git', ['-C', ROOT, 'rev-parse', '--short', 'HEAD']).toString().trim();
+    } catch {
+      return null;
+    }
+  })();
+  const report = { smoke, commit, machine: { cpus: os.cpus().length, model: os.cpus()[0]?.model, node: process.version, date: new Date().toISOString(), loadAverage: os.loadavg()[0] } };
   report.wasm = wasmSize();
   log(`wasm ${report.wasm.raw} bytes, ${report.wasm.gzip} gzipped`);
   const seen = {};
@@ -547,11 +618,15 @@ export async function runBench({ smoke = false, only, log = () => {} } = {}) {
   const both = async (fn) => ({ floor: await on('floor', fn), rindle: await on('rindle', fn) });
   const seconds = smoke ? 1 : 10;
 
-  report.latency = [];
-  for (const readers of want('latency') ? (smoke ? [1, 10] : [1, 10, 100]) : []) {
-    const pair = await both((t) => fanout(t, { readers, rate: 100, seconds }));
-    report.latency.push(pair);
-    log(`latency ${readers} readers: floor p50 ${pair.floor.p50} p99 ${pair.floor.p99}, rindle p50 ${pair.rindle.p50} p99 ${pair.rindle.p99}`);
+  // The same load through one streaming append (`latency`) and as one POST per delta (`plain`).
+  for (const [scenario, plain] of [['latency', false], ['plain', true]]) {
+    report[scenario] = [];
+    // The smoke run keeps one plain row: it only has to show the scenario still runs.
+    for (const readers of want(scenario) ? (smoke ? (plain ? [10] : [1, 10]) : [1, 10, 100]) : []) {
+      const pair = await both((t) => fanout(t, { readers, rate: 100, seconds, plain }));
+      report[scenario].push(pair);
+      log(`${scenario} ${readers} readers: floor ${pair.floor.achievedRate}/s p50 ${pair.floor.p50} p99 ${pair.floor.p99}, rindle ${pair.rindle.achievedRate}/s p50 ${pair.rindle.p50} p99 ${pair.rindle.p99}`);
+    }
   }
 
   const rates = smoke ? [50] : [10, 25, 50, 100, 150, 200, 300];
@@ -581,8 +656,6 @@ export async function runBench({ smoke = false, only, log = () => {} } = {}) {
   // Before/after of the hot-path choices that can be switched off, one at a time.
   if (want('variants')) {
     const v = (report.variants = {});
-    v.plainAppend = await on('rindle', (t) => fanout(t, { readers: 10, rate: smoke ? 20 : 100, seconds, plain: true }));
-    log(`plain appends: p50 ${v.plainAppend.p50} p99 ${v.plainAppend.p99}`);
     const perDelta = (t) => d1PerDelta(t, { deltas: smoke ? 50 : 500, rate: 100 });
     v.perDeltaD1 = { default: await on('rindle', perDelta) };
     if (!smoke) {
@@ -604,16 +677,21 @@ export async function runBench({ smoke = false, only, log = () => {} } = {}) {
 export function formatReport(r) {
   const ratio = (a, b) => (a === null || b === null || !b ? 'n/a' : `${Number((a / b).toPrecision(2))}×`);
   const lines = [];
-  lines.push(`machine: ${r.machine.cpus} × ${r.machine.model}, Node ${r.machine.node}, ${r.machine.date}${r.smoke ? ' (smoke run)' : ''}; load ${r.direct ? "on the Worker's own socket (past the dev proxy)" : 'through the dev proxy'}`, '');
-  lines.push('| readers | side | p50 ms | p99 ms | max ms | deliveries | writes / 1k deliveries | CPU ms / 1k deliveries | CPU ms / 1k deltas | p99 ratio | CPU/delivery ratio |');
-  lines.push('|---|---|---|---|---|---|---|---|---|---|---|');
-  for (const { floor, rindle } of r.latency) {
-    for (const x of [floor, rindle]) {
-      const isRindle = x === rindle;
-      lines.push(
-        `| ${x.readers} | ${x.target} | ${x.p50} | ${x.p99} | ${x.max} | ${x.deliveries}/${x.expectedDeliveries} | ${x.writesPer1000Deliveries} | ${x.cpuMsPer1000Deliveries} | ${x.cpuMsPer1000Deltas} | ${isRindle ? ratio(x.p99, floor.p99) : ''} | ${isRindle ? ratio(x.cpuMsPer1000Deliveries, floor.cpuMsPer1000Deliveries) : ''} |`,
-      );
+  lines.push(`machine: ${r.machine.cpus} × ${r.machine.model}, Node ${r.machine.node}, ${r.machine.date}, load average ${r.machine.loadAverage?.toFixed(1)} at the start, commit ${r.commit}${r.smoke ? ' (smoke run)' : ''}; load ${r.direct ? "on the Worker's own socket (past the dev proxy)" : 'through the dev proxy'}, inspector Network domain off`, '');
+  for (const [scenario, title] of [['latency', 'one streaming append'], ['plain', 'one POST per delta']]) {
+    if (!r[scenario]?.length) continue;
+    lines.push(`${title}, 4-unit deltas at 100/s offered:`, '');
+    lines.push('| readers | side | deltas/s | p50 ms | p99 ms | max ms | append answered p50 / p99 ms | deliveries | writes / 1k deliveries | CPU ms / 1k deliveries | CPU ms / 1k deltas | p99 ratio | CPU/delivery ratio |');
+    lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+    for (const { floor, rindle } of r[scenario]) {
+      for (const x of [floor, rindle]) {
+        const isRindle = x === rindle;
+        lines.push(
+          `| ${x.readers} | ${x.target} | ${x.achievedRate} | ${x.p50} | ${x.p99} | ${x.max} | ${x.plain ? `${x.appendP50} / ${x.appendP99}` : ''} | ${x.deliveries}/${x.expectedDeliveries} | ${x.writesPer1000Deliveries} | ${x.cpuMsPer1000Deliveries} | ${x.cpuMsPer1000Deltas} | ${isRindle ? ratio(x.p99, floor.p99) : ''} | ${isRindle ? ratio(x.cpuMsPer1000Deliveries, floor.cpuMsPer1000Deliveries) : ''} |`,
+        );
+      }
     }
+    lines.push('');
   }
   if (r.maxRate) {
     lines.push('', `max rate with ${r.maxRate.rindle.readers} readers (p99 ≤ 100 ms): floor ${r.maxRate.floor.best ?? 'none'}/s, rindle ${r.maxRate.rindle.best ?? 'none'}/s`);
@@ -626,8 +704,7 @@ export function formatReport(r) {
   lines.push(`wasm: ${r.wasm.raw} bytes raw, ${r.wasm.gzip} gzipped${r.wasm.beforeWasmOpt ? ` (before wasm-opt: ${r.wasm.beforeWasmOpt.raw} raw, ${r.wasm.beforeWasmOpt.gzip} gzipped)` : ''}`);
   const v = r.variants;
   if (!v) return lines.join('\n');
-  lines.push('', `plain appends (one POST per delta), 10 readers: p50 ${v.plainAppend.p50} p99 ${v.plainAppend.p99}, CPU ${v.plainAppend.cpuMsPer1000Deltas} ms / 1k deltas`);
-  lines.push(`D1 statements per delta at 100/s: ${v.perDeltaD1.default.statementsPerDelta}${v.perDeltaD1.checkpointEveryDelta ? ` (CHECKPOINT_CHARS=1: ${v.perDeltaD1.checkpointEveryDelta.statementsPerDelta})` : ''}`);
+  lines.push('', `D1 statements per delta at 100/s: ${v.perDeltaD1.default.statementsPerDelta}${v.perDeltaD1.checkpointEveryDelta ? ` (CHECKPOINT_CHARS=1: ${v.perDeltaD1.checkpointEveryDelta.statementsPerDelta})` : ''}`);
   for (const [name, label] of [['noPacing', 'reader pacing off'], ['noMerge', 'merging off']]) {
     const x = v[name];
     if (x) {
@@ -640,7 +717,7 @@ export function formatReport(r) {
 /** Problems that make a run worthless (the smoke test asserts there are none). */
 export function problems(r) {
   const out = [];
-  for (const { floor, rindle } of r.latency) {
+  for (const { floor, rindle } of [...r.latency, ...(r.plain ?? [])]) {
     for (const x of [floor, rindle]) {
       if (!x.complete) out.push(`${x.target} ${x.readers} readers: ${x.deliveries} of ${x.expectedDeliveries} deliveries`);
       if (x.violations) out.push(`${x.target} ${x.readers} readers: ${x.violations} splice violations`);

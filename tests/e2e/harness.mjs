@@ -375,7 +375,7 @@ let stackCounter = 0;
  *              forwards /streams/* to rindle-streams over its service binding), one D1 database.
  *              `vars` still go to rindle-streams; `chatVars` go to the example Worker.
  *
- * returns { baseUrl, port, persistDir, secret, db, token(stream, scope?, claims?),
+ * returns { baseUrl, port, inspectorPort, persistDir, secret, db, token(stream, scope?, claims?),
  *           stop(), kill(), restart(opts?), logs(), waitForLog(re, ms), process }
  */
 export async function startStack({
@@ -486,6 +486,7 @@ export async function startStack({
   const launchOnce = async () => {
     writeEnvFile({ ...secrets, STREAM_JWT_SECRET: stack.secret });
     const inspectorPort = await freePort();
+    stack.inspectorPort = inspectorPort; // the V8 inspector of the Worker (bench/profile.mjs)
     const args = [
       'dev',
       '--ip', '127.0.0.1',

@@ -1,0 +1,98 @@
+#!/usr/bin/env node
+// Before/after of one change: the same fan-out scenario (bench.mjs) against two or more builds
+// of the Worker, alternating between them for several repetitions so that a busy machine's
+// drift falls on every side alike. Reports each build's median and range.
+//
+//   node bench/compare.mjs --snapshot before        # copy the current build to a scratch root
+//   ... change the code, scripts/build.sh ...
+//   node bench/compare.mjs --roots before,. --plain --readers 10 --reps 5
+//   node bench/compare.mjs --roots before,. --readers 1 --seconds 10 --reps 5 --json
+//
+// A root is a snapshot name (under $TMPDIR/rindle-variants), or a project directory ('.' is
+// this one). --side floor adds the floor. Other options: --rate N (default 100), --seconds N
+// (default 5), --var KEY=VALUE (repeatable).
+import { execFileSync } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
+import os from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { loadFromArgs } from './bench.mjs';
+
+const HERE = fileURLToPath(new URL('.', import.meta.url));
+const PROJECT = resolve(HERE, '..');
+const SNAPSHOTS = join(os.tmpdir(), 'rindle-variants');
+
+/** Copies what a stack runs (the build, its config, migrations, assets) to a snapshot root. */
+function snapshot(name) {
+  const dir = join(SNAPSHOTS, name);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  for (const part of ['build', 'wrangler.toml', 'migrations', 'public', 'package.json', 'bench']) {
+    cpSync(join(PROJECT, part), join(dir, part), { recursive: true });
+  }
+  symlinkSync(join(PROJECT, 'node_modules'), join(dir, 'node_modules'));
+  return dir;
+}
+
+const rootOf = (name) => (existsSync(join(SNAPSHOTS, name, 'build')) ? join(SNAPSHOTS, name) : resolve(name));
+
+/** One fan-out run in a child process (the harness reads its root at load time). */
+function runOnce(root, side, options) {
+  const script = `
+    const { fanout, onFreshStack } = await import(${JSON.stringify(join(PROJECT, 'bench', 'bench.mjs'))});
+    const o = ${JSON.stringify(options)};
+    const r = await onFreshStack(${JSON.stringify(side)}, (t) => fanout(t, o), { vars: o.vars });
+    process.stdout.write(JSON.stringify(r));`;
+  const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { env: { ...process.env, RINDLE_ROOT: root }, maxBuffer: 1 << 24 });
+  return JSON.parse(out.toString());
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+
+async function main() {
+  const { load: options, values } = loadFromArgs(process.argv.slice(2), { strings: ['roots', 'reps', 'side', 'snapshot'] });
+  if (values.snapshot) {
+    process.stdout.write(`${snapshot(values.snapshot)}\n`);
+    return;
+  }
+  const sides = (values.roots ?? '.').split(',').map((name) => ({ name, root: rootOf(name), side: 'rindle' }));
+  if (values.side === 'floor') sides.unshift({ name: 'floor', root: PROJECT, side: 'floor' });
+  const reps = Number(values.reps ?? 5);
+  const runs = Object.fromEntries(sides.map((s) => [s.name, []]));
+  for (let i = 0; i < reps; i++) {
+    for (const s of i % 2 ? [...sides].reverse() : sides) {
+      const r = runOnce(s.root, s.side, options);
+      runs[s.name].push(r);
+      process.stderr.write(`compare: ${s.name} #${i + 1}: CPU ${r.cpuMsPer1000Deliveries} ms / 1k deliveries, ${r.achievedRate}/s, p50 ${r.p50} p99 ${r.p99}${r.appendP50 !== undefined ? `, append p50 ${r.appendP50} p99 ${r.appendP99}` : ''}\n`);
+    }
+  }
+  const summary = Object.fromEntries(
+    Object.entries(runs).map(([name, rs]) => {
+      const stat = (key) => {
+        const xs = rs.map((r) => r[key]).filter((x) => typeof x === 'number');
+        return xs.length ? { median: median(xs), min: Math.min(...xs), max: Math.max(...xs) } : null;
+      };
+      return [name, { cpuMsPer1000Deliveries: stat('cpuMsPer1000Deliveries'), achievedRate: stat('achievedRate'), p50: stat('p50'), p99: stat('p99'), appendP50: stat('appendP50'), appendP99: stat('appendP99'), complete: rs.every((r) => r.complete) }];
+    }),
+  );
+  if (values.json) {
+    process.stdout.write(`${JSON.stringify({ options, reps, summary, runs }, null, 2)}\n`);
+    return;
+  }
+  const fmt = (s) => (s ? `${s.median} (${s.min}–${s.max})` : 'n/a');
+  process.stdout.write(`${options.plain ? 'one POST per delta' : 'one streaming append'}, ${options.readers} readers, ${options.rate}/s × ${options.seconds} s, ${reps} runs each (median, range); load average ${os.loadavg()[0].toFixed(1)}\n`);
+  process.stdout.write('| build | CPU ms / 1k deliveries | deltas/s | p50 ms | p99 ms | append answered p50 / p99 ms |\n|---|---|---|---|---|---|\n');
+  for (const [name, s] of Object.entries(summary)) {
+    process.stdout.write(`| ${name} | ${fmt(s.cpuMsPer1000Deliveries)} | ${fmt(s.achievedRate)} | ${fmt(s.p50)} | ${fmt(s.p99)} | ${fmt(s.appendP50)} / ${fmt(s.appendP99)} |\n`);
+  }
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  main().catch((e) => {
+    process.stderr.write(`compare: ${e.stack ?? e}\n`);
+    process.exit(1);
+  });
+}
