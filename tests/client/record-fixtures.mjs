@@ -14,7 +14,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startStack } from '../e2e/harness.mjs';
-import { api, durableFromDb, insertRow, ok } from '../e2e/util.mjs';
+import { api, durableFromDb, insertRow, ok, until } from '../e2e/util.mjs';
 
 export const FIXTURES_DIR = fileURLToPath(new URL('./fixtures/', import.meta.url));
 
@@ -41,17 +41,6 @@ const chunkTo = (seq) => (f) => f.json?.type === 'chunk' && f.json.seq === seq;
 const durableAt = (seq) => (f) => f.json?.type === 'durable' && f.json.seq >= seq;
 const upTo = (n) => PIECES.slice(0, n).join('');
 
-/** Wait (by polling, with a bound) until `probe()` returns something truthy. */
-async function until(probe, what, ms = WAIT_MS) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await probe();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`recorder: ${what} within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 /** A stream of the recording: its id, API client and helpers. */
 function stream(stack, name) {
   const id = insertRow(stack, `msg_${name}`);
@@ -69,11 +58,10 @@ function stream(stack, name) {
       if (reader) await reader.next(durableAt(durableSeq), WAIT_MS);
       return durableSeq;
     },
-    /** A subscription whose `open` frame has arrived (so it is attached). */
+    /** A subscription whose first frame has arrived (so it is attached). */
     async join(from, headers) {
       const sse = await s.events(from, { headers });
       assert.equal(sse.status, 200, `events of ${id}`);
-      await sse.next(undefined, WAIT_MS);
       return sse;
     },
     /** Read to the end (end, absent or stale) and close. */
@@ -342,7 +330,7 @@ async function absentStreaming(stack) {
   const text1 = await s.text();
   stack.db.exec(`DROP TRIGGER "${trigger}"`);
   assert.equal(text1.body.status, 'streaming', 'the row still says streaming');
-  await until(async () => (await s.text()).body.status === 'interrupted', 'the lease sealed the row interrupted');
+  await until(async () => (await s.text()).body.status === 'interrupted', 'the lease to seal the row interrupted', WAIT_MS);
   const conn2 = await s.toEnd(await s.join(Number(lastId)));
   const text2 = await s.text();
   return fixture({
@@ -359,7 +347,7 @@ async function absentTerminal(s) {
   const conn = await until(async () => {
     const f = await s.toEnd(await s.join(0));
     return f[0]?.type === 'absent' && f;
-  }, 'the sealed stream answered absent (past LINGER_MS)');
+  }, 'the sealed stream to answer absent (past LINGER_MS)', WAIT_MS);
   const text1 = await s.text();
   return fixture({
     streamId: s.id,

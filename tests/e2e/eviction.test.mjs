@@ -9,7 +9,7 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { readSse, skipUnlessBuilt, startStack } from './harness.mjs';
+import { skipUnlessBuilt, startStack } from './harness.mjs';
 import {
   api, assertPrefix, checkFrames, newStream, ok, percentile, rng, seedFromEnv, sleep, splitCodePoints, emojiText,
 } from './util.mjs';
@@ -79,7 +79,7 @@ test(`kill -9 and restart mid-stream ${KILLS} times: the lease seals every row i
     const id = newStream(stack, 'evict');
     const c = api(stack, id);
     ok(await c.open(), `${label}: open`);
-    const reader = await readSse(c.eventsUrl(0));
+    const reader = await c.events(0);
 
     // Produce, remembering every durable length the Worker confirmed.
     let produced = '';
@@ -157,7 +157,7 @@ test(`kill -9 and restart mid-stream ${KILLS} times: the lease seals every row i
     assert.equal(chunks, 0, `${label}: chunk rows left after the interrupted seal`);
 
     // A reader arriving afterwards: no live stream, and the durable text is the prefix.
-    const late = await readSse(c.eventsUrl(0));
+    const late = await c.events(0);
     assert.equal(late.status, 200, `${label}: late reader status`);
     const first = await late.next((f) => f.data !== undefined, 10_000);
     late.close();

@@ -18,7 +18,7 @@
 // at rate 0.3 too; LEASE_MS=2000 so a failed seal's repair is seen within the test.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { readSse, skipUnlessBuilt, startStack } from './harness.mjs';
+import { skipUnlessBuilt, startStack } from './harness.mjs';
 import {
   api, assertPrefix, checkFrames, durableFromDb, newStream, ok, rng, seedFromEnv, sleep, splitCodePoints, emojiText,
 } from './util.mjs';
@@ -95,7 +95,7 @@ async function runStream({ kind, r, label, units, expectSealOk = false }) {
       // A reader joins at a random offset within what it just read durably.
       if (readers.length < 5 && r.chance(0.25)) {
         const asked = r.int(0, t.seq);
-        readers.push({ sse: await readSse(c.eventsUrl(asked)), durableText: t.text, asked, at: produced.length });
+        readers.push({ sse: await c.events(asked), durableText: t.text, asked, at: produced.length });
         n.readers++;
       }
     }
@@ -124,7 +124,7 @@ async function runStream({ kind, r, label, units, expectSealOk = false }) {
   const before = ok(await c.text(), `${label}: /text before close`);
   assertPrefix(before.text, produced, `${label}: /text before close (P)`);
   assert.ok(before.seq >= lastText, `${label}: /text shrank before close`);
-  readers.push({ sse: await readSse(c.eventsUrl(before.seq)), durableText: before.text, asked: before.seq, at: produced.length });
+  readers.push({ sse: await c.events(before.seq), durableText: before.text, asked: before.seq, at: produced.length });
 
   const cl = await c.close();
   const stats = ok(await c.stats(), `${label}: stats after close`); // the stream lingers
@@ -170,7 +170,7 @@ async function runStream({ kind, r, label, units, expectSealOk = false }) {
   assertPrefix(final.text, produced, `${label}: /text after close`);
   assert.ok(final.seq >= lastText && final.seq >= endSeq, `${label}: /text after close shrank`);
   const lateAsked = r.int(0, final.seq);
-  const late = await readSse(c.eventsUrl(lateAsked));
+  const late = await c.events(lateAsked);
   await late.next((f) => f.json?.type === 'end', 10_000);
   late.close();
   checkFrames(late.frames, { produced, durableText: final.text, asked: lateAsked, label: `${label}: late reader` });
@@ -244,7 +244,7 @@ test('every checkpoint and seal write fails (rate=1, before): flush and close an
   const id = newStream(stack, 'f-all');
   const c = api(stack, id);
   ok(await c.open(), 'open (opening is never faulted)');
-  const reader = await readSse(c.eventsUrl(0));
+  const reader = await c.events(0);
   let produced = '';
   for (const piece of splitCodePoints(emojiText(r, 1500), r, 5, 80)) {
     const a = ok(await c.append(piece), 'append');

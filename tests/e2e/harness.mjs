@@ -598,7 +598,7 @@ export function sseParser(emit, { json = true } = {}) {
 }
 
 /**
- * Open an SSE stream and return { status, headers, frames, next(pred?, ms), close(), done }.
+ * Open an SSE stream and return { status, headers, frames, next(pred?, ms), attached, close(), done }.
  * `frames` fills with sseParser's records as they arrive; `next`
  * resolves with the first unconsumed record matching pred (default: any data record).
  */
@@ -610,6 +610,8 @@ export async function readSse(url, { headers = {}, signal } = {}) {
   const waiters = new Set();
   let cursor = 0;
   let ended = false;
+  let firstData;
+  const attached = new Promise((resolve) => (firstData = resolve));
   const notify = () => {
     for (const w of waiters) w();
   };
@@ -618,6 +620,7 @@ export async function readSse(url, { headers = {}, signal } = {}) {
     const decoder = new TextDecoder();
     const parser = sseParser((record) => {
       frames.push(record);
+      if (record.data !== undefined) firstData(record);
       notify();
     });
     try {
@@ -626,6 +629,7 @@ export async function readSse(url, { headers = {}, signal } = {}) {
       if (!ctrl.signal.aborted) throw e;
     } finally {
       ended = true;
+      firstData(undefined);
       notify();
     }
   })();
@@ -637,6 +641,8 @@ export async function readSse(url, { headers = {}, signal } = {}) {
     get ended() {
       return ended;
     },
+    /** Resolves with the first data record (a subscription's `open`, or `absent`), or undefined if the body ended first. */
+    attached,
     done,
     next(pred = (f) => f.data !== undefined, ms = 10_000) {
       return new Promise((resolve, reject) => {

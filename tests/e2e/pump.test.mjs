@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { existsSync, readFileSync } from 'node:fs';
 import { skipUnlessBuilt, startMock, startStack } from './harness.mjs';
-import { api, call, checkFrames, isError, newStream, ok, rows, sleep, untilEnd } from './util.mjs';
+import { api, call, checkFrames, isError, newStream, ok, rows, until, untilEnd } from './util.mjs';
 import { mockText, mockTokens } from '../../mock/mock-text.mjs';
 
 const skip = skipUnlessBuilt();
@@ -45,17 +45,6 @@ async function mockRequest(tag) {
   const found = (await mockRequests()).filter((r) => r.query.tag === tag);
   assert.equal(found.length, 1, `one upstream request tagged ${tag}: ${JSON.stringify(found)}`);
   return found[0];
-}
-
-/** Poll `fn` until it returns a truthy value; fail with `what` after ms. */
-async function until(fn, what, ms = 10_000) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) assert.fail(`timed out after ${ms} ms waiting for ${what}`);
-    await sleep(25);
-  }
 }
 
 /** A pump request body for `format` against the mock with these query options. */
@@ -266,8 +255,6 @@ test('pump: a cancel mid-pump aborts the upstream request and seals cancelled', 
   assert.equal(up.aborted, true, 'the Worker closed the upstream connection');
   assert.equal(up.completed, false);
   assert.ok(up.tokensSent < tokens, `fewer tokens sent than requested (${up.tokensSent} of ${tokens})`);
-  await sleep(300);
-  assert.equal((await mockRequest(tag)).tokensSent, up.tokensSent, 'nothing more was sent after the abort');
 
   const { row, chunks } = rows(stack, id);
   assert.equal(row.status, 'cancelled');
@@ -356,9 +343,15 @@ test('pump: the upstream got the API key headers, and the Worker logs never cont
   assert.ok(all.length >= 15, `${all.length} upstream requests in this file`);
   for (const r of all) assert.equal(r.authorization, true, `request ${r.id} (${r.path}?${new URLSearchParams(r.query)}) carried the key`);
 
-  await sleep(300); // let wrangler's output reach the log file
+  // The negative checks below mean something only once this pump's own lines are there: its
+  // end is logged after its last token, in wrangler's output and then in the log file.
+  const finished = new RegExp(`"event":"pump_finished".*"streamId":"${id}"`);
+  await stack.waitForLog(finished);
   assert.ok(stack.logFile && existsSync(stack.logFile), `wrangler's log file ${stack.logFile}`);
-  const file = readFileSync(stack.logFile, 'utf8');
+  const file = await until(() => {
+    const text = readFileSync(stack.logFile, 'utf8');
+    return finished.test(text) && text;
+  }, `this pump's pump_finished line in ${stack.logFile}`);
   assert.match(file, /"event":"pump_started"/, 'the log file does hold the pump logs');
   assert.match(file, /"event":"pump_failed"/, 'including the failures');
   for (const [where, text] of [['wrangler output', stack.logs()], [stack.logFile, file]]) {

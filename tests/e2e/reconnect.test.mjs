@@ -129,10 +129,6 @@ test('EventSource cut off mid-stream reconnects by itself with Last-Event-ID and
     assert.equal(result.text.length, produced.length, `seed ${seed}: length`);
     assert.ok(result.text === produced, `seed ${seed}: the rebuilt text differs from the produced text`);
 
-    // No further connection after end: the client stays closed.
-    const n = proxy.requests.length;
-    await sleep(1500);
-    assert.equal(proxy.requests.length, n, 'no reconnect after the client closed on end');
   } finally {
     await proxy.close();
   }

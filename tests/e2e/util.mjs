@@ -9,6 +9,20 @@ import { jsonOrUndefined, readSse, sseParser } from './harness.mjs';
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * Polls `probe()` until it returns something truthy, and returns that; fails naming `what` after
+ * `ms`. For state that announces itself by no event (a D1 row, a log file, another process).
+ */
+export async function until(probe, what, ms = 10_000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await probe();
+    if (v) return v;
+    if (Date.now() > end) assert.fail(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(25);
+  }
+}
+
 /** `promise`, or a rejection with `message()` after `ms` (the timer never outlives it). */
 export function withTimeout(promise, ms, message) {
   let timer;
@@ -249,7 +263,16 @@ export function api(stack, id, { token = stack.token(id) } = {}) {
     stats: () => call(url('stats'), { headers: auth }),
     text: () => call(url('text', `?token=${readToken()}`)),
     eventsUrl,
-    events: (from, opts) => readSse(eventsUrl(from), opts),
+    /**
+     * A subscription (harness.mjs's readSse), resolved once the server's first frame (`open`,
+     * or `absent`) has arrived: the reader is attached, so whatever the test does next (append,
+     * close, kill) happens after its join.
+     */
+    async events(from, opts) {
+      const sse = await readSse(eventsUrl(from), opts);
+      if (sse.status === 200) await withTimeout(sse.attached, 10_000, () => `no first frame from ${eventsUrl(from)} within 10 s`);
+      return sse;
+    },
   };
 }
 
