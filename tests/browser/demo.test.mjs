@@ -15,7 +15,6 @@ import { mockText, mockTokens } from '../../mock/mock-text.mjs';
 
 const skip = skipUnlessBuilt();
 const SHOTS = join(ROOT, 'test-artifacts');
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const TERMINAL = ['complete', 'cancelled', 'error', 'interrupted', 'disconnected'];
 
 let mock;
@@ -116,8 +115,8 @@ test('demo: a response survives "Drop connection", a reader tab joins mid-stream
   await waitSeq(page, Math.floor(expected.length / 4));
   const heldAtDrop = (await liveText(page)).length;
   assert.equal(await statusOf(page), 'streaming');
-  await page.click('#drop');
-  for (const end = Date.now() + 10_000; subscriptions().length < 2 && Date.now() < end; ) await sleep(20);
+  // The drop's rejoin is the next /events request of this stream.
+  await Promise.all([page.waitForRequest((req) => new URL(req.url()).pathname === `/streams/${streamId}/events`), page.click('#drop')]);
 
   // The reader tab, opened from the page's own button while the response is still streaming.
   const [reader] = await Promise.all([context.waitForEvent('page'), page.click('#open-tab')]);
