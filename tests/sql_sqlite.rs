@@ -160,6 +160,17 @@ fn custom_names_are_quoted_and_work() {
     let row = &db.query(&db.sql.read_row(ID))[0];
     assert_eq!(row["body"], ColumnValue::Text("hi!".into()));
     assert_eq!(row["seq"], ColumnValue::Integer(3));
+    assert_eq!(row["error"], ColumnValue::Null, "no error column mapped: NULL");
+}
+
+#[test]
+fn the_row_read_carries_the_error_for_the_ui_error_ending() {
+    let mut db = SqliteDb::new();
+    db.insert_message(ID);
+    db.batch(&db.sql.compact(ID, "{\"type\":\"start\"}\n", EndStatus::Error, Some("the model timed out"))).unwrap();
+    let row = &db.query(&db.sql.read_row(ID))[0];
+    assert_eq!(row["status"], ColumnValue::Text("error".into()));
+    assert_eq!(row["error"], ColumnValue::Text("the model timed out".into()));
 }
 
 #[test]

@@ -22,13 +22,16 @@ pub struct DurableText {
     pub seq: u64,
     /// The row's status column.
     pub status: String,
+    /// The row's error column, where mapped (the `/ui` error ending carries it).
+    #[serde(skip)]
+    pub error: Option<String>,
 }
 
 impl DurableText {
     /// Assembles body plus chunk rows (see [`assemble_durable_text`]).
     pub fn assemble(body: &str, chunks: Vec<ChunkRow>, status: String) -> Self {
         let text = assemble_durable_text(body, chunks);
-        Self { seq: utf16::len(&text), text, status }
+        Self { seq: utf16::len(&text), text, status, error: None }
     }
 }
 

@@ -139,7 +139,8 @@ impl CheckpointSink for D1Tables {
                 .iter()
                 .filter_map(|c| Some(ChunkRow { seq: column(c.get("seq")?).as_offset()?, text: text_of(c.get("text")) }))
                 .collect();
-            Ok(Some(DurableText::assemble(&body, chunks, status)))
+            let error = row.get("error").and_then(|e| e.as_str()).map(str::to_owned);
+            Ok(Some(DurableText { error, ..DurableText::assemble(&body, chunks, status) }))
         })
     }
 

@@ -255,12 +255,13 @@ impl MappedSql {
         })
     }
 
-    /// The row half of the durable text: body, length and status.
+    /// The row half of the durable text: body, length, status and (where mapped) error.
     pub fn read_row(&self, stream_id: &str) -> Statement {
         let m = &self.map;
+        let error = m.error.as_ref().map_or_else(|| "NULL".to_owned(), |col| col.to_string());
         Statement {
             sql: format!(
-                "SELECT {} AS body, {} AS seq, {} AS status FROM {} WHERE {} = {}",
+                "SELECT {} AS body, {} AS seq, {} AS status, {error} AS error FROM {} WHERE {} = {}",
                 m.body,
                 m.seq,
                 m.status,
