@@ -3,6 +3,7 @@
 
 use crate::core::auth::Scope;
 use crate::core::stream_id::{self, BadStreamId};
+use crate::core::ui::Format;
 use serde_json::{json, Map, Value};
 
 /// What a request under the prefix asks for.
@@ -14,6 +15,8 @@ pub enum Action {
     Close,
     Fail,
     Events,
+    /// `GET /ui`: the AI SDK's UI message stream of a `ui` stream (SPEC §9).
+    Ui,
     Text,
     Cancel,
     Pump,
@@ -29,6 +32,7 @@ impl Action {
             "close" => Action::Close,
             "fail" => Action::Fail,
             "events" => Action::Events,
+            "ui" => Action::Ui,
             "text" => Action::Text,
             "cancel" => Action::Cancel,
             "pump" => Action::Pump,
@@ -40,7 +44,7 @@ impl Action {
     /// The one method each route answers.
     pub fn method(self) -> &'static str {
         match self {
-            Action::Events | Action::Text | Action::Stats => "GET",
+            Action::Events | Action::Ui | Action::Text | Action::Stats => "GET",
             _ => "POST",
         }
     }
@@ -48,7 +52,7 @@ impl Action {
     /// The scope a token needs.
     pub fn scope(self) -> Scope {
         match self {
-            Action::Events | Action::Text => Scope::Read,
+            Action::Events | Action::Ui | Action::Text => Scope::Read,
             Action::Cancel => Scope::Cancel,
             _ => Scope::Write,
         }
@@ -56,7 +60,7 @@ impl Action {
 
     /// Reader routes also take the token as `?token=` (EventSource cannot set headers).
     pub fn token_in_query(self) -> bool {
-        matches!(self, Action::Events | Action::Text)
+        matches!(self, Action::Events | Action::Ui | Action::Text)
     }
 }
 
@@ -79,6 +83,29 @@ pub fn route(prefix: &str, method: &str, path: &str) -> Result<Option<Route>, Ap
         return Err(ApiError::method_not_allowed(method, action.method()));
     }
     Ok(Some(Route { stream_id: id.to_owned(), action }))
+}
+
+/// What `POST open` asks for: `{"format"?: "text" | "ui", "meta"?: …}` (SPEC §4, §9).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenRequest {
+    pub format: Format,
+    pub meta: Option<Value>,
+}
+
+impl OpenRequest {
+    /// Reads the open body (`None`: no body). A missing `format` is `text`.
+    pub fn parse(body: Option<Value>) -> Result<Self, ApiError> {
+        let mut fields = match body {
+            None => return Ok(Self { format: Format::Text, meta: None }),
+            Some(Value::Object(fields)) => fields,
+            Some(_) => return Err(ApiError::bad_json("the open body", "expected a JSON object like {\"format\": \"ui\", \"meta\": …}")),
+        };
+        let format = match fields.remove("format") {
+            None | Some(Value::Null) => Format::Text,
+            Some(v) => v.as_str().and_then(Format::parse).ok_or_else(|| ApiError::bad_format(&v))?,
+        };
+        Ok(Self { format, meta: fields.remove("meta") })
+    }
 }
 
 /// An answer that is not a success: a status, a machine code, a sentence, and any extra fields.
@@ -148,6 +175,22 @@ impl ApiError {
         Self::new(400, "bad_chunk", bad.to_string()).with("offset", bad.offset)
     }
 
+    /// An open asked for a format other than `text` or `ui`.
+    pub fn bad_format(found: &serde_json::Value) -> Self {
+        Self::new(400, "bad_format", format!("the open body's \"format\" must be \"text\" or \"ui\", not {found}"))
+    }
+
+    /// `/ui` on a stream whose text is not NDJSON.
+    pub fn wrong_format(stream_id: &str, format: crate::core::ui::Format) -> Self {
+        Self::new(409, "wrong_format", format!("stream {stream_id} is a {} stream; /ui serves only ui streams", format.as_str()))
+            .with("format", format.as_str())
+    }
+
+    /// A read of a stream this object never opened (so its format is unknown).
+    pub fn no_stream(stream_id: &str) -> Self {
+        Self::new(404, "no_stream", format!("stream {stream_id} was never opened"))
+    }
+
     pub fn bad_json(what: &str, e: impl std::fmt::Display) -> Self {
         Self::new(400, "bad_json", format!("{what}: {e}"))
     }
@@ -194,6 +237,7 @@ mod tests {
             ("POST", "close", Action::Close),
             ("POST", "fail", Action::Fail),
             ("GET", "events", Action::Events),
+            ("GET", "ui", Action::Ui),
             ("GET", "text", Action::Text),
             ("POST", "cancel", Action::Cancel),
             ("POST", "pump", Action::Pump),
@@ -220,6 +264,20 @@ mod tests {
             assert_eq!((e.status, e.code), (400, "bad_stream_id"), "{id:?}");
         }
         assert_eq!(r("POST", "/streams/a/b/open").unwrap_err().code, "bad_stream_id");
+    }
+
+    #[test]
+    fn an_open_body_names_the_format_and_anything_but_text_or_ui_is_refused() {
+        let parse = |v: Option<Value>| OpenRequest::parse(v);
+        assert_eq!(parse(None), Ok(OpenRequest { format: Format::Text, meta: None }));
+        assert_eq!(parse(Some(json!({"meta": {"a": 1}}))), Ok(OpenRequest { format: Format::Text, meta: Some(json!({"a": 1})) }));
+        assert_eq!(parse(Some(json!({"format": "ui"}))), Ok(OpenRequest { format: Format::Ui, meta: None }));
+        assert_eq!(parse(Some(json!({"format": null, "meta": 2}))).unwrap().format, Format::Text);
+        for bad in [json!("UI"), json!("xml"), json!(""), json!(7), json!(["ui"]), json!({"ui": true})] {
+            let e = parse(Some(json!({ "format": bad }))).unwrap_err();
+            assert_eq!((e.status, e.code), (400, "bad_format"), "{bad}");
+        }
+        assert_eq!(parse(Some(json!([1]))).unwrap_err().code, "bad_json");
     }
 
     #[test]

@@ -21,6 +21,11 @@ impl EndStatus {
             EndStatus::Interrupted => "interrupted",
         }
     }
+
+    /// A status column's value, if it is terminal (`streaming`, `pending`, … are not).
+    pub fn parse(column: &str) -> Option<Self> {
+        [EndStatus::Complete, EndStatus::Cancelled, EndStatus::Error, EndStatus::Interrupted].into_iter().find(|s| s.as_str() == column)
+    }
 }
 
 /// The status column's value while a producer holds the row.
@@ -91,6 +96,16 @@ mod tests {
             let value = serde_json::to_value(&frame).unwrap();
             assert_eq!(value, expected);
             assert_eq!(serde_json::from_value::<Frame>(value).unwrap(), frame);
+        }
+    }
+
+    #[test]
+    fn only_terminal_status_columns_parse() {
+        for s in [EndStatus::Complete, EndStatus::Cancelled, EndStatus::Error, EndStatus::Interrupted] {
+            assert_eq!(EndStatus::parse(s.as_str()), Some(s));
+        }
+        for other in [STATUS_STREAMING, "pending", "", "Complete"] {
+            assert_eq!(EndStatus::parse(other), None, "{other:?}");
         }
     }
 

@@ -1,10 +1,12 @@
 //! Request bodies: the append body policy (a plain body validated whole, a streaming body
-//! pushed piece by piece) and the discard of bodies a refusal left unread.
+//! pushed piece by piece; a `ui` stream's pieces go to its line assembler as bytes) and the
+//! discard of bodies a refusal left unread.
 
 use super::http::{self, unavailable};
 use super::object::Object;
 use crate::core::api::{ApiError, Route};
 use crate::core::live::{LiveStream, PushError, PushReceipt};
+use crate::core::ui::Format;
 use crate::core::utf8::{BadUtf8, Utf8Reassembler};
 use futures::future::{select, Either};
 use futures::StreamExt;
@@ -12,17 +14,31 @@ use serde_json::json;
 use worker::{Request, Response};
 
 impl Object {
-    fn push(&self, route: &Route, text: &str) -> Result<PushReceipt, ApiError> {
-        match self.shell.feed(|s, now| s.push(text, now)) {
-            Some(Ok(receipt)) => Ok(receipt),
+    /// Pushes one piece of an append body. `Ok(Err(_))` is bad input (the piece, or the line it
+    /// finished, was refused: refuse the request once its body is read); `Err(_)` means the
+    /// stream cannot take pushes (answer at once).
+    fn push(&self, route: &Route, pieces: &mut BodyPieces, piece: &[u8]) -> Result<Result<PushReceipt, ApiError>, ApiError> {
+        let pushed = match pieces {
+            BodyPieces::Text(utf8) => match utf8.feed(piece) {
+                Ok(text) => self.shell.feed(|s, now| s.push(&text, now)),
+                Err(e) => {
+                    let seq = self.shell.inspect(LiveStream::seq).unwrap_or_default();
+                    return Ok(Err(ApiError::bad_utf8(e).with("seq", seq)));
+                }
+            },
+            BodyPieces::Ui => self.shell.feed(|s, now| s.push_ndjson(piece, now)),
+        };
+        match pushed {
+            Some(Ok(receipt)) => Ok(Ok(receipt)),
+            Some(Err(PushError::BadChunk { bad, .. })) => Ok(Err(ApiError::bad_chunk(&bad))),
             Some(Err(PushError::Closed)) => Err(ApiError::closed(&route.stream_id)),
             Some(Err(PushError::NotOpen)) | None => Err(ApiError::not_open(&route.stream_id)),
-            Some(Err(PushError::BadChunk { bad, .. })) => Err(ApiError::bad_chunk(&bad)),
-            Some(Err(e @ PushError::NotUi)) => Err(ApiError::new(409, "wrong_format", e.to_string())),
+            Some(Err(e @ PushError::NotUi)) => Err(unavailable(e)),
         }
     }
 
-    /// A plain body is validated whole before anything is pushed; a streaming body (no
+    /// A plain body is validated whole before anything is pushed (a `ui` stream's lines are
+    /// validated one by one: the lines before a bad one stay); a streaming body (no
     /// content-length) is pushed piece by piece, reassembling characters split across pieces,
     /// and ends early when a cancel arrives.
     pub(super) async fn append(&self, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
@@ -38,8 +54,11 @@ impl Object {
             if bytes.len() > max {
                 return Err(ApiError::too_large(max));
             }
-            let text = std::str::from_utf8(&bytes).map_err(|e| ApiError::bad_utf8(BadUtf8 { offset: e.valid_up_to() as u64 }))?;
-            receipt = self.push(route, text)?;
+            let mut pieces = BodyPieces::of(self.shell.inspect(LiveStream::format).unwrap_or_default());
+            if let BodyPieces::Text(_) = pieces {
+                std::str::from_utf8(&bytes).map_err(|e| ApiError::bad_utf8(BadUtf8 { offset: e.valid_up_to() as u64 }))?;
+            }
+            receipt = self.push(route, &mut pieces, &bytes)??;
         } else {
             receipt = self.append_streaming(route, req, receipt, max).await?;
         }
@@ -48,7 +67,8 @@ impl Object {
     }
 
     /// A streaming body: each piece is pushed as it arrives. A cancel answers at once. A body
-    /// that turns out too large or not UTF-8 stops being pushed, is read to its end (up to
+    /// that turns out too large, not UTF-8 or (in a `ui` stream) to hold a bad line stops being
+    /// pushed, is read to its end (up to
     /// [`MAX_DISCARDED_BYTES`] more) and only then refused: answering while the client is still
     /// sending breaks its connection under the local runtime's proxy.
     async fn append_streaming(
@@ -59,7 +79,7 @@ impl Object {
         max: usize,
     ) -> Result<PushReceipt, ApiError> {
         let mut body = Box::pin(req.stream().map_err(unavailable)?);
-        let mut utf8 = Utf8Reassembler::new();
+        let mut pieces = BodyPieces::of(self.shell.inspect(LiveStream::format).unwrap_or_default());
         let mut total = 0usize;
         let mut refusal: Option<ApiError> = None;
         let mut cancelled = self.shell.watch_cancel();
@@ -73,7 +93,7 @@ impl Object {
                     break;
                 }
                 Either::Left((None, _)) => {
-                    if refusal.is_none() {
+                    if let (None, BodyPieces::Text(utf8)) = (&refusal, pieces) {
                         utf8.finish().map_err(|e| ApiError::bad_utf8(e).with("seq", receipt.seq))?;
                     }
                     break;
@@ -92,12 +112,29 @@ impl Object {
                 refusal = Some(ApiError::too_large(max).with("seq", receipt.seq));
                 continue;
             }
-            match utf8.feed(&piece) {
-                Ok(text) => receipt = self.push(route, &text)?,
-                Err(e) => refusal = Some(ApiError::bad_utf8(e).with("seq", receipt.seq)),
+            match self.push(route, &mut pieces, &piece)? {
+                Ok(pushed) => receipt = pushed,
+                Err(bad) => refusal = Some(bad),
             }
         }
         refusal.map_or(Ok(receipt), Err)
+    }
+}
+
+/// How the pieces of an append body are pushed: a `text` stream's are reassembled into UTF-8
+/// text here; a `ui` stream's go to its line assembler as bytes, where a line (or a UTF-8
+/// sequence) may end in a later piece, or a later request.
+enum BodyPieces {
+    Text(Utf8Reassembler),
+    Ui,
+}
+
+impl BodyPieces {
+    fn of(format: Format) -> Self {
+        match format {
+            Format::Text => BodyPieces::Text(Utf8Reassembler::new()),
+            Format::Ui => BodyPieces::Ui,
+        }
     }
 }
 

@@ -12,6 +12,7 @@ mod setup;
 mod shell;
 mod sse;
 mod store;
+mod ui;
 
 pub use object::StreamObject;
 pub use setup::{install_authorizer, install_checkpoint_sink};

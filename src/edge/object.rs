@@ -7,9 +7,10 @@ use super::http::{self, error, unavailable};
 use super::setup::Setup;
 use super::shell::{log, now_ms, Shell};
 use super::sse::{self, ReaderBody};
-use crate::core::api::{self, Action, ApiError, Route};
+use crate::core::api::{self, Action, ApiError, OpenRequest, Route};
 use crate::core::auth::AuthRequest;
-use crate::core::live::{FlushError, LiveStream, OpenError, StreamState};
+use crate::core::config::StreamConfig;
+use crate::core::live::{Dialect, FlushError, LiveStream, OpenError, StreamState};
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -112,7 +113,8 @@ impl StreamObject {
                 o.seal(&route, Some(message.to_owned())).await
             }
             Action::Events => o.events(&req, &target),
-            Action::Text => o.text(&route).await,
+            Action::Ui => self.ui(&o, &req, &target, &route).await,
+            Action::Text => self.text(&o, &route).await,
             Action::Cancel => o.cancel(&route).await,
             Action::Stats => o.stats(&route),
             Action::Pump => self.pump(&o, &route, &mut req).await,
@@ -121,19 +123,17 @@ impl StreamObject {
     }
 
     async fn open(&self, o: &Rc<Object>, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
-        let body = http::small_json(req, 64 * 1024, "the open body must be {\"meta\": …}").await?;
-        let meta = match body {
-            None => None,
-            Some(serde_json::Value::Object(mut m)) => m.remove("meta"),
-            Some(_) => return Err(ApiError::bad_json("the open body", "expected a JSON object like {\"meta\": …}")),
-        };
+        let body = http::small_json(req, 64 * 1024, "the open body must be {\"format\": \"text\" | \"ui\", \"meta\": …}").await?;
+        let OpenRequest { format, meta } = OpenRequest::parse(body)?;
         let host_token = random_token();
-        let (stream, ticket) = LiveStream::open(&route.stream_id, o.setup.settings.stream.clone(), &host_token, now_ms());
+        let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
+        let (stream, ticket) = LiveStream::open(&route.stream_id, cfg, &host_token, now_ms());
         let settled = o.shell.await_ticket(ticket);
         if !o.shell.install(stream) {
             return Err(ApiError::open_refused(&route.stream_id, crate::core::durable::OpenRefused::AlreadyOpenHere));
         }
         *o.shell.meta.borrow_mut() = meta;
+        self.remember_format(&route.stream_id, format).await;
         o.shell.feed(|_, _| ()); // performs the first store request queued by `open`
         match settled.await.map_err(unavailable)? {
             Ok(()) => {
@@ -143,6 +143,15 @@ impl StreamObject {
             Err(OpenError::Refused(reason)) => Err(ApiError::open_refused(&route.stream_id, reason)),
             Err(OpenError::Store(e)) => Err(ApiError::store_unavailable(e)),
         }
+    }
+
+    /// `GET /text`: the durable text from D1, and the stream's format (`text` when this object
+    /// never opened it).
+    async fn text(&self, o: &Object, route: &Route) -> Result<Response, ApiError> {
+        let durable = o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+        let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
+        let format = self.format(o).await?.unwrap_or_default();
+        http::json(200, &json!({"text": durable.text, "seq": durable.seq, "status": durable.status, "format": format})).map_err(unavailable)
     }
 
     async fn pump(&self, o: &Rc<Object>, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
@@ -216,25 +225,27 @@ impl Object {
     }
 
     fn events(&self, req: &Request, target: &http::Target) -> Result<Response, ApiError> {
+        match self.subscribe(Dialect::Events, req, target) {
+            sse::Subscription::Answered(response) => response,
+            sse::Subscription::NoLiveStream { .. } => sse::absent(self.settings().sse_retry_ms).map_err(unavailable),
+        }
+    }
+
+    /// Attaches a reader of `dialect` at the request's join offset (`Last-Event-ID` over
+    /// `from`), unless no live stream is here. A `HEAD` gets the headers a GET would get and
+    /// attaches nothing: it has no body to stream.
+    pub(super) fn subscribe(&self, dialect: Dialect, req: &Request, target: &http::Target) -> sse::Subscription {
         if req.method() == worker::Method::Head {
-            // The headers a GET would get, and no subscription: a HEAD has no body to stream.
-            return Response::empty().map(|r| r.with_headers(sse::headers())).map_err(unavailable);
+            return sse::Subscription::Answered(Response::empty().map(|r| r.with_headers(sse::headers(dialect))).map_err(unavailable));
         }
         let last_event_id = req.headers().get("last-event-id").ok().flatten();
         let from = crate::core::sse::join_offset(last_event_id.as_deref(), target.query("from").as_deref());
         let (retry, keepalive) = (self.settings().sse_retry_ms, self.settings().keepalive_ms);
-        match self.shell.feed(|s, _| s.subscribe(from)) {
-            Some(reader) => ReaderBody::new(Rc::clone(&self.shell), reader, retry, keepalive).into_response(),
-            None => sse::absent(retry),
-        }
-        .map_err(unavailable)
-    }
-
-    async fn text(&self, route: &Route) -> Result<Response, ApiError> {
-        match self.setup.sink.read_durable(&route.stream_id).await {
-            Ok(Some(durable)) => http::json(200, &durable).map_err(unavailable),
-            Ok(None) => Err(ApiError::no_row(&route.stream_id)),
-            Err(e) => Err(ApiError::store_unavailable(e)),
+        match self.shell.feed(|s, _| s.subscribe_as(dialect, from)) {
+            Some(reader) => sse::Subscription::Answered(
+                ReaderBody::new(Rc::clone(&self.shell), reader, retry, keepalive).into_response(dialect).map_err(unavailable),
+            ),
+            None => sse::Subscription::NoLiveStream { from },
         }
     }
 

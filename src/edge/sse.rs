@@ -2,9 +2,10 @@
 //! with a keep-alive comment whenever it has been idle for the keep-alive interval.
 
 use super::shell::{now_ms, Shell};
+use crate::core::api::ApiError;
 use crate::core::frame::Frame;
-use crate::core::live::{Pull, ReaderId};
-use crate::core::sse;
+use crate::core::live::{Dialect, Pull, ReaderId};
+use crate::core::{sse, ui};
 use futures::Stream;
 use std::future::Future;
 use std::pin::Pin;
@@ -13,11 +14,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use worker::{Delay, Headers, Response};
 
-/// The headers of every SSE answer.
-pub fn headers() -> Headers {
+/// The headers of every SSE answer; a `/ui` answer also tells the AI SDK what it carries.
+pub fn headers(dialect: Dialect) -> Headers {
     let h = Headers::new();
     for (name, value) in sse::SSE_HEADERS {
         let _ = h.set(name, value);
+    }
+    if dialect == Dialect::Ui {
+        let _ = h.set(ui::UI_STREAM_HEADER.0, ui::UI_STREAM_HEADER.1);
     }
     h
 }
@@ -25,7 +29,15 @@ pub fn headers() -> Headers {
 /// The whole answer when no live stream is here: `retry`, then `absent`.
 pub fn absent(retry_ms: u64) -> worker::Result<Response> {
     let body = format!("{}{}", sse::preamble(retry_ms), sse::encode(&Frame::Absent));
-    Ok(Response::from_bytes(body.into_bytes())?.with_headers(headers()))
+    Ok(Response::from_bytes(body.into_bytes())?.with_headers(headers(Dialect::Events)))
+}
+
+/// What a subscribe request came to.
+pub enum Subscription {
+    /// The answer: the live reader's body, or the headers of a `HEAD`.
+    Answered(Result<Response, ApiError>),
+    /// No live stream is here; `from` is the join offset the request asked for.
+    NoLiveStream { from: u64 },
 }
 
 /// Streams one reader's frames. Pull-based: a slow client leaves frames in the reader's
@@ -48,8 +60,8 @@ impl ReaderBody {
         Self { shell, reader, preamble: Some(sse::preamble(retry_ms)), keepalive_ms, ping: None, last_sent: now_ms(), done: false }
     }
 
-    pub fn into_response(self) -> worker::Result<Response> {
-        Ok(Response::from_stream(self)?.with_headers(headers()))
+    pub fn into_response(self, dialect: Dialect) -> worker::Result<Response> {
+        Ok(Response::from_stream(self)?.with_headers(headers(dialect)))
     }
 }
 

@@ -1,26 +1,31 @@
-// Bad input, one test per case (SPEC §3, §4): hostile stream ids, odd join offsets, oversized
-// and malformed bodies, wrong methods, every kind of bad token, huge headers. For every case:
+// Bad input, one test per case (SPEC §3, §4, §9): hostile stream ids, odd join offsets, oversized
+// and malformed bodies, malformed NDJSON for a `ui` stream, wrong methods, every kind of bad
+// token, huge headers. For every case:
 //   * the status is the expected 4xx (or, for join offsets, the SPEC'd SSE success), never 5xx;
 //   * an error body is JSON {error, message} (a 403 is byte-identical to every other denial);
 //   * NOTHING was written to D1: both tables are snapshotted before and after each case (after
 //     waiting out a checkpoint interval, so text pushed by mistake would have been committed),
-//     and the live stream's seq/durableSeq/state are unchanged.
+//     and the live streams' seq/durableSeq/state are unchanged (a refused NDJSON line leaves
+//     nothing behind, not even in the unfinished line a later append would complete).
 // Requests go out one per connection with the path sent byte for byte (no client-side URL
 // normalisation).
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { mintToken, skipUnlessBuilt, startStack, TEST_SECRET } from './harness.mjs';
-import { api, d1Snapshot, insertRow, insidePair, ok, parseSse, rawRequest, uniqueId } from './util.mjs';
+import { api, d1Snapshot, insertRow, insidePair, ok, openPost, parseSse, rawRequest, uniqueId } from './util.mjs';
 
 const skip = skipUnlessBuilt();
 const MAX_APPEND_BYTES = 1_048_576; // the default (wrangler.toml)
 const INTERVAL_MS = 50; // CHECKPOINT_INTERVAL_MS of this stack
 /** The live stream's text: astral characters at known offsets (a pair starts at 2 and at 9). */
 const TEXT = 'ab😀cd é 🦀 «x» 漢字\n"q" \\ </script> 👍🏽 end';
+/** The `ui` stream's text: two complete NDJSON lines. */
+const UI_TEXT = `${JSON.stringify({ type: 'start', messageId: 'm' })}\n${JSON.stringify({ type: 'text-delta', id: 't', delta: '😀 日本 👍🏽' })}\n`;
 
 let stack;
 let LIVE; // open, TEXT appended and flushed (durableSeq == seq, so no background writes)
+let UI_LIVE; // a `ui` stream, UI_TEXT appended and flushed
 let PENDING; // row inserted, never opened
 let denialBody; // the body of a 403, to compare every denial with
 const results = { cases: 0 };
@@ -35,6 +40,11 @@ test.before(async () => {
   ok(await c.append(TEXT), 'append LIVE');
   const f = ok(await c.flush(), 'flush LIVE');
   assert.equal(f.durableSeq, TEXT.length);
+  UI_LIVE = insertRow(stack, uniqueId('bad-ui'));
+  const u = api(stack, UI_LIVE);
+  ok(await u.open(undefined, 'ui'), 'open UI_LIVE');
+  ok(await u.append(UI_TEXT), 'append UI_LIVE');
+  assert.equal(ok(await u.flush(), 'flush UI_LIVE').durableSeq, UI_TEXT.length);
   const d = await rawRequest(stack.baseUrl, { path: `/streams/${uniqueId('nobody')}/text` });
   assert.equal(d.status, 403);
   denialBody = d.raw;
@@ -130,9 +140,13 @@ function expectSubscription(from) {
 }
 
 async function liveState() {
-  const s = await req({ path: `/streams/${LIVE}/stats`, headers: bearer(liveTok()) });
-  assert.equal(s.status, 200, `stats of LIVE: ${s.status} ${s.raw}`);
-  return { state: s.json.state, seq: s.json.seq, durableSeq: s.json.durableSeq };
+  const state = {};
+  for (const id of [LIVE, UI_LIVE]) {
+    const s = await req({ path: `/streams/${id}/stats`, headers: bearer(tok(id)) });
+    assert.equal(s.status, 200, `stats of ${id}: ${s.status} ${s.raw}`);
+    state[id] = { state: s.json.state, seq: s.json.seq, durableSeq: s.json.durableSeq };
+  }
+  return state;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -320,10 +334,74 @@ add('token: missing on text → 403', () => req({ path: `/streams/${LIVE}/text` 
 add('token: expired on events → 403', () => req({ path: `/streams/${LIVE}/events?token=${tok(LIVE, 'read', { exp: now() - 1 })}` }), expectError(403, 'forbidden'));
 add('token: wrong stream on text → 403', () => req({ path: `/streams/${LIVE}/text?token=${tok(PENDING)}` }), expectError(403, 'forbidden'));
 
+// Malformed NDJSON for a `ui` stream (SPEC §9): 400 bad_chunk naming the offset where the bad
+// line starts (the stream's seq), nothing of it written, and no fragment of it kept: the
+// stream's seq is unchanged and the next append starts a fresh line.
+const appendUi = (body) => post(`/streams/${UI_LIVE}/append`, { headers: { ...bearer(tok(UI_LIVE)), 'content-type': 'application/x-ndjson' }, body });
+/** One streaming (chunked) append of `pieces`, each written as its own piece. */
+async function appendUiStreaming(pieces) {
+  const p = openPost(`${stack.baseUrl}/streams/${UI_LIVE}/append`, bearer(tok(UI_LIVE)));
+  for (const piece of pieces) await p.send(piece);
+  p.end();
+  const { status, headers, text } = await p.answer;
+  return { status, headers, raw: text, json: JSON.parse(text) };
+}
+/** Appends that leave an unfinished line (200, nothing pushed), then `last`, whose answer is checked. */
+async function afterFragments(fragments, last) {
+  for (const f of fragments) {
+    const res = await appendUi(f);
+    assert.equal(res.status, 200, `the fragment append: ${res.status} ${res.raw}`);
+    assert.equal(res.json.seq, UI_TEXT.length, 'an unfinished line is not pushed');
+  }
+  return appendUi(last);
+}
+function expectBadChunk(fault) {
+  return (res) => {
+    expectError(400, 'bad_chunk')(res);
+    assert.equal(res.json.offset, UI_TEXT.length, 'the offset where the bad line starts');
+    assert.match(res.json.message, fault);
+  };
+}
+const bytes = (...parts) => Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : Buffer.from(p))));
+for (const [name, body, fault] of [
+  ['not JSON', 'hello world\n', /not JSON/],
+  ['JSON without a type', '{"delta":"x","id":"t"}\n', /no "type"/],
+  ['a numeric type', '{"type":42}\n', /"type" is a number/],
+  ['a null type', '{"type":null}\n', /"type" is null/],
+  ['an object as type', '{"type":{"name":"text-delta"}}\n', /"type" is an object/],
+  ['duplicate types, the last not a string', '{"type":"text-delta","type":false}\n', /"type" is a boolean/],
+  ['an array of chunks', '[{"type":"text-delta"}]\n', /an array, not an object/],
+  ['a JSON string', '"text-delta"\n', /a string, not an object/],
+  ['a number', '42\n', /a number, not an object/],
+  ['an empty line', '\n', /empty/],
+  ['a line of spaces', '   \n', /empty/],
+  ['a truncated object', '{"type":"text-delta","delta":"ab\n', /not JSON/],
+  ['trailing garbage after the object', '{"type":"text-delta"} {}\n', /not JSON/],
+  ['a byte-order mark before the object', '\ufeff{"type":"text-delta"}\n', /not JSON/],
+  ['a raw control character in a string', '{"type":"text-delta","delta":"a\u0001b"}\n', /not JSON/],
+  ['a raw carriage return (CRLF line end)', '{"type":"text-delta"}\r\n', /carriage return/],
+  ['a raw carriage return in an unfinished line', '{"type":"text-delta","delta":"a\rb', /carriage return/],
+  ['invalid UTF-8 inside a line', bytes('{"type":"text-delta","delta":"', [0xff, 0xfe], '"}\n'), /UTF-8/],
+  ['a UTF-8-encoded surrogate', bytes('{"type":"text-delta","delta":"', [0xed, 0xa0, 0x80], '"}\n'), /UTF-8/],
+  ['an overlong UTF-8 encoding', bytes('{"type":"text-delta","delta":"', [0xc0, 0xaf], '"}\n'), /UTF-8/],
+  ['a bad line first, good lines after it in the same request', '[]\n{"type":"text-delta"}\n', /not an object/],
+]) {
+  add(`ndjson: ${name} → 400 bad_chunk`, () => appendUi(body), expectBadChunk(fault));
+}
+add('ndjson: a line split across two appends that turns out invalid → 400 bad_chunk', () => afterFragments(['{"type":"text-delta","delta":"fine so far'], '"} trailing\n'), expectBadChunk(/not JSON/));
+add('ndjson: a UTF-8 sequence split across two appends that turns out invalid → 400 bad_chunk', () => afterFragments([bytes('{"type":"text-delta","delta":"', [0xf0, 0x9f])], bytes([0x41], '"}\n')), expectBadChunk(/UTF-8/));
+add('ndjson: a line over 1 MiB built across two appends → 400 bad_chunk', () => afterFragments([`{"type":"text-delta","delta":"${'x'.repeat(700_000)}`], 'y'.repeat(400_000)), expectBadChunk(/longer than 1048576 bytes/));
+add('ndjson: a streaming append whose line, split across pieces, turns out invalid → 400 bad_chunk', () => appendUiStreaming(['{"type":', '"text-delta","de', 'lta":"x"', '}}\n']), expectBadChunk(/not JSON/));
+add('ndjson: a streaming append with invalid UTF-8 across pieces → 400 bad_chunk', () => appendUiStreaming([bytes('{"type":"a","d":"', [0xe6]), bytes([0x97, 0x41], '"}\n')]), expectBadChunk(/UTF-8/));
+add('ndjson: open with format "xml" (the row stays pending) → 400', () => post(`/streams/${PENDING}/open`, { headers: { ...bearer(tok(PENDING)), 'content-type': 'application/json' }, body: '{"format":"xml"}' }), expectError(400, 'bad_format'));
+add('ndjson: open with format 7 → 400', () => post(`/streams/${PENDING}/open`, { headers: bearer(tok(PENDING)), body: '{"format":7,"meta":{}}' }), expectError(400, 'bad_format'));
+add('ndjson: /ui on a text stream → 409', () => req({ path: `/streams/${LIVE}/ui?token=${tok(LIVE, 'read')}` }), expectError(409, 'wrong_format'));
+add('ndjson: /ui on a stream never opened → 404', () => req({ path: `/streams/${PENDING}/ui?token=${tok(PENDING, 'read')}` }), expectError(404, 'no_stream'));
+
 // Huge headers on requests that are otherwise fine: served normally.
 add('header: 16 KB custom header on a valid /text → 200', () => req({ path: `/streams/${LIVE}/text?token=${tok(LIVE, 'read')}`, headers: { 'x-padding': 'p'.repeat(16 * 1024) } }), (res) => {
   assert.equal(res.status, 200, `${res.status} ${res.raw}`);
-  assert.deepEqual(res.json, { text: TEXT, seq: TEXT.length, status: 'streaming' });
+  assert.deepEqual(res.json, { text: TEXT, seq: TEXT.length, status: 'streaming', format: 'text' });
 });
 add('header: 200 headers of 100 bytes on a valid /text → 200', () => req({
   path: `/streams/${LIVE}/text?token=${tok(LIVE, 'read')}`,
@@ -345,7 +423,9 @@ for (const c of cases) {
     assert.ok(res.status < 500, `a 5xx for bad input: ${res.status} ${res.raw}`);
     c.expect(res);
     // A flush commits anything pushed by mistake (and answers once it has), so D1 would show it.
-    ok(await rawRequest(stack.baseUrl, { method: 'POST', path: `/streams/${LIVE}/flush`, headers: bearer(liveTok()) }), 'flush LIVE');
+    for (const id of [LIVE, UI_LIVE]) {
+      ok(await rawRequest(stack.baseUrl, { method: 'POST', path: `/streams/${id}/flush`, headers: bearer(tok(id)) }), `flush ${id}`);
+    }
     assert.deepEqual(await liveState(), liveBefore, 'the live stream changed');
     assert.deepEqual(d1Snapshot(stack.db), before, 'D1 changed');
   });
@@ -416,4 +496,34 @@ test('HEAD /events on a live stream answers at once and attaches no reader', {
 test('bad-input battery summary', { skip }, (t) => {
   t.diagnostic(`${results.cases} bad-input cases ran (each its own test above); nothing was written to D1 by any of them`);
   assert.ok(results.cases >= 40, `only ${results.cases} cases`);
+  const ndjson = cases.filter((c) => c.name.startsWith('ndjson:')).length;
+  t.diagnostic(`${ndjson} of them malformed NDJSON for a ui stream`);
+  assert.ok(ndjson >= 15, `only ${ndjson} NDJSON cases`);
+});
+
+test('ndjson: the lines before a bad one stay; the bad one and the rest of the request are refused', { skip, timeout: 30_000 }, async () => {
+  const line = (delta) => `${JSON.stringify({ type: 'text-delta', id: 't', delta })}\n`;
+  for (const streaming of [false, true]) {
+    const id = insertRow(stack, uniqueId('bad-ui-rest'));
+    const c = api(stack, id);
+    ok(await c.open(undefined, 'ui'), 'open');
+    const kept = line('one 😀') + line('two 日本');
+    const body = `${kept}{"type":7}\n${line('never')}{"type":"text-de`;
+    let res;
+    if (streaming) {
+      const p = openPost(c.url('append'), { authorization: `Bearer ${c.token}` });
+      for (let i = 0; i < body.length; i += 7) await p.send(body.slice(i, i + 7));
+      p.end();
+      const a = await p.answer;
+      res = { status: a.status, json: JSON.parse(a.text) };
+    } else {
+      res = await c.append(body);
+    }
+    assert.equal(res.status, 400, JSON.stringify(res.json));
+    assert.deepEqual([res.json.error, res.json.offset], ['bad_chunk', kept.length], `streaming: ${streaming}`);
+    const next = line('after');
+    assert.equal(ok(await c.append(next), 'the next append').seq, kept.length + next.length, 'it starts a fresh line');
+    ok(await c.close(), 'close');
+    assert.equal(stack.db.get('SELECT body FROM messages WHERE id = ?', id).body, kept + next, 'D1 holds the kept lines only');
+  }
 });

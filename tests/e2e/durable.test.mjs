@@ -93,7 +93,7 @@ test('/text is the produced text before close (body + chunk rows) and after clos
   // Before anything is durable /text is empty (a prefix, never more than committed).
   ok(await s.append(half), 'append half');
   const early = ok(await s.text(), '/text');
-  assert.deepEqual(early, { text: '', seq: 0, status: 'streaming' });
+  assert.deepEqual(early, { text: '', seq: 0, status: 'streaming', format: 'text' });
 
   ok(await s.flush(), 'flush 1');
   ok(await s.append(produced.slice(half.length)), 'append rest');
@@ -117,7 +117,7 @@ test('/text is the produced text before close (body + chunk rows) and after clos
   assert.ok(after.row.body === produced, 'the body is the produced text');
   assert.equal(after.row.error, null);
   const sealed = ok(await s.text(), '/text after close');
-  assert.deepEqual(sealed, { text: produced, seq: produced.length, status: 'complete' });
+  assert.deepEqual(sealed, { text: produced, seq: produced.length, status: 'complete', format: 'text' });
 });
 
 test('/text for a stream with no message row is 404 no_row', { skip, timeout: 60_000 }, async () => {

@@ -235,12 +235,13 @@ const ROUTES = [
   ['POST', 'cancel'],
   ['GET', 'stats'],
   ['GET', 'events'],
+  ['GET', 'ui'],
   ['GET', 'text'],
 ];
 
 /** Ask `route` of stream `id` with `token` (Bearer for producer routes, ?token= for reader routes). */
 async function ask(id, [method, action, body], token) {
-  const reader = action === 'events' || action === 'text';
+  const reader = action === 'events' || action === 'ui' || action === 'text';
   const q = reader && token !== null ? `?token=${encodeURIComponent(token)}` : '';
   const headers = !reader && token !== null ? { authorization: `Bearer ${token}` } : {};
   return call(`${stack.baseUrl}/streams/${id}/${action}${q}`, { method, headers, body });
@@ -282,7 +283,7 @@ test('a token with one scope is denied the routes of the others', { skip, timeou
   ok(await s.open(), 'open');
   const tok = (scope) => mintToken({ stream: id, scope });
   for (const route of ROUTES) {
-    const need = route[1] === 'events' || route[1] === 'text' ? 'read' : route[1] === 'cancel' ? 'cancel' : 'write';
+    const need = ['events', 'ui', 'text'].includes(route[1]) ? 'read' : route[1] === 'cancel' ? 'cancel' : 'write';
     for (const scope of ['read', 'write', 'cancel'].filter((x) => x !== need)) {
       const res = await ask(id, route, tok(scope));
       assert.equal(res.status, 403, `${route[1]} with scope ${scope}: ${res.status} ${res.raw}`);

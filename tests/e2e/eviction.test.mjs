@@ -163,7 +163,7 @@ test(`kill -9 and restart mid-stream ${KILLS} times: the lease seals every row i
     late.close();
     assert.equal(first.json?.type, 'absent', `${label}: late reader's first frame ${first.data}`);
     const text = ok(await c.text(), `${label}: /text`);
-    assert.deepEqual(text, { text: row.body, seq: row.body.length, status: 'interrupted' }, `${label}: /text`);
+    assert.deepEqual(text, { text: row.body, seq: row.body.length, status: 'interrupted', format: 'text' }, `${label}: /text`);
     const hasLogLine = () => stack.logs().split('\n').some((l) => l.includes('"event":"interrupted"') && l.includes(`"streamId":"${id}"`));
     const logBy = Date.now() + 5000;
     while (!hasLogLine() && Date.now() < logBy) await sleep(25); // the line follows the commit

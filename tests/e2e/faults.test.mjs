@@ -256,7 +256,7 @@ test('every checkpoint and seal write fails (rate=1, before): flush and close an
   assert.equal(f.json.error, 'checkpoint_failed');
   assert.deepEqual({ seq: f.json.seq, durableSeq: f.json.durableSeq }, { seq: produced.length, durableSeq: 0 }, 'failed flush numbers');
   const t1 = ok(await c.text(), '/text');
-  assert.deepEqual(t1, { text: '', seq: 0, status: 'streaming' }, '/text: nothing durable');
+  assert.deepEqual(t1, { text: '', seq: 0, status: 'streaming', format: 'text' }, '/text: nothing durable');
   await stack.waitForLog(/"event":"checkpoint_failed"[^\n]*"streamId":"f-all/, 10_000); // a failure is never silent
 
   const cl = await c.close();

@@ -242,19 +242,26 @@ export function rawRequest(baseUrl, { method = 'GET', path, headers = {}, body, 
 
 /**
  * An API client for one stream (SPEC §4). Producer calls send `Authorization: Bearer`;
- * reader calls (`text`, `events`) pass `?token=`, as a browser's EventSource must.
+ * reader calls (`text`, `events`, `ui`) pass `?token=`, as a browser's EventSource must.
  */
 export function api(stack, id, { token = stack.token(id) } = {}) {
   const url = (action, query = '') => `${stack.baseUrl}/streams/${encodeURIComponent(id)}/${action}${query}`;
   const auth = { authorization: `Bearer ${token}` };
   const post = (action, body, headers = {}) => call(url(action), { method: 'POST', headers: { ...auth, ...headers }, body });
   const readToken = () => encodeURIComponent(token);
-  const eventsUrl = (from) => url('events', `?${from === undefined ? '' : `from=${from}&`}token=${readToken()}`);
+  const readUrl = (action) => (from) => url(action, `?${from === undefined ? '' : `from=${from}&`}token=${readToken()}`);
+  const eventsUrl = readUrl('events');
+  const uiUrl = readUrl('ui');
+  /** `format`: 'text' (the default) or 'ui' (SPEC §9). */
+  const open = (meta, format) => {
+    if (meta === undefined && format === undefined) return post('open');
+    return post('open', JSON.stringify({ format, meta }), { 'content-type': 'application/json' });
+  };
   return {
     id,
     url,
     token,
-    open: (meta) => post('open', meta === undefined ? undefined : JSON.stringify({ meta }), meta === undefined ? {} : { 'content-type': 'application/json' }),
+    open,
     append: (text) => post('append', text, { 'content-type': 'text/plain; charset=utf-8' }),
     flush: () => post('flush'),
     close: () => post('close'),
@@ -271,6 +278,16 @@ export function api(stack, id, { token = stack.token(id) } = {}) {
     async events(from, opts) {
       const sse = await readSse(eventsUrl(from), opts);
       if (sse.status === 200) await withTimeout(sse.attached, 10_000, () => `no first frame from ${eventsUrl(from)} within 10 s`);
+      return sse;
+    },
+    uiUrl,
+    /**
+     * A `/ui` subscription, resolved once its `retry:` line has arrived: a live stream with no
+     * complete line yet sends no event, but the body has started, so the reader is attached.
+     */
+    async ui(from, opts) {
+      const sse = await readSse(uiUrl(from), opts);
+      if (sse.status === 200) await sse.next((f) => f.retry !== undefined || f.data !== undefined);
       return sse;
     },
   };
@@ -464,7 +481,7 @@ export function openPost(url, headers = {}) {
       let text = '';
       res.setEncoding('utf8');
       res.on('data', (d) => (text += d));
-      res.on('end', () => resolve({ status: res.statusCode, text }));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, text }));
       res.on('error', reject);
     });
     req.on('error', reject);

@@ -1,0 +1,338 @@
+// The `ui` format against the real runtime (SPEC §9): a `ui` stream's text is NDJSON UI
+// message chunks; `GET /ui` serves each complete line as one SSE event whose `id:` is the
+// UTF-16 offset just after it, live from the object and, once the stream retired, from D1;
+// a reconnecting EventSource resumes at an exact line end; every status has its ending; a
+// streaming append may split a line (and a UTF-8 sequence) anywhere. The expected events are
+// computed here from the produced text (JavaScript string lengths), independently of the
+// Worker's encoder, and parsed with `eventsource-parser` and the `eventsource` package.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { EventSource } from 'eventsource';
+import { skipUnlessBuilt, startStack } from './harness.mjs';
+import {
+  api,
+  call,
+  checkFrames,
+  durableFromDb,
+  emojiText,
+  isError,
+  newStream,
+  ok,
+  openPost,
+  rawRequest,
+  rng,
+  seedFromEnv,
+  splitCodePoints,
+  startProxy,
+  uniqueId,
+  until,
+  untilEnd,
+  withTimeout,
+} from './util.mjs';
+
+const skip = skipUnlessBuilt();
+const LINGER_MS = 300; // finished streams retire quickly, so their /ui comes from D1
+let stack;
+
+test.before(async () => {
+  if (!skip) stack = await startStack({ name: 'e2e-ui', vars: { LINGER_MS: String(LINGER_MS), LEASE_MS: '1000' } });
+});
+test.after(async () => {
+  await stack?.stop();
+});
+
+// ---------------------------------------------------------------------------------------
+// The oracle: what /ui must serve for a text, from the SPEC alone.
+
+const ndjson = (chunks) => chunks.map((c) => `${JSON.stringify(c)}\n`).join('');
+
+/** The /ui events of the complete lines of `text`, joined at the start of the line holding `from`. */
+function expectedLines(text, from = 0) {
+  const at = Math.min(from, text.length);
+  let pos = at === 0 ? 0 : text.lastIndexOf('\n', at - 1) + 1;
+  const events = [];
+  for (let nl = text.indexOf('\n', pos); nl !== -1; nl = text.indexOf('\n', pos)) {
+    events.push({ id: String(nl + 1), data: text.slice(pos, nl) });
+    pos = nl + 1;
+  }
+  return events;
+}
+
+const ENDING = {
+  finish: { id: undefined, data: '{"type":"finish"}' },
+  abort: { id: undefined, data: '{"type":"abort"}' },
+  error: (errorText) => ({ id: undefined, data: JSON.stringify({ type: 'error', errorText }) }),
+  done: { id: undefined, data: '[DONE]' },
+};
+
+/** The events of a /ui answer, as { id, data } (the `retry:` line and comments left out). */
+const events = (records) => records.filter((f) => f.data !== undefined).map(({ id, data }) => ({ id, data }));
+
+/** An AI SDK answer with reasoning, a tool call and text, full of emoji, CJK and skin tones. */
+function answer(r, { finish = false } = {}) {
+  const deltas = (key, id, units) => splitCodePoints(emojiText(r, units), r, 1, 12).map((d) => ({ type: `${key}-delta`, id, delta: d }));
+  const chunks = [
+    { type: 'start', messageId: uniqueId('msg') },
+    { type: 'start-step' },
+    { type: 'reasoning-start', id: 'r1' },
+    ...deltas('reasoning', 'r1', 120),
+    { type: 'reasoning-end', id: 'r1' },
+    { type: 'tool-input-start', toolCallId: 'call-1', toolName: 'weather' },
+    ...['{"city":', '"東京', ' 👋🏽"}'].map((d) => ({ type: 'tool-input-delta', toolCallId: 'call-1', inputTextDelta: d })),
+    { type: 'tool-input-available', toolCallId: 'call-1', toolName: 'weather', input: { city: '東京 👋🏽' } },
+    { type: 'tool-output-available', toolCallId: 'call-1', output: { celsius: 21, sky: '☀️' } },
+    { type: 'text-start', id: 't1' },
+    ...deltas('text', 't1', 300),
+    { type: 'text-end', id: 't1' },
+    { type: 'finish-step' },
+  ];
+  if (finish) chunks.push({ type: 'finish', finishReason: 'stop', messageMetadata: { usage: { outputTokens: 42 } } });
+  return ndjson(chunks);
+}
+
+/** Length of the complete lines of `text` (what a ui stream's seq is before its close). */
+const linesEnd = (text) => text.lastIndexOf('\n') + 1;
+
+/** Waits until the object no longer holds the stream (its linger passed): /stats says not_open. */
+const retired = (c) => until(async () => (await c.stats()).status === 404, `stream ${c.id} to retire after its linger`, 15_000);
+
+/** Reads a /ui answer to its end (or to [DONE]); returns { status, headers, events, records }. */
+async function readUi(c, from, headers = {}) {
+  const sse = await c.ui(from, { headers });
+  if (sse.status !== 200) {
+    sse.close();
+    return { status: sse.status, headers: sse.headers };
+  }
+  await sse.next((f) => f.data === '[DONE]', 20_000).catch(() => {}); // a body may also just end
+  await withTimeout(sse.done, 5_000, 'the /ui body did not end after [DONE]');
+  return { status: sse.status, headers: sse.headers, events: events(sse.frames), records: sse.frames };
+}
+
+// ---------------------------------------------------------------------------------------
+
+test('a ui stream serves /ui live: each complete line once, id at its end, then finish and [DONE]', { skip, timeout: 60_000 }, async (t) => {
+  const seed = seedFromEnv();
+  t.diagnostic(`seed ${seed}`);
+  const r = rng(seed);
+  const c = api(stack, newStream(stack, 'ui-live'));
+  ok(await c.open({ chat: 'c1' }, 'ui'), 'open');
+  const ui = await c.ui(0);
+  const ev = await c.events(0);
+  assert.equal(ui.status, 200);
+  assert.equal(ui.headers.get('content-type'), 'text/event-stream; charset=utf-8');
+  assert.equal(ui.headers.get('x-vercel-ai-ui-message-stream'), 'v1');
+  assert.equal(ui.headers.get('cache-control'), 'no-cache, no-transform');
+  assert.equal(ui.headers.get('x-accel-buffering'), 'no');
+
+  const produced = answer(r);
+  let sent = '';
+  for (const piece of splitCodePoints(produced, r, 1, 90)) {
+    const rec = ok(await c.append(piece), 'append');
+    sent += piece;
+    assert.equal(rec.seq, linesEnd(sent), 'seq counts the complete lines only');
+  }
+  assert.equal(ok(await c.close(), 'close').status, 'complete');
+
+  const [first] = ui.frames;
+  await ui.next((f) => f.data === '[DONE]', 20_000);
+  await withTimeout(ui.done, 5_000, 'the body ends after [DONE]');
+  assert.equal(first.retry, 1000, 'the answer starts with a retry: line');
+  assert.deepEqual(events(ui.frames), [...expectedLines(produced), ENDING.finish, ENDING.done], `seed ${seed}`);
+
+  checkFrames(await untilEnd(ev), { label: '/events of the ui stream', produced }); // S on the NDJSON text
+  assert.deepEqual(ok(await c.text(), '/text'), { text: produced, seq: produced.length, status: 'complete', format: 'ui' });
+  assert.equal(durableFromDb(stack.db, c.id).text, produced, 'D1 holds the NDJSON as it was sent');
+});
+
+test('a finished ui stream is served from D1: from any offset, at the start of its line, Last-Event-ID over from', { skip, timeout: 60_000 }, async (t) => {
+  const seed = seedFromEnv();
+  t.diagnostic(`seed ${seed}`);
+  const r = rng(seed);
+  const plain = api(stack, newStream(stack, 'ui-d1'));
+  const ownFinish = api(stack, newStream(stack, 'ui-d1f'));
+  const texts = [answer(r), answer(r, { finish: true })];
+  for (const [c, text] of [[plain, texts[0]], [ownFinish, texts[1]]]) {
+    ok(await c.open(undefined, 'ui'), 'open');
+    ok(await c.append(text), 'append');
+    ok(await c.close(), 'close');
+    await retired(c);
+  }
+  const [text] = texts;
+  const ends = expectedLines(text).map((e) => Number(e.id));
+  const froms = [0, ends[2], ends[2] + 1, ends[5] - 1, text.length, text.length + 100, r.int(0, text.length)];
+  for (const from of froms) {
+    const got = await readUi(plain, from);
+    assert.equal(got.status, 200);
+    assert.equal(got.headers.get('x-vercel-ai-ui-message-stream'), 'v1');
+    assert.deepEqual(got.events, [...expectedLines(text, from), ENDING.finish, ENDING.done], `from ${from} (seed ${seed})`);
+  }
+  const resumed = await readUi(plain, 0, { 'last-event-id': String(ends[3]) });
+  assert.deepEqual(resumed.events, [...expectedLines(text, ends[3]), ENDING.finish, ENDING.done], 'Last-Event-ID wins over from=0');
+  const own = await readUi(ownFinish, 0);
+  assert.deepEqual(own.events, [...expectedLines(texts[1]), ENDING.done], 'the text has its own finish: none is added');
+});
+
+test('every status has its ending on /ui, live and from D1', { skip, timeout: 60_000 }, async () => {
+  const r = rng(seedFromEnv());
+  const cases = [
+    ['complete, own finish', async () => {}, [], { finish: true }],
+    ['cancelled', async (c) => ok(await c.cancel(), 'cancel'), [ENDING.abort]],
+    ['error', async (c) => ok(await c.fail('the model said "no" 🙅🏽'), 'fail'), [ENDING.error('the model said "no" 🙅🏽')]],
+  ];
+  await Promise.all(cases.map(async ([name, action, ending, opts = {}]) => {
+    const c = api(stack, newStream(stack, 'ui-end'));
+    ok(await c.open(undefined, 'ui'), `${name}: open`);
+    const text = answer(r, opts);
+    ok(await c.append(text), `${name}: append`);
+    const live = await c.ui(0);
+    await live.next((f) => f.data !== undefined);
+    await action(c);
+    if (name !== 'error') ok(await c.close(), `${name}: close`);
+    await live.next((f) => f.data === '[DONE]', 20_000);
+    await withTimeout(live.done, 5_000, `${name}: the live body did not end`);
+    const expected = [...expectedLines(text), ...ending, ENDING.done];
+    assert.deepEqual(events(live.frames), expected, `${name}: live`);
+    await retired(c);
+    assert.deepEqual((await readUi(c, 0)).events, expected, `${name}: from D1`);
+  }));
+});
+
+test('a real EventSource cut off mid-answer resumes by itself at the exact line end', { skip, timeout: 60_000 }, async (t) => {
+  const seed = seedFromEnv();
+  t.diagnostic(`seed ${seed}`);
+  const r = rng(seed);
+  const c = api(stack, newStream(stack, 'ui-es'));
+  ok(await c.open(undefined, 'ui'), 'open');
+  const produced = answer(r);
+  const lines = expectedLines(produced);
+  const proxy = await startProxy(stack.baseUrl);
+  const got = [];
+  let es;
+  const done = new Promise((resolve) => {
+    // from=0 stays in the URL on every reconnect: only Last-Event-ID can put the client right.
+    es = new EventSource(`${proxy.url}/streams/${c.id}/ui?from=0&token=${encodeURIComponent(c.token)}`);
+    es.addEventListener('message', (e) => {
+      got.push({ data: e.data, lastEventId: e.lastEventId });
+      if (e.data === '[DONE]') {
+        es.close(); // the AI SDK's reader stops at [DONE]; an EventSource must close itself
+        resolve();
+      }
+    });
+  });
+  try {
+    const pieces = splitCodePoints(produced, r, 20, 120);
+    const third = Math.floor(pieces.length / 3);
+    let i = 0;
+    for (; i < third; i++) ok(await c.append(pieces[i]), 'append');
+    await until(() => got.length >= 3, 'the client to see 3 lines before the cut');
+    const heldAtCut = got.length;
+    assert.ok(proxy.cut() >= 1, 'the client had a live connection to cut');
+    for (; i < 2 * third; i++) ok(await c.append(pieces[i]), 'append');
+    await until(() => proxy.requests.length >= 2, 'the EventSource to reconnect', 15_000);
+    for (; i < pieces.length; i++) ok(await c.append(pieces[i]), 'append');
+    ok(await c.close(), 'close');
+    await withTimeout(done, 20_000, () => `no [DONE] within 20 s; the client holds ${got.length} of ${lines.length} lines`);
+
+    assert.ok(proxy.requests.length >= 2, 'the EventSource reconnected');
+    const resumedAt = proxy.requests[1].headers['last-event-id'];
+    assert.ok(lines.some((l) => l.id === resumedAt), `the reconnect resumes at a line end (${resumedAt})`);
+    assert.ok(Number(resumedAt) >= Number(lines[heldAtCut - 1].id), 'at the last line the client had seen');
+    assert.deepEqual(got.slice(-2).map((e) => e.data), [ENDING.finish.data, '[DONE]'], 'the ending, then [DONE]');
+    const lineEvents = got.slice(0, -2);
+    assert.deepEqual(lineEvents.map((e) => e.data), lines.map((l) => l.data), `every line exactly once (seed ${seed})`);
+    assert.deepEqual(lineEvents.map((e) => e.lastEventId), lines.map((l) => l.id), 'each with the offset after it as its id');
+  } finally {
+    es?.close();
+    await proxy.close();
+  }
+});
+
+test('a streaming append may split lines and UTF-8 sequences anywhere; a bad line is refused where it starts', { skip, timeout: 60_000 }, async (t) => {
+  const seed = seedFromEnv();
+  t.diagnostic(`seed ${seed}`);
+  const r = rng(seed);
+  const c = api(stack, newStream(stack, 'ui-stream'));
+  ok(await c.open(undefined, 'ui'), 'open');
+  const live = await c.ui(0);
+  const good = answer(r);
+  const bytes = Buffer.from(good);
+  const post = openPost(c.url('append'), { authorization: `Bearer ${c.token}`, 'content-type': 'application/x-ndjson' });
+  let cuts = 0;
+  for (let i = 0; i < bytes.length; ) {
+    const j = Math.min(bytes.length, i + r.int(1, 40));
+    if (j < bytes.length && (bytes[j] & 0xc0) === 0x80) cuts++; // inside a UTF-8 sequence
+    await post.send(bytes.subarray(i, j));
+    i = j;
+  }
+  assert.ok(cuts > 0, 'some pieces end inside a UTF-8 sequence');
+  post.end();
+  const answered = await post.answer;
+  assert.equal(answered.status, 200, answered.text);
+  assert.equal(JSON.parse(answered.text).seq, good.length);
+  await live.next((f) => f.id === String(good.length), 10_000);
+  assert.deepEqual(events(live.frames), expectedLines(good), 'every line once, whole, at its end');
+
+  // Good lines, then a bad line split across pieces, then more: the bad one and the rest are refused.
+  const more = ndjson([{ type: 'text-delta', id: 't2', delta: 'kept 日本' }]);
+  const bad = Buffer.from('{"type":"text-delta","delta":"\xF0\x9F\x98"}\n', 'latin1'); // a sequence cut short
+  const after = ndjson([{ type: 'text-delta', id: 't2', delta: 'never' }]);
+  const refused = openPost(c.url('append'), { authorization: `Bearer ${c.token}` });
+  for (const piece of [Buffer.from(more), bad.subarray(0, 20), bad.subarray(20), Buffer.from(after)]) await refused.send(piece);
+  refused.end();
+  const res = await refused.answer;
+  assert.equal(res.status, 400, res.text);
+  const body = JSON.parse(res.text);
+  assert.equal(body.error, 'bad_chunk');
+  assert.equal(body.offset, good.length + more.length, 'the offset where the bad line starts');
+  assert.match(body.message, /UTF-8/);
+  ok(await c.close(), 'close');
+  await live.next((f) => f.data === '[DONE]', 10_000);
+  assert.deepEqual(events(live.frames), [...expectedLines(good + more), ENDING.finish, ENDING.done]);
+  assert.equal(durableFromDb(stack.db, c.id).text, good + more, 'nothing of the refused line reached D1');
+});
+
+test('a close keeps an unfinished last line in the text; /ui never serves it', { skip, timeout: 30_000 }, async () => {
+  const c = api(stack, newStream(stack, 'ui-frag'));
+  ok(await c.open(undefined, 'ui'), 'open');
+  const whole = ndjson([{ type: 'text-delta', id: 't', delta: 'whole 😀' }]);
+  const fragment = '{"type":"text-delta","id":"t","delta":"cut 😀';
+  assert.equal(ok(await c.append(whole + fragment), 'append').seq, whole.length);
+  const closed = ok(await c.close(), 'close');
+  assert.equal(closed.seq, whole.length + fragment.length, 'the close pushes the fragment');
+  assert.deepEqual(ok(await c.text(), '/text').text, whole + fragment);
+  assert.deepEqual((await readUi(c, 0)).events, [...expectedLines(whole), ENDING.finish, ENDING.done]);
+});
+
+test('/ui: 409 on a text stream, 404 on a stream never opened, HEAD without a reader, /text says the format', { skip, timeout: 30_000 }, async () => {
+  const text = api(stack, newStream(stack, 'ui-text'));
+  ok(await text.open(), 'open a text stream');
+  ok(await text.append('plain text 😀'), 'append');
+  isError(await call(text.uiUrl(0)), 409, 'wrong_format', '/ui on a text stream');
+  assert.equal(ok(await text.text(), '/text').format, 'text');
+  isError(await call(api(stack, newStream(stack, 'ui-never')).uiUrl(0)), 404, 'no_stream', '/ui on a stream never opened');
+  isError(await call(api(stack, uniqueId('ui-norow')).uiUrl(0)), 404, 'no_stream', '/ui without a row');
+
+  const c = api(stack, newStream(stack, 'ui-head'));
+  ok(await c.open(undefined, 'ui'), 'open');
+  const head = await rawRequest(stack.baseUrl, { method: 'HEAD', path: `/streams/${c.id}/ui?token=${encodeURIComponent(c.token)}`, timeoutMs: 5000 });
+  assert.equal(head.status, 200);
+  assert.equal(head.headers['x-vercel-ai-ui-message-stream'], 'v1');
+  assert.equal(ok(await c.stats(), 'stats').readers, 0, 'a HEAD attaches no reader');
+  isError(await call(c.uiUrl(0).replace(/token=[^&]+/, 'token=x')), 403, 'forbidden', 'a bad token');
+  ok(await c.close(), 'close');
+});
+
+// Last: it kills the runtime.
+test('a ui stream whose runtime died ends with the interrupted error from D1', { skip, timeout: 60_000 }, async () => {
+  const r = rng(seedFromEnv());
+  const c = api(stack, newStream(stack, 'ui-kill'));
+  ok(await c.open(undefined, 'ui'), 'open');
+  const text = answer(r);
+  ok(await c.append(text), 'append');
+  ok(await c.flush(), 'flush');
+  await stack.kill();
+  await stack.restart();
+  await until(() => durableFromDb(stack.db, c.id).row.status === 'interrupted', 'the lease to seal the row interrupted', 20_000);
+  const { row } = durableFromDb(stack.db, c.id);
+  assert.deepEqual((await readUi(c, 0)).events, [...expectedLines(text), ENDING.error(row.error), ENDING.done]);
+});
