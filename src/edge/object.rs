@@ -151,7 +151,7 @@ impl StreamObject {
         let durable = o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
         let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
         let format = self.format(o).await?.unwrap_or_default();
-        http::json(200, &json!({"text": durable.text, "seq": durable.seq, "status": durable.status, "format": format})).map_err(unavailable)
+        http::json(200, &TextAnswer { durable: &durable, format }).map_err(unavailable)
     }
 
     async fn pump(&self, o: &Rc<Object>, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
@@ -287,6 +287,14 @@ impl Object {
             .ok_or_else(|| ApiError::not_open(&route.stream_id))?;
         http::json(200, &stats).map_err(unavailable)
     }
+}
+
+/// The `/text` answer: `{text, seq, status, format}`.
+#[derive(serde::Serialize)]
+struct TextAnswer<'a> {
+    #[serde(flatten)]
+    durable: &'a crate::core::reading::DurableText,
+    format: crate::core::ui::Format,
 }
 
 /// A random claim token for the open CAS.
