@@ -90,6 +90,20 @@ function answer(r, { finish = false } = {}) {
   return ndjson(chunks);
 }
 
+/** This test's seeded randomness (E2E_SEED=<seed> replays it). */
+function seeded(t) {
+  const seed = seedFromEnv();
+  t.diagnostic(`seed ${seed} (E2E_SEED=${seed} replays it)`);
+  return Object.assign(rng(seed), { seed });
+}
+
+/** A fresh message row with its `ui` stream opened. */
+async function openUi(prefix) {
+  const c = api(stack, newStream(stack, prefix));
+  ok(await c.open(undefined, 'ui'), `open ${prefix}`);
+  return c;
+}
+
 /** Length of the complete lines of `text` (what a ui stream's seq is before its close). */
 const linesEnd = (text) => text.lastIndexOf('\n') + 1;
 
@@ -111,11 +125,9 @@ async function readUi(c, from, headers = {}) {
 // ---------------------------------------------------------------------------------------
 
 test('a ui stream serves /ui live: each complete line once, id at its end, then finish and [DONE]', { skip, timeout: 60_000 }, async (t) => {
-  const seed = seedFromEnv();
-  t.diagnostic(`seed ${seed}`);
-  const r = rng(seed);
+  const r = seeded(t);
   const c = api(stack, newStream(stack, 'ui-live'));
-  ok(await c.open({ chat: 'c1' }, 'ui'), 'open');
+  ok(await c.open({ chat: 'c1' }, 'ui'), 'open with meta');
   const ui = await c.ui(0);
   const ev = await c.events(0);
   assert.equal(ui.status, 200);
@@ -137,7 +149,7 @@ test('a ui stream serves /ui live: each complete line once, id at its end, then 
   await ui.next((f) => f.data === '[DONE]', 20_000);
   await withTimeout(ui.done, 5_000, 'the body ends after [DONE]');
   assert.equal(first.retry, 1000, 'the answer starts with a retry: line');
-  assert.deepEqual(events(ui.frames), [...expectedLines(produced), ENDING.finish, ENDING.done], `seed ${seed}`);
+  assert.deepEqual(events(ui.frames), [...expectedLines(produced), ENDING.finish, ENDING.done], `seed ${r.seed}`);
 
   checkFrames(await untilEnd(ev), { label: '/events of the ui stream', produced }); // S on the NDJSON text
   assert.deepEqual(ok(await c.text(), '/text'), { text: produced, seq: produced.length, status: 'complete', format: 'ui' });
@@ -145,14 +157,11 @@ test('a ui stream serves /ui live: each complete line once, id at its end, then 
 });
 
 test('a finished ui stream is served from D1: from any offset, at the start of its line, Last-Event-ID over from', { skip, timeout: 60_000 }, async (t) => {
-  const seed = seedFromEnv();
-  t.diagnostic(`seed ${seed}`);
-  const r = rng(seed);
-  const plain = api(stack, newStream(stack, 'ui-d1'));
-  const ownFinish = api(stack, newStream(stack, 'ui-d1f'));
+  const r = seeded(t);
+  const plain = await openUi('ui-d1');
+  const ownFinish = await openUi('ui-d1f');
   const texts = [answer(r), answer(r, { finish: true })];
   for (const [c, text] of [[plain, texts[0]], [ownFinish, texts[1]]]) {
-    ok(await c.open(undefined, 'ui'), 'open');
     ok(await c.append(text), 'append');
     ok(await c.close(), 'close');
     await retired(c);
@@ -164,7 +173,7 @@ test('a finished ui stream is served from D1: from any offset, at the start of i
     const got = await readUi(plain, from);
     assert.equal(got.status, 200);
     assert.equal(got.headers.get('x-vercel-ai-ui-message-stream'), 'v1');
-    assert.deepEqual(got.events, [...expectedLines(text, from), ENDING.finish, ENDING.done], `from ${from} (seed ${seed})`);
+    assert.deepEqual(got.events, [...expectedLines(text, from), ENDING.finish, ENDING.done], `from ${from} (seed ${r.seed})`);
   }
   const resumed = await readUi(plain, 0, { 'last-event-id': String(ends[3]) });
   assert.deepEqual(resumed.events, [...expectedLines(text, ends[3]), ENDING.finish, ENDING.done], 'Last-Event-ID wins over from=0');
@@ -172,16 +181,15 @@ test('a finished ui stream is served from D1: from any offset, at the start of i
   assert.deepEqual(own.events, [...expectedLines(texts[1]), ENDING.done], 'the text has its own finish: none is added');
 });
 
-test('every status has its ending on /ui, live and from D1', { skip, timeout: 60_000 }, async () => {
-  const r = rng(seedFromEnv());
+test('every status has its ending on /ui, live and from D1', { skip, timeout: 60_000 }, async (t) => {
+  const r = seeded(t);
   const cases = [
     ['complete, own finish', async () => {}, [], { finish: true }],
     ['cancelled', async (c) => ok(await c.cancel(), 'cancel'), [ENDING.abort]],
     ['error', async (c) => ok(await c.fail('the model said "no" 🙅🏽'), 'fail'), [ENDING.error('the model said "no" 🙅🏽')]],
   ];
   await Promise.all(cases.map(async ([name, action, ending, opts = {}]) => {
-    const c = api(stack, newStream(stack, 'ui-end'));
-    ok(await c.open(undefined, 'ui'), `${name}: open`);
+    const c = await openUi('ui-end');
     const text = answer(r, opts);
     ok(await c.append(text), `${name}: append`);
     const live = await c.ui(0);
@@ -198,11 +206,8 @@ test('every status has its ending on /ui, live and from D1', { skip, timeout: 60
 });
 
 test('a real EventSource cut off mid-answer resumes by itself at the exact line end', { skip, timeout: 60_000 }, async (t) => {
-  const seed = seedFromEnv();
-  t.diagnostic(`seed ${seed}`);
-  const r = rng(seed);
-  const c = api(stack, newStream(stack, 'ui-es'));
-  ok(await c.open(undefined, 'ui'), 'open');
+  const r = seeded(t);
+  const c = await openUi('ui-es');
   const produced = answer(r);
   const lines = expectedLines(produced);
   const proxy = await startProxy(stack.baseUrl);
@@ -239,7 +244,7 @@ test('a real EventSource cut off mid-answer resumes by itself at the exact line 
     assert.ok(Number(resumedAt) >= Number(lines[heldAtCut - 1].id), 'at the last line the client had seen');
     assert.deepEqual(got.slice(-2).map((e) => e.data), [ENDING.finish.data, '[DONE]'], 'the ending, then [DONE]');
     const lineEvents = got.slice(0, -2);
-    assert.deepEqual(lineEvents.map((e) => e.data), lines.map((l) => l.data), `every line exactly once (seed ${seed})`);
+    assert.deepEqual(lineEvents.map((e) => e.data), lines.map((l) => l.data), `every line exactly once (seed ${r.seed})`);
     assert.deepEqual(lineEvents.map((e) => e.lastEventId), lines.map((l) => l.id), 'each with the offset after it as its id');
   } finally {
     es?.close();
@@ -248,11 +253,8 @@ test('a real EventSource cut off mid-answer resumes by itself at the exact line 
 });
 
 test('a streaming append may split lines and UTF-8 sequences anywhere; a bad line is refused where it starts', { skip, timeout: 60_000 }, async (t) => {
-  const seed = seedFromEnv();
-  t.diagnostic(`seed ${seed}`);
-  const r = rng(seed);
-  const c = api(stack, newStream(stack, 'ui-stream'));
-  ok(await c.open(undefined, 'ui'), 'open');
+  const r = seeded(t);
+  const c = await openUi('ui-stream');
   const live = await c.ui(0);
   const good = answer(r);
   const bytes = Buffer.from(good);
@@ -292,8 +294,7 @@ test('a streaming append may split lines and UTF-8 sequences anywhere; a bad lin
 });
 
 test('a close keeps an unfinished last line in the text; /ui never serves it', { skip, timeout: 30_000 }, async () => {
-  const c = api(stack, newStream(stack, 'ui-frag'));
-  ok(await c.open(undefined, 'ui'), 'open');
+  const c = await openUi('ui-frag');
   const whole = ndjson([{ type: 'text-delta', id: 't', delta: 'whole 😀' }]);
   const fragment = '{"type":"text-delta","id":"t","delta":"cut 😀';
   assert.equal(ok(await c.append(whole + fragment), 'append').seq, whole.length);
@@ -312,8 +313,7 @@ test('/ui: 409 on a text stream, 404 on a stream never opened, HEAD without a re
   isError(await call(api(stack, newStream(stack, 'ui-never')).uiUrl(0)), 404, 'no_stream', '/ui on a stream never opened');
   isError(await call(api(stack, uniqueId('ui-norow')).uiUrl(0)), 404, 'no_stream', '/ui without a row');
 
-  const c = api(stack, newStream(stack, 'ui-head'));
-  ok(await c.open(undefined, 'ui'), 'open');
+  const c = await openUi('ui-head');
   const head = await rawRequest(stack.baseUrl, { method: 'HEAD', path: `/streams/${c.id}/ui?token=${encodeURIComponent(c.token)}`, timeoutMs: 5000 });
   assert.equal(head.status, 200);
   assert.equal(head.headers['x-vercel-ai-ui-message-stream'], 'v1');
@@ -323,10 +323,9 @@ test('/ui: 409 on a text stream, 404 on a stream never opened, HEAD without a re
 });
 
 // Last: it kills the runtime.
-test('a ui stream whose runtime died ends with the interrupted error from D1', { skip, timeout: 60_000 }, async () => {
-  const r = rng(seedFromEnv());
-  const c = api(stack, newStream(stack, 'ui-kill'));
-  ok(await c.open(undefined, 'ui'), 'open');
+test('a ui stream whose runtime died ends with the interrupted error from D1', { skip, timeout: 60_000 }, async (t) => {
+  const r = seeded(t);
+  const c = await openUi('ui-kill');
   const text = answer(r);
   ok(await c.append(text), 'append');
   ok(await c.flush(), 'flush');
