@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import {
-  ROOT, launchChromium, skipUnlessBuilt, startMock, startStack,
+  ROOT, browserSession, skipUnlessBuilt, startMock, startStack,
 } from '../e2e/harness.mjs';
 import { mockText, mockTokens } from '../../mock/mock-text.mjs';
 
@@ -19,23 +19,21 @@ const TERMINAL = ['complete', 'cancelled', 'error', 'interrupted', 'disconnected
 
 let mock;
 let stack;
-let browser;
+let session;
 let context;
-const pageErrors = [];
+let pageErrors = [];
 
 test.before(async () => {
   if (skip) return;
   mkdirSync(SHOTS, { recursive: true });
   mock = await startMock();
   stack = await startStack({ name: 'browser-demo', vars: { DEV_MODE: '1', DEV_MOCK_MODEL_URL: mock.url } });
-  browser = await launchChromium();
-  // reducedMotion: the watermark bar then has no transition, so a screenshot shows its final width.
-  context = await browser.newContext({ viewport: { width: 1100, height: 900 }, reducedMotion: 'reduce', colorScheme: 'light' });
-  context.setDefaultTimeout(20_000);
-  context.on('page', (page) => page.on('pageerror', (e) => pageErrors.push(`${page.url()}: ${e.message}`)));
+  // reducedMotion (the session's default): the watermark bar has no transition, so a screenshot shows its final width.
+  session = await browserSession({ viewport: { width: 1100, height: 900 } });
+  ({ context, pageErrors } = session);
 });
 test.after(async () => {
-  await browser?.close();
+  await session?.close();
   await stack?.stop();
   await mock?.stop();
 });

@@ -701,3 +701,17 @@ export async function launchChromium(options = {}) {
     ...options,
   });
 }
+
+/**
+ * Headless Chromium with one browser context for a test file: a 20 s default timeout, reduced
+ * motion, a light color scheme, and every uncaught page error recorded in `pageErrors` (assert
+ * it stays empty). Close it with `await session.close()`.
+ */
+export async function browserSession(contextOptions = {}) {
+  const browser = await launchChromium();
+  const context = await browser.newContext({ reducedMotion: 'reduce', colorScheme: 'light', ...contextOptions });
+  context.setDefaultTimeout(20_000);
+  const pageErrors = [];
+  context.on('page', (page) => page.on('pageerror', (e) => pageErrors.push(`${page.url()}: ${e.message}`)));
+  return { browser, context, pageErrors, close: () => browser.close() };
+}
