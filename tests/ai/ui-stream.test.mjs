@@ -1,0 +1,310 @@
+// The AI SDK dialect end to end with the real `ai` package (7.x) against the real local runtime
+// (wrangler dev = workerd + local D1). This test is the app: its chat endpoint (reached through
+// the transport's `fetch` option) inserts the row and is the producer (AI SDK streamText on the
+// example's scripted mock model → toUIMessageStream → public/producer.js, one streaming append
+// over Node's fetch), keeping the producer's own chunks. The answer is read with
+// public/chat-transport.js (RindleChatTransport.sendMessages) through a proxy that cuts the
+// connection at seeded random points, at least 5 times per answer.
+//
+// For text-only, reasoning + text, and tool call + tool result + text answers (each with emoji,
+// CJK, a ZWJ sequence and a skin-tone modifier): the chunks the reader gets are exactly the
+// producer's chunks (no gap, no repeat), and the UI message `readUIMessageStream` builds from
+// them deep-equals the one it builds from the producer's own chunks; D1 holds them as NDJSON.
+// Then the endings: cancel (abort, the model stops), an upstream error, a UI error chunk, a text
+// stream read as ui (409), a bad token (403), and an unreachable stream API (give-up).
+// Replay a failure with E2E_SEED=<seed>.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { readUIMessageStream } from 'ai';
+import { freePort, skipUnlessBuilt, startStack } from '../e2e/harness.mjs';
+import { newStream, rng, rows, seedFromEnv, startProxy } from '../e2e/util.mjs';
+import { openStream, signStreamToken } from '../../public/producer.js';
+import { RindleChatTransport, readUIStream } from '../../public/chat-transport.js';
+import { seedOf, streamAnswer, uiStreamOptions } from '../../examples/chat/answer.js';
+
+const skip = skipUnlessBuilt();
+const SEED = seedFromEnv();
+const CUTS = 5;
+const PACE_MS = 6; // one model stream part every 6 ms: an answer lasts ~1 s, long enough to cut it 5+ times
+
+let stack;
+test.before(async () => {
+  if (skip) return;
+  // SSE_RETRY_MS: the transport's first reconnect waits at most this long (the server's `retry:`).
+  stack = await startStack({ name: 'ai-ui-stream', vars: { SSE_RETRY_MS: '50' } });
+});
+test.after(() => stack?.stop());
+
+/** Everything a ReadableStream yields, in order. */
+async function drain(stream) {
+  const out = [];
+  for await (const value of stream) out.push(value);
+  return out;
+}
+
+/** The UI message `readUIMessageStream` builds from these chunks (its last snapshot). */
+async function messageOf(chunks) {
+  const stream = new ReadableStream({
+    start(controller) {
+      for (const chunk of chunks) controller.enqueue(structuredClone(chunk));
+      controller.close();
+    },
+  });
+  let message;
+  const errors = [];
+  for await (const snapshot of readUIMessageStream({ stream, onError: (e) => errors.push(e.message) })) message = snapshot;
+  return { message, errors };
+}
+
+const producerToken = (id) => signStreamToken({ secret: stack.secret, stream: id, scope: 'write' });
+const readerToken = (id) => signStreamToken({ secret: stack.secret, stream: id, scope: 'read cancel' });
+const openUi = async (id, more = {}) => openStream({ baseUrl: stack.baseUrl, streamId: id, token: await producerToken(id), format: 'ui', ...more });
+
+const API = 'http://app.invalid/api/chat';
+
+/**
+ * The app side of the transport's contract, played by the test: `POST {api}` inserts the answer's
+ * row, opens a `ui` stream and starts `produce(stream, id)` (the producer); `GET {api}/{chat}/stream`
+ * answers the chat's streaming answer. Everything else goes to the network. Returns the
+ * transport's `fetch` and the answers it started ({ id, chatId, stream, produced, ended }).
+ */
+function app(produce) {
+  const answers = [];
+  const fetchImpl = async (url, init = {}) => {
+    if (!String(url).startsWith(API)) return fetch(url, init);
+    const active = /\/api\/chat\/([^/]+)\/stream$/.exec(url);
+    if (active) {
+      const answer = answers.findLast((a) => a.chatId === decodeURIComponent(active[1]) && rows(stack, a.id).row.status === 'streaming');
+      return answer ? Response.json({ streamId: answer.id, token: await readerToken(answer.id) }) : new Response(null, { status: 204 });
+    }
+    const { id: chatId, messages } = JSON.parse(init.body);
+    assert.equal(messages.at(-1).role, 'user', 'the AI SDK sends the conversation');
+    const id = newStream(stack, 'ui');
+    const stream = await openUi(id);
+    const answer = { id, chatId, stream, ...produce(stream, id) };
+    answers.push(answer);
+    return Response.json({ streamId: id, token: await readerToken(id) });
+  };
+  return { fetch: fetchImpl, answers };
+}
+
+/** A producer of the scripted answer: `{ produced: the producer's own chunks, ended: pipe's result }`. */
+const scripted = (options) => (stream, id) => {
+  const result = streamAnswer({ ...options, abortSignal: stream.signal });
+  const [mine, sent] = result.toUIMessageStream(uiStreamOptions(id)).tee();
+  return { produced: drain(mine), ended: stream.pipe(sent) };
+};
+
+const ask = (transport, chatId, abortSignal) =>
+  transport.sendMessages({
+    chatId,
+    trigger: 'submit-message',
+    messageId: undefined,
+    abortSignal,
+    messages: [{ id: `${chatId}-q`, role: 'user', parts: [{ type: 'text', text: 'Weather in Tokyo? 東京 👍🏽' }] }],
+  });
+
+/**
+ * Read `stream` to its end, cutting `proxy`'s connections after the chunk counts in `cutAt`
+ * (ascending). Returns { chunks, cuts }, cuts counting those that dropped a live connection.
+ */
+async function readWithCuts(stream, proxy, cutAt, r) {
+  const chunks = [];
+  let cuts = 0;
+  let next = 0;
+  for await (const chunk of stream) {
+    chunks.push(chunk);
+    if (next < cutAt.length && chunks.length >= cutAt[next]) {
+      next += 1;
+      // A random moment after this chunk, so some cuts land between SSE events and some inside one.
+      if (r.chance(0.5)) await new Promise((resolve) => setImmediate(resolve));
+      if (proxy.cut() > 0) cuts += 1;
+    }
+  }
+  return { chunks, cuts };
+}
+
+/** `n` distinct ascending chunk counts in (5%, 85%) of `total`. */
+function cutPoints(r, total, n) {
+  const lo = Math.max(1, Math.floor(total * 0.05));
+  const hi = Math.floor(total * 0.85);
+  const set = new Set();
+  while (set.size < n) set.add(r.int(lo, hi));
+  return [...set].sort((a, b) => a - b);
+}
+
+for (const kind of ['text', 'reasoning', 'tool']) {
+  test(`${kind} answer: the transport's chunks are the producer's, and readUIMessageStream builds the same message, across ${CUTS}+ cuts`, { skip }, async () => {
+    const seed = (SEED ^ seedOf(kind)) >>> 0;
+    const r = rng(seed);
+    const label = `seed ${seed}`;
+    const proxy = await startProxy(stack.baseUrl);
+    const reconnects = [];
+    const { fetch: appFetch, answers } = app(scripted({ seed, kind, delayMs: PACE_MS }));
+    const transport = new RindleChatTransport({ api: API, streamsUrl: proxy.url, fetch: appFetch, onReconnect: (e) => reconnects.push(e) });
+    try {
+      const stream = await ask(transport, `chat-${kind}`);
+      const [{ id, produced, ended }] = answers;
+      // How many chunks the answer has: the script is deterministic, so count it offline.
+      const total = (await drain(streamAnswer({ seed, kind }).toUIMessageStream(uiStreamOptions(id)))).length;
+      const { chunks, cuts } = await readWithCuts(stream, proxy, cutPoints(r, total, CUTS + 2), r);
+      assert.equal((await ended).status, 'complete', label);
+      assert.ok(cuts >= CUTS, `${label}: only ${cuts} cuts hit a live connection`);
+      assert.ok(reconnects.length >= cuts, `${label}: ${reconnects.length} reconnects for ${cuts} cuts`);
+      assert.ok(reconnects.every((e) => e.streamId === id && e.from > 0), `${label}: resumed mid-stream ${JSON.stringify(reconnects)}`);
+      // On the wire: the first read from 0, every reconnect from where the last one got to.
+      const froms = proxy.requests.filter((q) => q.url.includes('/ui?')).map((q) => Number(new URL(q.url, proxy.url).searchParams.get('from')));
+      assert.equal(froms[0], 0, label);
+      assert.ok(froms.length > cuts, `${label}: ${froms.length} reads for ${cuts} cuts`);
+      assert.ok(froms.slice(1).every((f, i) => f > 0 && f >= froms[i]), `${label}: resumed from ${froms}`);
+      // Exactly the producer's chunks, in order: no gap, no repeat. (Its own `finish` is in the
+      // text, so the server adds no ending of its own.)
+      const source = await produced;
+      assert.deepEqual(chunks, source, `${label}: chunks differ`);
+      const want = await messageOf(source);
+      const got = await messageOf(chunks);
+      assert.deepEqual(got, want, label);
+      assert.deepEqual(got.errors, []);
+      assert.equal(got.message.id, id, 'the UI message id is the stream id');
+      const text = JSON.stringify(got.message.parts);
+      for (const piece of ['東京', '👍🏽', '👩🏽‍💻', '🎉']) assert.ok(text.includes(piece), `${label}: ${piece} missing`);
+      if (kind === 'tool') assert.ok(got.message.parts.some((p) => p.type === 'tool-weather' && p.state === 'output-available'), label);
+      if (kind === 'reasoning') assert.ok(got.message.parts.some((p) => p.type === 'reasoning' && p.text.length > 0), label);
+
+      // D1 holds the producer's chunks as NDJSON, one per line.
+      const { row, chunks: chunkRows } = rows(stack, id);
+      assert.equal(row.status, 'complete');
+      assert.equal(chunkRows.length, 0, 'compacted at the seal');
+      assert.equal(row.body, source.map((c) => `${JSON.stringify(c)}\n`).join(''));
+    } finally {
+      await proxy.close();
+    }
+  });
+}
+
+test('reconnectToStream mid-answer replays it whole from the start; with no answer streaming it is null', { skip }, async () => {
+  const { fetch: appFetch, answers } = app(scripted({ seed: SEED, kind: 'full', delayMs: PACE_MS }));
+  const transport = new RindleChatTransport({ api: API, streamsUrl: stack.baseUrl, fetch: appFetch });
+  assert.equal(transport.resumeStreamIsReplay, true);
+  const first = await ask(transport, 'chat-replay');
+  const reader = first.getReader();
+  for (let i = 0; i < 10; i++) await reader.read(); // mid-answer
+  const replay = await transport.reconnectToStream({ chatId: 'chat-replay' });
+  assert.ok(replay, 'the app named the streaming answer');
+  const firstDone = (async () => {
+    while (!(await reader.read()).done);
+  })();
+  const replayed = await drain(replay);
+  await firstDone;
+  const [{ produced, ended }] = answers;
+  assert.equal((await ended).status, 'complete');
+  assert.deepEqual(replayed, await produced, 'the replay starts at the first chunk and ends with the last');
+  assert.equal(await transport.reconnectToStream({ chatId: 'chat-replay' }), null, 'nothing streaming any more');
+});
+
+test('stop() (the abort signal) cancels the answer: the model stops, the row ends `cancelled`, other readers get `abort`', { skip }, async () => {
+  let stopped;
+  const modelStopped = new Promise((resolve) => { stopped = resolve; });
+  const { fetch: appFetch, answers } = app(scripted({ seed: SEED, kind: 'full', words: 400, delayMs: 10, onStop: stopped }));
+  const transport = new RindleChatTransport({ api: API, streamsUrl: stack.baseUrl, fetch: appFetch });
+  const controller = new AbortController();
+  const mine = (await ask(transport, 'chat-stop', controller.signal)).getReader();
+  const [{ id, stream, ended }] = answers;
+  const other = drain(readUIStream({ streamId: id, token: await readerToken(id), streamsUrl: stack.baseUrl })); // a second tab
+  for (let i = 0; i < 20; i++) assert.equal((await mine.read()).done, false);
+  controller.abort(); // what useChat's stop() does
+  await mine.cancel(); // …and the SDK stops reading
+  assert.equal((await ended).status, 'cancelled');
+  assert.equal(stream.cancelled, true);
+  assert.equal(stream.signal.reason?.name, 'AbortError');
+  assert.match(String(await modelStopped), /aborted|cancelled/);
+  assert.equal(rows(stack, id).row.status, 'cancelled');
+  const seen = await other;
+  assert.deepEqual(seen.at(-1), { type: 'abort' }, 'the other reader ends with abort');
+  assert.equal(seen.filter((c) => c.type === 'abort').length, 1);
+  const full = await drain(streamAnswer({ seed: SEED, kind: 'full', words: 400 }).toUIMessageStream(uiStreamOptions(id)));
+  assert.ok(seen.length < full.length, `stopped before the end (${seen.length} of ${full.length} chunks)`);
+});
+
+test('a finished answer read later (no cuts) replays the same chunks', { skip }, async () => {
+  const id = newStream(stack, 'ui-late');
+  const stream = await openUi(id);
+  const produced = await drain(streamAnswer({ seed: SEED, kind: 'full' }).toUIMessageStream(uiStreamOptions(id)));
+  const ended = await stream.pipe(new ReadableStream({ start(c) { produced.forEach((x) => c.enqueue(x)); c.close(); } }));
+  assert.equal(ended.status, 'complete');
+  const chunks = await drain(readUIStream({ streamId: id, token: await readerToken(id), streamsUrl: stack.baseUrl }));
+  assert.deepEqual(chunks, produced);
+});
+
+test('an upstream that throws ends the stream `error`: readers get an `error` ending with its message', { skip }, async () => {
+  const id = newStream(stack, 'ui-throw');
+  const stream = await openUi(id);
+  let n = 0;
+  const upstream = new ReadableStream({
+    pull(controller) {
+      n += 1;
+      if (n === 1) controller.enqueue({ type: 'start', messageId: id });
+      else if (n === 2) controller.enqueue({ type: 'text-start', id: 't' });
+      else if (n < 6) controller.enqueue({ type: 'text-delta', id: 't', delta: `片${n}👍🏽` });
+      else controller.error(new Error('model connection reset 💥'));
+    },
+  });
+  const ended = await stream.pipe(upstream);
+  assert.equal(ended.status, 'error');
+  const chunks = await drain(readUIStream({ streamId: id, token: await readerToken(id), streamsUrl: stack.baseUrl }));
+  assert.equal(chunks.length, 6);
+  assert.deepEqual(chunks.at(-1), { type: 'error', errorText: 'model connection reset 💥' });
+  const { row } = rows(stack, id);
+  assert.equal(row.status, 'error');
+  assert.equal(row.error, 'model connection reset 💥');
+});
+
+test('a UI `error` chunk from the SDK (a failed generation) ends the stream `error`', { skip }, async () => {
+  const id = newStream(stack, 'ui-errchunk');
+  const stream = await openUi(id);
+  const produced = [{ type: 'start', messageId: id }, { type: 'error', errorText: 'rate limited 🐢' }];
+  const ended = await stream.pipe(new ReadableStream({ start(c) { produced.forEach((x) => c.enqueue(x)); c.close(); } }));
+  assert.equal(ended.status, 'error');
+  const chunks = await drain(readUIStream({ streamId: id, token: await readerToken(id), streamsUrl: stack.baseUrl }));
+  // The producer's own error line, then the server's ending for an `error` row.
+  assert.deepEqual(chunks, [...produced, { type: 'error', errorText: 'rate limited 🐢' }]);
+  assert.equal(rows(stack, id).row.status, 'error');
+});
+
+test('a text stream piped from the SDK textStream reads back as its text', { skip }, async () => {
+  const id = newStream(stack, 'text-pipe');
+  const stream = await openStream({ baseUrl: stack.baseUrl, streamId: id, token: await producerToken(id) });
+  const result = streamAnswer({ seed: SEED, kind: 'text' });
+  const ended = await stream.pipe(result.textStream);
+  assert.equal(ended.status, 'complete');
+  const text = await result.text;
+  assert.equal(rows(stack, id).row.body, text);
+  assert.ok(text.includes('👍🏽'));
+});
+
+test('readUIStream ends with an `error` chunk when the stream cannot be read: 409 text stream, 403 token, unreachable API', { skip }, async () => {
+  const id = newStream(stack, 'ui-wrong');
+  const textStream = await openStream({ baseUrl: stack.baseUrl, streamId: id, token: await producerToken(id) });
+  await textStream.append('plain text');
+  const wrong = await drain(readUIStream({ streamId: id, token: await readerToken(id), streamsUrl: stack.baseUrl }));
+  assert.equal(wrong.length, 1);
+  assert.equal(wrong[0].type, 'error');
+  assert.match(wrong[0].errorText, /409/);
+  await textStream.close();
+
+  const denied = await drain(readUIStream({ streamId: id, token: 'not-a-token', streamsUrl: stack.baseUrl }));
+  assert.equal(denied.length, 1);
+  assert.match(denied[0].errorText, /403 forbidden/);
+
+  // Nothing listens on this port: every attempt fails; the stream still ends, with an error.
+  const port = await freePort();
+  const reconnects = [];
+  const gone = await drain(readUIStream({
+    streamId: id, token: 'x', streamsUrl: `http://127.0.0.1:${port}`, retry: { initialDelayMs: 20, giveUpAfterMs: 400 }, onReconnect: (e) => reconnects.push(e),
+  }));
+  assert.equal(gone.length, 1);
+  assert.equal(gone[0].type, 'error');
+  assert.match(gone[0].errorText, /gave up reconnecting/);
+  assert.ok(reconnects.length >= 2, `${reconnects.length} attempts`);
+  assert.ok(reconnects.every((e, i) => i === 0 || e.attempt > reconnects[i - 1].attempt), 'attempts count up while nothing is delivered');
+});
