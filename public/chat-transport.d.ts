@@ -53,6 +53,7 @@ export interface RindleChatTransportOptions<UI_MESSAGE extends UIMessage = UIMes
   /** Extra JSON fields of the POST to the app's endpoint. */
   body?: Resolvable<object>;
   credentials?: Resolvable<RequestCredentials>;
+  /** Used for every request: the app's endpoint and the stream API. Default: the global fetch. */
   fetch?: typeof globalThis.fetch;
   /** Shape the POST to the app's endpoint, like `DefaultChatTransport`'s option of that name. */
   prepareSendMessagesRequest?: (options: {

@@ -308,3 +308,12 @@ test('readUIStream ends with an `error` chunk when the stream cannot be read: 40
   assert.ok(reconnects.length >= 2, `${reconnects.length} attempts`);
   assert.ok(reconnects.every((e, i) => i === 0 || e.attempt > reconnects[i - 1].attempt), 'attempts count up while nothing is delivered');
 });
+
+test('the Worker serves the shipped modules and their types as they are in public/', { skip }, async () => {
+  const { readFileSync } = await import('node:fs');
+  for (const file of ['chat-transport.js', 'chat-transport.d.ts', 'producer.js', 'producer.d.ts']) {
+    const res = await fetch(`${stack.baseUrl}/${file}`);
+    assert.equal(res.status, 200, file);
+    assert.equal(await res.text(), readFileSync(new URL(`../../public/${file}`, import.meta.url), 'utf8'), file);
+  }
+});
