@@ -5,7 +5,7 @@
 //! documented and as the AI SDK's own provider fixtures record them (ids, `obfuscation`,
 //! `sequence_number`, pings, a usage-only chunk with `choices: []`); they are not captures of a
 //! live API. That the chunks build the right message in the real `ai` package is proven end to
-//! end in `tests/e2e/pump-ui.test.mjs`.
+//! end in `tests/e2e/pump.test.mjs`.
 
 use rindle_streams::core::pump::{Pump, PumpFailure, PumpStep, UpstreamFormat};
 use rindle_streams::core::ui::Format;

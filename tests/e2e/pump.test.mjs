@@ -2,15 +2,18 @@
 // server (mock/model-server.mjs): the Durable Object fetches the upstream itself, pushes each
 // text delta, and seals the stream at the upstream's final event (`complete`), on any upstream
 // failure (`error`, with a clear message in the row's `error` column and the `end` frame), or
-// on a cancel (`cancelled`, with the upstream request aborted). The upstream's API key reaches
-// the upstream and never the Worker's logs. One stack and one mock for the whole file.
+// on a cancel (`cancelled`, with the upstream request aborted). On a `ui` stream it pushes AI
+// SDK UI message chunks, which the real `ai` package turns into the expected message. The
+// upstream's API key reaches the upstream and never the Worker's logs. One stack and one mock
+// for the whole file.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { existsSync, readFileSync } from 'node:fs';
 import { skipUnlessBuilt, startMock, startStack } from './harness.mjs';
 import { api, call, checkFrames, isError, newStream, ok, rows, until, untilEnd } from './util.mjs';
-import { mockText, mockTokens } from '../../mock/mock-text.mjs';
+import { DefaultChatTransport, readUIMessageStream } from 'ai';
+import { mockAnswer, mockText, mockTokens } from '../../mock/mock-text.mjs';
 
 const skip = skipUnlessBuilt();
 /** The upstream API key every pump in this file sends; it must never reach the Worker's logs. */
@@ -329,6 +332,178 @@ function postEmpty(url, token) {
 }
 
 // ---------------------------------------------------------------------------------------
+// The pump in ui format (SPEC §9): the upstream's reasoning, tool call, text, usage and finish
+// reason become UI message chunks, and the real AI SDK builds the message from `/ui`.
+
+/** A fresh stream opened with `{"format": "ui"}`. */
+async function openUi(prefix) {
+  const id = newStream(stack, prefix);
+  const s = api(stack, id);
+  ok(await s.open(undefined, 'ui'), 'open ui');
+  return { id, s };
+}
+
+/**
+ * Reads `/ui` with the real AI SDK: its `DefaultChatTransport` fetches and parses the SSE
+ * (validating every chunk against its schema) and `readUIMessageStream` builds the message.
+ * Resolves once the transport's stream is open (the reader is attached); `done` resolves to
+ * { message, chunks (as the SDK parsed them), errors (what onError got) } at the stream's end.
+ */
+async function readUi(s) {
+  const transport = new DefaultChatTransport({
+    api: 'unused',
+    prepareReconnectToStreamRequest: () => ({ api: s.uiUrl() }),
+  });
+  const stream = await transport.reconnectToStream({ chatId: s.id });
+  assert.ok(stream, '/ui answered a stream');
+  const chunks = [];
+  const errors = [];
+  const tapped = stream.pipeThrough(new TransformStream({ transform(chunk, controller) {
+    chunks.push(chunk);
+    controller.enqueue(chunk);
+  } }));
+  const done = (async () => {
+    let message;
+    for await (const m of readUIMessageStream({ stream: tapped, onError: (e) => errors.push(e.message) })) message = m;
+    // Plain JSON, as the message is stored and sent (no undefined-valued keys).
+    return { message: JSON.parse(JSON.stringify(message ?? null)), chunks, errors };
+  })();
+  return { done };
+}
+
+/**
+ * The message the AI SDK must build from a pumped answer (mockAnswer: what the mock sent), with
+ * the upstream's random ids checked and replaced by placeholders: the tool call id, and
+ * Anthropic's reasoning signature.
+ */
+function expectedMessage(id, format, answer, usage) {
+  return {
+    id,
+    metadata: { usage, finishReason: answer.tool ? 'tool-calls' : 'stop' },
+    role: 'assistant',
+    parts: [
+      { type: 'step-start' },
+      ...(answer.reasoningTokens.length ? [{
+        type: 'reasoning', id: 'reasoning-0', text: answer.reasoningTokens.join(''), state: 'done',
+        ...(format === 'anthropic' ? { providerMetadata: { anthropic: { signature: '<signature>' } } } : {}),
+      }] : []),
+      { type: 'text', text: answer.textTokens.join(''), state: 'done' },
+      ...(answer.tool ? [{ type: `tool-${answer.tool.name}`, toolCallId: '<call id>', state: 'input-available', input: answer.tool.input }] : []),
+    ],
+  };
+}
+
+function withPlaceholders(message, format) {
+  for (const part of message?.parts ?? []) {
+    if (part.toolCallId) {
+      assert.match(part.toolCallId, format === 'anthropic' ? /^toolu_/ : /^call_/, 'the upstream\'s tool call id');
+      part.toolCallId = '<call id>';
+    }
+    const signature = part.providerMetadata?.anthropic?.signature;
+    if (signature) {
+      assert.match(signature, /^EqQB/, 'the upstream\'s reasoning signature');
+      part.providerMetadata.anthropic.signature = '<signature>';
+    }
+  }
+  return message;
+}
+
+/** The usage the mock reports, in the AI SDK's `LanguageModelUsage` shape (`raw` checked apart). */
+function expectedUsage(format, answer) {
+  const reasoning = answer.reasoningTokens.length;
+  const output = reasoning + answer.textTokens.length + (answer.tool?.pieces.length ?? 0);
+  return format === 'anthropic'
+    ? { inputTokens: 12, inputTokenDetails: { noCacheTokens: 12, cacheReadTokens: 0, cacheWriteTokens: 0 }, outputTokens: output, outputTokenDetails: { textTokens: output }, totalTokens: 12 + output }
+    : { inputTokens: 12, inputTokenDetails: { noCacheTokens: 12, cacheReadTokens: 0 }, outputTokens: output, outputTokenDetails: { textTokens: output - reasoning, reasoningTokens: reasoning }, totalTokens: 12 + output };
+}
+
+for (const format of Object.keys(FORMATS)) {
+  test(`pump ${format} into a ui stream: reasoning, a tool call with streamed input, text and usage build the AI SDK message, live and replayed from D1`, { skip, timeout: 30_000 }, async () => {
+    const opts = { tokens: 40, seed: 60 + tagCounter, reasoning: 12, tool: 'get_weather' };
+    const answer = mockAnswer(opts);
+    const tag = newTag(`ui-${format}`);
+    const { id, s } = await openUi(`ui-${format}`);
+    const live = await readUi(s);
+
+    accepted(await pump(s, pumpBody(format, { ...opts, rate: 400, tag, ...(format === 'openai-chat' ? { usage: 1 } : {}) })), id);
+    const seen = await live.done;
+    assert.deepEqual(seen.errors, []);
+    const types = seen.chunks.map((c) => c.type);
+    assert.deepEqual([types[0], types[1], types.at(-2), types.at(-1)], ['start', 'start-step', 'finish-step', 'finish']);
+    assert.equal(types.filter((t) => t === 'finish').length, 1, 'the pump\'s finish, and no synthesized one');
+    assert.ok(types.filter((t) => t === 'tool-input-delta').length >= 2, 'the tool input is streamed');
+    const usage = seen.message?.metadata?.usage;
+    assert.equal(typeof usage?.raw, 'object', 'the upstream\'s own usage object is kept');
+    delete usage.raw;
+    assert.deepEqual(withPlaceholders(seen.message, format), expectedMessage(id, format, answer, expectedUsage(format, answer)));
+
+    // The row: complete, its body the NDJSON the readers got; a late reader replays it from D1.
+    const { row, chunks } = rows(stack, id);
+    assert.equal(row.status, 'complete');
+    assert.deepEqual(chunks, []);
+    const lines = row.body.split('\n');
+    assert.equal(lines.pop(), '', 'the body ends at a line end');
+    assert.deepEqual(lines.map((l) => JSON.parse(l).type), types);
+    const replay = await (await readUi(s)).done;
+    assert.deepEqual(replay.chunks, seen.chunks, 'a replay from D1 gives the same chunks');
+
+    const up = await mockRequest(tag);
+    assert.equal(up.completed, true);
+  });
+}
+
+test('pump into a ui stream: a text-only answer is a start, one text part and a finish with the finish reason', { skip, timeout: 30_000 }, async () => {
+  const opts = { tokens: 60, seed: 71 };
+  const { id, s } = await openUi('ui-text-only');
+  const live = await readUi(s);
+  accepted(await pump(s, pumpBody('anthropic', { ...opts, rate: 0, tag: newTag('ui-text-only') })), id);
+  const seen = await live.done;
+  assert.deepEqual(seen.errors, []);
+  delete seen.message.metadata.usage.raw;
+  assert.deepEqual(seen.message, expectedMessage(id, 'anthropic', mockAnswer(opts), expectedUsage('anthropic', mockAnswer(opts))));
+  assert.deepEqual(seen.chunks.map((c) => c.type), ['start', 'start-step', 'text-start', ...Array(60).fill('text-delta'), 'text-end', 'finish-step', 'finish']);
+});
+
+test('pump into a ui stream: an upstream error fails the stream, and the /ui reader gets the error ending after the chunks so far', { skip, timeout: 30_000 }, async () => {
+  const opts = { tokens: 30, seed: 72, reasoning: 5, tool: 'get_weather' };
+  const tag = newTag('ui-error');
+  const { id, s } = await openUi('ui-error');
+  const live = await readUi(s);
+  accepted(await pump(s, pumpBody('openai-responses', { ...opts, rate: 0, fail: 'error', failAt: 10, tag })), id);
+  const seen = await live.done;
+  const error = /^the upstream reported an error: The server had an error while processing your request\.$/;
+  assert.equal(seen.chunks.at(-1).type, 'error');
+  assert.match(seen.chunks.at(-1).errorText, error);
+  assert.equal(seen.errors.length, 1);
+  assert.match(seen.errors[0], error, 'the AI SDK reported the error');
+  assert.ok(!seen.chunks.some((c) => c.type === 'finish' || c.type.startsWith('tool-')), 'no finish, and the tool call never started');
+  const text = seen.message.parts.find((p) => p.type === 'text');
+  assert.equal(text.text, mockTokens({ seed: 72, tokens: 30 }).slice(0, 10).join(''), 'the text before the error is kept');
+  const { row } = rows(stack, id);
+  assert.equal(row.status, 'error');
+  assert.match(row.error, error);
+});
+
+test('pump into a ui stream: a cancel aborts the upstream, and the /ui reader gets abort', { skip, timeout: 30_000 }, async () => {
+  const tag = newTag('ui-cancel');
+  const { id, s } = await openUi('ui-cancel');
+  const live = await readUi(s);
+  accepted(await pump(s, pumpBody('anthropic', { tokens: 400, rate: 50, seed: 73, reasoning: 5, tag })), id);
+  await until(async () => (await mockRequests()).find((r) => r.query.tag === tag)?.tokensSent >= 10, 'the upstream to send 10 text tokens');
+  ok(await s.cancel(), 'cancel');
+  const seen = await live.done;
+  assert.equal(seen.chunks.at(-1).type, 'abort');
+  assert.deepEqual(seen.errors, []);
+  assert.ok(!seen.chunks.some((c) => c.type === 'finish'));
+  assert.equal(rows(stack, id).row.status, 'cancelled');
+  const up = await until(async () => {
+    const r = await mockRequest(tag);
+    return r.aborted ? r : null;
+  }, 'the mock to see its request aborted', 5000);
+  assert.equal(up.completed, false);
+});
+
+// ---------------------------------------------------------------------------------------
 // The key: sent upstream, never logged. Runs last: every pump above carried the key.
 
 test('pump: the upstream got the API key headers, and the Worker logs never contain the key', { skip, timeout: 30_000 }, async () => {
@@ -340,7 +515,7 @@ test('pump: the upstream got the API key headers, and the Worker logs never cont
   assert.equal(seen.end?.status, 'complete');
 
   const all = await mockRequests();
-  assert.ok(all.length >= 15, `${all.length} upstream requests in this file`);
+  assert.ok(all.length >= 21, `${all.length} upstream requests in this file`);
   for (const r of all) assert.equal(r.authorization, true, `request ${r.id} (${r.path}?${new URLSearchParams(r.query)}) carried the key`);
 
   // The negative checks below mean something only once this pump's own lines are there: its
