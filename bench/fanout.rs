@@ -19,7 +19,7 @@
 
 use rindle_streams::core::config::{CheckpointMode, StreamConfig};
 use rindle_streams::core::frame::Frame;
-use rindle_streams::core::live::{LiveStream, Output, Pull, ReaderId, StoreReply, StreamState};
+use rindle_streams::core::live::{LiveStream, Output, Producer, Pull, ReaderId, StoreReply, StreamState};
 use rindle_streams::core::{sse, utf16};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -92,10 +92,12 @@ fn live_stream(readers: usize) -> (LiveStream, Vec<ReaderId>) {
         ..StreamConfig::default()
     };
     cfg.validate().expect("a valid config");
-    let (mut s, _open) = LiveStream::open("bench", cfg, "host-bench", 0);
+    let (mut s, _open) = LiveStream::open("bench", cfg, Producer { host_token: "host-bench".into(), meta: None }, 0);
     while let Some(o) = s.poll_output() {
-        if let Output::Store(req) = o {
-            s.handle_store(req.id, Ok(StoreReply::Applied), 0); // sink mode: the mark is the open
+        match o {
+            Output::ArmLease { .. } => s.handle_lease_armed(Ok(()), 0),
+            Output::Store(req) => s.handle_store(req.id, Ok(StoreReply::Applied), 0), // sink mode: the mark is the open
+            _ => {}
         }
     }
     assert_eq!(s.state(), StreamState::Live);

@@ -6,7 +6,10 @@ mod support;
 use rindle_streams::core::config::{CheckpointMode, StreamConfig};
 use rindle_streams::core::durable::{ColumnValue, OpenRefused, TableMapping};
 use rindle_streams::core::frame::{EndStatus, Frame};
-use rindle_streams::core::live::{FlushError, OpenError, Pull, PushError, Settlement, StoreOp, StreamEvent, StreamState};
+use rindle_streams::core::live::lease::{self, Holding, HostColumn, LeaseDecision, Release};
+use rindle_streams::core::live::{
+    FlushError, OpenError, OpenOutcome, Producer, Pull, PushError, Settlement, StoreFailure, StoreOp, StoreReply, StreamEvent, StreamState,
+};
 use rindle_streams::core::ui::{BadChunk, ChunkFault, Format};
 use support::driver::{Driver, UiEvent, STREAM, TOKEN};
 use support::{Fault, SqliteDb};
@@ -311,8 +314,10 @@ fn a_failed_seal_is_retried_from_the_lingering_stream_and_then_reported_sealed()
     assert!(matches!(d.outcome(close), Some(Err(_))));
     assert_eq!(d.db.status(STREAM), "streaming");
 
-    // What the lease alarm does while the stream lingers: run the seal again, then say so.
-    let write = d.stream.unsealed_write().expect("the lingering stream holds the whole text");
+    // The lease alarm, while the stream lingers: run the producer's seal again, then say so.
+    let LeaseDecision::RepairSeal(write) = lease::decide(&d.stream.holding(), None, d.lease_token.as_deref(), &cfg()) else {
+        panic!("the lingering stream holds the whole text: the lease repairs the producer's seal")
+    };
     let plan = d.db.sql.plan(STREAM, &StoreOp::Seal(write));
     d.db.run(&plan, Fault::None).expect("the retried seal commits");
     d.stream.seal_repaired();
@@ -321,6 +326,7 @@ fn a_failed_seal_is_retried_from_the_lingering_stream_and_then_reported_sealed()
     assert_eq!(d.db.chunk_count(STREAM), 0);
     assert_eq!(d.stream.durable_seq(), 11);
     assert_eq!(d.stream.unsealed_write(), None, "nothing left to repair");
+    assert_eq!(lease::decide(&d.stream.holding(), None, d.lease_token.as_deref(), &cfg()), LeaseDecision::Release(Release::Sealed));
     let again = d.close();
     match d.outcome(again) {
         Some(Ok(r)) => assert_eq!((r.seq, r.durable_seq), (11, 11)),
@@ -604,6 +610,7 @@ fn a_replayed_open_whose_first_reply_was_lost_still_wins() {
     db.insert_message(STREAM);
     let mut d = Driver::opening(db, cfg(), TOKEN);
     d.answer(Fault::None); // probe
+    d.arm_lease(Ok(()));
     d.answer(Fault::CommitThenLoseReply); // the mark commits, its reply is lost
     d.advance(50);
     d.answer_all(); // the replayed mark is a no-op; the read-back shows our token
@@ -851,4 +858,316 @@ fn raw_bytes_are_refused_by_a_text_stream() {
     let mut d = Driver::open(cfg());
     assert_eq!(d.push_ndjson(b"{\"type\":\"a\"}\n"), Err(PushError::NotUi));
     assert_eq!(d.stream.seq(), 0);
+}
+
+// ---- the open handshake and the lease (SPEC §7)
+
+/// The open's settlement, if it settled.
+fn opened(d: &Driver) -> Option<OpenOutcome> {
+    d.settled.values().find_map(|s| match s {
+        Settlement::Opened(_, o) => Some(o.clone()),
+        _ => None,
+    })
+}
+
+fn fresh_row() -> SqliteDb {
+    let db = SqliteDb::new();
+    db.insert_message(STREAM);
+    db
+}
+
+#[test]
+fn the_lease_is_armed_before_the_row_is_marked() {
+    let mut d = Driver::opening(fresh_row(), cfg(), TOKEN);
+    assert_eq!(d.peek(), Some(&StoreOp::ProbeOpen));
+    d.answer(Fault::None);
+    assert_eq!(d.lease_to_arm.as_deref(), Some(TOKEN), "the probe passed: the lease comes next, with this open's token");
+    assert_eq!(d.peek(), None, "nothing is marked before the lease is armed");
+    d.arm_lease(Ok(()));
+    assert!(matches!(d.peek(), Some(StoreOp::MarkStreaming { host_token, .. }) if host_token == TOKEN));
+    d.answer_all();
+    assert_eq!(d.stream.state(), StreamState::Live);
+}
+
+#[test]
+fn an_open_whose_lease_cannot_be_armed_fails_without_marking_the_row() {
+    let mut d = Driver::opening(fresh_row(), cfg(), TOKEN);
+    d.answer(Fault::None); // the probe
+    for retry in 0..=3 {
+        d.arm_lease(Err("storage is down".into()));
+        if retry < 3 {
+            d.advance(50 << retry);
+        }
+    }
+    assert!(matches!(opened(&d), Some(Err(OpenError::Lease(_)))), "{:?}", opened(&d));
+    assert_eq!(d.db.status(STREAM), "pending", "no row is marked without a lease to seal it");
+    assert!(d.retired);
+}
+
+#[test]
+fn the_probe_and_the_mark_have_retries_of_their_own() {
+    let mut d = Driver::opening(fresh_row(), cfg(), TOKEN);
+    for retry in 0..3 {
+        assert_eq!(d.peek(), Some(&StoreOp::ProbeOpen));
+        d.answer(Fault::FailBeforeCommit);
+        d.advance(50 << retry);
+    }
+    d.answer(Fault::None); // the probe's last retry passes
+    d.arm_lease(Ok(()));
+    for retry in 0..3 {
+        assert!(matches!(d.peek(), Some(StoreOp::MarkStreaming { .. })), "{:?}", d.peek());
+        d.answer(Fault::FailBeforeCommit);
+        d.advance(50 << retry);
+    }
+    d.answer_all(); // the mark's own third retry
+    assert_eq!(opened(&d), Some(Ok(())), "the probe's failures did not use up the mark's retries");
+    assert_eq!(d.stream.stats().retries, 6);
+}
+
+#[test]
+fn a_reader_that_joins_while_the_stream_opens_gets_its_live_frames() {
+    let mut d = Driver::opening(fresh_row(), cfg(), TOKEN);
+    let early = d.subscribe(0);
+    assert_eq!(d.read(early), vec![Frame::Open { stream_id: STREAM.into(), from: 0, seq: 0, durable_seq: 0, ended: false }]);
+    d.answer_all();
+    d.push("hello");
+    assert_eq!(d.read(early), vec![Frame::Chunk { from: 0, seq: 5, text: "hello".into() }]);
+}
+
+#[test]
+fn a_reader_that_joins_while_the_stream_opens_gets_absent_when_the_open_fails() {
+    let db = SqliteDb::new(); // no message row: the probe refuses
+    let mut d = Driver::opening(db, cfg(), TOKEN);
+    let early = d.subscribe(0);
+    assert_eq!(d.read(early).len(), 1, "attached: its open frame");
+    d.answer_all();
+    assert!(matches!(opened(&d), Some(Err(OpenError::Refused(OpenRefused::MissingRow)))));
+    assert_eq!(d.read(early), vec![Frame::Absent]);
+    assert_eq!(d.stream.pull(early, d.now), Pull::Gone);
+}
+
+#[test]
+fn an_accepted_flush_counts_as_producer_activity_for_the_idle_timeout() {
+    let mut d = Driver::open(StreamConfig { idle_timeout_ms: 10_000, ..cfg() });
+    d.push("a long tool call starts");
+    d.answer_all();
+    d.advance(9_000);
+    let idle_flush = d.flush();
+    assert_eq!(d.outcome(idle_flush), Some(&Ok(23)), "nothing outstanding: settled at once");
+    d.advance(9_000);
+    assert_eq!(d.stream.state(), StreamState::Live, "the flush 9 s ago kept the producer alive");
+    d.advance(1_000);
+    d.answer_all();
+    assert_eq!(d.stream.state(), StreamState::Ended(EndStatus::Interrupted), "idle 10 s after the flush");
+}
+
+#[test]
+fn the_stream_renews_its_lease_every_half_lease_while_alive_and_stops_once_sealed() {
+    let mut d = Driver::open(StreamConfig { lease_ms: 10_000, ..cfg() });
+    assert_eq!(d.stream.holding(), Holding::Alive);
+    d.advance(4_999);
+    assert_eq!(d.renewals, 0);
+    d.advance(1);
+    assert_eq!(d.renewals, 1);
+    d.advance(5_000);
+    assert_eq!(d.renewals, 2);
+    d.push("x");
+    let _ = d.close();
+    d.answer_all();
+    assert_eq!(d.stream.holding(), Holding::Sealed);
+    d.advance(20_000);
+    assert_eq!(d.renewals, 2, "a sealed stream lets its alarm fire");
+}
+
+/// A stream opened and checkpointed, whose object then died: only the lease can seal it.
+fn abandoned(db: SqliteDb, cfg: StreamConfig) -> Driver {
+    let mut d = Driver::opening(db, cfg, TOKEN);
+    d.answer_all();
+    d.push("12345678"); // one checkpoint: committed
+    d.answer_all();
+    d.push("9 never made durable");
+    assert_eq!(d.db.status(STREAM), "streaming");
+    d
+}
+
+/// Runs the lease alarm's decisions for an object that holds nothing of its stream.
+fn alarm_after_eviction(d: &mut Driver, cfg: &StreamConfig, host_mapped: bool) -> Release {
+    let token = d.lease_token.clone();
+    let mut row = None;
+    loop {
+        match lease::decide(&Holding::Nothing, row.as_ref(), token.as_deref(), cfg) {
+            LeaseDecision::ReadRow => row = Some(d.db.lease_row(STREAM, host_mapped)),
+            LeaseDecision::SealInterrupted(write) => {
+                let plan = d.db.sql.plan(STREAM, &StoreOp::Seal(write));
+                d.db.run(&plan, Fault::None).expect("the interrupted seal commits");
+                row = None;
+            }
+            LeaseDecision::Release(release) => return release,
+            other => panic!("nothing is held here: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_lease_seals_a_row_left_streaming_by_a_lost_object_interrupted_from_its_durable_text() {
+    let mut d = abandoned(fresh_row(), cfg());
+    assert_eq!(alarm_after_eviction(&mut d, &cfg(), true), Release::NotStreaming { status: "interrupted".into() });
+    assert_eq!(d.db.status(STREAM), "interrupted");
+    assert_eq!(d.db.durable_text(STREAM), "12345678", "the durable text, nothing un-checkpointed");
+    assert_eq!(d.db.message_column(STREAM, "body"), ColumnValue::Text("12345678".into()), "compacted");
+    assert_eq!(d.db.chunk_count(STREAM), 0);
+    assert_eq!(d.db.message_column(STREAM, "error"), ColumnValue::Text(lease::INTERRUPTED.into()));
+}
+
+#[test]
+fn the_lease_seals_a_row_whose_mark_committed_but_whose_replies_were_lost() {
+    let mut d = Driver::opening(fresh_row(), cfg(), TOKEN);
+    d.answer(Fault::None); // the probe
+    d.arm_lease(Ok(()));
+    d.answer(Fault::None); // the mark commits and says so…
+    assert_eq!(d.peek(), Some(&StoreOp::ReadHost));
+    d.answer(Fault::CommitThenLoseReply); // …but the host read's reply is lost
+    for retry in 0..3 {
+        d.advance(50 << retry);
+        assert!(matches!(d.peek(), Some(StoreOp::MarkStreaming { .. })), "the mark is retried with its read");
+        d.answer(Fault::CommitThenLoseReply); // every replayed mark's reply is lost too
+    }
+    assert!(matches!(opened(&d), Some(Err(OpenError::Store(_)))), "{:?}", opened(&d));
+    assert!(d.retired);
+    assert_eq!(d.db.status(STREAM), "streaming", "the mark committed");
+    assert_eq!(alarm_after_eviction(&mut d, &cfg(), true), Release::NotStreaming { status: "interrupted".into() });
+    assert_eq!(d.db.status(STREAM), "interrupted");
+    // A regeneration is a new message id: the row is not reopened.
+    let mut again = Driver::opening(std::mem::replace(&mut d.db, SqliteDb::new()), cfg(), "host-B");
+    again.answer_all();
+    assert_eq!(opened(&again), Some(Err(OpenError::Refused(OpenRefused::AlreadySealed { status: "interrupted".into() }))));
+}
+
+#[test]
+fn the_lease_leaves_a_row_another_producer_marked_alone() {
+    let mut d = abandoned(fresh_row(), cfg());
+    d.db.exec("UPDATE messages SET host = 'host-B' WHERE id = 'm1'");
+    let release = alarm_after_eviction(&mut d, &cfg(), true);
+    assert_eq!(release, Release::NotOurs { holder: Some("host-B".into()) });
+    assert_eq!(d.db.status(STREAM), "streaming", "not ours to seal");
+}
+
+#[test]
+fn without_a_host_column_the_lease_seals_the_streaming_row_of_its_stored_stream_id() {
+    let mapping = TableMapping::new("messages", "message_chunks", &Default::default()).unwrap();
+    let db = SqliteDb::with_schema(&support::migration_sql(), mapping);
+    db.insert_message(STREAM);
+    let cfg = StreamConfig { mode: CheckpointMode::Tables { host_cas: false }, ..cfg() };
+    let mut d = abandoned(db, cfg.clone());
+    assert_eq!(alarm_after_eviction(&mut d, &cfg, false), Release::NotStreaming { status: "interrupted".into() });
+    assert_eq!(d.db.status(STREAM), "interrupted");
+}
+
+#[test]
+fn a_lease_that_stored_no_token_leaves_a_row_with_a_host_column_alone() {
+    let mut d = abandoned(fresh_row(), cfg());
+    d.lease_token = None;
+    assert_eq!(alarm_after_eviction(&mut d, &cfg(), true), Release::TokenUnknown);
+    assert_eq!(d.db.status(STREAM), "streaming");
+}
+
+#[test]
+fn the_lease_seals_in_place_a_durable_text_too_large_to_compact_by_the_streams_own_rule() {
+    let cfg = StreamConfig { max_compact_bytes: 4, ..cfg() };
+    let mut d = abandoned(fresh_row(), cfg.clone());
+    assert_eq!(alarm_after_eviction(&mut d, &cfg, true), Release::NotStreaming { status: "interrupted".into() });
+    assert_eq!(d.db.message_column(STREAM, "body"), ColumnValue::Text(String::new()), "not compacted");
+    assert_eq!(d.db.chunk_count(STREAM), 1, "the chunk rows are the durable text");
+    assert_eq!(d.db.durable_text(STREAM), "12345678");
+}
+
+#[test]
+fn the_lease_renews_while_the_stream_is_alive_here_and_releases_a_sealed_one() {
+    let mut d = Driver::opening(fresh_row(), cfg(), TOKEN);
+    assert_eq!(lease::decide(&d.stream.holding(), None, Some(TOKEN), &cfg()), LeaseDecision::Renew, "opening");
+    d.answer_all();
+    assert_eq!(lease::decide(&d.stream.holding(), None, Some(TOKEN), &cfg()), LeaseDecision::Renew, "live");
+    let _ = d.close();
+    assert_eq!(lease::decide(&d.stream.holding(), None, Some(TOKEN), &cfg()), LeaseDecision::Renew, "sealing");
+    d.answer_all();
+    assert_eq!(lease::decide(&d.stream.holding(), None, Some(TOKEN), &cfg()), LeaseDecision::Release(Release::Sealed));
+    d.advance(30_000);
+    assert_eq!(d.stream.holding(), Holding::Nothing, "retired");
+    let row = d.db.lease_row(STREAM, true);
+    assert_eq!(
+        lease::decide(&Holding::Nothing, Some(&row), Some(TOKEN), &cfg()),
+        LeaseDecision::Release(Release::NotStreaming { status: "complete".into() }),
+        "a sealed row is never sealed again"
+    );
+    let missing = lease::LeaseRow { durable: None, host: HostColumn::Unmapped };
+    assert_eq!(lease::decide(&Holding::Nothing, Some(&missing), Some(TOKEN), &cfg()), LeaseDecision::Release(Release::NoRow));
+}
+
+#[test]
+fn open_is_refused_for_a_row_already_sealed() {
+    for status in ["complete", "cancelled", "error", "interrupted"] {
+        let db = SqliteDb::new();
+        db.exec(&format!("INSERT INTO messages (id, chat_id, role, status) VALUES ('m1', 'c', 'assistant', '{status}')"));
+        assert_eq!(open_verdict(db), Err(OpenError::Refused(OpenRefused::AlreadySealed { status: status.into() })));
+    }
+}
+
+// ---- what a custom sink sees (the embedding API)
+
+fn sink_cfg() -> StreamConfig {
+    StreamConfig { mode: CheckpointMode::Sink, ..cfg() }
+}
+
+#[test]
+fn a_sink_can_refuse_an_open_which_is_a_refusal_not_a_store_failure() {
+    let mut d = Driver::opening(fresh_row(), sink_cfg(), TOKEN);
+    d.arm_lease(Ok(()));
+    assert!(matches!(d.peek(), Some(StoreOp::MarkStreaming { .. })));
+    d.reply(Ok(StoreReply::Refused("this chat is closed".into())));
+    assert_eq!(opened(&d), Some(Err(OpenError::Refused(OpenRefused::BySink { reason: "this chat is closed".into() }))));
+    assert_eq!(d.pending.len(), 0, "a refusal is never retried");
+}
+
+#[test]
+fn the_open_operation_carries_the_apps_meta_and_the_start_time() {
+    let meta = serde_json::json!({"chat": "c1", "model": "m"});
+    let (stream, _) = rindle_streams::core::live::LiveStream::open(
+        STREAM,
+        sink_cfg(),
+        Producer { host_token: TOKEN.into(), meta: Some(meta.clone()) },
+        1_234,
+    );
+    let mut d = Driver::with_stream(stream, fresh_row());
+    d.now = 1_300;
+    d.arm_lease(Ok(()));
+    assert_eq!(d.peek(), Some(&StoreOp::MarkStreaming { host_token: TOKEN.into(), meta: Some(meta.clone()), started_at: 1_234 }));
+    assert_eq!(d.stream.meta(), Some(&meta), "kept for the authorizer");
+}
+
+#[test]
+fn the_seal_write_carries_from_so_a_trimming_sink_writes_only_the_unsaved_tail() {
+    let mut d = Driver::open(StreamConfig { retain_chars: Some(4), ..sink_cfg() });
+    d.push("0123456789");
+    d.answer_all();
+    d.push("abc");
+    let _ = d.close();
+    let Some(StoreOp::Seal(write)) = d.peek().cloned() else { panic!("expected the seal, got {:?}", d.peek()) };
+    assert_eq!((write.from, write.body_from, write.seq), (10, 6, 13));
+    let body = write.body.expect("a sink gets the retained text");
+    assert_eq!(body, "6789abc");
+    let tail = rindle_streams::core::utf16::slice(&body, write.from - write.body_from, u64::MAX);
+    assert_eq!(tail, "abc", "the unsaved tail");
+}
+
+#[test]
+fn a_store_failure_on_a_sink_open_is_retried_and_then_a_store_error() {
+    let mut d = Driver::opening(fresh_row(), sink_cfg(), TOKEN);
+    d.arm_lease(Ok(()));
+    for retry in 0..=3 {
+        d.reply(Err(StoreFailure("the sink is down".into())));
+        if retry < 3 {
+            d.advance(50 << retry);
+        }
+    }
+    assert!(matches!(opened(&d), Some(Err(OpenError::Store(_)))));
 }

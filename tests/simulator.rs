@@ -16,15 +16,26 @@
 //! when dropped, must get exactly the produced lines after their join's line start (contract S
 //! at chunk granularity), then the ending of the stream's status and `[DONE]`.
 //!
+//! The lease (SPEC §7) runs the real decision ([`lease::decide`]): the stream's lease must be
+//! armed before any mark is sent; some schedules kill the object (mid-open or mid-stream, with
+//! replies in flight that may or may not have committed), and the alarm that follows must seal
+//! a `streaming` row `interrupted` from its durable text, after which a reopen is refused; at
+//! the end of every schedule the alarm must leave no row `streaming` and never touch a row
+//! already sealed. A seal that could not commit is repaired the way the alarm does it.
+//!
 //! `SIM_SCHEDULES=n` changes the number of schedules (default 2000); `SIM_SEED=s` replays one.
 
 mod support;
 
 use rindle_streams::core::config::StreamConfig;
+use rindle_streams::core::durable::ColumnValue;
 use rindle_streams::core::frame::{EndStatus, Frame};
+use rindle_streams::core::live::lease::{self, HostColumn, LeaseDecision, LeaseRow, Release};
 use rindle_streams::core::live::{
-    Dialect, LiveStream, Output, Pull, PushError, ReaderId, SealOutcome, Settlement, StoreOp, StoreRequest, StreamState, Ticket,
+    Dialect, LiveStream, OpenError, Output, Producer, Pull, PushError, ReaderId, SealOutcome, Settlement, StoreOp, StoreRequest,
+    StreamState, Ticket,
 };
+use rindle_streams::core::reading::DurableText;
 use rindle_streams::core::ui::{Format, MAX_LINE_BYTES};
 use rindle_streams::core::utf16;
 use std::collections::{HashMap, VecDeque};
@@ -212,9 +223,18 @@ struct Sim {
     rng: Rng,
     seed: u64,
     stream: LiveStream,
+    cfg: StreamConfig,
     db: SqliteDb,
     now: u64,
     in_flight: VecDeque<(u64, StoreRequest)>,
+    /// The stream asked for its lease (answered at the time given).
+    arming: Option<(u64, String)>,
+    /// The token stored with the armed lease: what the alarm compares with the host column.
+    lease_token: Option<String>,
+    /// The object died: the stream is gone, and only the lease alarm can seal the row.
+    crashed: bool,
+    /// The lease sealed the row `interrupted`.
+    interrupted: bool,
     fault_rate: f64,
     max_latency: u64,
     produced: String,
@@ -256,14 +276,19 @@ impl Sim {
         let cfg = StreamConfig { format: if ui.is_some() { Format::Ui } else { Format::Text }, ..cfg };
         let db = SqliteDb::new();
         db.insert_message(STREAM);
-        let (stream, _) = LiveStream::open(STREAM, cfg, "sim-host", 0);
+        let (stream, _) = LiveStream::open(STREAM, cfg.clone(), Producer { host_token: "sim-host".into(), meta: None }, 0);
         let mut sim = Sim {
             rng,
             seed,
             stream,
+            cfg,
             db,
             now: 0,
             in_flight: VecDeque::new(),
+            arming: None,
+            lease_token: None,
+            crashed: false,
+            interrupted: false,
             fault_rate,
             max_latency,
             produced: String::new(),
@@ -291,8 +316,15 @@ impl Sim {
         while let Some(o) = self.stream.poll_output() {
             match o {
                 Output::Store(r) => {
+                    if matches!(r.op, StoreOp::MarkStreaming { .. }) && self.lease_token.is_none() {
+                        self.fail("the row is marked before the lease that would seal it is armed".into());
+                    }
                     let at = self.now + self.rng.below(self.max_latency + 1);
                     self.in_flight.push_back((at, r));
+                }
+                Output::ArmLease { host_token } => {
+                    let at = self.now + self.rng.below(self.max_latency + 1);
+                    self.arming = Some((at, host_token));
                 }
                 Output::Settled(s) => {
                     let id = ticket_id(&s);
@@ -301,7 +333,7 @@ impl Sim {
                     }
                 }
                 Output::Retired => self.retired = true,
-                Output::Wake(_) | Output::Event(_) => {}
+                Output::Wake(_) | Output::Event(_) | Output::RenewLease => {}
             }
         }
     }
@@ -349,16 +381,33 @@ impl Sim {
         }
     }
 
+    /// The object's storage answers the lease request (it fails at the fault rate).
+    fn answer_arming(&mut self) {
+        let (_, token) = self.arming.take().unwrap();
+        let result = match self.rng.chance(self.fault_rate) {
+            true => Err("injected: the object's storage failed".to_owned()),
+            false => {
+                self.lease_token = Some(token);
+                Ok(())
+            }
+        };
+        self.stream.handle_lease_armed(result, self.now);
+        self.drain();
+    }
+
     fn advance(&mut self, dt: u64) {
         let target = self.now + dt;
         loop {
             let reply = self.in_flight.front().map(|(at, _)| *at);
+            let arming = self.arming.as_ref().map(|(at, _)| *at);
             let timer = self.stream.poll_timeout();
-            let next = [reply, timer].into_iter().flatten().min();
+            let next = [reply, arming, timer].into_iter().flatten().min();
             match next {
                 Some(t) if t <= target => {
                     self.now = self.now.max(t);
-                    if reply == Some(t) {
+                    if arming == Some(t) {
+                        self.answer_arming();
+                    } else if reply == Some(t) {
                         self.answer_next();
                     } else {
                         self.stream.handle_timeout(self.now);
@@ -551,16 +600,28 @@ impl Sim {
     }
 
     fn run(&mut self) {
+        // Some objects die: mid-open or mid-stream.
+        let crash = self.rng.chance(0.15);
+        let crash_in_open = crash && self.rng.chance(0.3);
         // Open: answered like any other store traffic, faults included.
         while matches!(self.stream.state(), StreamState::Opening) {
+            if crash_in_open && self.rng.chance(0.3) {
+                return self.crash();
+            }
             let dt = 1 + self.rng.below(50);
             self.advance(dt);
         }
         if !matches!(self.stream.state(), StreamState::Live) {
-            return; // the store failed the open four times: a clean refusal, nothing to check
+            // The store failed the open four times: a clean refusal. The alarm follows.
+            self.check_lease_leaves_nothing_streaming();
+            return;
         }
         let steps = 20 + self.rng.below(200);
-        for _ in 0..steps {
+        let crash_at = (crash && !crash_in_open).then(|| self.rng.below(steps));
+        for step in 0..steps {
+            if crash_at == Some(step) {
+                return self.crash();
+            }
             match self.rng.below(100) {
                 0..=34 => self.push(),
                 35..=59 => {
@@ -616,36 +677,139 @@ impl Sim {
             }
         }
         self.check_end();
-        self.repair_seal();
+        // The lease alarm fires while the stream lingers (renewals stopped at the seal).
+        let sealed_here = matches!(self.seal_outcome(), Some(Ok(_)));
+        let release = self.lease_alarm();
+        if sealed_here && release != Release::Sealed {
+            self.fail(format!("the alarm after a committed seal did {release:?}"));
+        }
+        self.check_repaired();
         self.advance(30_000);
         if !self.retired {
             self.fail("not retired after the linger window".into());
         }
+        // And again after the stream retired: nothing here, and the row is sealed.
+        if let r @ (Release::Sealed | Release::NoRow | Release::NotOurs { .. } | Release::TokenUnknown) = self.lease_alarm() {
+            self.fail(format!("the alarm after retirement released with {r:?}, not by reading the sealed row"));
+        }
     }
 
-    /// What the lease alarm does while a stream whose seal failed lingers: re-run the seal
-    /// (faults included) until it commits; the row must then hold the producer's status and
-    /// exactly the produced text.
-    fn repair_seal(&mut self) {
-        let Some(Err(shortfall)) = self.seal_outcome() else { return };
+    /// The object dies. Every reply in flight is lost; each operation may or may not have
+    /// committed. A lease being armed may or may not have been stored.
+    fn crash(&mut self) {
+        for (_, req) in std::mem::take(&mut self.in_flight) {
+            if self.rng.chance(0.5) {
+                let plan = self.db.sql.plan(STREAM, &req.op);
+                let _ = self.db.run(&plan, Fault::None);
+            }
+        }
+        if let Some((_, token)) = self.arming.take() {
+            if self.rng.chance(0.5) {
+                self.lease_token = Some(token);
+            }
+        }
+        self.crashed = true;
+        self.check_prefix();
+        let before = self.db.durable_text(STREAM);
+        let was_streaming = self.db.status(STREAM) == "streaming";
+        if was_streaming && self.lease_token.is_none() {
+            self.fail("a row marked streaming with no lease armed".into());
+        }
+        if self.lease_token.is_none() {
+            return; // no alarm was ever set, and no row was marked
+        }
+        self.lease_alarm();
+        let (status, after) = (self.db.status(STREAM), self.db.durable_text(STREAM));
+        if was_streaming && (status != "interrupted" || after != before) {
+            self.fail(format!("after the object died the lease left the row {status} with {after:?} (durable was {before:?})"));
+        }
+        self.interrupted |= was_streaming;
+        if was_streaming {
+            // A regeneration is a new message id: the sealed row is not reopened.
+            let request = Producer { host_token: "sim-host-2".into(), meta: None };
+            let (mut again, _) = LiveStream::open(STREAM, self.cfg.clone(), request, self.now);
+            while let Some(o) = again.poll_output() {
+                match o {
+                    Output::Store(r) => {
+                        let plan = self.db.sql.plan(STREAM, &r.op);
+                        let result = self.db.run(&plan, Fault::None);
+                        again.handle_store(r.id, result, self.now);
+                    }
+                    Output::ArmLease { .. } => again.handle_lease_armed(Ok(()), self.now),
+                    Output::Settled(Settlement::Opened(_, Err(OpenError::Refused(_)))) => return,
+                    Output::Settled(other) => self.fail(format!("a reopen of the interrupted row settled {other:?}")),
+                    _ => {}
+                }
+            }
+            self.fail("a reopen of the interrupted row did not settle".into());
+        }
+    }
+
+    /// The lease alarm, with the real decision: it performs what [`lease::decide`] says (store
+    /// faults included; a failed write is retried a lease later) until the lease is released.
+    fn lease_alarm(&mut self) -> Release {
+        let mut row = None;
         for _ in 0..50 {
-            let Some(write) = self.stream.unsealed_write() else { return };
+            let holding = if self.crashed { lease::Holding::Nothing } else { self.stream.holding() };
+            let write = match lease::decide(&holding, row.as_ref(), self.lease_token.as_deref(), &self.cfg) {
+                LeaseDecision::Release(release) => return release,
+                LeaseDecision::Renew => self.fail("the alarm found the stream alive after it ended".into()),
+                LeaseDecision::ReadRow => {
+                    row = Some(self.lease_row());
+                    continue;
+                }
+                LeaseDecision::RepairSeal(write) | LeaseDecision::SealInterrupted(write) => write,
+            };
             let plan = self.db.sql.plan(STREAM, &StoreOp::Seal(write));
             let fault = self.fault();
             self.store_ops += 1;
-            if self.db.run(&plan, fault).is_ok() {
-                self.stream.seal_repaired();
-                self.repaired = true;
-                break;
-            }
+            let committed = self.db.run(&plan, fault).is_ok();
             self.check_prefix();
+            if committed {
+                if matches!(holding, lease::Holding::Unsealed(_)) {
+                    self.stream.seal_repaired();
+                    self.repaired = true;
+                }
+                row = None; // read it again: the next decision must release
+            }
         }
-        if !self.repaired {
-            self.fail("a repairable seal did not commit in 50 tries".into());
+        self.fail("the lease did not settle the row in 50 alarms".into())
+    }
+
+    fn lease_row(&self) -> LeaseRow {
+        let text = self.db.durable_text(STREAM);
+        let durable = DurableText { seq: utf16::len(&text), text, status: self.db.status(STREAM), error: None };
+        let host = match self.db.message_column(STREAM, "host") {
+            ColumnValue::Text(h) => Some(h),
+            _ => None,
+        };
+        LeaseRow { durable: Some(durable), host: HostColumn::Holds(host) }
+    }
+
+    /// A refused open: the alarm that follows leaves no row `streaming`.
+    fn check_lease_leaves_nothing_streaming(&mut self) {
+        if self.lease_token.is_some() {
+            self.lease_alarm();
         }
+        if self.db.status(STREAM) == "streaming" {
+            self.fail("a failed open left the row streaming".into());
+        }
+    }
+
+    /// After the alarm, a seal that could not commit was repaired: the row holds the
+    /// producer's status and exactly the produced text (or, when the stream no longer held what
+    /// the repair needs, it was sealed `interrupted` from its durable text).
+    fn check_repaired(&mut self) {
+        let Some(Err(shortfall)) = self.seal_outcome() else { return };
         let (status, durable) = (self.db.status(STREAM), self.db.durable_text(STREAM));
-        if status != shortfall.status.as_str() || durable != self.produced || self.stream.durable_seq() != utf16::len(&self.produced) {
-            self.fail(format!("after the repair the row is {status} with {durable:?}; produced {:?}", self.produced));
+        if self.repaired {
+            if status != shortfall.status.as_str() || durable != self.produced || self.stream.durable_seq() != utf16::len(&self.produced) {
+                self.fail(format!("after the repair the row is {status} with {durable:?}; produced {:?}", self.produced));
+            }
+        } else if status == "streaming" {
+            self.fail("an unrepairable seal left the row streaming".into());
+        } else {
+            self.interrupted |= status == "interrupted";
         }
     }
 
@@ -701,7 +865,7 @@ fn contracts_s_and_p_hold_over_random_faulty_schedules() {
         Some(seed) => vec![seed],
         None => (1..=schedules).collect(),
     };
-    let (mut ops, mut readers, mut sealed_short, mut repaired) = (0, 0, 0, 0);
+    let (mut ops, mut readers, mut sealed_short, mut repaired, mut interrupted) = (0, 0, 0, 0, 0);
     let (mut ui_schedules, mut ui_readers, mut bad_lines) = (0, 0, 0);
     for seed in &seeds {
         let mut sim = Sim::new(*seed);
@@ -712,13 +876,15 @@ fn contracts_s_and_p_hold_over_random_faulty_schedules() {
             sealed_short += 1;
         }
         repaired += u64::from(sim.repaired);
+        interrupted += u64::from(sim.interrupted);
         ui_schedules += u64::from(sim.ui.is_some());
         ui_readers += sim.ui_readers.len();
         bad_lines += sim.bad_lines;
     }
     println!(
         "{} schedules ({ui_schedules} ui streams), {ops} store operations, {readers} readers and {ui_readers} /ui readers, \
-         {bad_lines} bad lines refused, {sealed_short} seals short ({repaired} repaired by the lease)",
+         {bad_lines} bad lines refused, {sealed_short} seals short ({repaired} repaired by the lease), \
+         {interrupted} rows sealed interrupted by the lease",
         seeds.len()
     );
     assert!(ops > seeds.len() as u64, "the simulator exercised the store");

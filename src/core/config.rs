@@ -17,6 +17,11 @@ pub enum CheckpointMode {
     Sink,
 }
 
+/// The text a stream with a custom sink keeps below `durableSeq` unless `RETAIN_CHARS` says
+/// otherwise: the seed's 64K, enough for a reader whose view lags a checkpoint or two to join
+/// without a `stale` round trip, while a long response does not stay in memory whole.
+pub const SINK_RETAIN_CHARS: u64 = 64 * 1024;
+
 /// The live stream's policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamConfig {
@@ -49,6 +54,9 @@ pub struct StreamConfig {
     pub max_slice_bytes: usize,
     /// The largest body compacted into one row at seal; a larger one stays as chunk rows.
     pub max_compact_bytes: usize,
+    /// The lease alarm's period (SPEC §7): armed before the row is marked, renewed every half
+    /// lease while the stream is alive here.
+    pub lease_ms: u64,
     pub mode: CheckpointMode,
     /// What the stream's text is (SPEC §9): chosen by the open request, not a var.
     pub format: Format,
@@ -70,6 +78,7 @@ impl Default for StreamConfig {
             retain_chars: None,
             max_slice_bytes: 256 * 1024,
             max_compact_bytes: 1_900_000,
+            lease_ms: 10_000,
             mode: CheckpointMode::Tables { host_cas: true },
             format: Format::Text,
         }
@@ -80,6 +89,14 @@ impl StreamConfig {
     /// The delay before retry number `retry` (1-based), or `None` when retries are exhausted.
     pub fn retry_delay(&self, retry: u32) -> Option<u64> {
         (retry >= 1 && retry <= self.retries).then(|| self.retry_backoff_ms << (retry - 1).min(20))
+    }
+
+    /// Whether a seal leaves the text as chunk rows and writes only the row's status, instead
+    /// of compacting the body into the row: mapped tables only, when the text here does not
+    /// start at 0 or is too large for one row. The one rule for the stream's own seal and the
+    /// lease's.
+    pub fn seals_in_place(&self, floor: u64, body_bytes: usize) -> bool {
+        matches!(self.mode, CheckpointMode::Tables { .. }) && (floor > 0 || body_bytes > self.max_compact_bytes)
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -131,7 +148,6 @@ pub struct Settings {
     pub keepalive_ms: u64,
     pub sse_retry_ms: u64,
     pub max_append_bytes: usize,
-    pub lease_ms: u64,
     pub mapping: TableMapping,
 }
 
@@ -162,6 +178,7 @@ impl Settings {
         )?;
         let retain_chars = match var("RETAIN_CHARS") {
             Some(raw) if !raw.trim().is_empty() => Some(number("RETAIN_CHARS", 0, 0, u64::from(u32::MAX))?),
+            _ if custom_sink => Some(SINK_RETAIN_CHARS),
             _ => None,
         };
         let stream = StreamConfig {
@@ -173,6 +190,7 @@ impl Settings {
             max_queued_frames: number("MAX_QUEUED_FRAMES", defaults.max_queued_frames as u64, 4, 1 << 20)? as usize,
             merge_queued_chunks: number("MERGE_QUEUED_CHUNKS", 1, 0, 1)? == 1,
             reader_pacing_us: number("READER_PACING_US", defaults.reader_pacing_us, 0, 10_000)?,
+            lease_ms: number("LEASE_MS", defaults.lease_ms, 1000, 3_600_000)?,
             retain_chars,
             mode: if custom_sink { CheckpointMode::Sink } else { CheckpointMode::Tables { host_cas: mapping.host.is_some() } },
             ..defaults
@@ -188,7 +206,6 @@ impl Settings {
             keepalive_ms: number("KEEPALIVE_MS", 15_000, 100, 600_000)?,
             sse_retry_ms: number("SSE_RETRY_MS", 1000, 0, 600_000)?,
             max_append_bytes: number("MAX_APPEND_BYTES", 1 << 20, 1, 64 << 20)? as usize,
-            lease_ms: number("LEASE_MS", 10_000, 1000, 3_600_000)?,
             mapping,
         })
     }
@@ -232,6 +249,12 @@ mod tests {
         assert!(err.contains("RETAIN_CHARS"), "{err}");
         let with_sink = Settings::from_vars(|k| (k == "RETAIN_CHARS").then(|| "100".to_owned()), true).unwrap();
         assert_eq!(with_sink.stream.retain_chars, Some(100));
+    }
+
+    #[test]
+    fn retain_chars_defaults_to_the_seeds_64k_with_a_custom_sink_and_to_everything_with_tables() {
+        assert_eq!(Settings::from_vars(|_| None, true).unwrap().stream.retain_chars, Some(65_536));
+        assert_eq!(settings(&[]).unwrap().stream.retain_chars, None, "compaction needs the whole text");
     }
 
     #[test]

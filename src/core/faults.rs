@@ -2,10 +2,14 @@
 //!
 //! Honoured only in a test configuration (the Worker refuses `TEST_FAULTS` unless `DEV_MODE`
 //! is on; the default `wrangler.toml` sets neither). The spec string is
-//! `rate=0.3;kinds=before,lost,readback;seed=7`:
-//! - `before`: a checkpoint or seal write fails before anything commits;
+//! `rate=0.3;kinds=before,lost,readback;seed=7[;ops=mark]`:
+//! - `before`: a write fails before anything commits (a read: fails);
 //! - `lost`: a write commits, then its reply is lost (the caller sees a failure);
-//! - `readback`: a post-checkpoint read-back fails.
+//! - `hold`: a write commits, then its reply never comes (the request hangs: a test kills the
+//!   runtime between the commit and the reply);
+//! - `readback`: a post-checkpoint read-back fails;
+//! - `ops` targets `before`, `lost` and `hold` at these operations (`probe`, `mark`,
+//!   `readhost`, `append`, `readstate`, `seal`); without it they break checkpoints and seals.
 
 use crate::core::live::StoreOp;
 use std::cell::Cell;
@@ -16,7 +20,45 @@ use thiserror::Error;
 pub enum Fault {
     FailBeforeCommit,
     LoseReply,
+    /// Commit, then never answer.
+    HoldReply,
     FailReadBack,
+}
+
+/// A store operation, as `ops` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Probe,
+    Mark,
+    ReadHost,
+    Append,
+    ReadState,
+    Seal,
+}
+
+impl Op {
+    fn of(op: &StoreOp) -> Self {
+        match op {
+            StoreOp::ProbeOpen => Op::Probe,
+            StoreOp::MarkStreaming { .. } => Op::Mark,
+            StoreOp::ReadHost => Op::ReadHost,
+            StoreOp::Append { .. } => Op::Append,
+            StoreOp::ReadState => Op::ReadState,
+            StoreOp::Seal(_) => Op::Seal,
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "probe" => Op::Probe,
+            "mark" => Op::Mark,
+            "readhost" => Op::ReadHost,
+            "append" => Op::Append,
+            "readstate" => Op::ReadState,
+            "seal" => Op::Seal,
+            _ => return None,
+        })
+    }
 }
 
 /// A malformed `TEST_FAULTS` spec.
@@ -30,14 +72,26 @@ pub struct FaultPlan {
     rate: f64,
     before: bool,
     lost: bool,
+    hold: bool,
     readback: bool,
+    /// The operations `before`, `lost` and `hold` break.
+    ops: Vec<Op>,
     state: Cell<u64>,
     injected: Cell<u64>,
 }
 
 impl FaultPlan {
     pub fn parse(spec: &str) -> Result<Self, BadFaultSpec> {
-        let mut plan = FaultPlan { rate: 0.0, before: false, lost: false, readback: false, state: Cell::new(1), injected: Cell::new(0) };
+        let mut plan = FaultPlan {
+            rate: 0.0,
+            before: false,
+            lost: false,
+            hold: false,
+            readback: false,
+            ops: vec![Op::Append, Op::Seal],
+            state: Cell::new(1),
+            injected: Cell::new(0),
+        };
         for part in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
             let (key, value) = part.split_once('=').ok_or_else(|| BadFaultSpec(format!("part {part:?} is not key=value")))?;
             match key.trim() {
@@ -55,12 +109,22 @@ impl FaultPlan {
                         match kind {
                             "before" => plan.before = true,
                             "lost" => plan.lost = true,
+                            "hold" => plan.hold = true,
                             "readback" => plan.readback = true,
-                            other => return Err(BadFaultSpec(format!("kind {other:?} is not before, lost or readback"))),
+                            other => return Err(BadFaultSpec(format!("kind {other:?} is not before, lost, hold or readback"))),
                         }
                     }
                 }
-                other => return Err(BadFaultSpec(format!("key {other:?} is not rate, kinds or seed"))),
+                "ops" => {
+                    plan.ops = value
+                        .split(',')
+                        .map(|op| {
+                            Op::parse(op.trim())
+                                .ok_or_else(|| BadFaultSpec(format!("op {op:?} is not probe, mark, readhost, append, readstate or seal")))
+                        })
+                        .collect::<Result<_, _>>()?;
+                }
+                other => return Err(BadFaultSpec(format!("key {other:?} is not rate, kinds, ops or seed"))),
             }
         }
         Ok(plan)
@@ -79,14 +143,16 @@ impl FaultPlan {
         ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    /// The fault to inject into `op`, if any. Opening is left alone: the faults under test are
-    /// those of a stream's checkpoints and seal.
+    /// The fault to inject into `op`, if any.
     pub fn decide(&self, op: &StoreOp) -> Option<Fault> {
-        let candidates: &[(bool, Fault)] = match op {
-            StoreOp::Append { .. } | StoreOp::Seal(_) => &[(self.before, Fault::FailBeforeCommit), (self.lost, Fault::LoseReply)],
-            StoreOp::ReadState => &[(self.readback, Fault::FailReadBack)],
-            _ => &[],
-        };
+        let op = Op::of(op);
+        let targeted = self.ops.contains(&op);
+        let candidates = [
+            (targeted && self.before, Fault::FailBeforeCommit),
+            (targeted && self.lost, Fault::LoseReply),
+            (targeted && self.hold, Fault::HoldReply),
+            (op == Op::ReadState && self.readback, Fault::FailReadBack),
+        ];
         let enabled: Vec<Fault> = candidates.iter().filter(|(on, _)| *on).map(|(_, f)| *f).collect();
         if enabled.is_empty() || self.roll() >= self.rate {
             return None;
@@ -106,12 +172,23 @@ mod tests {
         let append = StoreOp::Append { from: 0, to: 1, text: "a".into() };
         let hits = (0..10_000).filter(|_| plan.decide(&append).is_some()).count();
         assert!((2_700..3_300).contains(&hits), "{hits} of 10000");
+        assert_eq!(plan.decide(&StoreOp::ProbeOpen), None, "without ops, the open is left alone");
+    }
+
+    #[test]
+    fn ops_target_the_faults_at_one_operation() {
+        let plan = FaultPlan::parse("rate=1;kinds=hold;ops=mark").unwrap();
+        let mark = StoreOp::MarkStreaming { host_token: "t".into(), meta: None, started_at: 0 };
+        assert_eq!(plan.decide(&mark), Some(Fault::HoldReply));
         assert_eq!(plan.decide(&StoreOp::ProbeOpen), None);
+        assert_eq!(plan.decide(&StoreOp::Append { from: 0, to: 1, text: "a".into() }), None);
+        let lost = FaultPlan::parse("rate=1;kinds=lost;ops=mark,readhost").unwrap();
+        assert_eq!(lost.decide(&StoreOp::ReadHost), Some(Fault::LoseReply));
     }
 
     #[test]
     fn bad_specs_are_refused() {
-        for bad in ["rate=2", "rate=x", "kinds=explode", "nonsense", "color=red"] {
+        for bad in ["rate=2", "rate=x", "kinds=explode", "nonsense", "color=red", "ops=everything"] {
             assert!(FaultPlan::parse(bad).is_err(), "{bad}");
         }
     }

@@ -20,6 +20,11 @@ impl FaultPlan {
                 let _ = run.await;
                 Err(StoreFailure("injected fault: D1 committed but the reply was lost".into()))
             }
+            Some(Fault::HoldReply) => {
+                let _ = run.await;
+                // The reply never comes: a test kills the runtime while it waits.
+                futures::future::pending().await
+            }
         }
     }
 }

@@ -1,90 +1,105 @@
-//! The lease alarm (SPEC §7): armed at open and renewed while this object holds the stream, so
-//! that a stream whose object was evicted, crashed or redeployed is sealed from its durable
-//! text, and a seal that could not commit is repaired. No row stays `streaming` forever.
+//! The lease alarm (SPEC §7), performed. The stream asks for its lease to be armed before its
+//! row is marked ([`Output::ArmLease`](crate::core::live::Output::ArmLease)) and renewed while
+//! it is alive; what the alarm does when it fires is decided by
+//! [`lease::decide`](crate::core::live::lease::decide) and only performed here.
 
 use super::object::{Object, StreamObject};
 use super::shell::log;
-use crate::core::frame::EndStatus;
-use crate::core::live::{LiveStream, SealWrite, StoreFailure, StoreOp, StreamState};
+use crate::core::config::CheckpointMode;
+use crate::core::live::lease::{self, Holding, HostColumn, LeaseDecision, LeaseRow, Release};
+use crate::core::live::{LiveStream, StoreFailure, StoreOp, StoreReply};
 use serde_json::json;
-use std::rc::Rc;
 use std::time::Duration;
+use worker::State;
 
-/// The storage key under which the object remembers its stream id, for the lease alarm (an
-/// alarm carries no request to read it from).
+/// The storage keys under which the object remembers, for its alarm (an alarm carries no
+/// request to read them from), which stream it opened and with which host token.
 const STREAM_ID_KEY: &str = "streamId";
+const HOST_TOKEN_KEY: &str = "hostToken";
 
-/// Why an evicted stream was sealed.
-const INTERRUPTED: &str = "the live stream was lost (its Durable Object was evicted, crashed or redeployed) before it was sealed";
+/// The object's storage and alarm, as the lease uses them.
+pub struct LeaseStore {
+    state: State,
+    lease: Duration,
+}
+
+impl LeaseStore {
+    pub fn new(state: &State, lease_ms: u64) -> Self {
+        // A second handle on the same JavaScript state object (`State` itself is not `Clone`).
+        let raw: &wasm_bindgen::JsValue = state.as_raw().as_ref();
+        let state = State::from(wasm_bindgen::JsCast::unchecked_into::<worker::worker_sys::DurableObjectState>(raw.clone()));
+        Self { state, lease: Duration::from_millis(lease_ms) }
+    }
+
+    /// Stores what the alarm needs and sets it one lease from now. The open waits for this
+    /// before it marks the row.
+    pub async fn arm(&self, stream_id: &str, host_token: &str) -> worker::Result<()> {
+        let storage = self.state.storage();
+        storage.put(STREAM_ID_KEY, stream_id).await?;
+        storage.put(HOST_TOKEN_KEY, host_token).await?;
+        storage.set_alarm(self.lease).await
+    }
+
+    /// Sets the alarm one lease from now.
+    pub async fn renew(&self) -> worker::Result<()> {
+        self.state.storage().set_alarm(self.lease).await
+    }
+
+    /// The stream id and host token the last armed lease stored.
+    async fn stored(&self) -> (Option<String>, Option<String>) {
+        let storage = self.state.storage();
+        let stream_id = storage.get::<String>(STREAM_ID_KEY).await.ok().flatten();
+        let token = storage.get::<String>(HOST_TOKEN_KEY).await.ok().flatten();
+        (stream_id, token)
+    }
+}
 
 impl StreamObject {
-    /// Arms the lease alarm and keeps renewing it while this object holds the stream. If the
-    /// object dies, the renewals stop and the alarm fires in a fresh instance.
-    pub(super) async fn hold_lease(&self, o: &Rc<Object>, stream_id: &str) {
-        let storage = self.state.storage();
-        let lease_ms = o.setup.settings.lease_ms;
-        if let Err(e) = storage.put(STREAM_ID_KEY, stream_id).await {
-            log("error", "lease_failed", stream_id, json!({"error": e.to_string()}));
-        }
-        if let Err(e) = storage.set_alarm(Duration::from_millis(lease_ms)).await {
-            log("error", "lease_failed", stream_id, json!({"error": e.to_string()}));
-        }
-        let shell = Rc::clone(&o.shell);
-        wasm_bindgen_futures::spawn_local(async move {
-            loop {
-                worker::Delay::from(Duration::from_millis(lease_ms / 2)).await;
-                let live = shell.inspect(|s| matches!(s.state(), StreamState::Live | StreamState::Sealing)).unwrap_or(false);
-                if !live {
-                    break; // sealed (or retired): the alarm that follows finds nothing to repair
-                }
-                if let Err(e) = storage.set_alarm(Duration::from_millis(lease_ms)).await {
-                    log("error", "lease_renewal_failed", &shell.stream_id, json!({"error": e.to_string()}));
-                }
-            }
-        });
-    }
-
-    /// The lease alarm: a stream still live here renews it; otherwise the row is sealed (see
-    /// [`Self::seal_abandoned_row`]). A repair that fails is tried again a lease later, for as
-    /// long as it takes: the runtime's own alarm retries give up after a few, and no row may
-    /// stay `streaming`.
+    /// The lease alarm: performs what [`lease::decide`] says until the lease is renewed or
+    /// released. A write that fails is tried again a lease later, for as long as it takes: the
+    /// runtime's own alarm retries give up after a few, and no row may stay `streaming`.
     pub(super) async fn lease_expired(&self) -> worker::Result<()> {
-        let Some(stream_id) = self.state.storage().get::<String>(STREAM_ID_KEY).await.ok().flatten() else { return Ok(()) };
+        let (Some(stream_id), token) = self.lease_store()?.stored().await else { return Ok(()) };
         let o = self.object(&stream_id).map_err(|e| worker::Error::RustError(e.message))?;
-        let lease = Duration::from_millis(o.setup.settings.lease_ms);
-        if o.shell.inspect(|s| matches!(s.state(), StreamState::Opening | StreamState::Live | StreamState::Sealing)).unwrap_or(false) {
-            return self.state.storage().set_alarm(lease).await;
+        let cfg = &o.setup.settings.stream;
+        let mut row = None;
+        loop {
+            let holding = o.shell.inspect(LiveStream::holding).unwrap_or(Holding::Nothing);
+            let performed = match lease::decide(&holding, row.as_ref(), token.as_deref(), cfg) {
+                LeaseDecision::Renew => return self.lease_store()?.renew().await,
+                LeaseDecision::Release(release) => {
+                    if let Release::NotOurs { .. } | Release::TokenUnknown = release {
+                        log("warn", "lease_released", &stream_id, json!({"reason": format!("{release:?}")}));
+                    }
+                    return Ok(());
+                }
+                LeaseDecision::ReadRow => read_row(&o, &stream_id).await.map(|r| row = Some(r)),
+                LeaseDecision::RepairSeal(write) => o.setup.sink.run(&stream_id, &StoreOp::Seal(write)).await.map(|_| {
+                    o.shell.feed(|s, _| s.seal_repaired());
+                    log("warn", "seal_repaired", &stream_id, json!({"durableSeq": o.shell.inspect(LiveStream::durable_seq)}));
+                }),
+                LeaseDecision::SealInterrupted(write) => o.setup.sink.run(&stream_id, &StoreOp::Seal(write.clone())).await.map(|_| {
+                    log("warn", "interrupted", &stream_id, json!({"durableSeq": write.seq, "compacted": write.body.is_some()}));
+                    row = None; // the next decision reads the sealed row and releases
+                }),
+            };
+            if let Err(e) = performed {
+                log("error", "lease_repair_failed", &stream_id, json!({"error": e.0, "retryInMs": cfg.lease_ms}));
+                return self.lease_store()?.renew().await;
+            }
         }
-        if let Err(e) = Self::seal_abandoned_row(&o, &stream_id).await {
-            log("error", "lease_repair_failed", &stream_id, json!({"error": e.0, "retryInMs": o.setup.settings.lease_ms}));
-            self.state.storage().set_alarm(lease).await?;
-        }
-        Ok(())
     }
+}
 
-    /// Seals a row that no live stream will seal: a seal that could not commit is retried from
-    /// the lingering stream (so the row gets the producer's status); otherwise a row still
-    /// `streaming` is sealed `interrupted` from its durable text.
-    async fn seal_abandoned_row(o: &Object, stream_id: &str) -> Result<(), StoreFailure> {
-        if let Some(write) = o.shell.inspect(LiveStream::unsealed_write).flatten() {
-            o.setup.sink.run(stream_id, &StoreOp::Seal(write)).await?;
-            o.shell.feed(|s, _| s.seal_repaired());
-            log("warn", "seal_repaired", stream_id, json!({"durableSeq": o.shell.inspect(LiveStream::durable_seq)}));
-            return Ok(());
-        }
-        let Some(durable) = o.setup.sink.read_durable(stream_id).await?.filter(|d| d.status == crate::core::frame::STATUS_STREAMING) else {
-            return Ok(());
-        };
-        let fits = durable.text.len() <= o.setup.settings.stream.max_compact_bytes;
-        let seal = SealWrite {
-            status: EndStatus::Interrupted,
-            error: Some(INTERRUPTED.to_owned()),
-            seq: durable.seq,
-            body: fits.then(|| durable.text.clone()),
-            body_from: 0,
-        };
-        o.setup.sink.run(stream_id, &StoreOp::Seal(seal)).await?;
-        log("warn", "interrupted", stream_id, json!({"durableSeq": durable.seq, "compacted": fits}));
-        Ok(())
-    }
+/// The row as the lease decides on it: its durable text and status, and the host column.
+async fn read_row(o: &Object, stream_id: &str) -> Result<LeaseRow, StoreFailure> {
+    let durable = o.setup.sink.read_durable(stream_id).await?;
+    let host = match o.setup.settings.stream.mode {
+        CheckpointMode::Tables { host_cas: true } if durable.is_some() => match o.setup.sink.run(stream_id, &StoreOp::ReadHost).await? {
+            StoreReply::Host(holder) => HostColumn::Holds(holder),
+            other => return Err(StoreFailure(format!("unexpected reply to the host read: {other:?}"))),
+        },
+        _ => HostColumn::Unmapped,
+    };
+    Ok(LeaseRow { durable, host })
 }

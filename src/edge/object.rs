@@ -4,13 +4,14 @@
 
 use super::append::discard_unread;
 use super::http::{self, error, unavailable};
+use super::lease::LeaseStore;
 use super::setup::Setup;
 use super::shell::{log, now_ms, Shell};
 use super::sse::{self, ReaderBody};
 use crate::core::api::{self, Action, ApiError, OpenRequest, Route};
 use crate::core::auth::AuthRequest;
 use crate::core::config::StreamConfig;
-use crate::core::live::{Dialect, FlushError, LiveStream, OpenError, StreamState};
+use crate::core::live::{Dialect, FlushError, LiveStream, OpenError, Producer, StreamState};
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -69,12 +70,19 @@ impl StreamObject {
         Ok(setup)
     }
 
+    /// The lease's storage and alarm.
+    pub(super) fn lease_store(&self) -> worker::Result<LeaseStore> {
+        let setup = self.setup().map_err(|e| worker::Error::RustError(e.message))?;
+        Ok(LeaseStore::new(&self.state, setup.settings.stream.lease_ms))
+    }
+
     pub(super) fn object(&self, stream_id: &str) -> Result<Rc<Object>, ApiError> {
         if let Some(o) = self.object.borrow().as_ref() {
             return Ok(Rc::clone(o));
         }
         let setup = self.setup()?;
-        let shell = Shell::new(stream_id.to_owned(), Rc::clone(&setup.sink));
+        let lease = LeaseStore::new(&self.state, setup.settings.stream.lease_ms);
+        let shell = Shell::new(stream_id.to_owned(), Rc::clone(&setup.sink), lease);
         let object = Rc::new(Object { setup, shell, pumping: std::cell::Cell::new(false) });
         *self.object.borrow_mut() = Some(Rc::clone(&object));
         Ok(object)
@@ -87,7 +95,7 @@ impl StreamObject {
         let o = self.object(&route.stream_id)?;
         // Authorization comes before anything that could reveal whether the stream exists.
         let token = http::token(&req, &target, route.action.token_in_query());
-        let meta = o.shell.meta.borrow().clone();
+        let meta = o.shell.inspect(|s| s.meta().cloned()).flatten();
         o.setup
             .authorizer
             .authorize(&AuthRequest {
@@ -125,23 +133,19 @@ impl StreamObject {
     async fn open(&self, o: &Rc<Object>, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
         let body = http::small_json(req, 64 * 1024, "the open body must be {\"format\": \"text\" | \"ui\", \"meta\": …}").await?;
         let OpenRequest { format, meta } = OpenRequest::parse(body)?;
-        let host_token = random_token();
         let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
-        let (stream, ticket) = LiveStream::open(&route.stream_id, cfg, &host_token, now_ms());
+        let (stream, ticket) = LiveStream::open(&route.stream_id, cfg, Producer { host_token: random_token(), meta }, now_ms());
         let settled = o.shell.await_ticket(ticket);
         if !o.shell.install(stream) {
             return Err(ApiError::open_refused(&route.stream_id, crate::core::durable::OpenRefused::AlreadyOpenHere));
         }
-        *o.shell.meta.borrow_mut() = meta;
         self.remember_format(&route.stream_id, format).await;
-        o.shell.feed(|_, _| ()); // performs the first store request queued by `open`
+        o.shell.feed(|_, _| ()); // performs the first request queued by `open`
         match settled.await.map_err(unavailable)? {
-            Ok(()) => {
-                self.hold_lease(o, &route.stream_id).await;
-                http::json(200, &json!({"streamId": route.stream_id, "seq": 0, "durableSeq": 0})).map_err(unavailable)
-            }
+            Ok(()) => http::json(200, &json!({"streamId": route.stream_id, "seq": 0, "durableSeq": 0})).map_err(unavailable),
             Err(OpenError::Refused(reason)) => Err(ApiError::open_refused(&route.stream_id, reason)),
             Err(OpenError::Store(e)) => Err(ApiError::store_unavailable(e)),
+            Err(e @ OpenError::Lease(_)) => Err(unavailable(e)),
         }
     }
 

@@ -2,6 +2,7 @@
 //! input, drain the outputs, drop the borrow, and only then perform them (await the store,
 //! wake readers, settle waiting requests, arm the timer).
 
+use super::lease::LeaseStore;
 use super::store::CheckpointSink;
 use crate::core::live::{
     FlushOutcome, LiveStream, Millis, OpenOutcome, Output, ReaderId, SealOutcome, Settlement, StoreRequest, StreamEvent, Ticket,
@@ -91,8 +92,7 @@ pub struct Shell {
     pub stream_id: String,
     pub sink: Rc<dyn CheckpointSink>,
     live: RefCell<Option<LiveStream>>,
-    /// The `meta` given at open, handed to the authorizer.
-    pub meta: RefCell<Option<serde_json::Value>>,
+    lease: Rc<LeaseStore>,
     waiting: Waiting,
     wakers: RefCell<HashMap<ReaderId, Waker>>,
     /// Senders woken when a cancel arrives (a streaming append waits on one).
@@ -102,12 +102,12 @@ pub struct Shell {
 }
 
 impl Shell {
-    pub fn new(stream_id: String, sink: Rc<dyn CheckpointSink>) -> Rc<Self> {
+    pub fn new(stream_id: String, sink: Rc<dyn CheckpointSink>, lease: LeaseStore) -> Rc<Self> {
         Rc::new(Self {
             stream_id,
             sink,
             live: RefCell::new(None),
-            meta: RefCell::new(None),
+            lease: Rc::new(lease),
             waiting: Waiting::default(),
             wakers: RefCell::default(),
             cancel_watchers: RefCell::default(),
@@ -217,10 +217,27 @@ impl Shell {
                     }
                 }
                 Output::Settled(settlement) => self.waiting.settle(settlement),
+                Output::ArmLease { host_token } => wasm_bindgen_futures::spawn_local(Rc::clone(self).arm_lease(host_token)),
+                Output::RenewLease => {
+                    let shell = Rc::clone(self);
+                    wasm_bindgen_futures::spawn_local(async move {
+                        if let Err(e) = shell.lease.renew().await {
+                            log("error", "lease_renewal_failed", &shell.stream_id, json!({"error": e.to_string()}));
+                        }
+                    });
+                }
                 Output::Event(event) => self.log_event(event),
                 Output::Retired => self.retire(),
             }
         }
+    }
+
+    async fn arm_lease(self: Rc<Self>, host_token: String) {
+        let result = self.lease.arm(&self.stream_id, &host_token).await.map_err(|e| e.to_string());
+        if let Err(e) = &result {
+            log("error", "lease_failed", &self.stream_id, json!({"error": e}));
+        }
+        self.feed(|s, now| s.handle_lease_armed(result, now));
     }
 
     async fn run_store(self: Rc<Self>, request: StoreRequest) {
@@ -232,7 +249,6 @@ impl Shell {
     /// follows finds the row sealed (or repairs it, after a seal that could not commit).
     fn retire(&self) {
         self.live.borrow_mut().take();
-        *self.meta.borrow_mut() = None;
         for (_, w) in self.wakers.borrow_mut().drain() {
             w.wake(); // their next pull finds the stream gone and ends the body
         }

@@ -6,12 +6,18 @@
 //
 // Kill modes rotate: during a streaming append (pieces still arriving), right after firing a
 // flush (its checkpoint may or may not commit), and while quiet with an unflushed tail.
+//
+// Then the open path, through the runtime's fault hooks (TEST_FAULTS, DEV_MODE only): the
+// lease is armed before the row is marked, so a row whose mark committed always ends
+// `interrupted` within the lease, whether the runtime dies between the mark's commit and its
+// reply, or every reply to the mark is lost; a reopen is then refused (a regeneration is a new
+// message id).
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { skipUnlessBuilt, startStack } from './harness.mjs';
 import {
-  api, assertPrefix, checkFrames, newStream, ok, percentile, rng, seedFromEnv, sleep, splitCodePoints, emojiText,
+  api, assertPrefix, checkFrames, isError, newStream, ok, rows, until, percentile, rng, seedFromEnv, sleep, splitCodePoints, emojiText,
 } from './util.mjs';
 
 const skip = skipUnlessBuilt();
@@ -195,4 +201,45 @@ test(`kill -9 and restart mid-stream ${KILLS} times: the lease seals every row i
     ...results.map((x, i) => `  #${i + 1} ${x.mode}: produced ${x.produced}, confirmed ${x.confirmed}, kept ${x.kept}, restart ${x.restartMs} ms, sealed ${x.sealAfterKillMs} ms after the kill`),
   ];
   for (const l of lines) t.diagnostic(l);
+});
+
+/** The row of `id` once the lease sealed it (it stops being `streaming`). */
+async function sealedByTheLease(id, label) {
+  const row = await until(() => {
+    const r = rows(stack, id).row;
+    return r.status !== 'streaming' && r;
+  }, `${label}: the lease to seal the row`, LEASE_MS + SLACK_MS);
+  assert.equal(row.status, 'interrupted', `${label}: row status; log tail:\n${stack.logs().slice(-2000)}`);
+  assert.deepEqual([row.body, row.seq], ['', 0], `${label}: nothing was produced`);
+  assert.ok(row.error?.length > 0, `${label}: an interrupted row carries an error sentence`);
+  return row;
+}
+
+test('a kill between the mark\'s commit and its reply: the lease armed before the mark seals the row interrupted; a reader that joined while it opened was attached; a reopen is refused', { skip, timeout: 120_000 }, async () => {
+  // The mark commits, then its reply is held back for ever: the open hangs until the kill.
+  await stack.restart({ vars: { DEV_MODE: '1', TEST_FAULTS: 'rate=1;kinds=hold;ops=mark' } });
+  const c = api(stack, newStream(stack, 'hold'));
+  const opening = c.open().catch((e) => ({ status: 0, error: String(e) }));
+  await until(() => rows(stack, c.id).row.status === 'streaming', 'the mark to commit');
+
+  const early = await c.events(0);
+  const first = await early.next((f) => f.data !== undefined, 10_000);
+  assert.equal(first.json?.type, 'open', `a reader joining while the stream opens is attached, not told absent: ${first.data}`);
+  assert.deepEqual([first.json.seq, first.json.ended], [0, false]);
+
+  await stack.kill();
+  early.close();
+  assert.notEqual((await opening).status, 200, 'the open never answered 200');
+  await stack.restart();
+  await sealedByTheLease(c.id, 'kill after the mark');
+  isError(await c.open(), 409, 'open_refused', 'a reopen of the interrupted row');
+});
+
+test('every reply to the mark lost: the open answers 503, and the lease armed before the mark seals the row interrupted; a reopen is refused', { skip, timeout: 120_000 }, async () => {
+  await stack.restart({ vars: { DEV_MODE: '1', TEST_FAULTS: 'rate=1;kinds=lost;ops=mark' } });
+  const c = api(stack, newStream(stack, 'lost'));
+  isError(await c.open(), 503, 'store_unavailable', 'an open whose every mark reply was lost');
+  assert.equal(rows(stack, c.id).row.status, 'streaming', 'the marks committed');
+  await sealedByTheLease(c.id, 'lost replies on the mark');
+  isError(await c.open(), 409, 'open_refused', 'a reopen of the interrupted row');
 });

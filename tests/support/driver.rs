@@ -5,8 +5,8 @@ use super::{Fault, SqliteDb};
 use rindle_streams::core::config::StreamConfig;
 use rindle_streams::core::frame::Frame;
 use rindle_streams::core::live::{
-    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, PushError, PushReceipt, ReaderId, SealOutcome, Settlement, StoreOp,
-    StoreRequest, StreamEvent, Ticket,
+    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Producer, Pull, PushError, PushReceipt, ReaderId, SealOutcome, Settlement,
+    StoreOp, StoreRequest, StreamEvent, Ticket,
 };
 use std::collections::{HashMap, VecDeque};
 
@@ -23,6 +23,12 @@ pub struct Driver {
     pub events: Vec<StreamEvent>,
     pub wakes: Vec<ReaderId>,
     pub retired: bool,
+    /// The stream asked for its lease to be armed with this token, and awaits the answer.
+    pub lease_to_arm: Option<String>,
+    /// The token the lease was armed with (what the object stores for its alarm).
+    pub lease_token: Option<String>,
+    /// How many times the stream renewed its lease.
+    pub renewals: u32,
 }
 
 impl Driver {
@@ -37,7 +43,12 @@ impl Driver {
 
     /// A stream whose open has been requested but not yet answered.
     pub fn opening(db: SqliteDb, cfg: StreamConfig, token: &str) -> Self {
-        let (stream, _ticket) = LiveStream::open(STREAM, cfg, token, 0);
+        let (stream, _ticket) = LiveStream::open(STREAM, cfg, Producer { host_token: token.into(), meta: None }, 0);
+        Self::with_stream(stream, db)
+    }
+
+    /// Drives a stream made elsewhere.
+    pub fn with_stream(stream: LiveStream, db: SqliteDb) -> Self {
         let mut d = Self {
             stream,
             db,
@@ -47,6 +58,9 @@ impl Driver {
             events: Vec::new(),
             wakes: Vec::new(),
             retired: false,
+            lease_to_arm: None,
+            lease_token: None,
+            renewals: 0,
         };
         d.drain();
         d
@@ -63,6 +77,10 @@ impl Driver {
                 }
                 Output::Event(e) => self.events.push(e),
                 Output::Retired => self.retired = true,
+                Output::ArmLease { host_token } => {
+                    assert!(self.lease_to_arm.replace(host_token).is_none(), "a second arm before the first was answered");
+                }
+                Output::RenewLease => self.renewals += 1,
             }
         }
     }
@@ -82,11 +100,38 @@ impl Driver {
         req
     }
 
-    /// Answers every pending request truthfully, including those they lead to.
+    /// Answers the oldest pending store request with `result`, whatever the store would say
+    /// (a custom sink's answers); returns it.
+    pub fn reply(
+        &mut self,
+        result: Result<rindle_streams::core::live::StoreReply, rindle_streams::core::live::StoreFailure>,
+    ) -> StoreRequest {
+        let req = self.pending.pop_front().expect("a pending store request");
+        self.stream.handle_store(req.id, result, self.now);
+        self.drain();
+        req
+    }
+
+    /// Answers every pending request truthfully (the lease's arming included), including
+    /// those they lead to.
     pub fn answer_all(&mut self) {
-        while !self.pending.is_empty() {
-            self.answer(Fault::None);
+        while !self.pending.is_empty() || self.lease_to_arm.is_some() {
+            if self.lease_to_arm.is_some() {
+                self.arm_lease(Ok(()));
+            } else {
+                self.answer(Fault::None);
+            }
         }
+    }
+
+    /// Answers the stream's request to arm its lease (the object's storage and alarm).
+    pub fn arm_lease(&mut self, result: Result<(), String>) {
+        let token = self.lease_to_arm.take().expect("the stream asked for its lease");
+        if result.is_ok() {
+            self.lease_token = Some(token);
+        }
+        self.stream.handle_lease_armed(result, self.now);
+        self.drain();
     }
 
     /// Moves virtual time forward by `ms`, firing every timer due on the way in order.

@@ -6,8 +6,9 @@
 pub mod driver;
 
 use rindle_streams::core::durable::{ColumnValue, Dialect, MappedSql, Statement, StorePlan, TableMapping, Value};
+use rindle_streams::core::live::lease::{HostColumn, LeaseRow};
 use rindle_streams::core::live::{StoreFailure, StoreReply};
-use rindle_streams::core::reading::{assemble_durable_text, ChunkRow};
+use rindle_streams::core::reading::{assemble_durable_text, ChunkRow, DurableText};
 use rusqlite::{params_from_iter, Connection};
 use std::collections::HashMap;
 
@@ -134,6 +135,22 @@ impl SqliteDb {
             ColumnValue::Text(s) => s,
             other => format!("{other:?}"),
         }
+    }
+
+    /// The row as the lease alarm reads it (what `read_durable` and the host read give the
+    /// Worker): `host_mapped` says whether the mapping has a host column.
+    pub fn lease_row(&self, id: &str, host_mapped: bool) -> LeaseRow {
+        let exists = !self.query(&self.sql.read_row(id)).is_empty();
+        let durable = exists.then(|| {
+            let text = self.durable_text(id);
+            DurableText { seq: rindle_streams::core::utf16::len(&text), text, status: self.status(id), error: None }
+        });
+        let host = match (host_mapped, self.message_column(id, "host")) {
+            (false, _) => HostColumn::Unmapped,
+            (true, ColumnValue::Text(h)) => HostColumn::Holds(Some(h)),
+            (true, _) => HostColumn::Holds(None),
+        };
+        LeaseRow { durable, host }
     }
 
     pub fn chunk_count(&self, id: &str) -> usize {

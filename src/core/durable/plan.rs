@@ -28,7 +28,7 @@ impl MappedSql {
     pub fn plan(&self, stream_id: &str, op: &StoreOp) -> StorePlan {
         match op {
             StoreOp::ProbeOpen => StorePlan::Query(self.probe_open(stream_id), Shape::Probe),
-            StoreOp::MarkStreaming { host_token } => StorePlan::Batch(vec![self.mark_streaming(stream_id, host_token)]),
+            StoreOp::MarkStreaming { host_token, .. } => StorePlan::Batch(vec![self.mark_streaming(stream_id, host_token)]),
             StoreOp::ReadHost => match self.read_host(stream_id) {
                 Some(q) => StorePlan::Query(q, Shape::Host),
                 None => StorePlan::Batch(vec![]),

@@ -1,6 +1,6 @@
 //! What the store answers, and the plane's verdicts on it.
 
-use crate::core::frame::STATUS_STREAMING;
+use crate::core::frame::{EndStatus, STATUS_STREAMING};
 use thiserror::Error;
 
 /// One column value as a store returns it (D1 returns JSON; SQLite returns typed values).
@@ -62,13 +62,22 @@ pub enum OpenRefused {
     Advanced { seq: u64 },
     #[error("the row is already 'streaming': another producer holds this stream")]
     AlreadyStreaming,
+    #[error("the row was already sealed ({status:?}): a regeneration is a new message id, never a reopen of a sealed row")]
+    AlreadySealed { status: String },
     #[error("another producer won the open race (the row's host is {holder:?})")]
     LostRace { holder: Option<String> },
     #[error("this stream is already open here")]
     AlreadyOpenHere,
+    #[error("the checkpoint sink refused the open: {reason}")]
+    BySink { reason: String },
 }
 
-/// The open probe's verdict: the row must exist, have length 0 and not be streaming.
+/// The statuses a seal writes.
+const SEALED: [EndStatus; 4] = [EndStatus::Complete, EndStatus::Cancelled, EndStatus::Error, EndStatus::Interrupted];
+
+/// The open probe's verdict: the row must exist, have length 0, and be neither streaming nor
+/// sealed (an empty response sealed, or one whose open never completed and was sealed
+/// `interrupted` by the lease, is not reopened either).
 pub fn judge_probe(probe: Option<&OpenProbe>) -> Result<(), OpenRefused> {
     let row = probe.ok_or(OpenRefused::MissingRow)?;
     match &row.seq {
@@ -81,6 +90,9 @@ pub fn judge_probe(probe: Option<&OpenProbe>) -> Result<(), OpenRefused> {
     }
     if row.status.as_deref() == Some(STATUS_STREAMING) {
         return Err(OpenRefused::AlreadyStreaming);
+    }
+    if let Some(status) = row.status.as_deref().filter(|s| SEALED.iter().any(|sealed| sealed.as_str() == *s)) {
+        return Err(OpenRefused::AlreadySealed { status: status.to_owned() });
     }
     Ok(())
 }

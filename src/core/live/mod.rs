@@ -8,8 +8,12 @@
 //! settled requests) only after it has stopped borrowing the machine.
 
 mod checkpoint;
+pub mod lease;
+mod open;
+mod outbox;
 mod readers;
 mod stream;
 
+pub use open::Producer;
 pub use readers::{Dialect, DropReason, Pull, ReaderId};
 pub use stream::*;

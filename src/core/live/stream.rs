@@ -1,13 +1,15 @@
 //! The live stream: phases, inputs, outputs and the reader side.
 
 use super::checkpoint::{Checkpointer, Retry, RoundReply};
+use super::lease::Holding;
+use super::open::{Opener, Producer, Progress};
+use super::outbox::Outbox;
 use super::readers::{Dialect, Pacing, Pull, ReaderId, Readers};
 use crate::core::config::{CheckpointMode, StreamConfig};
 use crate::core::durable::{OpenProbe, OpenRefused, RowState};
 use crate::core::frame::{EndStatus, Frame};
 use crate::core::text::TextBuffer;
 use crate::core::ui::{BadChunk, Format, LineAssembler};
-use std::collections::VecDeque;
 use std::marker::PhantomData;
 use thiserror::Error;
 
@@ -28,7 +30,7 @@ pub struct Ticket<T> {
 }
 
 impl<T> Ticket<T> {
-    fn new(id: u64) -> Self {
+    pub(crate) fn new(id: u64) -> Self {
         Self { id, settles_with: PhantomData }
     }
 
@@ -83,7 +85,9 @@ pub enum StoreOp {
     /// Read the row's length and status for the open verdict. Reply: [`StoreReply::Probe`].
     ProbeOpen,
     /// Mark the row `streaming` (claiming it with `host_token` where a host column is mapped).
-    MarkStreaming { host_token: String },
+    /// A sink also gets the app's `meta` and the open's start time, and may refuse the open
+    /// with [`StoreReply::Refused`].
+    MarkStreaming { host_token: String, meta: Option<serde_json::Value>, started_at: Millis },
     /// Read the host column back. Reply: [`StoreReply::Host`].
     ReadHost,
     /// One checkpoint: `text` covers `[from, to)`. Tables mode answers [`StoreReply::Applied`]
@@ -102,6 +106,10 @@ pub struct SealWrite {
     pub error: Option<String>,
     /// The produced length.
     pub seq: u64,
+    /// What the store already holds: `[0, from)` was confirmed durable before this seal, so a
+    /// sink that keeps its own chunks can write only the unsaved tail,
+    /// `body[from - body_from..]` (in UTF-16 units).
+    pub from: u64,
     /// The body to compact into the row, covering `[body_from, seq)`; `None` seals in place
     /// (the body is too large for one row and stays as chunk rows, all already committed).
     pub body: Option<String>,
@@ -116,6 +124,9 @@ pub enum StoreReply {
     Probe(Option<OpenProbe>),
     Host(Option<String>),
     State(RowState),
+    /// A sink refused the open ([`StoreOp::MarkStreaming`] only): a settled answer about the
+    /// app's data, never retried (409 `open_refused`), unlike a failure (503).
+    Refused(String),
 }
 
 /// A failed store operation: it may or may not have committed.
@@ -129,6 +140,14 @@ pub enum Output {
     Store(StoreRequest),
     /// A parked reader has frames: pull it.
     Wake(ReaderId),
+    /// Store what the lease alarm needs (the stream id and `host_token`) and set the alarm one
+    /// lease from now; answer with [`LiveStream::handle_lease_armed`]. The open waits for it
+    /// before it marks the row.
+    ArmLease {
+        host_token: String,
+    },
+    /// Set the lease alarm one lease from now again (the stream is alive here).
+    RenewLease,
     /// A request settled.
     Settled(Settlement),
     /// Something worth one log line.
@@ -152,6 +171,8 @@ pub enum OpenError {
     Refused(#[from] OpenRefused),
     #[error("the store failed while opening: {0}")]
     Store(String),
+    #[error("the lease could not be armed, so the row was not marked: {0}")]
+    Lease(String),
 }
 
 /// A flush that could not be confirmed.
@@ -254,12 +275,8 @@ pub struct Stats {
 /// Where the stream is in its life.
 #[derive(Debug)]
 pub(crate) enum Phase {
-    /// Awaiting the store's word on the open.
-    Opening {
-        ticket: Ticket<OpenOutcome>,
-        step: OpenStep,
-        retry: u32,
-    },
+    /// The open handshake is under way.
+    Opening(Opener),
     Live,
     /// A seal is requested; the terminal write is pending.
     Sealing(Sealing),
@@ -271,18 +288,6 @@ pub(crate) enum Phase {
     },
     /// Refused at open, or past its linger window.
     Retired,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum OpenStep {
-    Probing(OpId),
-    Marking(OpId),
-    ReadingHost(OpId),
-    /// Waiting to retry the step that failed (`probe` says which).
-    Backoff {
-        until: Millis,
-        probe: bool,
-    },
 }
 
 /// What the producer asked the seal to write.
@@ -342,8 +347,11 @@ pub struct LiveStream {
     durable_seq: u64,
     cancelled: bool,
     readers: Readers,
-    host_token: String,
+    /// The app's `meta` from the open.
+    meta: Option<serde_json::Value>,
     ck: Checkpointer,
+    /// When the lease is renewed next (set once the open armed it, while the stream is alive).
+    lease_renew_at: Option<Millis>,
     flush_waiters: Vec<(Ticket<FlushOutcome>, u64)>,
     /// The producer's last append or flush (for the idle timeout).
     last_activity: Millis,
@@ -353,41 +361,15 @@ pub struct LiveStream {
     stats: Stats,
 }
 
-/// Where outputs queue until the shell drains them, and the counters that name operations and
-/// requests.
-#[derive(Debug, Default)]
-struct Outbox {
-    next_op: u64,
-    next_ticket: u64,
-    outputs: VecDeque<Output>,
-}
-
-impl Outbox {
-    fn push(&mut self, o: Output) {
-        self.outputs.push_back(o);
-    }
-
-    fn ticket<T>(&mut self) -> Ticket<T> {
-        self.next_ticket += 1;
-        Ticket::new(self.next_ticket)
-    }
-
-    fn request(&mut self, op: StoreOp) -> OpId {
-        self.next_op += 1;
-        let id = OpId(self.next_op);
-        self.push(Output::Store(StoreRequest { id, op }));
-        id
-    }
-}
-
 impl LiveStream {
-    /// Starts opening `stream_id`; the ticket settles with [`Settlement::Opened`].
-    /// `host_token` is this producer's claim on the row (the open CAS).
+    /// Starts opening `stream_id` (see [`super::open`]); the ticket settles with
+    /// [`Settlement::Opened`].
     #[must_use = "the stream must be driven, and its ticket awaited"]
-    pub fn open(stream_id: &str, cfg: StreamConfig, host_token: &str, now: Millis) -> (Self, Ticket<OpenOutcome>) {
+    pub fn open(stream_id: &str, cfg: StreamConfig, producer: Producer, now: Millis) -> (Self, Ticket<OpenOutcome>) {
         let mut out = Outbox::default();
         let ticket = out.ticket();
-        let step = first_open_step(&mut out, &cfg.mode, host_token, true);
+        let meta = producer.meta.clone();
+        let opener = Opener::start(ticket, producer, &cfg, now, &mut out);
         let readers = Readers::new(
             cfg.max_queued_frames,
             cfg.merge_queued_chunks,
@@ -397,14 +379,15 @@ impl LiveStream {
         let stream = Self {
             id: stream_id.to_owned(),
             cfg,
-            phase: Phase::Opening { ticket, step, retry: 0 },
+            phase: Phase::Opening(opener),
             buf: TextBuffer::new(),
             ui_lines,
             durable_seq: 0,
             cancelled: false,
             readers,
-            host_token: host_token.to_owned(),
+            meta,
             ck: Checkpointer::default(),
+            lease_renew_at: None,
             flush_waiters: Vec::new(),
             last_activity: now,
             clock: now,
@@ -425,6 +408,22 @@ impl LiveStream {
         self.buf.seq()
     }
 
+    /// The app's `meta` from the open (the authorizer sees it).
+    pub fn meta(&self) -> Option<&serde_json::Value> {
+        self.meta.as_ref()
+    }
+
+    /// What the lease alarm finds of this stream: one rule for the renewals and the alarm
+    /// (see [`super::lease::decide`]).
+    pub fn holding(&self) -> Holding {
+        match &self.phase {
+            Phase::Opening(_) | Phase::Live | Phase::Sealing(_) => Holding::Alive,
+            Phase::Ended { shortfall: None, .. } => Holding::Sealed,
+            Phase::Ended { shortfall: Some(_), .. } => Holding::Unsealed(self.unsealed_write()),
+            Phase::Retired => Holding::Nothing,
+        }
+    }
+
     /// What the stream's text is (SPEC §9).
     pub fn format(&self) -> Format {
         self.cfg.format
@@ -442,7 +441,7 @@ impl LiveStream {
 
     pub fn state(&self) -> StreamState {
         match &self.phase {
-            Phase::Opening { .. } => StreamState::Opening,
+            Phase::Opening(_) => StreamState::Opening,
             Phase::Live => StreamState::Live,
             Phase::Sealing(_) => StreamState::Sealing,
             Phase::Ended { seal, .. } => StreamState::Ended(seal.status),
@@ -498,7 +497,7 @@ impl LiveStream {
     fn producer_input(&mut self, now: Millis) -> Result<(), PushError> {
         match self.phase {
             Phase::Live => {}
-            Phase::Opening { .. } | Phase::Retired => return Err(PushError::NotOpen),
+            Phase::Opening(_) | Phase::Retired => return Err(PushError::NotOpen),
             Phase::Sealing(_) | Phase::Ended { .. } => return Err(PushError::Closed),
         }
         self.last_activity = now;
@@ -532,11 +531,16 @@ impl LiveStream {
     }
 
     /// Asks for everything produced so far to be durable; settles with [`Settlement::Flushed`].
+    /// Every flush a live stream accepts counts as producer activity (a producer keeping a long
+    /// tool call alive with flushes is not idle).
     pub fn flush(&mut self, now: Millis) -> Ticket<FlushOutcome> {
         let ticket = self.out.ticket();
         let at = self.seq();
+        if matches!(self.phase, Phase::Live) {
+            self.last_activity = now;
+        }
         let settled = match &self.phase {
-            Phase::Opening { .. } | Phase::Retired => Some(Err(FlushError::NotOpen)),
+            Phase::Opening(_) | Phase::Retired => Some(Err(FlushError::NotOpen)),
             _ if self.durable_seq >= at => Some(Ok(self.durable_seq)),
             // After a failed seal the shortfall is permanent: nothing will retry it.
             Phase::Ended { .. } => Some(Err(FlushError::EndedShort { seq: at, durable_seq: self.durable_seq })),
@@ -545,7 +549,6 @@ impl LiveStream {
         match settled {
             Some(result) => self.settle(Settlement::Flushed(ticket, result)),
             None => {
-                self.last_activity = now;
                 self.flush_waiters.push((ticket, at));
                 self.ck.force();
                 self.drive(now);
@@ -586,7 +589,7 @@ impl LiveStream {
                 let outcome = self.seal_outcome(status, shortfall);
                 self.settle(Settlement::Sealed(ticket, outcome));
             }
-            Phase::Opening { .. } | Phase::Retired => {
+            Phase::Opening(_) | Phase::Retired => {
                 let shortfall =
                     SealShortfall { status, seq: self.seq(), durable_seq: self.durable_seq, reason: "the stream is not open".into() };
                 self.settle(Settlement::Sealed(ticket, Err(shortfall)));
@@ -601,12 +604,22 @@ impl LiveStream {
     /// `interrupted`; `None` when there is nothing to retry or too little to retry it with.
     pub fn unsealed_write(&self) -> Option<SealWrite> {
         let Phase::Ended { seal, shortfall: Some(_), .. } = &self.phase else { return None };
+        // A compaction needs the whole text; a sink is given `from` and `body_from` and takes
+        // what the buffer retained.
+        let whole_text = self.buf.floor() == 0 || self.cfg.mode == CheckpointMode::Sink;
         let body = match seal.in_place {
             true if self.durable_seq == self.seq() => None,
-            false if self.buf.floor() == 0 => Some(self.buf.as_str().to_owned()),
+            false if whole_text => Some(self.buf.as_str().to_owned()),
             _ => return None,
         };
-        Some(SealWrite { status: seal.status, error: seal.error.clone(), seq: self.seq(), body, body_from: self.buf.floor() })
+        Some(SealWrite {
+            status: seal.status,
+            error: seal.error.clone(),
+            seq: self.seq(),
+            from: self.durable_seq,
+            body,
+            body_from: self.buf.floor(),
+        })
     }
 
     /// The write from [`Self::unsealed_write`] committed: the stream is sealed after all, with
@@ -639,9 +652,11 @@ impl LiveStream {
     #[must_use = "a reader's frames queue until it is pulled or detached"]
     pub fn subscribe_as(&mut self, dialect: Dialect, from: u64) -> ReaderId {
         let ended = match &self.phase {
-            Phase::Live | Phase::Sealing(_) => None,
+            // A reader that joins while the stream opens is attached (the text is empty so
+            // far); it gets `absent` only if the open fails.
+            Phase::Opening(_) | Phase::Live | Phase::Sealing(_) => None,
             Phase::Ended { seal, .. } => Some(seal.clone()),
-            Phase::Opening { .. } | Phase::Retired => return self.readers.attach(dialect, vec![Frame::Absent]),
+            Phase::Retired => return self.readers.attach(dialect, vec![Frame::Absent]),
         };
         let seq = self.seq();
         let wanted = from.min(seq);
@@ -688,7 +703,7 @@ impl LiveStream {
     pub fn handle_store(&mut self, op: OpId, result: Result<StoreReply, StoreFailure>, now: Millis) {
         self.clock = self.clock.max(now);
         match &self.phase {
-            Phase::Opening { .. } => return self.handle_open_reply(op, result, now),
+            Phase::Opening(_) => return self.open_progress(|opener, cfg, out| opener.on_store_reply(op, result, cfg, now, out), now),
             Phase::Sealing(Sealing { write: SealStep::Writing { op: id, attempt, compacts }, .. }) if *id == op => {
                 let (attempt, compacts) = (*attempt, *compacts);
                 return self.on_seal_reply(result, attempt, compacts, now);
@@ -712,13 +727,13 @@ impl LiveStream {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         let phase_deadline = match &self.phase {
-            Phase::Opening { step: OpenStep::Backoff { until, .. }, .. } => Some(*until),
+            Phase::Opening(opener) => opener.deadline(),
             Phase::Live => self.idle_deadline(),
             Phase::Sealing(Sealing { write: SealStep::Backoff { until, .. }, .. }) => Some(*until),
             Phase::Ended { linger_until, .. } => Some(*linger_until),
             _ => None,
         };
-        [phase_deadline, self.ck.deadline(), self.readers.next_due()].into_iter().flatten().min()
+        [phase_deadline, self.lease_renew_at, self.ck.deadline(), self.readers.next_due()].into_iter().flatten().min()
     }
 
     /// Does whatever is due at `now`.
@@ -728,10 +743,7 @@ impl LiveStream {
             self.out.push(Output::Wake(reader));
         }
         match self.phase {
-            Phase::Opening { step: OpenStep::Backoff { until, probe }, ticket, retry } if until <= now => {
-                let step = first_open_step(&mut self.out, &self.cfg.mode, &self.host_token, probe);
-                self.phase = Phase::Opening { ticket, step, retry };
-            }
+            Phase::Opening(ref mut opener) => opener.handle_timeout(now, &mut self.out),
             Phase::Sealing(Sealing { write: SealStep::Backoff { until, attempt }, .. }) if until <= now => self.send_seal(attempt + 1),
             Phase::Ended { linger_until, .. } if linger_until <= now => {
                 self.phase = Phase::Retired;
@@ -744,6 +756,9 @@ impl LiveStream {
             }
             _ => {}
         }
+        if self.lease_renew_at.is_some_and(|at| at <= now) {
+            self.renew_lease(now);
+        }
         if self.ck.handle_timeout(now) {
             self.send_slice(now);
         }
@@ -755,7 +770,7 @@ impl LiveStream {
     /// The next thing for the shell to do.
     #[must_use]
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.out.outputs.pop_front()
+        self.out.pop()
     }
 
     // ---- internals
@@ -799,8 +814,7 @@ impl LiveStream {
     }
 
     fn must_seal_in_place(&self) -> bool {
-        matches!(self.cfg.mode, CheckpointMode::Tables { .. })
-            && (self.buf.floor() > 0 || self.buf.retained_bytes() > self.cfg.max_compact_bytes)
+        self.cfg.seals_in_place(self.buf.floor(), self.buf.retained_bytes())
     }
 
     fn seal_outcome(&self, status: EndStatus, shortfall: Option<SealShortfall>) -> Result<SealReport, SealShortfall> {
@@ -954,7 +968,7 @@ impl LiveStream {
         let body = (!sealing.seal.in_place).then(|| self.buf.as_str().to_owned());
         let compacts = body.is_some();
         let (status, error) = (sealing.seal.status, sealing.seal.error.clone());
-        let write = SealWrite { status, error, seq: self.seq(), body, body_from: self.buf.floor() };
+        let write = SealWrite { status, error, seq: self.seq(), from: self.durable_seq, body, body_from: self.buf.floor() };
         let op = self.out.request(StoreOp::Seal(write));
         if let Phase::Sealing(sealing) = &mut self.phase {
             sealing.write = SealStep::Writing { op, attempt, compacts };
@@ -1008,65 +1022,53 @@ impl LiveStream {
         self.phase = Phase::Ended { seal, shortfall, linger_until: now + self.cfg.linger_ms };
     }
 
-    // ---- the open handshake's replies
+    // ---- the open handshake and the lease
 
-    fn handle_open_reply(&mut self, op: OpId, result: Result<StoreReply, StoreFailure>, now: Millis) {
-        let Phase::Opening { ticket, step, retry } = &self.phase else { return };
-        let (ticket, step, retry) = (*ticket, step.clone(), *retry);
-        let probe = matches!(step, OpenStep::Probing(_));
-        let verdict: Result<Option<OpenStep>, OpenError> = match (step, result) {
-            (OpenStep::Probing(id), Ok(StoreReply::Probe(row))) if id == op => {
-                crate::core::durable::judge_probe(row.as_ref()).map_err(OpenError::from).map(|()| {
-                    let host_token = self.host_token.clone();
-                    Some(OpenStep::Marking(self.out.request(StoreOp::MarkStreaming { host_token })))
-                })
-            }
-            (OpenStep::Marking(id), Ok(_)) if id == op => match self.cfg.mode {
-                CheckpointMode::Tables { host_cas: true } => Ok(Some(OpenStep::ReadingHost(self.out.request(StoreOp::ReadHost)))),
-                _ => Ok(None),
-            },
-            (OpenStep::ReadingHost(id), Ok(StoreReply::Host(host))) if id == op => {
-                crate::core::durable::judge_host(&self.host_token, host.as_deref()).map(|()| None).map_err(OpenError::from)
-            }
-            (OpenStep::Probing(id) | OpenStep::Marking(id) | OpenStep::ReadingHost(id), outcome) if id == op => {
-                let reason = match outcome {
-                    Err(e) => e.0,
-                    Ok(other) => format!("unexpected store reply {other:?}"),
-                };
-                match self.cfg.retry_delay(retry + 1) {
-                    // A failed mark or host read retries the whole write-then-read attempt: a
-                    // lost ack on the mark reads back our own token on replay.
-                    Some(delay) => {
-                        self.stats.retries += 1;
-                        self.phase = Phase::Opening { ticket, step: OpenStep::Backoff { until: now + delay, probe }, retry: retry + 1 };
-                        return;
-                    }
-                    None => Err(OpenError::Store(reason)),
-                }
-            }
-            _ => return, // a reply for an operation this phase no longer awaits
-        };
-        match verdict {
-            Ok(Some(step)) => self.phase = Phase::Opening { ticket, step, retry },
-            Ok(None) => {
+    /// The shell's answer to [`Output::ArmLease`]: the lease is armed (or could not be).
+    pub fn handle_lease_armed(&mut self, result: Result<(), String>, now: Millis) {
+        self.clock = self.clock.max(now);
+        if matches!(self.phase, Phase::Opening(_)) {
+            self.open_progress(|opener, cfg, out| opener.on_lease_armed(result, cfg, now, out), now);
+        }
+    }
+
+    /// Feeds one input to the open handshake and acts on where it stands.
+    fn open_progress(&mut self, input: impl FnOnce(&mut Opener, &StreamConfig, &mut Outbox) -> Progress, now: Millis) {
+        let Phase::Opening(opener) = &mut self.phase else { return };
+        let progress = input(opener, &self.cfg, &mut self.out);
+        if opener.holds_lease() && self.lease_renew_at.is_none() {
+            self.lease_renew_at = Some(now + self.cfg.lease_ms / 2);
+        }
+        let (ticket, retried) = (opener.ticket(), opener.retried);
+        match progress {
+            Progress::Pending => {}
+            Progress::Opened => {
+                self.stats.retries += u64::from(retried);
                 self.phase = Phase::Live;
                 self.event(StreamEvent::Opened);
                 self.settle(Settlement::Opened(ticket, Ok(())));
             }
-            Err(e) => {
+            Progress::Failed(e) => {
+                self.stats.retries += u64::from(retried);
                 self.phase = Phase::Retired;
+                self.lease_renew_at = None;
                 self.event(StreamEvent::OpenFailed(e.clone()));
                 self.settle(Settlement::Opened(ticket, Err(e)));
+                self.finish_readers(Frame::Absent);
                 self.out.push(Output::Retired);
             }
         }
     }
-}
 
-/// The first store request of an open attempt (`probe`: start from the probe).
-fn first_open_step(out: &mut Outbox, mode: &CheckpointMode, host_token: &str, probe: bool) -> OpenStep {
-    match (mode, probe) {
-        (CheckpointMode::Tables { .. }, true) => OpenStep::Probing(out.request(StoreOp::ProbeOpen)),
-        _ => OpenStep::Marking(out.request(StoreOp::MarkStreaming { host_token: host_token.to_owned() })),
+    /// Renews the lease while the stream is alive here; once it ended, the renewals stop and
+    /// the alarm that follows decides (see [`super::lease::decide`]).
+    fn renew_lease(&mut self, now: Millis) {
+        match self.holding() {
+            Holding::Alive => {
+                self.out.push(Output::RenewLease);
+                self.lease_renew_at = Some(now + self.cfg.lease_ms / 2);
+            }
+            _ => self.lease_renew_at = None,
+        }
     }
 }

@@ -1,0 +1,200 @@
+//! The open handshake (SPEC §5, §7): probe the row, arm the lease, mark the row `streaming`,
+//! read the host back. A component with private state: the stream feeds it the replies and the
+//! time, and learns when the stream is open or refused.
+//!
+//! - The probe is read once and judged; its verdict is never retried (a refusal is a settled
+//!   statement about the app's data). Mapped tables only: a custom sink judges the open itself
+//!   and may refuse the mark.
+//! - The lease is armed (the object stores what its alarm needs and sets the alarm) *before*
+//!   the row is marked, so a row marked `streaming` always has an alarm that will seal it, even
+//!   when the object dies between the mark's commit and its reply, or every reply is lost.
+//! - Each step has its own retries: a flaky probe does not use up the mark's. A failed host
+//!   read retries the mark with it (write-then-read is one attempt: a replayed mark whose first
+//!   reply was lost reads back its own token).
+
+use super::outbox::Outbox;
+use super::stream::{Millis, OpId, OpenError, OpenOutcome, Output, StoreFailure, StoreOp, StoreReply, Ticket};
+use crate::core::config::{CheckpointMode, StreamConfig};
+use crate::core::durable::{judge_host, judge_probe, OpenRefused};
+
+/// The producer that opens a stream, as the stream knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Producer {
+    /// This producer's claim on the row (the open CAS, and the lease's proof of ownership).
+    pub host_token: String,
+    /// The app's `meta` from the open body, handed to the authorizer and to the store's open
+    /// operation.
+    pub meta: Option<serde_json::Value>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Opener {
+    ticket: Ticket<OpenOutcome>,
+    producer: Producer,
+    started_at: Millis,
+    step: Step,
+    /// Failed attempts of the current step.
+    retries: u32,
+    /// Failed attempts of every step (for `/stats`).
+    pub retried: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Probing(OpId),
+    /// Waiting for the shell to say the lease is armed.
+    Arming,
+    Marking(OpId),
+    ReadingHost(OpId),
+    /// Waiting to retry `step`.
+    Backoff {
+        until: Millis,
+        step: Retry,
+    },
+}
+
+/// The step a backoff resumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    Probe,
+    Arm,
+    Mark,
+}
+
+/// Where the handshake stands after an input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Progress {
+    Pending,
+    Opened,
+    Failed(OpenError),
+}
+
+impl Opener {
+    /// Starts the handshake: the probe (mapped tables), or the lease (a sink judges the open
+    /// at the mark).
+    pub fn start(ticket: Ticket<OpenOutcome>, producer: Producer, cfg: &StreamConfig, now: Millis, out: &mut Outbox) -> Self {
+        let first = match cfg.mode {
+            CheckpointMode::Tables { .. } => Retry::Probe,
+            CheckpointMode::Sink => Retry::Arm,
+        };
+        let step = send(first, &producer, now, out);
+        Self { ticket, producer, started_at: now, step, retries: 0, retried: 0 }
+    }
+
+    pub fn ticket(&self) -> Ticket<OpenOutcome> {
+        self.ticket
+    }
+
+    /// The lease is armed (the steps after arming hold it).
+    pub fn holds_lease(&self) -> bool {
+        matches!(self.step, Step::Marking(_) | Step::ReadingHost(_) | Step::Backoff { step: Retry::Mark, .. })
+    }
+
+    pub fn deadline(&self) -> Option<Millis> {
+        match self.step {
+            Step::Backoff { until, .. } => Some(until),
+            _ => None,
+        }
+    }
+
+    /// A store reply; `Pending` also when the handshake does not await `op`.
+    pub fn on_store_reply(
+        &mut self,
+        op: OpId,
+        result: Result<StoreReply, StoreFailure>,
+        cfg: &StreamConfig,
+        now: Millis,
+        out: &mut Outbox,
+    ) -> Progress {
+        let (step, error) = match (self.step, result) {
+            (Step::Probing(id), Ok(StoreReply::Probe(row))) if id == op => {
+                return match judge_probe(row.as_ref()) {
+                    Ok(()) => self.next(Retry::Arm, out),
+                    Err(refused) => Progress::Failed(refused.into()),
+                };
+            }
+            (Step::Marking(id), Ok(StoreReply::Refused(reason))) if id == op => {
+                return Progress::Failed(OpenRefused::BySink { reason }.into());
+            }
+            (Step::Marking(id), Ok(_)) if id == op => match cfg.mode {
+                CheckpointMode::Tables { host_cas: true } => {
+                    self.step = Step::ReadingHost(out.request(StoreOp::ReadHost));
+                    return Progress::Pending;
+                }
+                _ => return Progress::Opened,
+            },
+            (Step::ReadingHost(id), Ok(StoreReply::Host(host))) if id == op => {
+                return match judge_host(&self.producer.host_token, host.as_deref()) {
+                    Ok(()) => Progress::Opened,
+                    Err(refused) => Progress::Failed(refused.into()),
+                };
+            }
+            (Step::Probing(id), outcome) if id == op => (Retry::Probe, failure(outcome)),
+            (Step::Marking(id) | Step::ReadingHost(id), outcome) if id == op => (Retry::Mark, failure(outcome)),
+            _ => return Progress::Pending, // a reply this handshake no longer awaits
+        };
+        self.failed(step, error, cfg, now)
+    }
+
+    /// The shell's answer to [`Output::ArmLease`].
+    pub fn on_lease_armed(&mut self, result: Result<(), String>, cfg: &StreamConfig, now: Millis, out: &mut Outbox) -> Progress {
+        if self.step != Step::Arming {
+            return Progress::Pending;
+        }
+        match result {
+            Ok(()) => self.next(Retry::Mark, out),
+            Err(reason) => self.failed(Retry::Arm, OpenError::Lease(reason), cfg, now),
+        }
+    }
+
+    /// Resends a step whose backoff is over.
+    pub fn handle_timeout(&mut self, now: Millis, out: &mut Outbox) {
+        if let Step::Backoff { until, step } = self.step {
+            if until <= now {
+                self.step = send(step, &self.producer, self.started_at, out);
+            }
+        }
+    }
+
+    /// Moves on to the next step, with retries of its own.
+    fn next(&mut self, step: Retry, out: &mut Outbox) -> Progress {
+        self.retries = 0;
+        self.step = send(step, &self.producer, self.started_at, out);
+        Progress::Pending
+    }
+
+    fn failed(&mut self, step: Retry, error: OpenError, cfg: &StreamConfig, now: Millis) -> Progress {
+        match cfg.retry_delay(self.retries + 1) {
+            Some(delay) => {
+                self.retries += 1;
+                self.retried += 1;
+                self.step = Step::Backoff { until: now + delay, step };
+                Progress::Pending
+            }
+            None => Progress::Failed(error),
+        }
+    }
+}
+
+/// Sends `step`'s request.
+fn send(step: Retry, producer: &Producer, started_at: Millis, out: &mut Outbox) -> Step {
+    match step {
+        Retry::Probe => Step::Probing(out.request(StoreOp::ProbeOpen)),
+        Retry::Arm => {
+            out.push(Output::ArmLease { host_token: producer.host_token.clone() });
+            Step::Arming
+        }
+        Retry::Mark => Step::Marking(out.request(StoreOp::MarkStreaming {
+            host_token: producer.host_token.clone(),
+            meta: producer.meta.clone(),
+            started_at,
+        })),
+    }
+}
+
+fn failure(outcome: Result<StoreReply, StoreFailure>) -> OpenError {
+    OpenError::Store(match outcome {
+        Err(e) => e.0,
+        Ok(other) => format!("unexpected store reply {other:?}"),
+    })
+}
