@@ -219,6 +219,8 @@ mod tests {
             feed(&mut p, "", r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}"#),
             pushed("")
         );
+        // With `n > 1` the choices interleave, one per chunk: only the first is the answer.
+        assert_eq!(feed(&mut p, "", r#"{"choices":[{"index":1,"delta":{"content":"other"}}]}"#), pushed(""));
         assert_eq!(feed(&mut p, "", r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#), pushed(""));
         assert_eq!(feed(&mut p, "", r#"{"choices":[],"usage":{"prompt_tokens":3}}"#), pushed(""));
         assert_eq!(feed(&mut p, "", "[DONE]"), (String::new(), Complete));

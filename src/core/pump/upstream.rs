@@ -229,7 +229,12 @@ fn chat(
     if v.get("choices").is_none() {
         return Err(MalformedEvent(format!("a chat completion chunk without choices: {}", truncate(data, 120))));
     }
-    let delta = v.pointer("/choices/0/delta");
+    // The first choice only (`n > 1` streams interleave the choices, each chunk naming its own).
+    let choice = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|all| all.iter().find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0));
+    let delta = choice.and_then(|c| c.get("delta"));
     let text = |name: &str| delta.and_then(|d| d.get(name)).and_then(Value::as_str).filter(|s| !s.is_empty());
     if !full {
         if let Some(s) = text("content") {
@@ -271,7 +276,7 @@ fn chat(
             out.push(ModelEvent::ToolDelta { key, json: json.to_owned() });
         }
     }
-    if let Some(reason) = v.pointer("/choices/0/finish_reason").and_then(Value::as_str) {
+    if let Some(reason) = choice.and_then(|c| c.get("finish_reason")).and_then(Value::as_str) {
         out.push(ModelEvent::Finish(match reason {
             "stop" => FinishReason::Stop,
             "length" => FinishReason::Length,
