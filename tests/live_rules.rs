@@ -6,6 +6,7 @@ mod support;
 use rindle_streams::core::config::{CheckpointMode, StreamConfig};
 use rindle_streams::core::durable::{ColumnValue, OpenRefused, TableMapping};
 use rindle_streams::core::frame::{EndStatus, Frame};
+use rindle_streams::core::hook::{self, EventHook, InterruptCause, StreamNotice};
 use rindle_streams::core::live::lease::{self, Holding, HostColumn, LeaseDecision, Release};
 use rindle_streams::core::live::{
     FlushError, OpenError, OpenOutcome, Producer, Pull, PushError, Settlement, StoreFailure, StoreOp, StoreReply, StreamEvent, StreamState,
@@ -1170,4 +1171,89 @@ fn a_store_failure_on_a_sink_open_is_retried_and_then_a_store_error() {
         }
     }
     assert!(matches!(opened(&d), Some(Err(OpenError::Store(_)))));
+}
+
+// ---- the event hook (what an embedding Worker is told)
+
+/// Records what it is told; panics on the notices `panic_on` picks.
+struct Recorder {
+    seen: std::cell::RefCell<Vec<StreamNotice>>,
+    panic_on: fn(&StreamNotice) -> bool,
+}
+
+impl EventHook for Recorder {
+    fn on_event(&self, notice: &StreamNotice) {
+        if (self.panic_on)(notice) {
+            panic!("the app's hook fails on {notice:?}");
+        }
+        self.seen.borrow_mut().push(notice.clone());
+    }
+}
+
+/// Delivers the notices of the driver's events to `hook`, as the shell does after each input;
+/// returns how many panics were contained.
+fn deliver(d: &Driver, hook: &Recorder) -> usize {
+    d.events.iter().flat_map(|e| StreamNotice::of(STREAM, e)).filter(|n| hook::notify(hook, n).is_err()).count()
+}
+
+fn recorder() -> Recorder {
+    Recorder { seen: Default::default(), panic_on: |_| false }
+}
+
+#[test]
+fn the_hook_receives_checkpoint_failures_with_the_stream_and_the_range() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    fail_round(&mut d);
+    let hook = recorder();
+    deliver(&d, &hook);
+    assert!(
+        matches!(&hook.seen.borrow()[..], [StreamNotice::CheckpointFailed { stream_id, from: 0, to: 8, .. }] if stream_id == STREAM),
+        "{:?}",
+        hook.seen.borrow()
+    );
+}
+
+#[test]
+fn the_hook_receives_seal_shortfalls_readers_dropped_and_idle_interrupted_seals() {
+    let mut d = Driver::open(StreamConfig { max_queued_frames: 4, idle_timeout_ms: 10_000, ..cfg() });
+    let slow = d.subscribe(0);
+    for i in 0..6 {
+        d.push(&i.to_string());
+    }
+    let _ = d.flush();
+    d.answer_all();
+    d.advance(10_000); // idle: sealed interrupted…
+    fail_seal(&mut d); // …and the seal cannot commit
+    let hook = recorder();
+    deliver(&d, &hook);
+    let seen = hook.seen.borrow();
+    assert!(seen.iter().any(|n| matches!(n, StreamNotice::ReaderDropped { reader, .. } if *reader == slow.0)), "{seen:?}");
+    assert!(
+        seen.iter().any(|n| matches!(n, StreamNotice::Interrupted { cause: InterruptCause::IdleProducer, durable_seq: 6, .. })),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().any(|n| matches!(n, StreamNotice::SealShortfall { status: EndStatus::Interrupted, seq: 6, durable_seq: 6, .. })),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn a_panicking_hook_is_contained_and_the_stream_carries_on() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    fail_round(&mut d);
+    let hook = Recorder { seen: Default::default(), panic_on: |n| matches!(n, StreamNotice::CheckpointFailed { .. }) };
+    assert_eq!(deliver(&d, &hook), 1, "the panic was contained");
+    d.events.clear();
+    d.advance(750);
+    d.answer_all(); // the interval tick retries, and the stream seals normally
+    let close = d.close();
+    d.answer_all();
+    assert!(matches!(d.outcome(close), Some(Ok(_))));
+    let reader = d.subscribe(0);
+    d.advance(1);
+    d.stream.detach(reader); // nothing to report, and the hook still answers
+    assert_eq!(deliver(&d, &hook), 0);
 }

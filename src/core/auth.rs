@@ -1,11 +1,13 @@
 //! Authorization: which bearer may do what to which stream.
 //!
-//! The default is an HS256 JWT (claims `sub`, `stream`, `scope`, `exp`) verified with the
-//! maintained `jsonwebtoken` crate; an embedding Worker can implement [`Authorizer`] instead.
-//! Time is an input (`now_secs`), so expiry is checked here rather than by a clock.
+//! The default is an HS256 JWT (claims `sub`, `stream`, `scope`, `exp`) verified by
+//! [`super::jwt`]; an embedding Worker can implement [`Authorizer`] instead (it is async, so it
+//! may look a session up). Time is an input (`now_secs`), so expiry is checked here rather
+//! than by a clock.
 
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
+use std::future::Future;
+use std::pin::Pin;
 use thiserror::Error;
 
 /// What a request needs to be allowed to do.
@@ -53,17 +55,35 @@ pub enum Denied {
 /// One authorization question.
 #[derive(Debug, Clone, Copy)]
 pub struct AuthRequest<'a> {
+    /// The bearer token (`Authorization: Bearer …`, or `?token=` on read routes).
     pub token: Option<&'a str>,
     pub stream_id: &'a str,
     pub scope: Scope,
-    /// The `meta` the stream was opened with, when the stream is live here.
+    /// Where a reader joins (`Last-Event-ID`, else `?from=`; SPEC §3), on `events` and `ui`;
+    /// `None` on every other route.
+    pub from: Option<u64>,
+    /// The request's headers, names in lower case (cookies, a session header, the origin).
+    pub headers: &'a [(String, String)],
+    /// The `meta` the stream was opened with, when the stream is here (opening, live or
+    /// lingering).
     pub meta: Option<&'a serde_json::Value>,
     pub now_secs: u64,
 }
 
-/// Decides whether a request may proceed. Runs before anything else touches the stream.
+impl AuthRequest<'_> {
+    /// The first value of header `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// What an authorizer answers with, when it has looked.
+pub type AuthFuture<'a> = Pin<Box<dyn Future<Output = Result<Principal, Denied>> + 'a>>;
+
+/// Decides whether a request may proceed. Runs before anything else touches the stream, and
+/// before anything could reveal whether it exists; its future is awaited with no state borrowed.
 pub trait Authorizer {
-    fn authorize(&self, request: &AuthRequest<'_>) -> Result<Principal, Denied>;
+    fn authorize<'a>(&'a self, request: &'a AuthRequest<'a>) -> AuthFuture<'a>;
 }
 
 #[derive(Debug, Deserialize)]
@@ -76,8 +96,7 @@ struct Claims {
 
 /// HS256 JWTs signed with the app's secret.
 pub struct JwtAuthorizer {
-    key: DecodingKey,
-    validation: Validation,
+    secret: Vec<u8>,
 }
 
 /// A signing secret too short to be one.
@@ -93,22 +112,14 @@ impl JwtAuthorizer {
         if secret.len() < MIN_SECRET_BYTES {
             return Err(WeakSecret);
         }
-        // Only HS256 is accepted: `alg: none` and every other algorithm are refused by the
-        // crate's algorithm check. Expiry is checked below against the caller's clock.
-        super::jwt_crypto::install();
-        let mut validation = Validation::new(Algorithm::HS256);
-        validation.validate_exp = false;
-        validation.validate_aud = false;
-        validation.required_spec_claims.clear();
-        let key = DecodingKey::from_secret(secret).map_err(|_| WeakSecret)?;
-        Ok(Self { key, validation })
+        Ok(Self { secret: secret.to_vec() })
     }
-}
 
-impl Authorizer for JwtAuthorizer {
-    fn authorize(&self, req: &AuthRequest<'_>) -> Result<Principal, Denied> {
+    /// The verdict, at once (the [`Authorizer`] answers with it).
+    pub fn check(&self, req: &AuthRequest<'_>) -> Result<Principal, Denied> {
         let token = req.token.filter(|t| !t.is_empty()).ok_or(Denied::MissingToken)?;
-        let claims = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation).map_err(|e| Denied::Invalid(e.to_string()))?.claims;
+        // Only HS256 is accepted (see `jwt`); expiry is checked here against the caller's clock.
+        let claims: Claims = super::jwt::verify(token, &self.secret).map_err(|e| Denied::Invalid(e.to_string()))?;
         if claims.exp <= req.now_secs {
             return Err(Denied::Expired);
         }
@@ -122,10 +133,15 @@ impl Authorizer for JwtAuthorizer {
     }
 }
 
+impl Authorizer for JwtAuthorizer {
+    fn authorize<'a>(&'a self, request: &'a AuthRequest<'a>) -> AuthFuture<'a> {
+        Box::pin(std::future::ready(self.check(request)))
+    }
+}
+
 /// Signs `claims` as an HS256 JWT (the development session's tokens, and tests).
-pub fn mint_hs256(claims: &impl serde::Serialize, secret: &[u8]) -> Result<String, jsonwebtoken::errors::Error> {
-    super::jwt_crypto::install();
-    jsonwebtoken::encode(&jsonwebtoken::Header::new(Algorithm::HS256), claims, &jsonwebtoken::EncodingKey::from_secret(secret)?)
+pub fn mint_hs256(claims: &impl serde::Serialize, secret: &[u8]) -> Result<String, super::jwt::JwtError> {
+    super::jwt::sign(claims, secret)
 }
 
 /// A `stream` claim is an exact id, or a prefix ending in `*`.
@@ -149,7 +165,8 @@ mod tests {
     }
 
     fn ask(token: Option<&str>, stream: &str, scope: Scope) -> Result<Principal, Denied> {
-        JwtAuthorizer::new(SECRET).unwrap().authorize(&AuthRequest { token, stream_id: stream, scope, meta: None, now_secs: NOW })
+        let request = AuthRequest { token, stream_id: stream, scope, from: None, headers: &[], meta: None, now_secs: NOW };
+        JwtAuthorizer::new(SECRET).unwrap().check(&request)
     }
 
     fn claims(stream: &str, scope: &str, exp: u64) -> serde_json::Value {

@@ -52,6 +52,17 @@ pub fn token(req: &Request, target: &Target, query_allowed: bool) -> Option<Stri
     None
 }
 
+/// Where a reader joins: `Last-Event-ID` over `?from=` (SPEC §3).
+pub fn join_offset(req: &Request, target: &Target) -> u64 {
+    let last_event_id = req.headers().get("last-event-id").ok().flatten();
+    crate::core::sse::join_offset(last_event_id.as_deref(), target.query("from").as_deref())
+}
+
+/// Every header of a request as (lower-case name, value), for an authorizer.
+pub fn header_pairs(req: &Request) -> Vec<(String, String)> {
+    req.headers().entries().collect()
+}
+
 /// A failure of the runtime itself (not of the input): an honest 503, never a panic.
 pub fn unavailable(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(503, "unavailable", format!("the service could not complete the request: {e}"))

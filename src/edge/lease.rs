@@ -6,6 +6,7 @@
 use super::object::{Object, StreamObject};
 use super::shell::log;
 use crate::core::config::CheckpointMode;
+use crate::core::hook::{InterruptCause, StreamNotice};
 use crate::core::live::lease::{self, Holding, HostColumn, LeaseDecision, LeaseRow, Release};
 use crate::core::live::{LiveStream, StoreFailure, StoreOp, StoreReply};
 use serde_json::json;
@@ -80,6 +81,8 @@ impl StreamObject {
                 }),
                 LeaseDecision::SealInterrupted(write) => o.setup.sink.run(&stream_id, &StoreOp::Seal(write.clone())).await.map(|_| {
                     log("warn", "interrupted", &stream_id, json!({"durableSeq": write.seq, "compacted": write.body.is_some()}));
+                    let cause = InterruptCause::LeaseExpired;
+                    o.shell.notify(StreamNotice::Interrupted { stream_id: stream_id.clone(), durable_seq: write.seq, cause });
                     row = None; // the next decision reads the sealed row and releases
                 }),
             };

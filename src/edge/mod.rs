@@ -15,7 +15,7 @@ mod store;
 mod ui;
 
 pub use object::StreamObject;
-pub use setup::{install_authorizer, install_checkpoint_sink};
+pub use setup::{install_authorizer, install_checkpoint_sink, install_event_hook};
 pub use store::{CheckpointSink, D1Tables};
 
 use crate::core::api::{self, ApiError};

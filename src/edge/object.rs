@@ -82,7 +82,7 @@ impl StreamObject {
         }
         let setup = self.setup()?;
         let lease = LeaseStore::new(&self.state, setup.settings.stream.lease_ms);
-        let shell = Shell::new(stream_id.to_owned(), Rc::clone(&setup.sink), lease);
+        let shell = Shell::new(stream_id.to_owned(), Rc::clone(&setup.sink), lease, setup.hook.clone());
         let object = Rc::new(Object { setup, shell, pumping: std::cell::Cell::new(false) });
         *self.object.borrow_mut() = Some(Rc::clone(&object));
         Ok(object)
@@ -96,19 +96,21 @@ impl StreamObject {
         // Authorization comes before anything that could reveal whether the stream exists.
         let token = http::token(&req, &target, route.action.token_in_query());
         let meta = o.shell.inspect(|s| s.meta().cloned()).flatten();
-        o.setup
-            .authorizer
-            .authorize(&AuthRequest {
-                token: token.as_deref(),
-                stream_id: &route.stream_id,
-                scope: route.action.scope(),
-                meta: meta.as_ref(),
-                now_secs: now_ms() / 1000,
-            })
-            .map_err(|denied| {
-                log("info", "denied", &route.stream_id, json!({"action": format!("{:?}", route.action), "reason": denied.to_string()}));
-                ApiError::forbidden()
-            })?;
+        let headers = http::header_pairs(&req);
+        let question = AuthRequest {
+            token: token.as_deref(),
+            stream_id: &route.stream_id,
+            scope: route.action.scope(),
+            from: matches!(route.action, Action::Events | Action::Ui).then(|| http::join_offset(&req, &target)),
+            headers: &headers,
+            meta: meta.as_ref(),
+            now_secs: now_ms() / 1000,
+        };
+        // Nothing is borrowed while the authorizer looks (it may await a lookup of its own).
+        o.setup.authorizer.authorize(&question).await.map_err(|denied| {
+            log("info", "denied", &route.stream_id, json!({"action": format!("{:?}", route.action), "reason": denied.to_string()}));
+            ApiError::forbidden()
+        })?;
         let r = match route.action {
             Action::Open => self.open(&o, &route, &mut req).await,
             Action::Append => o.append(&route, &mut req).await,
@@ -242,8 +244,7 @@ impl Object {
         if req.method() == worker::Method::Head {
             return sse::Subscription::Answered(Response::empty().map(|r| r.with_headers(sse::headers(dialect))).map_err(unavailable));
         }
-        let last_event_id = req.headers().get("last-event-id").ok().flatten();
-        let from = crate::core::sse::join_offset(last_event_id.as_deref(), target.query("from").as_deref());
+        let from = http::join_offset(req, target);
         let (retry, keepalive) = (self.settings().sse_retry_ms, self.settings().keepalive_ms);
         match self.shell.feed(|s, _| s.subscribe_as(dialect, from)) {
             Some(reader) => sse::Subscription::Answered(

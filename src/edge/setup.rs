@@ -6,6 +6,7 @@ use super::store::{CheckpointSink, D1Tables};
 use crate::core::auth::{Authorizer, JwtAuthorizer};
 use crate::core::config::{ConfigError, Settings};
 use crate::core::durable::{Dialect, MappedSql};
+use crate::core::hook::EventHook;
 use std::cell::RefCell;
 use std::rc::Rc;
 use worker::Env;
@@ -15,6 +16,7 @@ type SinkFactory = Rc<dyn Fn(&Env) -> Rc<dyn CheckpointSink>>;
 thread_local! {
     static AUTHORIZER: RefCell<Option<Rc<dyn Authorizer>>> = const { RefCell::new(None) };
     static SINK: RefCell<Option<SinkFactory>> = const { RefCell::new(None) };
+    static HOOK: RefCell<Option<Rc<dyn EventHook>>> = const { RefCell::new(None) };
 }
 
 /// Replaces the JWT authorizer for every stream (call from the embedding Worker's start
@@ -27,6 +29,13 @@ pub fn install_authorizer(authorizer: impl Authorizer + 'static) {
 /// `RETAIN_CHARS` is honoured). The factory runs once per Durable Object.
 pub fn install_checkpoint_sink(factory: impl Fn(&Env) -> Rc<dyn CheckpointSink> + 'static) {
     SINK.with(|s| *s.borrow_mut() = Some(Rc::new(factory)));
+}
+
+/// Installs a hook that receives every stream's notices (checkpoint failures, seal
+/// shortfalls, readers dropped as stale, interrupted seals; see [`crate::core::hook`], which
+/// also says what a panicking hook does). Call from the embedding Worker's start event.
+pub fn install_event_hook(hook: impl EventHook + 'static) {
+    HOOK.with(|h| *h.borrow_mut() = Some(Rc::new(hook)));
 }
 
 pub fn custom_sink_installed() -> bool {
@@ -50,6 +59,7 @@ pub struct Setup {
     pub settings: Settings,
     pub authorizer: Rc<dyn Authorizer>,
     pub sink: Rc<dyn CheckpointSink>,
+    pub hook: Option<Rc<dyn EventHook>>,
     pub faults: Option<Rc<FaultPlan>>,
 }
 
@@ -80,7 +90,8 @@ impl Setup {
                 Rc::new(D1Tables::new(db, MappedSql::new(settings.mapping.clone(), Dialect::Sqlite), faults.clone()))
             }
         };
-        Ok(Self { settings, authorizer, sink, faults })
+        let hook = HOOK.with(|h| h.borrow().clone());
+        Ok(Self { settings, authorizer, sink, hook, faults })
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::lease::LeaseStore;
 use super::store::CheckpointSink;
+use crate::core::hook::{self, EventHook, StreamNotice};
 use crate::core::live::{
     FlushOutcome, LiveStream, Millis, OpenOutcome, Output, ReaderId, SealOutcome, Settlement, StoreRequest, StreamEvent, Ticket,
 };
@@ -93,6 +94,7 @@ pub struct Shell {
     pub sink: Rc<dyn CheckpointSink>,
     live: RefCell<Option<LiveStream>>,
     lease: Rc<LeaseStore>,
+    hook: Option<Rc<dyn EventHook>>,
     waiting: Waiting,
     wakers: RefCell<HashMap<ReaderId, Waker>>,
     /// Senders woken when a cancel arrives (a streaming append waits on one).
@@ -102,12 +104,13 @@ pub struct Shell {
 }
 
 impl Shell {
-    pub fn new(stream_id: String, sink: Rc<dyn CheckpointSink>, lease: LeaseStore) -> Rc<Self> {
+    pub fn new(stream_id: String, sink: Rc<dyn CheckpointSink>, lease: LeaseStore, hook: Option<Rc<dyn EventHook>>) -> Rc<Self> {
         Rc::new(Self {
             stream_id,
             sink,
             live: RefCell::new(None),
             lease: Rc::new(lease),
+            hook,
             waiting: Waiting::default(),
             wakers: RefCell::default(),
             cancel_watchers: RefCell::default(),
@@ -274,7 +277,19 @@ impl Shell {
         });
     }
 
+    /// Tells the installed hook, if any. Runs while performing outputs, never with the state
+    /// borrowed; a panic is contained where the target unwinds (see [`crate::core::hook`]).
+    pub fn notify(&self, notice: StreamNotice) {
+        let Some(h) = &self.hook else { return };
+        if let Err(e) = hook::notify(h.as_ref(), &notice) {
+            log("error", "event_hook_panicked", &self.stream_id, json!({"error": e.to_string(), "notice": format!("{notice:?}")}));
+        }
+    }
+
     fn log_event(&self, event: StreamEvent) {
+        for notice in StreamNotice::of(&self.stream_id, &event) {
+            self.notify(notice);
+        }
         let id = &self.stream_id;
         match event {
             StreamEvent::Opened => log("info", "opened", id, json!({})),

@@ -1,0 +1,97 @@
+//! The event hook an embedding Worker may install: what the seed's `onCheckpointError` told
+//! an app, and more. Every notice is also a log line; the hook is for apps that alert on them,
+//! count them or repair something of their own.
+//!
+//! **Panics.** A hook must not take the stream down with it. The shell calls it only after it
+//! stopped borrowing the stream's state (the notice is an output of an input already applied),
+//! and [`notify`] contains a panic with `catch_unwind` where the target unwinds: natively, and
+//! on wasm32 when the Worker is built with `worker-build --panic-unwind` (nightly, `std` rebuilt
+//! with `panic=unwind`). A default wasm32 build (`panic=abort`, as `scripts/build.sh` builds)
+//! cannot unwind: a panic aborts the WebAssembly instance. workers-rs 0.8.7 then reinitializes
+//! the instance on the next event (its abort handler), as new Durable Object instances, so the
+//! object's live stream is lost as in an eviction, and the lease armed before the row was
+//! marked seals it `interrupted` within `LEASE_MS`: nothing durable is lost, and no row stays
+//! `streaming`, but the stream ends early. Keep hooks panic-free.
+
+use super::frame::EndStatus;
+use super::live::{DropReason, StreamEvent};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use thiserror::Error;
+
+/// Something an embedding Worker may want to act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StreamNotice {
+    /// A checkpoint round gave up (after its retries): `[from, to)` is not durable yet. The text
+    /// stays in memory; a later round, or the seal, tries again.
+    CheckpointFailed { stream_id: String, from: u64, to: u64, error: String },
+    /// A seal could not commit what was produced: `durable_seq` of `seq` UTF-16 units are
+    /// durable (the caller got a 503; the lease repairs the row if it can).
+    SealShortfall { stream_id: String, status: EndStatus, seq: u64, durable_seq: u64, reason: String },
+    /// A reader was dropped with `stale` (it stopped draining and its queue filled up).
+    ReaderDropped { stream_id: String, reader: u64, reason: DropReason },
+    /// A stream was sealed `interrupted`, with `durable_seq` units of text.
+    Interrupted { stream_id: String, durable_seq: u64, cause: InterruptCause },
+}
+
+/// Why a stream was sealed `interrupted`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterruptCause {
+    /// Its producer sent nothing for `IDLE_TIMEOUT_MS`.
+    IdleProducer,
+    /// Its live stream was lost (evicted, crashed, redeployed, or its open never completed) and
+    /// the lease alarm sealed the row from its durable text.
+    LeaseExpired,
+}
+
+impl StreamNotice {
+    /// The notices a stream event carries (none, one, or two: an idle producer's seal that also
+    /// fell short).
+    pub fn of(stream_id: &str, event: &StreamEvent) -> Vec<StreamNotice> {
+        let id = || stream_id.to_owned();
+        match event {
+            StreamEvent::CheckpointFailed { from, to, error } => {
+                vec![StreamNotice::CheckpointFailed { stream_id: id(), from: *from, to: *to, error: error.clone() }]
+            }
+            StreamEvent::ReaderDropped { reader, reason } => {
+                vec![StreamNotice::ReaderDropped { stream_id: id(), reader: reader.0, reason: *reason }]
+            }
+            StreamEvent::Sealed { status, seq, durable_seq, shortfall } => {
+                let mut notices = Vec::new();
+                if *status == EndStatus::Interrupted {
+                    notices.push(StreamNotice::Interrupted {
+                        stream_id: id(),
+                        durable_seq: *durable_seq,
+                        cause: InterruptCause::IdleProducer,
+                    });
+                }
+                if let Some(reason) = shortfall {
+                    notices.push(StreamNotice::SealShortfall {
+                        stream_id: id(),
+                        status: *status,
+                        seq: *seq,
+                        durable_seq: *durable_seq,
+                        reason: reason.clone(),
+                    });
+                }
+                notices
+            }
+            StreamEvent::Opened | StreamEvent::OpenFailed(_) | StreamEvent::CheckpointAttemptFailed { .. } => vec![],
+        }
+    }
+}
+
+/// Receives the [`StreamNotice`]s of every stream of this Worker.
+pub trait EventHook {
+    fn on_event(&self, notice: &StreamNotice);
+}
+
+/// The hook panicked, and the panic was contained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[error("the event hook panicked (the panic was contained)")]
+pub struct HookPanicked;
+
+/// Calls `hook`, containing a panic where the target unwinds (see the module docs).
+pub fn notify(hook: &dyn EventHook, notice: &StreamNotice) -> Result<(), HookPanicked> {
+    catch_unwind(AssertUnwindSafe(|| hook.on_event(notice))).map_err(|_| HookPanicked)
+}

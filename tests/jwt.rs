@@ -1,0 +1,127 @@
+//! The HS256 tokens of `core::jwt` against `jsonwebtoken`, the maintained crate, as an
+//! independent oracle; and the proof that verifying and minting here leaves `jsonwebtoken`'s
+//! process-wide crypto provider alone, so an embedding Worker that verifies tokens of its own
+//! (RS256, ES256, …) with `jsonwebtoken` installs whatever provider it needs.
+//!
+//! One test function: the provider is process-wide, so its steps must run in this order.
+
+use jsonwebtoken::crypto::{CryptoProvider, JwtSigner, JwtVerifier, KeyUtils};
+use jsonwebtoken::signature::{self, Signer, Verifier};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use rindle_streams::core::auth::{AuthRequest, JwtAuthorizer, Principal, Scope};
+use rindle_streams::core::jwt::{self, JwtError};
+use serde::{Deserialize, Serialize};
+
+const SECRET: &[u8] = b"test-secret-0123456789";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Claims {
+    sub: String,
+    stream: String,
+    scope: String,
+    exp: u64,
+}
+
+fn claims() -> Claims {
+    Claims { sub: "u1".into(), stream: "m1".into(), scope: "read write".into(), exp: 4_000_000_000 }
+}
+
+/// The embedding Worker's own provider (here: HMAC, which is all the oracle needs).
+struct EmbedderHmac(Vec<u8>, Algorithm);
+
+impl EmbedderHmac {
+    fn mac(&self, msg: &[u8]) -> Vec<u8> {
+        use hmac::{Hmac, KeyInit, Mac};
+        let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&self.0).unwrap();
+        mac.update(msg);
+        mac.finalize().into_bytes().to_vec()
+    }
+}
+
+impl Signer<Vec<u8>> for EmbedderHmac {
+    fn try_sign(&self, msg: &[u8]) -> Result<Vec<u8>, signature::Error> {
+        Ok(self.mac(msg))
+    }
+}
+
+impl JwtSigner for EmbedderHmac {
+    fn algorithm(&self) -> Algorithm {
+        self.1
+    }
+}
+
+impl Verifier<Vec<u8>> for EmbedderHmac {
+    fn verify(&self, msg: &[u8], signature: &Vec<u8>) -> Result<(), signature::Error> {
+        (self.mac(msg) == *signature).then_some(()).ok_or_else(signature::Error::new)
+    }
+}
+
+impl JwtVerifier for EmbedderHmac {
+    fn algorithm(&self) -> Algorithm {
+        self.1
+    }
+}
+
+static EMBEDDERS_PROVIDER: CryptoProvider = CryptoProvider {
+    signer_factory: |alg, key: &EncodingKey| Ok(Box::new(EmbedderHmac(key.as_bytes().to_vec(), *alg))),
+    verifier_factory: |alg, key: &DecodingKey| Ok(Box::new(EmbedderHmac(key.try_get_as_bytes()?.to_vec(), *alg))),
+    key_utils: KeyUtils::new_unimplemented(),
+};
+
+#[test]
+fn tokens_agree_with_jsonwebtoken_and_its_process_wide_provider_is_left_to_the_embedder() {
+    // 1. Everything this crate does with tokens: verify, authorize, mint.
+    let ours = jwt::sign(&claims(), SECRET).unwrap();
+    assert_eq!(jwt::verify::<Claims>(&ours, SECRET), Ok(claims()));
+    let authorizer = JwtAuthorizer::new(SECRET).unwrap();
+    let request =
+        AuthRequest { token: Some(&ours), stream_id: "m1", scope: Scope::Write, from: None, headers: &[], meta: None, now_secs: 1 };
+    assert_eq!(authorizer.check(&request), Ok(Principal { sub: "u1".into() }));
+
+    // 2. …installed no provider: the embedding Worker's choice is still open.
+    assert!(CryptoProvider::try_get_default().is_none(), "verifying or minting here must not install a process-wide provider");
+    EMBEDDERS_PROVIDER.install_default().expect("the embedding Worker installs its own provider");
+
+    // 3. The oracle: jsonwebtoken reads our tokens, and we read its.
+    let mut validation = Validation::new(Algorithm::HS256);
+    validation.validate_exp = false;
+    let decoded = jsonwebtoken::decode::<Claims>(&ours, &DecodingKey::from_secret(SECRET).unwrap(), &validation).unwrap();
+    assert_eq!(decoded.claims, claims());
+    let theirs = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims(), &EncodingKey::from_secret(SECRET).unwrap()).unwrap();
+    assert_eq!(jwt::verify::<Claims>(&theirs, SECRET), Ok(claims()));
+    assert_eq!(authorizer.check(&AuthRequest { token: Some(&theirs), ..request }), Ok(Principal { sub: "u1".into() }));
+
+    // 4. What jsonwebtoken refuses, we refuse: another algorithm (even with the right secret),
+    //    a wrong key, a tampered payload.
+    let hs384 = jsonwebtoken::encode(&Header::new(Algorithm::HS384), &claims(), &EncodingKey::from_secret(SECRET).unwrap()).unwrap();
+    assert_eq!(jwt::verify::<Claims>(&hs384, SECRET), Err(JwtError::Algorithm("HS384".into())));
+    assert_eq!(jwt::verify::<Claims>(&theirs, b"another-secret-9876543210"), Err(JwtError::Signature));
+    let (head, rest) = theirs.split_once('.').unwrap();
+    let (_, signature) = rest.split_once('.').unwrap();
+    let forged_claims = Claims { scope: "read write cancel".into(), ..claims() };
+    let forged_payload = {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&forged_claims).unwrap())
+    };
+    let tampered = format!("{head}.{forged_payload}.{signature}");
+    assert_eq!(jwt::verify::<Claims>(&tampered, SECRET), Err(JwtError::Signature));
+    assert!(jsonwebtoken::decode::<Claims>(&tampered, &DecodingKey::from_secret(SECRET).unwrap(), &validation).is_err());
+}
+
+#[test]
+fn malformed_tokens_are_refused_with_a_reason() {
+    let good = jwt::sign(&claims(), SECRET).unwrap();
+    for bad in ["", "a.b", "a.b.c.d", "!!.e30.sig", &format!("{good}x"), &good.replacen('.', ".x", 1)] {
+        assert!(jwt::verify::<Claims>(bad, SECRET).is_err(), "{bad:?}");
+    }
+    let crit = {
+        use base64::Engine;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+        let signed = format!("{}.{}", b64(br#"{"alg":"HS256","crit":["exp"]}"#), b64(&serde_json::to_vec(&claims()).unwrap()));
+        use hmac::{Hmac, KeyInit, Mac};
+        let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(SECRET).unwrap();
+        mac.update(signed.as_bytes());
+        format!("{signed}.{}", b64(&mac.finalize().into_bytes()))
+    };
+    assert_eq!(jwt::verify::<Claims>(&crit, SECRET), Err(JwtError::Critical));
+}
