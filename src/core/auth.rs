@@ -6,8 +6,11 @@
 //! than by a clock.
 
 use serde::Deserialize;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 use thiserror::Error;
 
 /// What a request needs to be allowed to do.
@@ -94,9 +97,21 @@ struct Claims {
     exp: u64,
 }
 
+/// How many verified tokens a [`JwtAuthorizer`] remembers.
+const VERIFIED_TOKENS: usize = 32;
+
 /// HS256 JWTs signed with the app's secret.
+///
+/// A producer presents the same token on every append, so the signature check and the claims'
+/// decoding of a token are done once and remembered (the most recent [`VERIFIED_TOKENS`],
+/// keyed by the whole token, signature included); what depends on the request (expiry against
+/// the caller's clock, the stream, the scope) is checked every time.
 pub struct JwtAuthorizer {
     secret: Vec<u8>,
+    /// Verified tokens and their claims, most recently used last.
+    verified: RefCell<VecDeque<(Box<str>, Rc<Claims>)>>,
+    /// Signature checks done (for tests: a remembered token is not checked again).
+    verifications: Cell<u64>,
 }
 
 /// A signing secret too short to be one.
@@ -112,14 +127,33 @@ impl JwtAuthorizer {
         if secret.len() < MIN_SECRET_BYTES {
             return Err(WeakSecret);
         }
-        Ok(Self { secret: secret.to_vec() })
+        Ok(Self { secret: secret.to_vec(), verified: RefCell::default(), verifications: Cell::new(0) })
+    }
+
+    /// The claims of a token whose signature is valid, checking it only the first time. Only
+    /// HS256 is accepted (see `jwt`).
+    fn verified_claims(&self, token: &str) -> Result<Rc<Claims>, Denied> {
+        let mut verified = self.verified.borrow_mut();
+        if let Some(at) = verified.iter().rposition(|(t, _)| **t == *token) {
+            let entry = verified.remove(at).expect("the position was just found");
+            let claims = Rc::clone(&entry.1);
+            verified.push_back(entry);
+            return Ok(claims);
+        }
+        self.verifications.set(self.verifications.get() + 1);
+        let claims: Rc<Claims> = Rc::new(super::jwt::verify(token, &self.secret).map_err(|e| Denied::Invalid(e.to_string()))?);
+        if verified.len() == VERIFIED_TOKENS {
+            verified.pop_front();
+        }
+        verified.push_back((token.into(), Rc::clone(&claims)));
+        Ok(claims)
     }
 
     /// The verdict, at once (the [`Authorizer`] answers with it).
     pub fn check(&self, req: &AuthRequest<'_>) -> Result<Principal, Denied> {
         let token = req.token.filter(|t| !t.is_empty()).ok_or(Denied::MissingToken)?;
-        // Only HS256 is accepted (see `jwt`); expiry is checked here against the caller's clock.
-        let claims: Claims = super::jwt::verify(token, &self.secret).map_err(|e| Denied::Invalid(e.to_string()))?;
+        // Expiry is checked here against the caller's clock.
+        let claims = self.verified_claims(token)?;
         if claims.exp <= req.now_secs {
             return Err(Denied::Expired);
         }
@@ -129,7 +163,7 @@ impl JwtAuthorizer {
         if !claims.scope.split_ascii_whitespace().any(|s| s == req.scope.as_str()) {
             return Err(Denied::MissingScope(req.scope));
         }
-        Ok(Principal { sub: claims.sub })
+        Ok(Principal { sub: claims.sub.clone() })
     }
 }
 
@@ -201,6 +235,58 @@ mod tests {
         let read_only = token(claims("m1", "read", NOW + 60), SECRET);
         assert_eq!(ask(Some(&read_only), "m1", Scope::Cancel), Err(Denied::MissingScope(Scope::Cancel)));
         assert!(matches!(ask(Some("not.a.jwt"), "m1", Scope::Read), Err(Denied::Invalid(_))));
+    }
+
+    #[test]
+    fn a_token_is_verified_once_and_still_checked_against_every_request() {
+        let auth = JwtAuthorizer::new(SECRET).unwrap();
+        let ask = |token: &str, stream: &str, scope: Scope, now_secs: u64| {
+            auth.check(&AuthRequest { token: Some(token), stream_id: stream, scope, from: None, headers: &[], meta: None, now_secs })
+        };
+        let t = token(claims("m1", "write", NOW + 60), SECRET);
+        for _ in 0..3 {
+            assert!(ask(&t, "m1", Scope::Write, NOW).is_ok());
+        }
+        assert_eq!(auth.verifications.get(), 1, "the signature was checked once");
+        assert_eq!(ask(&t, "m2", Scope::Write, NOW), Err(Denied::WrongStream));
+        assert_eq!(ask(&t, "m1", Scope::Read, NOW), Err(Denied::MissingScope(Scope::Read)));
+        assert_eq!(ask(&t, "m1", Scope::Write, NOW + 60), Err(Denied::Expired), "a remembered token still expires");
+        // The same claims under another signature are a different token, checked (and refused).
+        let (signed, _) = t.rsplit_once('.').unwrap();
+        let forged = format!("{signed}.{}", base64_url([0u8; 32]));
+        assert!(matches!(ask(&forged, "m1", Scope::Write, NOW), Err(Denied::Invalid(_))));
+        assert_eq!(auth.verifications.get(), 2);
+        assert!(matches!(ask(&forged, "m1", Scope::Write, NOW), Err(Denied::Invalid(_))), "a refused token is never remembered");
+        assert_eq!(auth.verifications.get(), 3);
+    }
+
+    #[test]
+    fn the_verified_tokens_are_bounded_and_the_least_recently_used_goes_first() {
+        let auth = JwtAuthorizer::new(SECRET).unwrap();
+        let ask = |t: &str| {
+            auth.check(&AuthRequest {
+                token: Some(t),
+                stream_id: "m1",
+                scope: Scope::Read,
+                from: None,
+                headers: &[],
+                meta: None,
+                now_secs: NOW,
+            })
+        };
+        let tokens: Vec<String> = (0..=VERIFIED_TOKENS as u64).map(|i| token(claims("m1", "read", NOW + 60 + i), SECRET)).collect();
+        ask(&tokens[0]).unwrap();
+        for t in &tokens[1..VERIFIED_TOKENS] {
+            ask(t).unwrap();
+        }
+        ask(&tokens[0]).unwrap(); // used again: now the most recent
+        ask(&tokens[VERIFIED_TOKENS]).unwrap(); // one more than fits: the least recent (tokens[1]) goes
+        assert_eq!(auth.verified.borrow().len(), VERIFIED_TOKENS);
+        let checks = auth.verifications.get();
+        ask(&tokens[0]).unwrap();
+        assert_eq!(auth.verifications.get(), checks, "kept");
+        ask(&tokens[1]).unwrap();
+        assert_eq!(auth.verifications.get(), checks + 1, "evicted, so checked again");
     }
 
     #[test]
