@@ -220,6 +220,17 @@ impl ApiError {
     }
 }
 
+/// The path of an absolute URL as the runtime serializes it (`scheme://host/path?query#hash`,
+/// where the path is never empty and a `?` or `#` inside it is percent-encoded), still
+/// percent-encoded: what [`route`] takes. Read without a URL parser: the `url` crate's (with
+/// its IDNA tables) would be a fifth of the wasm.
+pub fn path_of(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let Some(start) = url[after_scheme..].find('/').map(|i| after_scheme + i) else { return "/" };
+    let end = url[start..].find(['?', '#']).map_or(url.len(), |i| start + i);
+    &url[start..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +257,16 @@ mod tests {
             let got = r(method, &format!("/streams/m-1/{action}")).unwrap().unwrap();
             assert_eq!(got, Route { stream_id: "m-1".into(), action: expected });
         }
+    }
+
+    #[test]
+    fn the_path_is_read_from_a_serialized_url_as_it_is() {
+        assert_eq!(path_of("http://127.0.0.1:8787/streams/m-1/events?from=3&token=a.b#x"), "/streams/m-1/events");
+        assert_eq!(path_of("https://example.com/streams/a%2Fb/open"), "/streams/a%2Fb/open", "still percent-encoded");
+        assert_eq!(path_of("https://example.com/"), "/");
+        assert_eq!(path_of("https://example.com"), "/");
+        assert_eq!(path_of("https://example.com?x=1"), "/");
+        assert_eq!(path_of("https://example.com/a#frag"), "/a");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Small helpers for answers and request parts.
 
-use crate::core::api::ApiError;
+use crate::core::api::{self, ApiError};
 use serde::Serialize;
 use worker::{Headers, Request, Response};
 
@@ -31,7 +31,7 @@ impl Target {
     pub fn of(req: &Request) -> Self {
         let url = req.inner().url();
         let query = url.split_once('?').map_or("", |(_, q)| q.split('#').next().unwrap_or_default()).to_owned();
-        Self { path: req.path(), query }
+        Self { path: api::path_of(&url).to_owned(), query }
     }
 
     /// The first value of query parameter `name`, percent- and `+`-decoded.

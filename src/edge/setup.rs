@@ -12,11 +12,51 @@ use std::rc::Rc;
 use worker::Env;
 
 type SinkFactory = Rc<dyn Fn(&Env) -> Rc<dyn CheckpointSink>>;
+/// Settings as built once per isolate, with whether a custom sink was installed then.
+type BuiltSettings = (bool, Result<Rc<Settings>, ConfigError>);
 
 thread_local! {
     static AUTHORIZER: RefCell<Option<Rc<dyn Authorizer>>> = const { RefCell::new(None) };
     static SINK: RefCell<Option<SinkFactory>> = const { RefCell::new(None) };
     static HOOK: RefCell<Option<Rc<dyn EventHook>>> = const { RefCell::new(None) };
+    /// The settings and the secret's authorizer, built once per isolate: a Worker's vars and
+    /// secrets do not change while its isolate lives, and parsing them (some twenty lookups
+    /// across the JavaScript boundary and the COLUMNS JSON) on every request cost the front
+    /// Worker about 4% of its CPU. A refusal is kept too: it answers every request alike.
+    static SETTINGS: RefCell<Option<BuiltSettings>> = const { RefCell::new(None) };
+    static SECRET_AUTHORIZER: RefCell<Option<Result<Rc<dyn Authorizer>, ConfigError>>> = const { RefCell::new(None) };
+}
+
+/// The service's settings (see `SETTINGS` above for why they are kept per isolate).
+pub fn settings(env: &Env) -> Result<Rc<Settings>, ConfigError> {
+    let custom_sink = custom_sink_installed();
+    if let Some((built_with, settings)) = SETTINGS.with(|s| s.borrow().clone()) {
+        if built_with == custom_sink {
+            return settings;
+        }
+    }
+    let settings = Settings::from_vars(|name| var(env, name), custom_sink).map(Rc::new);
+    SETTINGS.with(|s| *s.borrow_mut() = Some((custom_sink, settings.clone())));
+    settings
+}
+
+/// The authorizer: the one an embedding Worker installed, else HS256 JWTs signed with
+/// `STREAM_JWT_SECRET` (built once per isolate, so its cache of verified tokens serves every
+/// stream here).
+fn authorizer(env: &Env) -> Result<Rc<dyn Authorizer>, ConfigError> {
+    if let Some(installed) = AUTHORIZER.with(|a| a.borrow().clone()) {
+        return Ok(installed);
+    }
+    if let Some(built) = SECRET_AUTHORIZER.with(|a| a.borrow().clone()) {
+        return built;
+    }
+    let secret = env.secret("STREAM_JWT_SECRET").map(|s| s.to_string()).or_else(|_| env.var("STREAM_JWT_SECRET").map(|s| s.to_string()));
+    let built = secret
+        .map_err(|_| invalid("STREAM_JWT_SECRET", "is not set (a secret: `wrangler secret put STREAM_JWT_SECRET`, or .dev.vars locally)"))
+        .and_then(|secret| JwtAuthorizer::new(secret.as_bytes()).map_err(|e| invalid("STREAM_JWT_SECRET", &e.to_string())))
+        .map(|a| Rc::new(a) as Rc<dyn Authorizer>);
+    SECRET_AUTHORIZER.with(|a| *a.borrow_mut() = Some(built.clone()));
+    built
 }
 
 /// Replaces the JWT authorizer for every stream (call from the embedding Worker's start
@@ -54,9 +94,10 @@ pub fn dev_mode(env: &Env) -> bool {
     var(env, "DEV_MODE").as_deref() == Some("1")
 }
 
-/// What a Durable Object needs, built once per object.
+/// What a Durable Object needs, built once per object (the settings and the authorizer are
+/// shared by every object of the isolate).
 pub struct Setup {
-    pub settings: Settings,
+    pub settings: Rc<Settings>,
     pub authorizer: Rc<dyn Authorizer>,
     pub sink: Rc<dyn CheckpointSink>,
     pub hook: Option<Rc<dyn EventHook>>,
@@ -66,18 +107,8 @@ pub struct Setup {
 impl Setup {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let custom_sink = SINK.with(|s| s.borrow().clone());
-        let settings = Settings::from_vars(|name| var(env, name), custom_sink.is_some())?;
-        let authorizer = match AUTHORIZER.with(|a| a.borrow().clone()) {
-            Some(a) => a,
-            None => {
-                let secret =
-                    env.secret("STREAM_JWT_SECRET").map(|s| s.to_string()).or_else(|_| env.var("STREAM_JWT_SECRET").map(|s| s.to_string()));
-                let secret = secret.map_err(|_| {
-                    invalid("STREAM_JWT_SECRET", "is not set (a secret: `wrangler secret put STREAM_JWT_SECRET`, or .dev.vars locally)")
-                })?;
-                Rc::new(JwtAuthorizer::new(secret.as_bytes()).map_err(|e| invalid("STREAM_JWT_SECRET", &e.to_string()))?)
-            }
-        };
+        let settings = settings(env)?;
+        let authorizer = authorizer(env)?;
         let faults = match var(env, "TEST_FAULTS").filter(|s| !s.trim().is_empty()) {
             None => None,
             Some(_) if !dev_mode(env) => return Err(invalid("TEST_FAULTS", "is a test switch and is refused unless DEV_MODE=1")),
