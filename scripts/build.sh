@@ -3,6 +3,7 @@
 # local tools: worker-build would otherwise download wasm-bindgen and wasm-opt from GitHub
 # (unreachable here) and esbuild from npm. Skips the build when the last successful build is
 # newer than src/, Cargo.toml and Cargo.lock; FORCE_BUILD=1 rebuilds anyway. Usage: scripts/build.sh [extra worker-build args]
+# BUILD_CRATE=examples/embed builds the embedding example instead (into examples/embed/build/).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
@@ -12,11 +13,13 @@ START="$(now)"
 # and skipped when up to date; first, because the wasm build below may exit early.
 node examples/chat/build.mjs || die "building the example chat's page failed"
 
-OUT_WASM="build/index_bg.wasm"
-OUT_SHIM="build/worker/shim.mjs"
-STAMP="build/.build-ok"   # written only after a complete, successful build
+CRATE="${BUILD_CRATE:-.}"
+[[ -f "$CRATE/Cargo.toml" ]] || die "BUILD_CRATE=$CRATE has no Cargo.toml"
+OUT_WASM="$CRATE/build/index_bg.wasm"
+OUT_SHIM="$CRATE/build/worker/shim.mjs"
+STAMP="$CRATE/build/.build-ok"   # written only after a complete, successful build
 if [[ "${FORCE_BUILD:-0}" != 1 && -f "$STAMP" && -f "$OUT_WASM" && -f "$OUT_SHIM" ]] \
-   && [[ -z "$(find src Cargo.toml Cargo.lock -newer "$STAMP" -print -quit 2>/dev/null)" ]]; then
+   && [[ -z "$(find src Cargo.toml Cargo.lock "$CRATE/src" "$CRATE/Cargo.toml" -newer "$STAMP" -print -quit 2>/dev/null)" ]]; then
   step "build: $OUT_SHIM is up to date (FORCE_BUILD=1 to rebuild)"
   exit 0
 fi
@@ -66,7 +69,7 @@ step "build: worker-build --release ${opt_args[*]:+${opt_args[*]} }(wasm-bindgen
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
 set +e
-worker-build --release "${opt_args[@]}" "$@" 2>&1 | tee "$LOG"
+(cd "$CRATE" && worker-build --release "${opt_args[@]}" "$@") 2>&1 | tee "$LOG"
 rc=${PIPESTATUS[0]}
 set -e
 # Belt and braces: a download attempt means one of the pins above did not take.

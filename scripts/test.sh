@@ -29,6 +29,8 @@ step "cargo clippy (wasm32-unknown-unknown, -D warnings)"
 cargo clippy --quiet --target wasm32-unknown-unknown -- -D warnings
 step "cargo clippy (wasm32-unknown-unknown, --no-default-features, -D warnings)"
 cargo clippy --quiet --target wasm32-unknown-unknown --no-default-features -- -D warnings
+step "cargo clippy (the embedding example, examples/embed/, wasm32, -D warnings)"
+cargo clippy --quiet -p rindle-embed-example --target wasm32-unknown-unknown -- -D warnings
 step "clippy: $(elapsed "$T")"
 
 step "cargo test (native)"
@@ -51,6 +53,8 @@ step "fan-out smoke: $(elapsed "$T")"
 
 "$SCRIPTS_DIR/build.sh"
 "$SCRIPTS_DIR/bundle-size.sh"
+# The embedding example (examples/embed/), which tests/e2e/embed.test.mjs runs.
+BUILD_CRATE=examples/embed "$SCRIPTS_DIR/build.sh"
 
 dirs=()
 for d in tests/client tests/ai tests/e2e tests/browser; do

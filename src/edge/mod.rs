@@ -28,8 +28,10 @@ async fn fetch(req: web_sys::Request, env: Env, _ctx: worker::Context) -> worker
     front(req, &env).await
 }
 
+/// Panics print their message. The name is this crate's own: wasm-bindgen exports a start
+/// function by its name, and an embedding Worker's own `start` must not clash with it.
 #[worker::event(start)]
-fn start() {
+fn rindle_streams_start() {
     console_error_panic_hook::set_once();
 }
 

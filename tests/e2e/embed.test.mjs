@@ -1,0 +1,109 @@
+// The embedding path (README "Embedding"), in the real runtime: examples/embed/ is a Rust Worker
+// that depends on rindle-streams without its standalone handler, exports its Durable Object,
+// calls handle_request from its own fetch handler and installs its own authorizer, checkpoint
+// sink and event hook (see its src/lib.rs for the switches used here). One stack for the file.
+//
+// Asserted: the app's async authorizer decides every request and sees the reader's join offset
+// and the request's headers; a sink refuses an open with 409 open_refused naming its reason
+// (not a 503), and nothing is marked; the open operation carries the app's meta and the start
+// time, the seal write carries `from`; the event hook gets a checkpoint failure with its range;
+// and a hook that panics aborts the WebAssembly instance (panic=abort), after which the lease
+// armed before the mark seals the lost stream's row `interrupted`, and the Worker serves again.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { ROOT, startStack } from './harness.mjs';
+import { api, call, isError, newStream, ok, rows, until, uniqueId, insertRow } from './util.mjs';
+
+const EMBED = join(ROOT, 'examples', 'embed');
+const EMBED_SHIM = join(EMBED, 'build', 'worker', 'shim.mjs');
+const LEASE_MS = 1500;
+const TOKEN = 'let-me-in';
+
+let stack;
+test.before(async () => {
+  // Never skipped: scripts/test.sh builds the example; a missing build fails here, loudly.
+  assert.ok(existsSync(EMBED_SHIM), `${EMBED_SHIM} is missing: run BUILD_CRATE=examples/embed scripts/build.sh`);
+  stack = await startStack({ name: 'e2e-embed', config: join(EMBED, 'wrangler.toml'), vars: { LEASE_MS: String(LEASE_MS) } });
+});
+test.after(async () => {
+  await stack?.stop();
+});
+
+const client = (id) => api(stack, id, { token: TOKEN });
+
+/** The app's log lines of `event` about stream `id`, parsed. */
+function appLogs(event, id) {
+  return stack
+    .logs()
+    .split('\n')
+    .filter((l) => l.includes(`"event":"${event}"`) && l.includes(`"streamId":"${id}"`))
+    .map((l) => JSON.parse(l.slice(l.indexOf('{'))));
+}
+
+test("the embedding Worker's own authorizer decides, and sees the reader's join offset and the headers", async () => {
+  const c = client(newStream(stack, 'auth'));
+  isError(await api(stack, c.id, { token: 'a valid JWT is not this app\'s token' }).open(), 403, 'forbidden', 'another token');
+  ok(await c.open(), 'the app\'s token opens');
+  // A denial answers at once (a GET); an allowed join is asked with HEAD (headers, no stream).
+  const join = (method, from, denyFrom) => call(c.eventsUrl(from), { method, headers: { 'x-deny-from': String(denyFrom) } });
+  isError(await join('GET', 3, 3), 403, 'forbidden', 'a join at 3 with x-deny-from: 3');
+  const lastEventId = await call(c.eventsUrl(), { headers: { 'x-deny-from': '7', 'last-event-id': '7' } });
+  isError(lastEventId, 403, 'forbidden', 'a join at Last-Event-ID 7 with x-deny-from: 7');
+  assert.equal((await join('HEAD', 4, 3)).status, 200, 'a join at 4 with x-deny-from: 3');
+  assert.equal((await join('HEAD', 3, 4)).status, 200, 'a join at 3 with x-deny-from: 4');
+  ok(await c.close(), 'close');
+});
+
+test('a sink refuses an open with 409 open_refused naming its reason; the open carries meta and the start time, the seal carries from', async () => {
+  const refused = client(newStream(stack, 'refused'));
+  const r = isError(await refused.open({ refuse: 'the chat is archived' }), 409, 'open_refused', 'a refusing sink');
+  assert.match(r.message, /the chat is archived/);
+  assert.equal(rows(stack, refused.id).row.status, 'pending', 'a refused open marks nothing');
+
+  const c = client(newStream(stack, 'meta'));
+  const before = Date.now();
+  ok(await c.open({ chat: 'c9', model: 'm' }), 'open');
+  const after = Date.now();
+  const [open] = await until(() => appLogs('sink_open', c.id).length && appLogs('sink_open', c.id), 'the sink\'s open line');
+  assert.deepEqual(open.fields.meta, { chat: 'c9', model: 'm' });
+  assert.ok(open.fields.startedAt >= before - 1000 && open.fields.startedAt <= after + 1000, `startedAt ${open.fields.startedAt}`);
+
+  ok(await c.append('abc😀'), 'append');
+  assert.equal(ok(await c.flush(), 'flush').durableSeq, 5);
+  ok(await c.append('de'), 'append the tail');
+  assert.deepEqual(ok(await c.close(), 'close'), { status: 'complete', seq: 7, durableSeq: 7 });
+  const [seal] = await until(() => appLogs('sink_seal', c.id).length && appLogs('sink_seal', c.id), 'the sink\'s seal line');
+  assert.deepEqual(seal.fields, { from: 5, seq: 7, bodyFrom: 0 }, 'the seal says what was durable before it');
+  assert.equal(ok(await c.text(), '/text').text, 'abc😀de');
+});
+
+test('the event hook gets a checkpoint failure with its range; a panicking hook aborts the instance, and the lease seals the lost stream interrupted', async () => {
+  const c = client(newStream(stack, 'hooked'));
+  ok(await c.open({ failAppends: true }), 'open');
+  ok(await c.append('abc'), 'append');
+  isError(await c.flush(), 503, 'checkpoint_failed', 'a flush whose checkpoints the sink fails');
+  const [notice] = await until(() => appLogs('hook', c.id).length && appLogs('hook', c.id), 'the hook\'s notice');
+  assert.match(notice.fields.notice, /^CheckpointFailed \{ stream_id: "hooked-[^"]+", from: 0, to: 3,/);
+  ok(await c.close(), 'the seal (a compaction) still commits');
+
+  const p = client(insertRow(stack, uniqueId('panic')));
+  ok(await p.open({ failAppends: true }), 'open the stream whose hook panics');
+  ok(await p.append('lost with the instance'), 'append');
+  const flushed = await p.flush().catch((e) => ({ status: 0, error: String(e) }));
+  assert.notEqual(flushed.status, 200, 'the flush cannot succeed');
+  await until(() => appLogs('hook', p.id).length, 'the hook to be called (and panic)');
+  // Nothing in this stream's life seals it (no close, no idle timeout): only the lease can.
+  const row = await until(() => {
+    const r = rows(stack, p.id).row;
+    return r.status !== 'streaming' && r;
+  }, 'the lease to seal the lost stream', LEASE_MS + 10_000);
+  assert.equal(row.status, 'interrupted', `status; log tail:\n${stack.logs().slice(-2000)}`);
+  assert.deepEqual([row.body, row.seq], ['', 0], 'nothing was durable');
+  await until(() => stack.logs().split('\n').some((l) => l.includes('"event":"interrupted"') && l.includes(p.id)), 'the lease\'s log line');
+
+  const after = client(newStream(stack, 'after'));
+  ok(await after.open(), 'the Worker serves again after the abort');
+  ok(await after.close(), 'close');
+});
