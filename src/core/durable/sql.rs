@@ -130,7 +130,7 @@ impl MappedSql {
     }
 
     /// The open probe: the row's length and status, read once and judged by
-    /// [`super::open::judge_probe`].
+    /// [`super::rows::judge_probe`].
     pub fn probe_open(&self, stream_id: &str) -> Statement {
         let m = &self.map;
         Statement {

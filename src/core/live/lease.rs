@@ -41,7 +41,7 @@ pub enum Holding {
     /// Sealed and lingering: the row has its terminal status.
     Sealed,
     /// Ended by a seal that could not commit. The write to retry, while the stream still holds
-    /// what it needs (see [`LiveStream::unsealed_write`]).
+    /// what it needs (see [`LiveStream::unsealed_write`](super::LiveStream::unsealed_write)).
     Unsealed(Option<SealWrite>),
 }
 
@@ -69,7 +69,7 @@ pub enum LeaseDecision {
     /// The stream is alive here: set the alarm one lease later.
     Renew,
     /// Retry the producer's own seal from the lingering stream (the row gets the producer's
-    /// status and the whole text), then tell the stream ([`LiveStream::seal_repaired`]).
+    /// status and the whole text), then tell the stream ([`LiveStream::seal_repaired`](super::LiveStream::seal_repaired)).
     RepairSeal(SealWrite),
     /// Read the row (durable text, status, host) and decide again.
     ReadRow,

@@ -2,10 +2,18 @@
 //! machine.
 //!
 //! The shell feeds inputs (`push`, `flush`, `close`, `subscribe`, [`LiveStream::handle_store`],
-//! [`LiveStream::handle_timeout`]), each with the current time, then drains
-//! [`LiveStream::poll_output`] until it returns `None` and arms a timer for
-//! [`LiveStream::poll_timeout`]. It performs the outputs (store operations, reader wakes,
-//! settled requests) only after it has stopped borrowing the machine.
+//! [`LiveStream::handle_lease_armed`], [`LiveStream::handle_timeout`]), each with the current
+//! time, then drains [`LiveStream::poll_output`] until it returns `None` and arms a timer for
+//! [`LiveStream::poll_timeout`]. It performs the outputs (store operations, the lease's arming
+//! and renewals, reader wakes, settled requests, notices) only after it has stopped borrowing
+//! the machine. When the lease alarm fires, [`lease::decide`] says what to do.
+//!
+//! - `stream`: the phases (opening, live, sealing, ended) and the reader side;
+//! - `open`: the open handshake (probe, arm the lease, mark, read the host);
+//! - `checkpoint`: when a checkpoint round is due and one round's protocol;
+//! - `lease`: the lease alarm's decision;
+//! - `readers`: bounded queues, dialects, pacing, merging;
+//! - `outbox`: where outputs wait for the shell.
 
 mod checkpoint;
 pub mod lease;

@@ -362,7 +362,7 @@ pub struct LiveStream {
 }
 
 impl LiveStream {
-    /// Starts opening `stream_id` (see [`super::open`]); the ticket settles with
+    /// Starts opening `stream_id` (the open handshake, `live/open.rs`); the ticket settles with
     /// [`Settlement::Opened`].
     #[must_use = "the stream must be driven, and its ticket awaited"]
     pub fn open(stream_id: &str, cfg: StreamConfig, producer: Producer, now: Millis) -> (Self, Ticket<OpenOutcome>) {
@@ -454,7 +454,7 @@ impl LiveStream {
         self.readers.live_count()
     }
 
-    /// The least time between two wakes of one reader now (see [`Readers::pacing`]).
+    /// The least time between two wakes of one reader now (pacing grows with the number of readers).
     pub fn reader_pacing_ms(&self) -> Millis {
         self.readers.pacing()
     }
