@@ -14,7 +14,10 @@
 //   * a dropped connection is resumed here from the last `id:` (`?from=`), so the AI SDK never
 //     sees a gap or a repeat; reconnects back off exponentially with jitter;
 //   * the stream handed to the AI SDK always ends with `finish`, `abort` or `error`: the server's
-//     ending, or an `error` chunk when the stream cannot be reached for `giveUpAfterMs`;
+//     ending, or an `error` chunk when the stream cannot be reached for `giveUpAfterMs`. When
+//     the chunks it delivered go past what was made durable (the object lost with an unsaved
+//     tail, a seal that fell short), the server's ending is an `error` that says what was saved:
+//     a UI message cannot take chunks back, and a reload shows exactly the saved answer;
 //   * `stop()` (the abort signal, once the answer is streaming) POSTs …/cancel, so the producer
 //     stops and every reader gets `abort`;
 //   * `reconnectToStream` replays the active answer from offset 0 (`resumeStreamIsReplay`).

@@ -804,6 +804,45 @@ fn a_ui_reader_gets_the_ending_of_each_status() {
 }
 
 #[test]
+fn a_ui_reader_shown_lines_past_a_short_seal_ends_with_an_error_that_says_what_was_saved() {
+    // Checkpoints only when asked, so the second line is shown live and never made durable.
+    let cfg = StreamConfig { checkpoint_chars: 1 << 20, ..ui_cfg() };
+    let mut d = Driver::open(cfg.clone());
+    let (kept, lost) = (chunk("text-delta", "kept 😀"), chunk("text-delta", "shown, never durable 🇯🇵"));
+    d.push(&kept);
+    let flushed = d.flush();
+    d.answer_all();
+    assert_eq!(d.outcome(flushed), Some(&Ok(units(&kept))));
+    d.push(&lost);
+    let ui = d.subscribe_ui(0);
+    let close = d.close();
+    fail_seal(&mut d);
+    assert!(matches!(d.outcome(close), Some(Err(s)) if s.durable_seq == units(&kept)), "the seal fell short");
+
+    let (durable, shown) = (units(&kept), units(&kept) + units(&lost));
+    let mut expected = ui_lines(0, &[&kept, &lost]);
+    expected.push(UiEvent::added(&format!(
+        r#"{{"type":"error","errorText":"only part of the answer shown was saved ({durable} of {shown} UTF-16 units): the stream ended complete; reload to see the saved answer"}}"#
+    )));
+    expected.push(UiEvent::added("[DONE]"));
+    assert_eq!(d.read_ui(ui), Some(expected.clone()), "a UI message cannot un-render: its ending says what was saved");
+    let late = d.subscribe_ui(0);
+    assert_eq!(d.read_ui(late), Some(expected), "a reader joining the lingering stream is shown the same lines");
+
+    // The lease repairs the producer's seal from the lingering stream: everything shown is durable.
+    let LeaseDecision::RepairSeal(write) = lease::decide(&d.stream.holding(), None, d.lease_token.as_deref(), &cfg) else {
+        panic!("the lingering stream holds the whole text: the lease repairs the producer's seal")
+    };
+    let plan = d.db.sql.plan(STREAM, &StoreOp::Seal(write));
+    d.db.run(&plan, Fault::None).expect("the retried seal commits");
+    d.stream.seal_repaired();
+    let after = d.subscribe_ui(0);
+    let mut expected = ui_lines(0, &[&kept, &lost]);
+    expected.extend([UiEvent::added(r#"{"type":"finish"}"#), UiEvent::added("[DONE]")]);
+    assert_eq!(d.read_ui(after), Some(expected), "after the repair: the usual ending");
+}
+
+#[test]
 fn a_ui_reader_joins_at_the_start_of_the_line_holding_its_offset() {
     let mut d = Driver::open(ui_cfg());
     let (a, b, c) = (chunk("text-delta", "😀😀"), chunk("text-delta", "b"), chunk("text-delta", "c"));

@@ -243,6 +243,8 @@ struct Sim {
     ui: Option<(LineProducer, ReferenceLines)>,
     ui_readers: Vec<UiReader>,
     bad_lines: u64,
+    /// `/ui` readers that ended with the error saying what was saved (shown past the durable length).
+    unsaved_endings: u64,
     durable_high: u64,
     /// Every settlement, by ticket id.
     settled: HashMap<u64, Settlement>,
@@ -296,6 +298,7 @@ impl Sim {
             ui,
             ui_readers: Vec::new(),
             bad_lines: 0,
+            unsaved_endings: 0,
             durable_high: 0,
             settled: HashMap::new(),
             retired: false,
@@ -482,8 +485,15 @@ impl Sim {
             StreamState::Ended(status) => Some(status),
             _ => None,
         };
+        // The durable length the stream ended with (the `end` frame's seq). Readers are drained
+        // before the lease may repair a seal that fell short, so it is still the seal's.
+        let durable_at_end = self.seal_outcome().map(|o| match o {
+            Ok(report) => report.durable_seq,
+            Err(shortfall) => shortfall.durable_seq,
+        });
         let (seed, produced) = (self.seed, &self.produced);
         let r = &mut self.ui_readers[i];
+        let mut unsaved = false;
         for event in parse_ui_sse(&wire) {
             match (event.id, &r.ending) {
                 (Some(id), None) => {
@@ -498,8 +508,20 @@ impl Sim {
                     (r.cursor, r.resume_from) = (end, end);
                 }
                 (None, None) => {
-                    let Some(status) = status else { die(seed, format!("an ending {:?} before the end", event.data)) };
+                    let (Some(status), Some(durable)) = (status, durable_at_end) else {
+                        die(seed, format!("an ending {:?} before the end", event.data))
+                    };
                     let expected = match status {
+                        // Shown lines past what was saved: an error that says so, whatever the status.
+                        _ if r.cursor > durable => {
+                            unsaved = true;
+                            let reason = if status == EndStatus::Error { ": model error" } else { "" };
+                            format!(
+                                r#"{{"type":"error","errorText":"only part of the answer shown was saved ({durable} of {} UTF-16 units): the stream ended {}{reason}; reload to see the saved answer"}}"#,
+                                r.cursor,
+                                status.as_str()
+                            )
+                        }
                         EndStatus::Complete if finish_seen => "[DONE]".to_owned(),
                         EndStatus::Complete => r#"{"type":"finish"}"#.to_owned(),
                         EndStatus::Cancelled => r#"{"type":"abort"}"#.to_owned(),
@@ -518,6 +540,8 @@ impl Sim {
                 r.done = true;
             }
         }
+        self.unsaved_endings += u64::from(unsaved);
+        let r = &mut self.ui_readers[i];
         if last && !r.done {
             // Dropped as stale (or no live stream): the body just ends; resume from the last id.
             if self.retired {
@@ -866,7 +890,7 @@ fn contracts_s_and_p_hold_over_random_faulty_schedules() {
         None => (1..=schedules).collect(),
     };
     let (mut ops, mut readers, mut sealed_short, mut repaired, mut interrupted) = (0, 0, 0, 0, 0);
-    let (mut ui_schedules, mut ui_readers, mut bad_lines) = (0, 0, 0);
+    let (mut ui_schedules, mut ui_readers, mut bad_lines, mut unsaved_endings) = (0, 0, 0, 0);
     for seed in &seeds {
         let mut sim = Sim::new(*seed);
         sim.run();
@@ -880,10 +904,11 @@ fn contracts_s_and_p_hold_over_random_faulty_schedules() {
         ui_schedules += u64::from(sim.ui.is_some());
         ui_readers += sim.ui_readers.len();
         bad_lines += sim.bad_lines;
+        unsaved_endings += sim.unsaved_endings;
     }
     println!(
         "{} schedules ({ui_schedules} ui streams), {ops} store operations, {readers} readers and {ui_readers} /ui readers, \
-         {bad_lines} bad lines refused, {sealed_short} seals short ({repaired} repaired by the lease), \
+         {bad_lines} bad lines refused, {unsaved_endings} /ui endings saying the lines shown were not all saved, {sealed_short} seals short ({repaired} repaired by the lease), \
          {interrupted} rows sealed interrupted by the lease",
         seeds.len()
     );

@@ -388,15 +388,16 @@ pub fn encode_lines(from: u64, text: &str, out: &mut String) {
 }
 
 /// A live frame in the `/ui` dialect: a chunk's complete lines (it starts at a line start), the
-/// ending for `end`; the other frames write nothing.
-pub fn encode_frame(frame: &Frame, finish_seen: bool) -> String {
+/// ending for `end` (whose `seq` is the durable length); the other frames write nothing.
+/// `served` describes the lines the stream served: a live reader that got its `end` holds them all.
+pub fn encode_frame(frame: &Frame, served: Served) -> String {
     match frame {
         Frame::Chunk { from, text, .. } => {
             let mut out = String::with_capacity(text.len() + 64);
             encode_lines(*from, text, &mut out);
             out
         }
-        Frame::End { status, error, .. } => encode_end(*status, error.as_deref(), finish_seen),
+        Frame::End { seq, status, error } => encode_end(*status, error.as_deref(), *seq, served),
         Frame::Open { .. } | Frame::Durable { .. } | Frame::Stale { .. } | Frame::Absent => String::new(),
     }
 }
@@ -412,6 +413,15 @@ pub fn holds_finish(text: &str) -> bool {
     text.split_inclusive('\n').filter_map(|l| l.strip_suffix('\n')).any(|l| check_line(l) == Ok(ChunkKind::Finish))
 }
 
+/// What a `/ui` reader holds when its stream's ending is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Served {
+    /// The UTF-16 offset at which the lines the reader was given end.
+    pub held: u64,
+    /// One of those lines is a `finish` chunk.
+    pub finish: bool,
+}
+
 /// The chunk a `/ui` reader gets after the last line of a stream that ended (SPEC §9). It is
 /// not part of the text and carries no `id:`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -422,14 +432,21 @@ pub enum Ending {
     Abort,
     /// `error` or `interrupted`, with the stream's error.
     Error(String),
+    /// The reader was shown lines past the durable length the stream ended with (the object was
+    /// lost with an unsaved tail, or the seal fell short), whatever the status: a UI message
+    /// cannot take back what it rendered, so the ending says what was saved (an `error` chunk).
+    Unsaved { status: EndStatus, error: Option<String>, durable: u64, held: u64 },
 }
 
 impl Ending {
-    /// The ending for a stream that ended with `status`; `None` when the text's own `finish`
-    /// ends the message.
-    pub fn of(status: EndStatus, error: Option<&str>, finish_seen: bool) -> Option<Self> {
+    /// The ending for a reader holding `served` of a stream that ended with `status`, `error`
+    /// and `durable` UTF-16 units durable; `None` when the text's own `finish` ends the message.
+    pub fn of(status: EndStatus, error: Option<&str>, durable: u64, served: Served) -> Option<Self> {
+        if served.held > durable {
+            return Some(Ending::Unsaved { status, error: error.map(str::to_owned), durable, held: served.held });
+        }
         match status {
-            EndStatus::Complete if finish_seen => None,
+            EndStatus::Complete if served.finish => None,
             EndStatus::Complete => Some(Ending::Finish),
             EndStatus::Cancelled => Some(Ending::Abort),
             EndStatus::Error => Some(Ending::Error(error.unwrap_or("the stream failed").to_owned())),
@@ -439,27 +456,37 @@ impl Ending {
 
     /// The chunk as JSON.
     pub fn chunk(&self) -> String {
+        let error = |text: &str| format!(r#"{{"type":"error","errorText":{}}}"#, serde_json::Value::from(text));
         match self {
             Ending::Finish => r#"{"type":"finish"}"#.to_owned(),
             Ending::Abort => r#"{"type":"abort"}"#.to_owned(),
-            Ending::Error(text) => format!(r#"{{"type":"error","errorText":{}}}"#, serde_json::Value::from(text.as_str())),
+            Ending::Error(text) => error(text),
+            Ending::Unsaved { status, error: reason, durable, held } => {
+                let reason = reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+                error(&format!(
+                    "only part of the answer shown was saved ({durable} of {held} UTF-16 units): the stream ended {}{reason}; reload to see the saved answer",
+                    status.as_str()
+                ))
+            }
         }
     }
 }
 
-/// The end of a `/ui` answer for a stream that ended: its ending chunk (if any), then `[DONE]`.
-pub fn encode_end(status: EndStatus, error: Option<&str>, finish_seen: bool) -> String {
+/// The end of a `/ui` answer for a stream that ended with `durable` UTF-16 units durable: its
+/// ending chunk (if any), then `[DONE]`.
+pub fn encode_end(status: EndStatus, error: Option<&str>, durable: u64, served: Served) -> String {
     let mut out = String::new();
-    if let Some(ending) = Ending::of(status, error, finish_seen) {
+    if let Some(ending) = Ending::of(status, error, durable, served) {
         let _ = write!(out, "data: {}\n\n", ending.chunk());
     }
     out.push_str(DONE);
     out
 }
 
-/// The `/ui` body of a stream read from its durable text (no live stream holds it): the lines
-/// from the line holding `from`, then, if the stream ended, its ending and `[DONE]`. A stream
-/// still `streaming` gets its lines only: the reader reconnects and finds the end later.
+/// The `/ui` body of a stream read from its durable text (no live stream holds it), for a
+/// reader that holds the lines up to `from`: the lines from the line holding `from`, then, if
+/// the stream ended, its ending and `[DONE]`. A stream still `streaming` gets its lines only:
+/// the reader reconnects and finds the end later.
 pub fn encode_durable(text: &str, from: u64, ended: Option<(EndStatus, Option<&str>)>) -> String {
     let at = utf16::locate(text, from);
     let start = line_start_byte(text, at.byte).unwrap_or(0);
@@ -467,8 +494,9 @@ pub fn encode_durable(text: &str, from: u64, ended: Option<(EndStatus, Option<&s
     let mut out = String::new();
     encode_lines(start_unit, &text[start..], &mut out);
     if let Some((status, error)) = ended {
-        let finish_seen = status == EndStatus::Complete && holds_finish(text);
-        out.push_str(&encode_end(status, error, finish_seen));
+        // A `from` past the durable text is what a reader was shown live and never saved.
+        let served = Served { held: from, finish: status == EndStatus::Complete && holds_finish(text) };
+        out.push_str(&encode_end(status, error, utf16::len(text), served));
     }
     out
 }
@@ -651,14 +679,38 @@ mod tests {
     #[test]
     fn endings_follow_the_status() {
         use EndStatus::*;
-        assert_eq!(encode_end(Complete, None, false), "data: {\"type\":\"finish\"}\n\ndata: [DONE]\n\n");
-        assert_eq!(encode_end(Complete, None, true), "data: [DONE]\n\n", "the text's own finish ends it");
-        assert_eq!(encode_end(Cancelled, None, true), "data: {\"type\":\"abort\"}\n\ndata: [DONE]\n\n");
+        let all = |finish| Served { held: 10, finish };
+        assert_eq!(encode_end(Complete, None, 10, all(false)), "data: {\"type\":\"finish\"}\n\ndata: [DONE]\n\n");
+        assert_eq!(encode_end(Complete, None, 10, all(true)), "data: [DONE]\n\n", "the text's own finish ends it");
+        assert_eq!(encode_end(Cancelled, None, 10, all(true)), "data: {\"type\":\"abort\"}\n\ndata: [DONE]\n\n");
         assert_eq!(
-            encode_end(Error, Some("model \"x\" failed"), false),
+            encode_end(Error, Some("model \"x\" failed"), 12, all(false)),
             "data: {\"type\":\"error\",\"errorText\":\"model \\\"x\\\" failed\"}\n\ndata: [DONE]\n\n"
         );
-        assert_eq!(Ending::of(Interrupted, None, true), Some(Ending::Error("the stream was interrupted".into())));
+        assert_eq!(Ending::of(Interrupted, None, 10, all(true)), Some(Ending::Error("the stream was interrupted".into())));
+    }
+
+    #[test]
+    fn a_reader_shown_lines_past_the_durable_length_gets_an_error_that_says_what_was_saved() {
+        use EndStatus::*;
+        let shown = Served { held: 30, finish: true };
+        for status in [Complete, Cancelled, Error, Interrupted] {
+            let ending = Ending::of(status, Some("why"), 20, shown);
+            assert_eq!(ending, Some(Ending::Unsaved { status, error: Some("why".into()), durable: 20, held: 30 }), "{status:?}");
+        }
+        assert_eq!(
+            Ending::of(Interrupted, Some("the object was lost"), 20, shown).unwrap().chunk(),
+            r#"{"type":"error","errorText":"only part of the answer shown was saved (20 of 30 UTF-16 units): the stream ended interrupted: the object was lost; reload to see the saved answer"}"#
+        );
+        assert_eq!(
+            Ending::of(Complete, None, 0, shown).unwrap().chunk(),
+            r#"{"type":"error","errorText":"only part of the answer shown was saved (0 of 30 UTF-16 units): the stream ended complete; reload to see the saved answer"}"#
+        );
+        assert_eq!(Ending::of(Complete, None, 30, shown), None, "everything shown is durable: the text's own finish ends it");
+
+        let end = Frame::End { seq: 20, status: Complete, error: None };
+        assert!(encode_frame(&end, shown).starts_with(r#"data: {"type":"error","errorText":"only part"#), "the live end of a short seal");
+        assert_eq!(encode_frame(&end, Served { held: 20, finish: false }), format!("data: {{\"type\":\"finish\"}}\n\n{DONE}"));
     }
 
     #[test]
@@ -677,5 +729,17 @@ mod tests {
             encode_durable("{\"type\":\"a\"}\n", 13, Some((EndStatus::Complete, None))),
             format!("data: {{\"type\":\"finish\"}}\n\n{DONE}")
         );
+    }
+
+    #[test]
+    fn a_durable_read_from_past_the_durable_text_of_an_ended_stream_says_what_was_saved() {
+        let text = "{\"type\":\"a\"}\n{\"type\":\"finish\"}\n"; // 13 + 18 units
+        let interrupted = Some((EndStatus::Interrupted, Some("lost")));
+        let unsaved = Ending::Unsaved { status: EndStatus::Interrupted, error: Some("lost".into()), durable: 31, held: 40 };
+        assert_eq!(encode_durable(text, 40, interrupted), format!("data: {}\n\n{DONE}", unsaved.chunk()));
+        let complete = Ending::Unsaved { status: EndStatus::Complete, error: None, durable: 31, held: 32 };
+        assert_eq!(encode_durable(text, 32, Some((EndStatus::Complete, None))), format!("data: {}\n\n{DONE}", complete.chunk()));
+        assert_eq!(encode_durable(text, 31, Some((EndStatus::Complete, None))), DONE, "at the end: nothing unsaved");
+        assert_eq!(encode_durable(text, 40, None), "", "still streaming: no ending yet");
     }
 }

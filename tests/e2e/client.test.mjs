@@ -1,17 +1,29 @@
-// public/client.js against the real runtime, with a real EventSource (the `eventsource` package):
-// a reader that ends holds exactly the durable text, whether the end comes live (`end`, whose
-// `seq` is the durable length) or through /text after the object lost the stream (the terminal
-// row is the truth, even when the reader was shown more live). Then the fixture recorder runs
-// into a temp dir and every fresh recording replays through client.js like the committed ones.
+// The readers that ship, against the real runtime: a reader that ends holds exactly the
+// durable text (the row is the truth once a stream has ended).
+//
+// public/client.js, with a real EventSource (the `eventsource` package): whether the end comes
+// live (`end`, whose `seq` is the durable length) or through /text after the object lost the
+// stream, it ends with the durable text, even when it was shown more live.
+//
+// public/chat-transport.js (its reader, `readUIStream`, which RindleChatTransport returns to the
+// AI SDK): a UI message cannot un-render chunks it was given, so when the lines it was shown go
+// past the durable length the stream ended with (a live seal that fell short; the object lost with
+// an unsaved tail, sealed `interrupted` by the lease), its stream ends with an `error` chunk that
+// says what was saved, and a reload gets exactly the durable lines and the row's ending.
+//
+// Then the fixture recorder runs into a temp dir and every fresh recording replays through
+// client.js like the committed ones.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { EventSource } from 'eventsource';
+import { readUIMessageStream } from 'ai';
 import { assembleDurableText, followStream } from '../../public/client.js';
+import { readUIStream } from '../../public/chat-transport.js';
 import { skipUnlessBuilt, startStack } from './harness.mjs';
-import { api, durableFromDb, newStream, ok } from './util.mjs';
+import { api, durableFromDb, newStream, ok, until } from './util.mjs';
 import { recordFixtures, RECORDER_VARS, STALE_VARS } from '../client/record-fixtures.mjs';
 import { assertFollowed, loadFixtures, replay, streamCases } from '../client/replay.mjs';
 
@@ -103,6 +115,140 @@ test('/text recovery from a terminal row: after a kill the reader ends with the 
   assert.equal(final.text, 'durable 🦀 ', 'the reader ends with exactly the terminal row');
   assert.equal(final.text, durable.text);
   assert.equal(final.seq, final.text.length);
+});
+
+// ---- the AI SDK transport's reader (chat-transport.js)
+
+const ndjson = (chunks) => chunks.map((c) => `${JSON.stringify(c)}\n`).join('');
+const linesOf = (text) => text.split('\n').slice(0, -1).map((line) => JSON.parse(line));
+
+/** The `error` ending of a reader shown lines past the durable length (README, "Endings"). */
+const unsaved = ({ status, durable, shown, error }) => ({
+  type: 'error',
+  errorText: `only part of the answer shown was saved (${durable} of ${shown} UTF-16 units): the stream ended ${status}${error ? `: ${error}` : ''}; reload to see the saved answer`,
+});
+
+/** An answer's NDJSON in two parts: `kept` (to be flushed) and `tail` (shown live only). */
+function answerParts(id) {
+  const kept = ndjson([
+    { type: 'start', messageId: id },
+    { type: 'text-start', id: 't' },
+    { type: 'text-delta', id: 't', delta: 'kept 👩🏽‍💻 東京 ' },
+  ]);
+  const tail = ndjson([
+    { type: 'text-delta', id: 't', delta: 'shown live, never durable 🇯🇵' },
+    { type: 'text-end', id: 't' },
+  ]);
+  return { kept, tail };
+}
+
+/**
+ * Reads `id`'s /ui with the transport's reader; `chunks` fills as they arrive, `untilChunks(n)`
+ * waits for n of them, `done` resolves with all of them once the stream ends.
+ */
+function readUi(id) {
+  const chunks = [];
+  const waiters = [];
+  const stream = readUIStream({
+    streamId: id,
+    token: stack.token(id, 'read'),
+    streamsUrl: stack.baseUrl,
+    // Reconnect quickly and never give up here: the ending must be the server's.
+    retry: { initialDelayMs: 100, maxDelayMs: 500, giveUpAfterMs: 120_000 },
+  });
+  const done = (async () => {
+    for await (const chunk of stream) {
+      chunks.push(chunk);
+      for (const w of waiters.splice(0)) w();
+    }
+    return chunks;
+  })();
+  const untilChunks = (n) =>
+    new Promise((resolve) => {
+      const check = () => (chunks.length >= n ? resolve() : waiters.push(check));
+      check();
+    });
+  return { chunks, untilChunks, done };
+}
+
+/** The UI message readUIMessageStream builds from `chunks`, and the errors it reports. */
+async function messageOf(chunks) {
+  const stream = new ReadableStream({
+    start(controller) {
+      for (const chunk of chunks) controller.enqueue(structuredClone(chunk));
+      controller.close();
+    },
+  });
+  let message;
+  const errors = [];
+  for await (const snapshot of readUIMessageStream({ stream, onError: (e) => errors.push(e.message) })) message = snapshot;
+  return { message, errors };
+}
+
+test('transport: a live end short of what was shown ends its stream with an error that says what was saved', { skip, timeout: 60_000 }, async () => {
+  const id = newStream(stack, 'ui-short');
+  const s = api(stack, id);
+  ok(await s.open(undefined, 'ui'), 'open');
+  const { kept, tail } = answerParts(id);
+  const reader = readUi(id);
+  ok(await s.append(kept), 'append');
+  assert.equal(ok(await s.flush(), 'flush').durableSeq, kept.length);
+  ok(await s.append(tail), 'append the tail');
+  const shownChunks = [...linesOf(kept), ...linesOf(tail)];
+  await reader.untilChunks(shownChunks.length);
+  const hold = refuseSeal(id);
+  try {
+    assert.equal((await s.close()).status, 503, 'the seal could not commit');
+    const chunks = await reader.done;
+    const ending = unsaved({ status: 'complete', durable: kept.length, shown: kept.length + tail.length });
+    assert.deepEqual(chunks, [...shownChunks, ending], 'every line shown, then the error that says what was saved');
+    const { errors } = await messageOf(chunks);
+    assert.deepEqual(errors, [ending.errorText], 'the AI SDK reports it (useChat shows status "error")');
+    assert.equal(durableFromDb(stack.db, id).text, kept, 'what D1 holds');
+  } finally {
+    hold.drop();
+  }
+  // The lease repairs the producer's seal from the lingering stream: now everything shown is
+  // saved, and a reload gets every line and the usual ending.
+  await until(() => durableFromDb(stack.db, id).row.status === 'complete', 'the lease to repair the seal', 15_000);
+  assert.deepEqual(await readUi(id).done, [...shownChunks, { type: 'finish' }]);
+});
+
+test('transport: after a kill the stream ends with the lease\'s interrupted error; shown past the durable text, the error says what was saved; a reload gets exactly the durable lines', { skip, timeout: 90_000 }, async () => {
+  // Two answers cut by the same kill: one all flushed, one with a tail that was only shown live.
+  const answers = [];
+  for (const flushTail of [true, false]) {
+    const id = newStream(stack, flushTail ? 'ui-kill-saved' : 'ui-kill-tail');
+    const s = api(stack, id);
+    ok(await s.open(undefined, 'ui'), 'open');
+    const { kept, tail } = answerParts(id);
+    const reader = readUi(id);
+    ok(await s.append(kept), 'append');
+    ok(await s.flush(), 'flush');
+    ok(await s.append(tail), 'append the tail');
+    if (flushTail) ok(await s.flush(), 'flush the tail');
+    answers.push({ id, kept, tail, flushTail, reader, shownChunks: [...linesOf(kept), ...linesOf(tail)] });
+  }
+  for (const a of answers) await a.reader.untilChunks(a.shownChunks.length);
+  await stack.kill(); // the object loses both streams; the lease seals their rows after the restart
+  await stack.restart();
+
+  for (const { id, kept, tail, flushTail, reader, shownChunks } of answers) {
+    const label = flushTail ? 'everything saved' : 'an unsaved tail';
+    const chunks = await reader.done;
+    const { row, text } = durableFromDb(stack.db, id);
+    assert.equal(row.status, 'interrupted', label);
+    assert.equal(text, flushTail ? kept + tail : kept, `${label}: what D1 holds`);
+    const ending = flushTail
+      ? { type: 'error', errorText: row.error }
+      : unsaved({ status: 'interrupted', durable: kept.length, shown: kept.length + tail.length, error: row.error });
+    assert.deepEqual(chunks, [...shownChunks, ending], `${label}: every line shown, then the ending`);
+
+    // A reload (the transport replays from 0) gets exactly the durable lines and the row's ending.
+    const reloaded = await readUi(id).done;
+    assert.deepEqual(reloaded, [...linesOf(text), { type: 'error', errorText: row.error }], `${label}: the reload`);
+    assert.deepEqual((await messageOf(reloaded)).message, (await messageOf(linesOf(text))).message, `${label}: the reloaded message is the durable one`);
+  }
 });
 
 test('the fixture recorder runs against the real runtime, and client.js follows every fresh recording', { skip, timeout: 180_000 }, async (t) => {

@@ -62,6 +62,10 @@ const ENDING = {
   finish: { id: undefined, data: '{"type":"finish"}' },
   abort: { id: undefined, data: '{"type":"abort"}' },
   error: (errorText) => ({ id: undefined, data: JSON.stringify({ type: 'error', errorText }) }),
+  /** A reader that holds lines past the durable length the stream ended with is told what was saved. */
+  unsaved: (status, durable, held, error) => ENDING.error(
+    `only part of the answer shown was saved (${durable} of ${held} UTF-16 units): the stream ended ${status}${error ? `: ${error}` : ''}; reload to see the saved answer`,
+  ),
   done: { id: undefined, data: '[DONE]' },
 };
 
@@ -168,13 +172,16 @@ test('a finished ui stream is served from D1: from any offset, at the start of i
   }
   const [text] = texts;
   const ends = expectedLines(text).map((e) => Number(e.id));
-  const froms = [0, ends[2], ends[2] + 1, ends[5] - 1, text.length, text.length + 100, r.int(0, text.length)];
+  const froms = [0, ends[2], ends[2] + 1, ends[5] - 1, text.length, r.int(0, text.length)];
   for (const from of froms) {
     const got = await readUi(plain, from);
     assert.equal(got.status, 200);
     assert.equal(got.headers.get('x-vercel-ai-ui-message-stream'), 'v1');
     assert.deepEqual(got.events, [...expectedLines(text, from), ENDING.finish, ENDING.done], `from ${from} (seed ${r.seed})`);
   }
+  // Past the durable text: the reader holds lines that were never saved, and is told so.
+  const past = await readUi(plain, text.length + 100);
+  assert.deepEqual(past.events, [ENDING.unsaved('complete', text.length, text.length + 100), ENDING.done], 'from past the end');
   const resumed = await readUi(plain, 0, { 'last-event-id': String(ends[3]) });
   assert.deepEqual(resumed.events, [...expectedLines(text, ends[3]), ENDING.finish, ENDING.done], 'Last-Event-ID wins over from=0');
   const own = await readUi(ownFinish, 0);

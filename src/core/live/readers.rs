@@ -48,15 +48,16 @@ struct Dialects {
 #[derive(Debug)]
 pub struct SharedFrame {
     pub frame: Frame,
-    /// The `ui` encoding of an `end` frame leaves out the `finish` chunk when the text holds one.
-    finish_seen: bool,
+    /// The lines served when the frame was made: the `ui` encoding of an `end` frame depends
+    /// on them (a `finish` line of the text's own, lines past the durable length).
+    served: ui::Served,
     events: OnceCell<String>,
     ui: OnceCell<String>,
 }
 
 impl SharedFrame {
-    fn new(frame: Frame, finish_seen: bool, encode_for: Dialects) -> Rc<Self> {
-        let shared = Self { frame, finish_seen, events: OnceCell::new(), ui: OnceCell::new() };
+    fn new(frame: Frame, served: ui::Served, encode_for: Dialects) -> Rc<Self> {
+        let shared = Self { frame, served, events: OnceCell::new(), ui: OnceCell::new() };
         if encode_for.events {
             shared.wire(Dialect::Events);
         }
@@ -70,7 +71,7 @@ impl SharedFrame {
     pub fn wire(&self, dialect: Dialect) -> &str {
         match dialect {
             Dialect::Events => self.events.get_or_init(|| sse::encode(&self.frame)),
-            Dialect::Ui => self.ui.get_or_init(|| ui::encode_frame(&self.frame, self.finish_seen)),
+            Dialect::Ui => self.ui.get_or_init(|| ui::encode_frame(&self.frame, self.served)),
         }
     }
 
@@ -142,8 +143,8 @@ pub(crate) struct Readers {
     writes: u64,
     /// The dialects live readers speak.
     dialects: Dialects,
-    /// A complete line of the text is a `finish` chunk (the `ui` encoding of `end` needs it).
-    finish_seen: bool,
+    /// The complete lines of a `ui` stream's text so far (the `ui` encoding of `end` needs them).
+    served: ui::Served,
 }
 
 impl Readers {
@@ -158,7 +159,7 @@ impl Readers {
             readers: BTreeMap::new(),
             writes: 0,
             dialects: Dialects::default(),
-            finish_seen: false,
+            served: ui::Served::default(),
         }
     }
 
@@ -171,9 +172,11 @@ impl Readers {
         self.pace
     }
 
-    /// A `finish` line entered the text: a `complete` end adds no `finish` of its own.
-    pub fn saw_finish_line(&mut self) {
-        self.finish_seen = true;
+    /// Complete lines entered a `ui` stream's text, which now ends at `end`; `finish`: one of
+    /// them is a `finish` chunk (a `complete` end then adds none of its own).
+    pub fn lines_entered(&mut self, end: u64, finish: bool) {
+        self.served.held = end;
+        self.served.finish |= finish;
     }
 
     fn readers_changed(&mut self) {
@@ -190,7 +193,7 @@ impl Readers {
     }
 
     fn share(&self, frame: Frame) -> Rc<SharedFrame> {
-        SharedFrame::new(frame, self.finish_seen, self.dialects)
+        SharedFrame::new(frame, self.served, self.dialects)
     }
 
     /// When the next deferred reader is due.
@@ -234,7 +237,7 @@ impl Readers {
         self.next_id += 1;
         let finished = replay.last().is_some_and(Frame::is_terminal);
         let only = Dialects { events: dialect == Dialect::Events, ui: dialect == Dialect::Ui };
-        let queue = replay.into_iter().map(|f| SharedFrame::new(f, self.finish_seen, only)).filter(|f| f.worth_queueing(dialect)).collect();
+        let queue = replay.into_iter().map(|f| SharedFrame::new(f, self.served, only)).filter(|f| f.worth_queueing(dialect)).collect();
         self.readers.insert(id, Reader { dialect, queue, finished, parked: false, wrote_at: None, deferred: false });
         self.readers_changed();
         id
@@ -246,7 +249,7 @@ impl Readers {
     pub fn fan_out(&mut self, frame: Frame, stale_frame: impl Fn() -> Frame, now: Millis) -> (Vec<ReaderId>, Vec<ReaderId>) {
         let shared = self.share(frame);
         let worth_ui = self.dialects.ui && shared.worth_queueing(Dialect::Ui);
-        let (finish_seen, dialects) = (self.finish_seen, self.dialects);
+        let (served, dialects) = (self.served, self.dialects);
         let mut stale = None;
         let pace = self.pacing();
         let mut wake = Vec::new();
@@ -258,7 +261,7 @@ impl Readers {
             if r.queue.len() >= self.cap {
                 // The queued frames are useless to a reader told to rejoin: free them now.
                 r.queue.clear();
-                let stale = stale.get_or_insert_with(|| SharedFrame::new(stale_frame(), finish_seen, dialects));
+                let stale = stale.get_or_insert_with(|| SharedFrame::new(stale_frame(), served, dialects));
                 r.queue.push_back(Rc::clone(stale));
                 r.finished = true;
                 r.deferred = false;

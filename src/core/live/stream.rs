@@ -516,10 +516,8 @@ impl LiveStream {
     fn push_lines(&mut self, piece: &[u8], now: Millis) -> Result<(), PushError> {
         let Some(assembler) = self.ui_lines.as_mut() else { return Ok(()) };
         let out = assembler.feed(piece);
-        if out.finish {
-            self.readers.saw_finish_line();
-        }
         self.append(&out.lines, now);
+        self.readers.lines_entered(self.buf.seq(), out.finish);
         match out.fault {
             Some(fault) => Err(PushError::BadChunk { bad: BadChunk { offset: self.seq(), fault }, receipt: self.receipt() }),
             None => Ok(()),
