@@ -9,7 +9,9 @@
 // For text-only, reasoning + text, and tool call + tool result + text answers (each with emoji,
 // CJK, a ZWJ sequence and a skin-tone modifier): the chunks the reader gets are exactly the
 // producer's chunks (no gap, no repeat), and the UI message `readUIMessageStream` builds from
-// them deep-equals the one it builds from the producer's own chunks; D1 holds them as NDJSON.
+// them deep-equals the one it builds from the producer's own chunks; D1 holds them as NDJSON; the
+// producer's calls are open, ONE append (still unanswered when the reader gets its first chunk:
+// a streaming body), close.
 // Then the endings: cancel (abort, the model stops), an upstream error, a UI error chunk, a text
 // stream read as ui (409), a bad token (403), and an unreachable stream API (give-up).
 // Replay a failure with E2E_SEED=<seed>.
@@ -60,6 +62,17 @@ const producerToken = (id) => signStreamToken({ secret: stack.secret, stream: id
 const readerToken = (id) => signStreamToken({ secret: stack.secret, stream: id, scope: 'read cancel' });
 const openUi = async (id, more = {}) => openStream({ baseUrl: stack.baseUrl, streamId: id, token: await producerToken(id), format: 'ui', ...more });
 
+/** A `fetch` for the producer helpers that records each stream API call: { action, answered }. */
+function recordingFetch(calls) {
+  return async (request) => {
+    const call = { action: new URL(request.url).pathname.split('/').pop(), answered: false };
+    calls.push(call);
+    const response = await fetch(request);
+    call.answered = true;
+    return response;
+  };
+}
+
 const API = 'http://app.invalid/api/chat';
 
 /**
@@ -80,8 +93,9 @@ function app(produce) {
     const { id: chatId, messages } = JSON.parse(init.body);
     assert.equal(messages.at(-1).role, 'user', 'the AI SDK sends the conversation');
     const id = newStream(stack, 'ui');
-    const stream = await openUi(id);
-    const answer = { id, chatId, stream, ...produce(stream, id) };
+    const calls = [];
+    const stream = await openUi(id, { fetch: recordingFetch(calls) });
+    const answer = { id, chatId, stream, calls, ...produce(stream, id) };
     answers.push(answer);
     return Response.json({ streamId: id, token: await readerToken(id) });
   };
@@ -106,14 +120,16 @@ const ask = (transport, chatId, abortSignal) =>
 
 /**
  * Read `stream` to its end, cutting `proxy`'s connections after the chunk counts in `cutAt`
- * (ascending). Returns { chunks, cuts }, cuts counting those that dropped a live connection.
+ * (ascending), calling `onFirstChunk()` when the first arrives. Returns { chunks, cuts }, cuts
+ * counting those that dropped a live connection.
  */
-async function readWithCuts(stream, proxy, cutAt, r) {
+async function readWithCuts(stream, proxy, cutAt, r, onFirstChunk = () => {}) {
   const chunks = [];
   let cuts = 0;
   let next = 0;
   for await (const chunk of stream) {
     chunks.push(chunk);
+    if (chunks.length === 1) onFirstChunk();
     if (next < cutAt.length && chunks.length >= cutAt[next]) {
       next += 1;
       // A random moment after this chunk, so some cuts land between SSE events and some inside one.
@@ -144,11 +160,16 @@ for (const kind of ['text', 'reasoning', 'tool']) {
     const transport = new RindleChatTransport({ api: API, streamsUrl: proxy.url, fetch: appFetch, onReconnect: (e) => reconnects.push(e) });
     try {
       const stream = await ask(transport, `chat-${kind}`);
-      const [{ id, produced, ended }] = answers;
+      const [{ id, produced, ended, calls }] = answers;
       // How many chunks the answer has: the script is deterministic, so count it offline.
       const total = (await drain(streamAnswer({ seed, kind }).toUIMessageStream(uiStreamOptions(id)))).length;
-      const { chunks, cuts } = await readWithCuts(stream, proxy, cutPoints(r, total, CUTS + 2), r);
+      let appendOpenAtFirstChunk;
+      const firstChunk = () => { appendOpenAtFirstChunk = calls.map((c) => [c.action, c.answered]); };
+      const { chunks, cuts } = await readWithCuts(stream, proxy, cutPoints(r, total, CUTS + 2), r, firstChunk);
       assert.equal((await ended).status, 'complete', label);
+      // The whole answer went as ONE append, still open (unanswered) when the reader got its first chunk.
+      assert.deepEqual(calls.map((c) => c.action), ['open', 'append', 'close'], `${label}: the producer's calls`);
+      assert.deepEqual(appendOpenAtFirstChunk, [['open', true], ['append', false]], `${label}: one streaming append`);
       assert.ok(cuts >= CUTS, `${label}: only ${cuts} cuts hit a live connection`);
       assert.ok(reconnects.length >= cuts, `${label}: ${reconnects.length} reconnects for ${cuts} cuts`);
       assert.ok(reconnects.every((e) => e.streamId === id && e.from > 0), `${label}: resumed mid-stream ${JSON.stringify(reconnects)}`);

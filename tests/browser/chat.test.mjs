@@ -8,16 +8,18 @@
 // In every case the rendered message's parts equal the source's (no duplicated text or
 // reasoning, no lost tool call): a plain send; the SSE connection cut twice mid-answer; a reload
 // mid-answer; a second tab opened mid-answer. Then `stop()` mid-answer ends with the row
-// `cancelled` (the model stops) and the page not streaming; and killing the runtime mid-answer
+// `cancelled` (the model stops) and the page not streaming, also on an answer resumed after a
+// reload; and killing the runtime mid-answer
 // leaves the page not streaming, with an error, within the lease (and the row `interrupted`
-// once the runtime is back). Screenshots: test-artifacts/chat*.png.
+// once the runtime is back; a reload then shows exactly the saved answer, the message of the
+// row's durable lines). Screenshots: test-artifacts/chat*.png.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { readUIMessageStream } from 'ai';
 import { ROOT, browserSession, skipUnlessBuilt, startStack } from '../e2e/harness.mjs';
-import { startProxy } from '../e2e/util.mjs';
+import { durableFromDb, startProxy, until } from '../e2e/util.mjs';
 import { seedOf, streamAnswer, uiStreamOptions } from '../../examples/chat/answer.js';
 
 const skip = skipUnlessBuilt();
@@ -159,13 +161,7 @@ async function assertShowsAnswer(page, { question, answerId }, label) {
 const rowOf = (id) => stack.db.get('SELECT status, error FROM messages WHERE id = ?', id);
 
 /** Wait (polling D1) until the row's status is `status`. */
-async function waitRow(id, status, ms = 15_000) {
-  const end = Date.now() + ms;
-  while (rowOf(id)?.status !== status) {
-    if (Date.now() > end) assert.fail(`row ${id} is ${JSON.stringify(rowOf(id))}, not ${status}, after ${ms} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
+const waitRow = (id, status, ms = 15_000) => until(() => rowOf(id)?.status === status, `row ${id} to be ${status}`, ms);
 
 // ---------------------------------------------------------------------------------------
 
@@ -193,14 +189,15 @@ test('chat: send a message: the answer renders reasoning, a tool call with its r
 test('chat: the SSE connection cut twice mid-answer: the transport resumes it, the parts equal the source', { skip, timeout: 60_000 }, async () => {
   const question = 'Weather in Zürich, with a cut connection?';
   const { page, answerId } = await startAnswer(question);
-  let lastFrom = 'none';
   for (const nth of ['first', 'second']) {
     // Cut while the answer streams over the current connection, then wait for the transport's
-    // reconnect (?from= the last id it delivered) and for the answer to move on over it.
-    const reconnected = page.waitForRequest((req) => /\/ui\?from=[1-9]/.test(req.url()) && !req.url().includes(`from=${lastFrom}&`));
+    // reconnect (?from= the last id it delivered) and for the answer to move on. (Any reconnect
+    // mid-answer: the page may still be rendering chunks of the cut connection, so the second cut
+    // can land before the new one delivered, and its reconnect then resumes from the same id.)
+    const reconnected = page.waitForRequest((req) => /\/ui\?from=[1-9]/.test(req.url()));
     const before = await page.evaluate(shownLength);
     assert.ok(proxy.cut() > 0, `the ${nth} cut dropped a live connection`);
-    lastFrom = new URL((await reconnected).url()).searchParams.get('from');
+    await reconnected;
     await page.waitForFunction(`(${shownLength})() > ${before}`, null, { polling: 20 });
   }
   await waitAnswered(page);
@@ -255,10 +252,29 @@ test('chat: stop() mid-answer cancels it: the model stops, the row ends `cancell
   await page.close();
 });
 
+test('chat: stop() on an answer resumed after a reload cancels it: the model stops, the row ends `cancelled`, the page is not streaming', { skip, timeout: 60_000 }, async () => {
+  const { page, answerId } = await startAnswer('Weather in Zürich, stopped after a reload?');
+  await page.reload();
+  // The resumed replay is streaming into the fresh page (StrictMode's double mount cancelled nothing).
+  await page.waitForSelector(`article[data-id="${answerId}"] [data-type="reasoning"]`);
+  await page.waitForFunction(() => document.getElementById('status').dataset.status === 'streaming', null, { polling: 20 });
+  assert.equal(rowOf(answerId).status, 'streaming', 'still answering when the resumed page stops it');
+  await page.click('#stop');
+  await page.waitForFunction(() => document.getElementById('status').dataset.status === 'ready', null, { polling: 20 });
+  await stack.waitForLog(new RegExp(`model_stopped ${answerId} (aborted|cancelled)`));
+  await stack.waitForLog(new RegExp(`answer_end ${answerId} cancelled`));
+  assert.equal(rowOf(answerId).status, 'cancelled');
+  assert.equal(await page.isDisabled('#stop'), true, 'not streaming');
+  assert.equal(await page.$('#error'), null, 'a stop is not an error');
+  await page.close();
+});
+
 // Last: it kills the runtime.
-test('chat: killing the runtime mid-answer leaves the page not streaming, with an error, within the lease', { skip, timeout: 90_000 }, async () => {
+test('chat: killing the runtime mid-answer leaves the page not streaming, with an error, within the lease; back up, a reload shows exactly the saved answer', { skip, timeout: 90_000 }, async () => {
   // The transport gives up after LEASE_MS without getting anything through.
   const { page, answerId } = await startAnswer('Weather in Tokyo, before the crash?', { query: `&giveUpAfterMs=${LEASE_MS}` });
+  // Kill once a checkpoint holds part of the answer, so the reload below has something to show.
+  await until(() => durableFromDb(stack.db, answerId).text.includes('\n'), 'a checkpoint of the answer');
   await stack.kill();
   await page.waitForFunction(() => document.getElementById('status').dataset.status === 'error', null, { polling: 50, timeout: LEASE_MS + 5000 });
   assert.match(await page.textContent('#error'), /gave up reconnecting/);
@@ -269,6 +285,17 @@ test('chat: killing the runtime mid-answer leaves the page not streaming, with a
   // Back up: the lease seals the lost answer `interrupted`; no row stays `streaming`.
   await stack.restart();
   await waitRow(answerId, 'interrupted', LEASE_MS + 10_000);
+
+  // A reload shows exactly what was saved: the message of the row's durable lines, nothing more.
+  const { text } = durableFromDb(stack.db, answerId);
+  const lines = text.split('\n').slice(0, -1).map((line) => JSON.parse(line));
+  let saved;
+  for await (const snapshot of readUIMessageStream({ stream: new ReadableStream({ start: (c) => { lines.forEach((l) => c.enqueue(l)); c.close(); } }) })) saved = snapshot;
+  await page.reload();
+  await page.waitForSelector(`article[data-id="${answerId}"]`);
+  await page.waitForFunction(() => document.getElementById('status').dataset.status === 'ready', null, { polling: 50 });
+  const [, answer] = await renderedMessages(page);
+  assert.deepEqual(answer.parts, saved.parts.map(projectPart), 'the reloaded answer is the durable one');
   await page.close();
   assert.deepEqual(pageErrors, [], 'no uncaught page errors');
 });
