@@ -17,9 +17,8 @@
 // Replay a failure with E2E_SEED=<seed>.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { readUIMessageStream } from 'ai';
 import { freePort, skipUnlessBuilt, startStack } from '../e2e/harness.mjs';
-import { newStream, rng, rows, seedFromEnv, startProxy } from '../e2e/util.mjs';
+import { newStream, rng, rows, seedFromEnv, startProxy, uiMessageOf } from '../e2e/util.mjs';
 import { openStream, signStreamToken } from '../../public/producer.js';
 import { RindleChatTransport, readUIStream } from '../../public/chat-transport.js';
 import { seedOf, streamAnswer, uiStreamOptions } from '../../examples/chat/answer.js';
@@ -42,20 +41,6 @@ async function drain(stream) {
   const out = [];
   for await (const value of stream) out.push(value);
   return out;
-}
-
-/** The UI message `readUIMessageStream` builds from these chunks (its last snapshot). */
-async function messageOf(chunks) {
-  const stream = new ReadableStream({
-    start(controller) {
-      for (const chunk of chunks) controller.enqueue(structuredClone(chunk));
-      controller.close();
-    },
-  });
-  let message;
-  const errors = [];
-  for await (const snapshot of readUIMessageStream({ stream, onError: (e) => errors.push(e.message) })) message = snapshot;
-  return { message, errors };
 }
 
 const producerToken = (id) => signStreamToken({ secret: stack.secret, stream: id, scope: 'write' });
@@ -182,8 +167,8 @@ for (const kind of ['text', 'reasoning', 'tool']) {
       // text, so the server adds no ending of its own.)
       const source = await produced;
       assert.deepEqual(chunks, source, `${label}: chunks differ`);
-      const want = await messageOf(source);
-      const got = await messageOf(chunks);
+      const want = await uiMessageOf(source);
+      const got = await uiMessageOf(chunks);
       assert.deepEqual(got, want, label);
       assert.deepEqual(got.errors, []);
       assert.equal(got.message.id, id, 'the UI message id is the stream id');

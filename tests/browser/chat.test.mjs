@@ -19,7 +19,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { readUIMessageStream } from 'ai';
 import { ROOT, browserSession, skipUnlessBuilt, startStack } from '../e2e/harness.mjs';
-import { durableFromDb, startProxy, until } from '../e2e/util.mjs';
+import { durableFromDb, startProxy, uiChunksOf, uiMessageOf, until } from '../e2e/util.mjs';
 import { seedOf, streamAnswer, uiStreamOptions } from '../../examples/chat/answer.js';
 
 const skip = skipUnlessBuilt();
@@ -235,39 +235,34 @@ test('chat: a second tab opened mid-answer shows the same answer; both end equal
   await page.close();
 });
 
-test('chat: stop() mid-answer cancels it: the model stops, the row ends `cancelled`, the page is not streaming', { skip, timeout: 60_000 }, async () => {
-  const { page, answerId } = await startAnswer('Weather in São Paulo, then stop?');
-  assert.equal(await page.isEnabled('#stop'), true, 'Stop is enabled while streaming');
-  await page.click('#stop');
-  await page.waitForFunction(() => document.getElementById('status').dataset.status === 'ready', null, { polling: 20 });
-  await stack.waitForLog(new RegExp(`model_stopped ${answerId} (aborted|cancelled)`));
-  await stack.waitForLog(new RegExp(`answer_end ${answerId} cancelled`));
-  assert.equal(rowOf(answerId).status, 'cancelled');
-  assert.equal(await page.isDisabled('#stop'), true, 'not streaming');
-  assert.equal(await page.$('#error'), null, 'a stop is not an error');
-  const [, answer] = await renderedMessages(page);
-  assert.equal(answer.id, answerId);
-  assert.equal(answer.parts.some((p) => p.type === 'text' && p.state === 'done'), false, 'the answer stopped before its text was done');
-  await page.screenshot({ path: join(SHOTS, 'chat-stopped.png'), fullPage: true });
-  await page.close();
-});
-
-test('chat: stop() on an answer resumed after a reload cancels it: the model stops, the row ends `cancelled`, the page is not streaming', { skip, timeout: 60_000 }, async () => {
-  const { page, answerId } = await startAnswer('Weather in Zürich, stopped after a reload?');
-  await page.reload();
-  // The resumed replay is streaming into the fresh page (StrictMode's double mount cancelled nothing).
-  await page.waitForSelector(`article[data-id="${answerId}"] [data-type="reasoning"]`);
-  await page.waitForFunction(() => document.getElementById('status').dataset.status === 'streaming', null, { polling: 20 });
-  assert.equal(rowOf(answerId).status, 'streaming', 'still answering when the resumed page stops it');
-  await page.click('#stop');
-  await page.waitForFunction(() => document.getElementById('status').dataset.status === 'ready', null, { polling: 20 });
-  await stack.waitForLog(new RegExp(`model_stopped ${answerId} (aborted|cancelled)`));
-  await stack.waitForLog(new RegExp(`answer_end ${answerId} cancelled`));
-  assert.equal(rowOf(answerId).status, 'cancelled');
-  assert.equal(await page.isDisabled('#stop'), true, 'not streaming');
-  assert.equal(await page.$('#error'), null, 'a stop is not an error');
-  await page.close();
-});
+for (const resumed of [false, true]) {
+  const what = resumed ? 'stop() on an answer resumed after a reload' : 'stop() mid-answer';
+  test(`chat: ${what} cancels it: the model stops, the row ends \`cancelled\`, the page is not streaming`, { skip, timeout: 60_000 }, async () => {
+    const { page, answerId } = await startAnswer(resumed ? 'Weather in Zürich, stopped after a reload?' : 'Weather in São Paulo, then stop?');
+    if (resumed) {
+      await page.reload();
+      // The resumed replay streams into the fresh page (StrictMode's double mount cancelled nothing).
+      await page.waitForSelector(`article[data-id="${answerId}"] [data-type="reasoning"]`);
+      await page.waitForFunction(() => document.getElementById('status').dataset.status === 'streaming', null, { polling: 20 });
+      assert.equal(rowOf(answerId).status, 'streaming', 'still answering when the resumed page stops it');
+    }
+    assert.equal(await page.isEnabled('#stop'), true, 'Stop is enabled while streaming');
+    await page.click('#stop');
+    await page.waitForFunction(() => document.getElementById('status').dataset.status === 'ready', null, { polling: 20 });
+    await stack.waitForLog(new RegExp(`model_stopped ${answerId} (aborted|cancelled)`));
+    await stack.waitForLog(new RegExp(`answer_end ${answerId} cancelled`));
+    assert.equal(rowOf(answerId).status, 'cancelled');
+    assert.equal(await page.isDisabled('#stop'), true, 'not streaming');
+    assert.equal(await page.$('#error'), null, 'a stop is not an error');
+    const [, answer] = await renderedMessages(page);
+    assert.equal(answer.id, answerId);
+    if (!resumed) {
+      assert.equal(answer.parts.some((p) => p.type === 'text' && p.state === 'done'), false, 'the answer stopped before its text was done');
+      await page.screenshot({ path: join(SHOTS, 'chat-stopped.png'), fullPage: true });
+    }
+    await page.close();
+  });
+}
 
 // Last: it kills the runtime.
 test('chat: killing the runtime mid-answer leaves the page not streaming, with an error, within the lease; back up, a reload shows exactly the saved answer', { skip, timeout: 90_000 }, async () => {
@@ -287,10 +282,7 @@ test('chat: killing the runtime mid-answer leaves the page not streaming, with a
   await waitRow(answerId, 'interrupted', LEASE_MS + 10_000);
 
   // A reload shows exactly what was saved: the message of the row's durable lines, nothing more.
-  const { text } = durableFromDb(stack.db, answerId);
-  const lines = text.split('\n').slice(0, -1).map((line) => JSON.parse(line));
-  let saved;
-  for await (const snapshot of readUIMessageStream({ stream: new ReadableStream({ start: (c) => { lines.forEach((l) => c.enqueue(l)); c.close(); } }) })) saved = snapshot;
+  const { message: saved } = await uiMessageOf(uiChunksOf(durableFromDb(stack.db, answerId).text));
   await page.reload();
   await page.waitForSelector(`article[data-id="${answerId}"]`);
   await page.waitForFunction(() => document.getElementById('status').dataset.status === 'ready', null, { polling: 50 });

@@ -19,11 +19,10 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { EventSource } from 'eventsource';
-import { readUIMessageStream } from 'ai';
 import { assembleDurableText, followStream } from '../../public/client.js';
 import { readUIStream } from '../../public/chat-transport.js';
 import { skipUnlessBuilt, startStack } from './harness.mjs';
-import { api, durableFromDb, newStream, ok, until } from './util.mjs';
+import { api, durableFromDb, ndjson, newStream, ok, uiChunksOf, uiMessageOf, until } from './util.mjs';
 import { recordFixtures, RECORDER_VARS, STALE_VARS } from '../client/record-fixtures.mjs';
 import { assertFollowed, loadFixtures, replay, streamCases } from '../client/replay.mjs';
 
@@ -37,13 +36,28 @@ test.after(async () => {
   await stack?.stop();
 });
 
+/** `until(n)` resolves once `size()` is at least n; call `grew()` whenever it may have grown. */
+function growth(size) {
+  const waiters = [];
+  return {
+    grew: () => {
+      for (const w of waiters.splice(0)) w();
+    },
+    until: (n) =>
+      new Promise((resolve) => {
+        const check = () => (size() >= n ? resolve() : waiters.push(check));
+        check();
+      }),
+  };
+}
+
 /**
  * Follows stream `id` with client.js; `texts` collects every onText. `untilText(n)` resolves
  * once the reader holds at least n UTF-16 units.
  */
 function follow(id, options = {}) {
   const texts = [];
-  const waiters = [];
+  const held = growth(() => handle.text.length);
   const handle = followStream({
     streamId: id,
     token: stack.token(id, 'read'),
@@ -51,16 +65,11 @@ function follow(id, options = {}) {
     EventSourceImpl: EventSource,
     onText: (text) => {
       texts.push(text);
-      for (const w of waiters.splice(0)) w();
+      held.grew();
     },
     ...options,
   });
-  const untilText = (n) =>
-    new Promise((resolve) => {
-      const check = () => (handle.text.length >= n ? resolve() : waiters.push(check));
-      check();
-    });
-  return { handle, texts, untilText };
+  return { handle, texts, untilText: held.until };
 }
 
 /** D1 refuses to change this row's status (a seal, or the lease's repair) until `drop()`. */
@@ -119,9 +128,6 @@ test('/text recovery from a terminal row: after a kill the reader ends with the 
 
 // ---- the AI SDK transport's reader (chat-transport.js)
 
-const ndjson = (chunks) => chunks.map((c) => `${JSON.stringify(c)}\n`).join('');
-const linesOf = (text) => text.split('\n').slice(0, -1).map((line) => JSON.parse(line));
-
 /** The `error` ending of a reader shown lines past the durable length (README, "Endings"). */
 const unsaved = ({ status, durable, shown, error }) => ({
   type: 'error',
@@ -148,7 +154,7 @@ function answerParts(id) {
  */
 function readUi(id) {
   const chunks = [];
-  const waiters = [];
+  const got = growth(() => chunks.length);
   const stream = readUIStream({
     streamId: id,
     token: stack.token(id, 'read'),
@@ -159,30 +165,11 @@ function readUi(id) {
   const done = (async () => {
     for await (const chunk of stream) {
       chunks.push(chunk);
-      for (const w of waiters.splice(0)) w();
+      got.grew();
     }
     return chunks;
   })();
-  const untilChunks = (n) =>
-    new Promise((resolve) => {
-      const check = () => (chunks.length >= n ? resolve() : waiters.push(check));
-      check();
-    });
-  return { chunks, untilChunks, done };
-}
-
-/** The UI message readUIMessageStream builds from `chunks`, and the errors it reports. */
-async function messageOf(chunks) {
-  const stream = new ReadableStream({
-    start(controller) {
-      for (const chunk of chunks) controller.enqueue(structuredClone(chunk));
-      controller.close();
-    },
-  });
-  let message;
-  const errors = [];
-  for await (const snapshot of readUIMessageStream({ stream, onError: (e) => errors.push(e.message) })) message = snapshot;
-  return { message, errors };
+  return { chunks, untilChunks: got.until, done };
 }
 
 test('transport: a live end short of what was shown ends its stream with an error that says what was saved', { skip, timeout: 60_000 }, async () => {
@@ -194,7 +181,7 @@ test('transport: a live end short of what was shown ends its stream with an erro
   ok(await s.append(kept), 'append');
   assert.equal(ok(await s.flush(), 'flush').durableSeq, kept.length);
   ok(await s.append(tail), 'append the tail');
-  const shownChunks = [...linesOf(kept), ...linesOf(tail)];
+  const shownChunks = [...uiChunksOf(kept), ...uiChunksOf(tail)];
   await reader.untilChunks(shownChunks.length);
   const hold = refuseSeal(id);
   try {
@@ -202,7 +189,7 @@ test('transport: a live end short of what was shown ends its stream with an erro
     const chunks = await reader.done;
     const ending = unsaved({ status: 'complete', durable: kept.length, shown: kept.length + tail.length });
     assert.deepEqual(chunks, [...shownChunks, ending], 'every line shown, then the error that says what was saved');
-    const { errors } = await messageOf(chunks);
+    const { errors } = await uiMessageOf(chunks);
     assert.deepEqual(errors, [ending.errorText], 'the AI SDK reports it (useChat shows status "error")');
     assert.equal(durableFromDb(stack.db, id).text, kept, 'what D1 holds');
   } finally {
@@ -227,7 +214,7 @@ test('transport: after a kill the stream ends with the lease\'s interrupted erro
     ok(await s.flush(), 'flush');
     ok(await s.append(tail), 'append the tail');
     if (flushTail) ok(await s.flush(), 'flush the tail');
-    answers.push({ id, kept, tail, flushTail, reader, shownChunks: [...linesOf(kept), ...linesOf(tail)] });
+    answers.push({ id, kept, tail, flushTail, reader, shownChunks: [...uiChunksOf(kept), ...uiChunksOf(tail)] });
   }
   for (const a of answers) await a.reader.untilChunks(a.shownChunks.length);
   await stack.kill(); // the object loses both streams; the lease seals their rows after the restart
@@ -246,8 +233,8 @@ test('transport: after a kill the stream ends with the lease\'s interrupted erro
 
     // A reload (the transport replays from 0) gets exactly the durable lines and the row's ending.
     const reloaded = await readUi(id).done;
-    assert.deepEqual(reloaded, [...linesOf(text), { type: 'error', errorText: row.error }], `${label}: the reload`);
-    assert.deepEqual((await messageOf(reloaded)).message, (await messageOf(linesOf(text))).message, `${label}: the reloaded message is the durable one`);
+    assert.deepEqual(reloaded, [...uiChunksOf(text), { type: 'error', errorText: row.error }], `${label}: the reload`);
+    assert.deepEqual((await uiMessageOf(reloaded)).message, (await uiMessageOf(uiChunksOf(text))).message, `${label}: the reloaded message is the durable one`);
   }
 });
 

@@ -16,6 +16,7 @@ import {
   durableFromDb,
   emojiText,
   isError,
+  ndjson,
   newStream,
   ok,
   openPost,
@@ -44,7 +45,6 @@ test.after(async () => {
 // ---------------------------------------------------------------------------------------
 // The oracle: what /ui must serve for a text, from the SPEC alone.
 
-const ndjson = (chunks) => chunks.map((c) => `${JSON.stringify(c)}\n`).join('');
 
 /** The /ui events of the complete lines of `text`, joined at the start of the line holding `from`. */
 function expectedLines(text, from = 0) {

@@ -165,6 +165,33 @@ export function d1Snapshot(db) {
   };
 }
 
+// ---- the `ui` format (SPEC §9): NDJSON text of AI SDK UI message chunks
+
+/** The NDJSON text of UI message chunks: one JSON line each. */
+export const ndjson = (chunks) => chunks.map((c) => `${JSON.stringify(c)}\n`).join('');
+
+/** The chunks of a `ui` stream's text: its complete lines, parsed (an unfinished last line never becomes one). */
+export const uiChunksOf = (text) => text.split('\n').slice(0, -1).map((line) => JSON.parse(line));
+
+/**
+ * The UI message the real `ai` package's `readUIMessageStream` builds from `chunks` (its last
+ * snapshot), and the errors it reports. (`ai` is imported here on first use, so the e2e files
+ * that never read a UI message do not load it.)
+ */
+export async function uiMessageOf(chunks) {
+  const { readUIMessageStream } = await import('ai');
+  const stream = new ReadableStream({
+    start(controller) {
+      for (const chunk of chunks) controller.enqueue(structuredClone(chunk));
+      controller.close();
+    },
+  });
+  let message;
+  const errors = [];
+  for await (const snapshot of readUIMessageStream({ stream, onError: (e) => errors.push(e.message) })) message = snapshot;
+  return { message, errors };
+}
+
 /**
  * The durable text straight from D1: the row's body followed by its chunk rows in seq order,
  * taking only the contiguous prefix (what SPEC §5 calls the durable text). `null` without a
