@@ -167,6 +167,8 @@ const waitRow = (id, status, ms = 15_000) => until(() => rowOf(id)?.status === s
 
 test('chat: send a message: the answer renders reasoning, a tool call with its result, and text, equal to the source', { skip, timeout: 60_000 }, async () => {
   const page = await context.newPage();
+  const origins = new Set();
+  page.on('request', (req) => origins.add(new URL(req.url()).origin));
   await openChat(page, newChatId());
   const question = 'Weather in Tokyo? 東京の天気 👍🏽';
   const answerId = await ask(page, question);
@@ -175,6 +177,7 @@ test('chat: send a message: the answer renders reasoning, a tool call with its r
   await waitRow(answerId, 'complete');
   await assertShowsAnswer(page, { question, answerId }, 'send');
   assert.equal(await page.isDisabled('#stop'), true, 'not streaming any more');
+  assert.deepEqual([...origins], [proxy.url], 'the page, its bundle and every request come from the app itself: no CDN');
   await page.screenshot({ path: join(SHOTS, 'chat.png'), fullPage: true });
 
   // A fresh page of the same chat shows the finished answer from D1, the same parts.
