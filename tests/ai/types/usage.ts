@@ -1,0 +1,59 @@
+// Type-checked (never run) by tests/ai/types.test.mjs with the real `ai` types: the `.d.ts` files
+// in public/ must describe modules an AI SDK app can use as the README shows, and they must not
+// be `any` (each `@ts-expect-error` below fails the check if the type let the mistake through).
+import { readUIMessageStream, streamText, type ChatTransport, type UIMessage, type UIMessageChunk } from 'ai';
+import { MockLanguageModelV4 } from 'ai/test';
+import { RindleChatTransport, readUIStream, type ReconnectEvent } from '../../../public/chat-transport.js';
+import { openStream, signStreamToken, encodeUIChunk, RindleError } from '../../../public/producer.js';
+import { followStream, applyFrame, initialState, type Frame } from '../../../public/client.js';
+
+type Env = { RINDLE: { fetch(request: Request): Promise<Response> }; STREAM_JWT_SECRET: string };
+
+// The page: the transport is an AI SDK ChatTransport.
+const transport: ChatTransport<UIMessage> = new RindleChatTransport({
+  api: '/api/chat',
+  retry: { giveUpAfterMs: 5_000 },
+  onReconnect: (e: ReconnectEvent) => void e.from.toFixed(),
+});
+// @ts-expect-error the retry budget is a number of milliseconds
+new RindleChatTransport({ retry: { giveUpAfterMs: '5s' } });
+void transport;
+
+// The producer: open, pipe the model's UI message stream, learn of a cancel.
+export async function produce(env: Env, answerId: string): Promise<string> {
+  const token = await signStreamToken({ secret: env.STREAM_JWT_SECRET, stream: answerId, scope: 'write' });
+  const stream = await openStream({ service: env.RINDLE, streamId: answerId, token, format: 'ui', meta: { chatId: 'c1' } });
+  const result = streamText({ model: new MockLanguageModelV4({}), prompt: 'hi', abortSignal: stream.signal });
+  const end = await stream.pipe(result.toUIMessageStream({ generateMessageId: () => answerId }));
+  await stream.append({ type: 'text-delta', id: 't1', delta: 'more' } satisfies UIMessageChunk);
+  // @ts-expect-error a ui stream takes UI message chunks, not strings
+  await stream.append('plain text');
+  const text = await openStream({ baseUrl: 'http://127.0.0.1:8787', streamId: `${answerId}-text`, token });
+  await text.pipe(result.textStream);
+  // @ts-expect-error a text stream takes strings, not chunks
+  await text.append({ type: 'text-delta', id: 't1', delta: 'x' });
+  const line: string = encodeUIChunk({ type: 'finish' });
+  try {
+    await text.close();
+  } catch (e) {
+    if (e instanceof RindleError) return `${e.status} ${e.code}`;
+  }
+  return `${end.status} ${end.durableSeq} ${line}`;
+}
+
+// A reader without useChat: the same chunks the AI SDK builds a message from.
+export async function read(streamId: string, token: string): Promise<UIMessage | undefined> {
+  let last: UIMessage | undefined;
+  for await (const message of readUIMessageStream({ stream: readUIStream({ streamId, token, from: 0 }) })) last = message;
+  return last;
+}
+
+// The plain-text reader.
+const handle = followStream({ streamId: 'm1', token: 't', onText: (text: string, seq: number) => void text.slice(seq) });
+const frame: Frame = { type: 'end', seq: 3, status: 'complete' };
+const state = applyFrame(initialState(''), frame);
+// @ts-expect-error a status is one of the four end statuses
+const wrong: Frame = { type: 'end', seq: 3, status: 'done' };
+void handle;
+void state.durableSeq;
+void wrong;
