@@ -602,6 +602,8 @@ fn open_is_refused_to_the_loser_of_a_race_on_the_host_column() {
         "{verdict:?}"
     );
     assert!(b.retired);
+    assert_eq!(b.disarmed, ["host-B"], "B marked nothing: the lease it armed is undone, so its alarm never touches A's row");
+    assert!(a.disarmed.is_empty());
     assert_eq!(a.stream.state(), StreamState::Live);
 }
 
@@ -1197,6 +1199,37 @@ fn the_seal_write_carries_from_so_a_trimming_sink_writes_only_the_unsaved_tail()
     assert_eq!(body, "6789abc");
     let tail = rindle_streams::core::utf16::slice(&body, write.from - write.body_from, u64::MAX);
     assert_eq!(tail, "abc", "the unsaved tail");
+}
+
+#[test]
+fn a_sink_refusing_the_first_mark_undoes_the_lease_so_a_row_another_producer_holds_is_never_sealed() {
+    let db = fresh_row();
+    db.exec("UPDATE messages SET status = 'streaming' WHERE id = 'm1'"); // a producer the app knows holds it
+    let mut d = Driver::opening(db, sink_cfg(), TOKEN);
+    d.arm_lease(Ok(()));
+    assert_eq!(d.lease_token.as_deref(), Some(TOKEN), "armed before the mark");
+    d.reply(Ok(StoreReply::Refused("another producer holds this message".into())));
+    assert!(matches!(opened(&d), Some(Err(OpenError::Refused(OpenRefused::BySink { .. })))));
+    assert_eq!(d.disarmed, [TOKEN], "the refusal proves nothing was marked: the lease is undone");
+    assert_eq!(d.lease_token, None, "no alarm of this open will seal the other producer's row");
+    d.advance(60_000);
+    assert_eq!(d.renewals, 0);
+    assert_eq!(d.db.status(STREAM), "streaming");
+}
+
+#[test]
+fn a_sink_refusal_after_a_failed_mark_attempt_keeps_the_lease_that_attempt_may_need() {
+    let mut d = Driver::opening(fresh_row(), sink_cfg(), TOKEN);
+    d.arm_lease(Ok(()));
+    let mark = d.reply(Err(StoreFailure("the sink timed out (it may have committed)".into())));
+    assert!(matches!(mark.op, StoreOp::MarkStreaming { .. }));
+    d.db.exec("UPDATE messages SET status = 'streaming' WHERE id = 'm1'"); // that attempt did commit
+    d.advance(50);
+    d.reply(Ok(StoreReply::Refused("already streaming".into()))); // a sink refusing our own replay
+    assert!(matches!(opened(&d), Some(Err(OpenError::Refused(OpenRefused::BySink { .. })))));
+    assert!(d.disarmed.is_empty(), "the failed attempt may have marked the row: the lease stays");
+    assert_eq!(alarm_after_eviction(&mut d, &sink_cfg(), false), Release::NotStreaming { status: "interrupted".into() });
+    assert_eq!(d.db.status(STREAM), "interrupted", "no row this object may have marked stays streaming");
 }
 
 #[test]

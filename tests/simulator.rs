@@ -336,7 +336,9 @@ impl Sim {
                     }
                 }
                 Output::Retired => self.retired = true,
-                Output::Wake(_) | Output::Event(_) | Output::RenewLease => {}
+                // A refused open undoes its arming (the object held nothing before it).
+                Output::DisarmLease { host_token } if self.lease_token.as_deref() == Some(host_token.as_str()) => self.lease_token = None,
+                Output::Wake(_) | Output::Event(_) | Output::RenewLease | Output::DisarmLease { .. } => {}
             }
         }
     }

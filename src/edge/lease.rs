@@ -10,6 +10,7 @@ use crate::core::hook::{InterruptCause, StreamNotice};
 use crate::core::live::lease::{self, Holding, HostColumn, LeaseDecision, LeaseRow, Release};
 use crate::core::live::{LiveStream, StoreFailure, StoreOp, StoreReply};
 use serde_json::json;
+use std::cell::RefCell;
 use std::time::Duration;
 use worker::State;
 
@@ -22,23 +23,48 @@ const HOST_TOKEN_KEY: &str = "hostToken";
 pub struct LeaseStore {
     state: State,
     lease: Duration,
+    /// The last arming (its host token) and what it replaced, so a refused open can undo it.
+    armed_over: RefCell<Option<(String, Stored)>>,
 }
+
+/// What a lease stores for its alarm: the stream id and the host token.
+type Stored = (Option<String>, Option<String>);
 
 impl LeaseStore {
     pub fn new(state: &State, lease_ms: u64) -> Self {
         // A second handle on the same JavaScript state object (`State` itself is not `Clone`).
         let raw: &wasm_bindgen::JsValue = state.as_raw().as_ref();
         let state = State::from(wasm_bindgen::JsCast::unchecked_into::<worker::worker_sys::DurableObjectState>(raw.clone()));
-        Self { state, lease: Duration::from_millis(lease_ms) }
+        Self { state, lease: Duration::from_millis(lease_ms), armed_over: RefCell::new(None) }
     }
 
     /// Stores what the alarm needs and sets it one lease from now. The open waits for this
     /// before it marks the row.
     pub async fn arm(&self, stream_id: &str, host_token: &str) -> worker::Result<()> {
+        let previous = self.stored().await;
+        *self.armed_over.borrow_mut() = Some((host_token.to_owned(), previous));
         let storage = self.state.storage();
         storage.put(STREAM_ID_KEY, stream_id).await?;
         storage.put(HOST_TOKEN_KEY, host_token).await?;
         storage.set_alarm(self.lease).await
+    }
+
+    /// Undoes the arming with `host_token` (its open was refused without marking the row):
+    /// restores what the lease stored before it, or stores nothing. The alarm stays set; when it
+    /// fires it finds what was restored, or nothing to guard.
+    pub async fn disarm(&self, host_token: &str) -> worker::Result<()> {
+        let Some((token, (stream_id, previous_token))) = self.armed_over.borrow_mut().take() else { return Ok(()) };
+        if token != host_token {
+            return Ok(());
+        }
+        let storage = self.state.storage();
+        for (key, value) in [(STREAM_ID_KEY, stream_id), (HOST_TOKEN_KEY, previous_token)] {
+            match value {
+                Some(v) => storage.put(key, v).await?,
+                None => storage.delete(key).await.map(drop)?,
+            }
+        }
+        Ok(())
     }
 
     /// Sets the alarm one lease from now.
@@ -47,7 +73,7 @@ impl LeaseStore {
     }
 
     /// The stream id and host token the last armed lease stored.
-    async fn stored(&self) -> (Option<String>, Option<String>) {
+    async fn stored(&self) -> Stored {
         let storage = self.state.storage();
         let stream_id = storage.get::<String>(STREAM_ID_KEY).await.ok().flatten();
         let token = storage.get::<String>(HOST_TOKEN_KEY).await.ok().flatten();
@@ -60,7 +86,12 @@ impl StreamObject {
     /// released. A write that fails is tried again a lease later, for as long as it takes: the
     /// runtime's own alarm retries give up after a few, and no row may stay `streaming`.
     pub(super) async fn lease_expired(&self) -> worker::Result<()> {
-        let (Some(stream_id), token) = self.lease_store()?.stored().await else { return Ok(()) };
+        let (Some(stream_id), token) = self.lease_store()?.stored().await else {
+            // Nothing armed here, or a refused open undid its arming: nothing to guard.
+            let known = self.object.borrow().as_ref().map(|o| o.shell.stream_id.clone()).unwrap_or_default();
+            log("info", "lease_released", &known, json!({"reason": "nothing armed"}));
+            return Ok(());
+        };
         let o = self.object(&stream_id).map_err(|e| worker::Error::RustError(e.message))?;
         let cfg = &o.setup.settings.stream;
         let mut row = None;

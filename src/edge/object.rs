@@ -22,7 +22,7 @@ pub struct StreamObject {
     pub(super) state: State,
     env: Env,
     setup: RefCell<Option<Rc<Setup>>>,
-    object: RefCell<Option<Rc<Object>>>,
+    pub(super) object: RefCell<Option<Rc<Object>>>,
 }
 
 /// An object that knows its stream.

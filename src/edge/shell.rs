@@ -221,6 +221,14 @@ impl Shell {
                 }
                 Output::Settled(settlement) => self.waiting.settle(settlement),
                 Output::ArmLease { host_token } => wasm_bindgen_futures::spawn_local(Rc::clone(self).arm_lease(host_token)),
+                Output::DisarmLease { host_token } => {
+                    let shell = Rc::clone(self);
+                    wasm_bindgen_futures::spawn_local(async move {
+                        if let Err(e) = shell.lease.disarm(&host_token).await {
+                            log("error", "lease_disarm_failed", &shell.stream_id, json!({"error": e.to_string()}));
+                        }
+                    });
+                }
                 Output::RenewLease => {
                     let shell = Rc::clone(self);
                     wasm_bindgen_futures::spawn_local(async move {

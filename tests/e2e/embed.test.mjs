@@ -5,8 +5,9 @@
 //
 // Asserted: the app's async authorizer decides every request and sees the reader's join offset
 // and the request's headers; a sink refuses an open with 409 open_refused naming its reason
-// (not a 503), and nothing is marked; the open operation carries the app's meta and the start
-// time, the seal write carries `from`; the event hook gets a checkpoint failure with its range;
+// (not a 503), and nothing is marked; a refused open undoes the lease it armed, so its alarm
+// never seals a row another producer holds; the open operation carries the app's meta and the
+// start time, the seal write carries `from`; the event hook gets a checkpoint failure with its range;
 // and a hook that panics aborts the WebAssembly instance (panic=abort), after which the lease
 // armed before the mark seals the lost stream's row `interrupted`, and the Worker serves again.
 import test from 'node:test';
@@ -77,6 +78,21 @@ test('a sink refuses an open with 409 open_refused naming its reason; the open c
   const [seal] = await until(() => appLogs('sink_seal', c.id).length && appLogs('sink_seal', c.id), 'the sink\'s seal line');
   assert.deepEqual(seal.fields, { from: 5, seq: 7, bodyFrom: 0 }, 'the seal says what was durable before it');
   assert.equal(ok(await c.text(), '/text').text, 'abc😀de');
+});
+
+test('a sink refusing an open of a row another producer holds: the lease armed before the mark is undone, and the row is never sealed by it', async () => {
+  const c = client(newStream(stack, 'held'));
+  stack.db.run(`UPDATE messages SET status = 'streaming' WHERE id = ?`, c.id); // a producer the app knows of holds it
+  isError(await c.open({ refuse: 'another producer holds this message' }), 409, 'open_refused', 'a refusing sink');
+  // The alarm armed before the mark still fires, and finds nothing armed (the refusal undid it).
+  const released = (l) => l.includes('"event":"lease_released"') && l.includes(`"streamId":"${c.id}"`) && l.includes('nothing armed');
+  const outcome = await until(
+    () => (rows(stack, c.id).row.status !== 'streaming' ? 'sealed' : stack.logs().split('\n').some(released) && 'left alone'),
+    'the alarm to fire',
+    LEASE_MS + 10_000,
+  );
+  assert.equal(outcome, 'left alone', `the alarm sealed the other producer's row ${JSON.stringify(rows(stack, c.id).row.status)}`);
+  assert.equal(rows(stack, c.id).row.status, 'streaming');
 });
 
 test('the event hook gets a checkpoint failure with its range; a panicking hook aborts the instance, and the lease seals the lost stream interrupted and tells the hook (LeaseExpired)', async () => {

@@ -25,8 +25,11 @@ pub struct Driver {
     pub retired: bool,
     /// The stream asked for its lease to be armed with this token, and awaits the answer.
     pub lease_to_arm: Option<String>,
-    /// The token the lease was armed with (what the object stores for its alarm).
+    /// The token the lease was armed with (what the object stores for its alarm); `None` again
+    /// once a refused open undid it.
     pub lease_token: Option<String>,
+    /// The tokens whose arming the stream asked to undo.
+    pub disarmed: Vec<String>,
     /// How many times the stream renewed its lease.
     pub renewals: u32,
 }
@@ -60,6 +63,7 @@ impl Driver {
             retired: false,
             lease_to_arm: None,
             lease_token: None,
+            disarmed: Vec::new(),
             renewals: 0,
         };
         d.drain();
@@ -79,6 +83,12 @@ impl Driver {
                 Output::Retired => self.retired = true,
                 Output::ArmLease { host_token } => {
                     assert!(self.lease_to_arm.replace(host_token).is_none(), "a second arm before the first was answered");
+                }
+                Output::DisarmLease { host_token } => {
+                    if self.lease_token.as_deref() == Some(host_token.as_str()) {
+                        self.lease_token = None; // the object held nothing before this open
+                    }
+                    self.disarmed.push(host_token);
                 }
                 Output::RenewLease => self.renewals += 1,
             }

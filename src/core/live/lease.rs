@@ -17,9 +17,12 @@
 //! **Ours.** With a host column mapped, the row is this object's only when the column holds the
 //! token this object stored when it armed the lease (the open's CAS token). Without one there is
 //! no token to compare: the object seals a `streaming` row under the stream id it stored. That
-//! id is stored only by an open that passed its probe (the row was not `streaming` then), and
-//! one Durable Object per stream id is the single-flight guard, so such a row was marked by this
-//! object, unless a producer outside this deployment marks rows too (map a host column then).
+//! id stays stored only for an open that may have marked the row: in tables mode it is stored
+//! after the probe passed (the row was not `streaming` then), and an open refused without having
+//! marked (the host read names another producer, or a custom sink refuses its first mark
+//! attempt) undoes its arming (`Output::DisarmLease`). One Durable Object per stream id is the
+//! single-flight guard, so such a row was marked by this object, unless a producer outside this
+//! deployment marks rows too (map a host column then).
 
 use super::stream::SealWrite;
 use crate::core::config::StreamConfig;

@@ -11,6 +11,11 @@
 //! - Each step has its own retries: a flaky probe does not use up the mark's. A failed host
 //!   read retries the mark with it (write-then-read is one attempt: a replayed mark whose first
 //!   reply was lost reads back its own token).
+//! - A refusal that proves this open never marked the row (the host read finds another
+//!   producer's token, or a sink refuses the first attempt of the mark) says so, and the stream
+//!   undoes the lease it armed: it guards nothing, and its alarm must not seal a row another
+//!   producer holds. A refusal after a failed attempt proves nothing (that attempt may have
+//!   committed), so the lease stays.
 
 use super::outbox::Outbox;
 use super::stream::{Millis, OpId, OpenError, OpenOutcome, Output, StoreFailure, StoreOp, StoreReply, Ticket};
@@ -35,6 +40,8 @@ pub(crate) struct Opener {
     step: Step,
     /// Failed attempts of the current step.
     retries: u32,
+    /// An attempt of the mark (or of its host read) failed: it may have committed.
+    mark_failed: bool,
     /// Failed attempts of every step (for `/stats`).
     pub retried: u32,
 }
@@ -66,7 +73,17 @@ enum Retry {
 pub(crate) enum Progress {
     Pending,
     Opened,
-    Failed(OpenError),
+    /// `marked_nothing`: the failure proves that no attempt of this open marked the row.
+    Failed {
+        error: OpenError,
+        marked_nothing: bool,
+    },
+}
+
+impl Progress {
+    fn refused(refused: OpenRefused, marked_nothing: bool) -> Self {
+        Progress::Failed { error: refused.into(), marked_nothing }
+    }
 }
 
 impl Opener {
@@ -78,11 +95,16 @@ impl Opener {
             CheckpointMode::Sink => Retry::Arm,
         };
         let step = send(first, &producer, now, out);
-        Self { ticket, producer, started_at: now, step, retries: 0, retried: 0 }
+        Self { ticket, producer, started_at: now, step, retries: 0, mark_failed: false, retried: 0 }
     }
 
     pub fn ticket(&self) -> Ticket<OpenOutcome> {
         self.ticket
+    }
+
+    /// This producer's claim on the row, which the lease was armed with.
+    pub fn host_token(&self) -> &str {
+        &self.producer.host_token
     }
 
     /// The lease is armed (the steps after arming hold it).
@@ -110,11 +132,13 @@ impl Opener {
             (Step::Probing(id), Ok(StoreReply::Probe(row))) if id == op => {
                 return match judge_probe(row.as_ref()) {
                     Ok(()) => self.next(Retry::Arm, out),
-                    Err(refused) => Progress::Failed(refused.into()),
+                    Err(refused) => Progress::refused(refused, true),
                 };
             }
             (Step::Marking(id), Ok(StoreReply::Refused(reason))) if id == op => {
-                return Progress::Failed(OpenRefused::BySink { reason }.into());
+                // The sink judged the row; after a failed attempt that may have committed, it may
+                // be refusing this open's own mark.
+                return Progress::refused(OpenRefused::BySink { reason }, !self.mark_failed);
             }
             (Step::Marking(id), Ok(_)) if id == op => match cfg.mode {
                 CheckpointMode::Tables { host_cas: true } => {
@@ -124,13 +148,17 @@ impl Opener {
                 _ => return Progress::Opened,
             },
             (Step::ReadingHost(id), Ok(StoreReply::Host(host))) if id == op => {
+                // Another producer's token: the mark's claim never applied, on any attempt.
                 return match judge_host(&self.producer.host_token, host.as_deref()) {
                     Ok(()) => Progress::Opened,
-                    Err(refused) => Progress::Failed(refused.into()),
+                    Err(refused) => Progress::refused(refused, true),
                 };
             }
             (Step::Probing(id), outcome) if id == op => (Retry::Probe, failure(outcome)),
-            (Step::Marking(id) | Step::ReadingHost(id), outcome) if id == op => (Retry::Mark, failure(outcome)),
+            (Step::Marking(id) | Step::ReadingHost(id), outcome) if id == op => {
+                self.mark_failed = true;
+                (Retry::Mark, failure(outcome))
+            }
             _ => return Progress::Pending, // a reply this handshake no longer awaits
         };
         self.failed(step, error, cfg, now)
@@ -171,7 +199,7 @@ impl Opener {
                 self.step = Step::Backoff { until: now + delay, step };
                 Progress::Pending
             }
-            None => Progress::Failed(error),
+            None => Progress::Failed { error, marked_nothing: false },
         }
     }
 }

@@ -148,6 +148,13 @@ pub enum Output {
     },
     /// Set the lease alarm one lease from now again (the stream is alive here).
     RenewLease,
+    /// Undo the [`Output::ArmLease`] with `host_token`: that open was refused without marking
+    /// the row, so its lease guards nothing, and its alarm must not seal a row another producer
+    /// holds. The object restores what its lease held before that arming (an earlier stream's
+    /// lease keeps guarding its row), or holds nothing.
+    DisarmLease {
+        host_token: String,
+    },
     /// A request settled.
     Settled(Settlement),
     /// Something worth one log line.
@@ -1038,6 +1045,12 @@ impl LiveStream {
             self.lease_renew_at = Some(now + self.cfg.lease_ms / 2);
         }
         let (ticket, retried) = (opener.ticket(), opener.retried);
+        // An open that armed its lease and is refused without having marked the row: the lease
+        // guards nothing (and another producer may hold the row), so it is undone.
+        let disarm = match &progress {
+            Progress::Failed { marked_nothing: true, .. } if opener.holds_lease() => Some(opener.host_token().to_owned()),
+            _ => None,
+        };
         match progress {
             Progress::Pending => {}
             Progress::Opened => {
@@ -1046,10 +1059,13 @@ impl LiveStream {
                 self.event(StreamEvent::Opened);
                 self.settle(Settlement::Opened(ticket, Ok(())));
             }
-            Progress::Failed(e) => {
+            Progress::Failed { error: e, .. } => {
                 self.stats.retries += u64::from(retried);
                 self.phase = Phase::Retired;
                 self.lease_renew_at = None;
+                if let Some(host_token) = disarm {
+                    self.out.push(Output::DisarmLease { host_token });
+                }
                 self.event(StreamEvent::OpenFailed(e.clone()));
                 self.settle(Settlement::Opened(ticket, Err(e)));
                 self.finish_readers(Frame::Absent);
