@@ -11,7 +11,7 @@ import {
 import { mockAnswer, mockText, mockTokens } from '../../mock/mock-text.mjs';
 import { startMockServer } from '../../mock/model-server.mjs';
 import { sseParser } from '../e2e/harness.mjs';
-import { rng } from '../e2e/util.mjs';
+import { rng, until } from '../e2e/util.mjs';
 import { assertFollowed, fakeBrowser, fromOf, loadFixtures, replay, streamCases, tick } from './replay.mjs';
 
 const FIXTURES = loadFixtures(fileURLToPath(new URL('./fixtures/', import.meta.url)));
@@ -547,17 +547,16 @@ describe('mock model server', () => {
     await reader.read();
     controller.abort();
     await reader.read().catch(() => {});
-    let log;
-    for (let i = 0; i < 200; i++) {
-      log = await requests();
-      if (log[0]?.aborted) break;
-      await new Promise((r) => setTimeout(r, 10));
-    }
-    assert.equal(log[0].aborted, true);
+    const log = await until(async () => {
+      const l = await requests();
+      return l[0]?.aborted && l;
+    }, 'the mock to record the abort', 2000);
     assert.equal(log[0].completed, false);
     assert.ok(log[0].tokensSent < 200);
     const sent = log[0].tokensSent;
-    await new Promise((r) => setTimeout(r, 100));
+    // A witness at the same rate: once its 5 tokens are out, the mock's timers have ticked 5
+    // times since, so a producer that kept going would have sent more.
+    await readSse(await post('/v1/chat/completions', 'tokens=5&rate=50'));
     assert.equal((await requests())[0].tokensSent, sent, 'the mock stops producing once the client is gone');
   });
 

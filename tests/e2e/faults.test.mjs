@@ -20,7 +20,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { skipUnlessBuilt, startStack } from './harness.mjs';
 import {
-  api, assertPrefix, checkFrames, durableFromDb, newStream, ok, rng, seedFromEnv, sleep, splitCodePoints, emojiText,
+  api, assertPrefix, checkFrames, durableFromDb, newStream, ok, rng, seedFromEnv, splitCodePoints, emojiText, until,
 } from './util.mjs';
 
 const skip = skipUnlessBuilt();
@@ -179,8 +179,7 @@ async function runStream({ kind, r, label, units, expectSealOk = false }) {
   // produced text (the seal committed despite a lost reply, or the lease retried it from the
   // lingering stream), or `interrupted` by the lease from what D1 holds.
   if (!sealOk) {
-    const by = Date.now() + LEASE_MS + 15_000;
-    while (stack.db.get(`SELECT status FROM messages WHERE id = ?`, id).status === 'streaming' && Date.now() < by) await sleep(50);
+    await until(() => stack.db.get(`SELECT status FROM messages WHERE id = ?`, id).status !== 'streaming', `${label}: the row to be sealed`, LEASE_MS + 15_000);
     const d = durableFromDb(stack.db, id);
     assert.equal(d.chunks.length, 0, `${label}: chunk rows left after the row was sealed`);
     if (d.row.status === 'complete') {

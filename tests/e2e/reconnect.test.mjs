@@ -6,7 +6,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { EventSource } from 'eventsource';
 import { skipUnlessBuilt, startStack } from './harness.mjs';
-import { api, emojiText, newStream, ok, rng, seedFromEnv, sleep, splitCodePoints, startProxy, withTimeout } from './util.mjs';
+import { api, emojiText, newStream, ok, rng, seedFromEnv, sleep, splitCodePoints, startProxy, until, withTimeout } from './util.mjs';
 
 const skip = skipUnlessBuilt();
 let stack;
@@ -94,13 +94,11 @@ test('EventSource cut off mid-stream reconnects by itself with Last-Event-ID and
     let i = 0;
     for (; i < third; i++) await push(i);
     // Let the client catch up with at least a few chunks before the cut.
-    for (const end = Date.now() + 10_000; (reader.text.length < sent || reader.chunks < 5) && Date.now() < end; ) await sleep(20);
-    assert.ok(reader.chunks >= 5, `the client saw ${reader.chunks} chunks before the cut`);
+    await until(() => reader.text.length >= sent && reader.chunks >= 5, () => `the client to catch up before the cut (${reader.chunks} chunks)`);
     const cutAt = { held: reader.text.length, lastId: reader.lastEventIds.at(-1), sent };
     assert.ok(proxy.cut() >= 1, 'the client had a live connection to cut');
     for (; i < 2 * third; i++) await push(i);
-    for (const end = Date.now() + 15_000; reader.opens.length < 2 && Date.now() < end; ) await sleep(20);
-    assert.ok(reader.opens.length >= 2, `the EventSource did not reconnect (requests ${proxy.requests.length}, errors ${reader.errors})`);
+    await until(() => reader.opens.length >= 2, () => `the EventSource to reconnect (requests ${proxy.requests.length}, errors ${reader.errors})`, 15_000);
     for (; i < pieces.length; i++) await push(i);
     assert.equal(sent, produced.length);
     const closed = ok(await s.close(), 'close');
