@@ -33,6 +33,13 @@ step "cargo clippy (the embedding example, examples/embed/, wasm32, -D warnings)
 cargo clippy --quiet -p rindle-embed-example --target wasm32-unknown-unknown -- -D warnings
 step "clippy: $(elapsed "$T")"
 
+# Broken intra-doc links (a renamed item, a link to a private one) fail here, not in a reader's
+# browser. The wasm32 target documents the core and the shell both.
+step "cargo doc (wasm32-unknown-unknown, -D warnings)"
+T="$(now)"
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --target wasm32-unknown-unknown
+step "cargo doc: $(elapsed "$T")"
+
 step "cargo test (native)"
 T="$(now)"
 cargo test

@@ -103,7 +103,7 @@ const VERIFIED_TOKENS: usize = 32;
 /// HS256 JWTs signed with the app's secret.
 ///
 /// A producer presents the same token on every append, so the signature check and the claims'
-/// decoding of a token are done once and remembered (the most recent [`VERIFIED_TOKENS`],
+/// decoding of a token are done once and remembered (the most recent `VERIFIED_TOKENS` (32),
 /// keyed by the whole token, signature included); what depends on the request (expiry against
 /// the caller's clock, the stream, the scope) is checked every time.
 pub struct JwtAuthorizer {

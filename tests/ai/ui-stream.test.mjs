@@ -17,20 +17,18 @@
 // Replay a failure with E2E_SEED=<seed>.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { freePort, skipUnlessBuilt, startStack } from '../e2e/harness.mjs';
+import { freePort, startStack } from '../e2e/harness.mjs';
 import { newStream, rng, rows, seedFromEnv, startProxy, uiMessageOf } from '../e2e/util.mjs';
 import { openStream, signStreamToken } from '../../public/producer.js';
 import { RindleChatTransport, readUIStream } from '../../public/chat-transport.js';
 import { seedOf, streamAnswer, uiStreamOptions } from '../../examples/chat/answer.js';
 
-const skip = skipUnlessBuilt();
 const SEED = seedFromEnv();
 const CUTS = 5;
 const PACE_MS = 6; // one model stream part every 6 ms: an answer lasts ~1 s, long enough to cut it 5+ times
 
 let stack;
 test.before(async () => {
-  if (skip) return;
   // SSE_RETRY_MS: the transport's first reconnect waits at most this long (the server's `retry:`).
   stack = await startStack({ name: 'ai-ui-stream', vars: { SSE_RETRY_MS: '50' } });
 });
@@ -135,7 +133,7 @@ function cutPoints(r, total, n) {
 }
 
 for (const kind of ['text', 'reasoning', 'tool']) {
-  test(`${kind} answer: the transport's chunks are the producer's, and readUIMessageStream builds the same message, across ${CUTS}+ cuts`, { skip }, async () => {
+  test(`${kind} answer: the transport's chunks are the producer's, and readUIMessageStream builds the same message, across ${CUTS}+ cuts`, async () => {
     const seed = (SEED ^ seedOf(kind)) >>> 0;
     const r = rng(seed);
     const label = `seed ${seed}`;
@@ -188,7 +186,7 @@ for (const kind of ['text', 'reasoning', 'tool']) {
   });
 }
 
-test('reconnectToStream mid-answer replays it whole from the start; with no answer streaming it is null', { skip }, async () => {
+test('reconnectToStream mid-answer replays it whole from the start; with no answer streaming it is null', async () => {
   const { fetch: appFetch, answers } = app(scripted({ seed: SEED, kind: 'full', delayMs: PACE_MS }));
   const transport = new RindleChatTransport({ api: API, streamsUrl: stack.baseUrl, fetch: appFetch });
   assert.equal(transport.resumeStreamIsReplay, true);
@@ -208,7 +206,7 @@ test('reconnectToStream mid-answer replays it whole from the start; with no answ
   assert.equal(await transport.reconnectToStream({ chatId: 'chat-replay' }), null, 'nothing streaming any more');
 });
 
-test('stop() (the abort signal) cancels the answer: the model stops, the row ends `cancelled`, other readers get `abort`', { skip }, async () => {
+test('stop() (the abort signal) cancels the answer: the model stops, the row ends `cancelled`, other readers get `abort`', async () => {
   let stopped;
   const modelStopped = new Promise((resolve) => { stopped = resolve; });
   const { fetch: appFetch, answers } = app(scripted({ seed: SEED, kind: 'full', words: 400, delayMs: 10, onStop: stopped }));
@@ -232,7 +230,7 @@ test('stop() (the abort signal) cancels the answer: the model stops, the row end
   assert.ok(seen.length < full.length, `stopped before the end (${seen.length} of ${full.length} chunks)`);
 });
 
-test('a finished answer read later (no cuts) replays the same chunks', { skip }, async () => {
+test('a finished answer read later (no cuts) replays the same chunks', async () => {
   const id = newStream(stack, 'ui-late');
   const stream = await openUi(id);
   const produced = await drain(streamAnswer({ seed: SEED, kind: 'full' }).toUIMessageStream(uiStreamOptions(id)));
@@ -242,7 +240,7 @@ test('a finished answer read later (no cuts) replays the same chunks', { skip },
   assert.deepEqual(chunks, produced);
 });
 
-test('an upstream that throws ends the stream `error`: readers get an `error` ending with its message', { skip }, async () => {
+test('an upstream that throws ends the stream `error`: readers get an `error` ending with its message', async () => {
   const id = newStream(stack, 'ui-throw');
   const stream = await openUi(id);
   let n = 0;
@@ -265,7 +263,7 @@ test('an upstream that throws ends the stream `error`: readers get an `error` en
   assert.equal(row.error, 'model connection reset 💥');
 });
 
-test('a UI `error` chunk from the SDK (a failed generation) ends the stream `error`', { skip }, async () => {
+test('a UI `error` chunk from the SDK (a failed generation) ends the stream `error`', async () => {
   const id = newStream(stack, 'ui-errchunk');
   const stream = await openUi(id);
   const produced = [{ type: 'start', messageId: id }, { type: 'error', errorText: 'rate limited 🐢' }];
@@ -277,7 +275,7 @@ test('a UI `error` chunk from the SDK (a failed generation) ends the stream `err
   assert.equal(rows(stack, id).row.status, 'error');
 });
 
-test('a text stream piped from the SDK textStream reads back as its text', { skip }, async () => {
+test('a text stream piped from the SDK textStream reads back as its text', async () => {
   const id = newStream(stack, 'text-pipe');
   const stream = await openStream({ baseUrl: stack.baseUrl, streamId: id, token: await producerToken(id) });
   const result = streamAnswer({ seed: SEED, kind: 'text' });
@@ -288,7 +286,7 @@ test('a text stream piped from the SDK textStream reads back as its text', { ski
   assert.ok(text.includes('👍🏽'));
 });
 
-test('readUIStream ends with an `error` chunk when the stream cannot be read: 409 text stream, 403 token, unreachable API', { skip }, async () => {
+test('readUIStream ends with an `error` chunk when the stream cannot be read: 409 text stream, 403 token, unreachable API', async () => {
   const id = newStream(stack, 'ui-wrong');
   const textStream = await openStream({ baseUrl: stack.baseUrl, streamId: id, token: await producerToken(id) });
   await textStream.append('plain text');
@@ -315,7 +313,7 @@ test('readUIStream ends with an `error` chunk when the stream cannot be read: 40
   assert.ok(reconnects.every((e, i) => i === 0 || e.attempt > reconnects[i - 1].attempt), 'attempts count up while nothing is delivered');
 });
 
-test('the Worker serves the shipped modules and their types as they are in public/', { skip }, async () => {
+test('the Worker serves the shipped modules and their types as they are in public/', async () => {
   const { readFileSync } = await import('node:fs');
   for (const file of ['chat-transport.js', 'chat-transport.d.ts', 'producer.js', 'producer.d.ts']) {
     const res = await fetch(`${stack.baseUrl}/${file}`);

@@ -18,11 +18,10 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { readUIMessageStream } from 'ai';
-import { ROOT, browserSession, skipUnlessBuilt, startStack } from '../e2e/harness.mjs';
+import { ROOT, browserSession, startStack } from '../e2e/harness.mjs';
 import { durableFromDb, startProxy, uiChunksOf, uiMessageOf, until } from '../e2e/util.mjs';
 import { seedOf, streamAnswer, uiStreamOptions } from '../../examples/chat/answer.js';
 
-const skip = skipUnlessBuilt();
 const SHOTS = join(ROOT, 'test-artifacts');
 const LEASE_MS = 3000;
 const WORDS = 40;
@@ -34,7 +33,6 @@ let context;
 let pageErrors = [];
 
 test.before(async () => {
-  if (skip) return;
   mkdirSync(SHOTS, { recursive: true });
   stack = await startStack({
     chat: true,
@@ -165,7 +163,7 @@ const waitRow = (id, status, ms = 15_000) => until(() => rowOf(id)?.status === s
 
 // ---------------------------------------------------------------------------------------
 
-test('chat: send a message: the answer renders reasoning, a tool call with its result, and text, equal to the source', { skip, timeout: 60_000 }, async () => {
+test('chat: send a message: the answer renders reasoning, a tool call with its result, and text, equal to the source', { timeout: 60_000 }, async () => {
   const page = await context.newPage();
   const origins = new Set();
   page.on('request', (req) => origins.add(new URL(req.url()).origin));
@@ -189,7 +187,7 @@ test('chat: send a message: the answer renders reasoning, a tool call with its r
   await page.close();
 });
 
-test('chat: the SSE connection cut twice mid-answer: the transport resumes it, the parts equal the source', { skip, timeout: 60_000 }, async () => {
+test('chat: the SSE connection cut twice mid-answer: the transport resumes it, the parts equal the source', { timeout: 60_000 }, async () => {
   const question = 'Weather in Zürich, with a cut connection?';
   const { page, answerId } = await startAnswer(question);
   for (const nth of ['first', 'second']) {
@@ -211,7 +209,7 @@ test('chat: the SSE connection cut twice mid-answer: the transport resumes it, t
   await assertShowsAnswer(page, { question, answerId }, 'cut');
   await page.close();
 });
-test('chat: a reload mid-answer replays the answer whole, once, into the fresh page', { skip, timeout: 60_000 }, async () => {
+test('chat: a reload mid-answer replays the answer whole, once, into the fresh page', { timeout: 60_000 }, async () => {
   const question = 'Weather in Seoul, after a reload?';
   const { page, answerId } = await startAnswer(question);
   await page.reload();
@@ -223,7 +221,7 @@ test('chat: a reload mid-answer replays the answer whole, once, into the fresh p
   await page.close();
 });
 
-test('chat: a second tab opened mid-answer shows the same answer; both end equal to the source', { skip, timeout: 60_000 }, async () => {
+test('chat: a second tab opened mid-answer shows the same answer; both end equal to the source', { timeout: 60_000 }, async () => {
   const question = 'Weather in Athens, in two tabs?';
   const { page, chatId, answerId } = await startAnswer(question);
   const second = await context.newPage();
@@ -240,7 +238,7 @@ test('chat: a second tab opened mid-answer shows the same answer; both end equal
 
 for (const resumed of [false, true]) {
   const what = resumed ? 'stop() on an answer resumed after a reload' : 'stop() mid-answer';
-  test(`chat: ${what} cancels it: the model stops, the row ends \`cancelled\`, the page is not streaming`, { skip, timeout: 60_000 }, async () => {
+  test(`chat: ${what} cancels it: the model stops, the row ends \`cancelled\`, the page is not streaming`, { timeout: 60_000 }, async () => {
     const { page, answerId } = await startAnswer(resumed ? 'Weather in Zürich, stopped after a reload?' : 'Weather in São Paulo, then stop?');
     if (resumed) {
       await page.reload();
@@ -268,7 +266,7 @@ for (const resumed of [false, true]) {
 }
 
 // Last: it kills the runtime.
-test('chat: killing the runtime mid-answer leaves the page not streaming, with an error, within the lease; back up, a reload shows exactly the saved answer', { skip, timeout: 90_000 }, async () => {
+test('chat: killing the runtime mid-answer leaves the page not streaming, with an error, within the lease; back up, a reload shows exactly the saved answer', { timeout: 90_000 }, async () => {
   // The transport gives up after LEASE_MS without getting anything through.
   const { page, answerId } = await startAnswer('Weather in Tokyo, before the crash?', { query: `&giveUpAfterMs=${LEASE_MS}` });
   // Kill once a checkpoint holds part of the answer, so the reload below has something to show.

@@ -9,11 +9,10 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import {
-  ROOT, browserSession, skipUnlessBuilt, startMock, startStack,
+  ROOT, browserSession, startMock, startStack,
 } from '../e2e/harness.mjs';
 import { mockText, mockTokens } from '../../mock/mock-text.mjs';
 
-const skip = skipUnlessBuilt();
 const SHOTS = join(ROOT, 'test-artifacts');
 const TERMINAL = ['complete', 'cancelled', 'error', 'interrupted', 'disconnected'];
 
@@ -24,7 +23,6 @@ let context;
 let pageErrors = [];
 
 test.before(async () => {
-  if (skip) return;
   mkdirSync(SHOTS, { recursive: true });
   mock = await startMock();
   stack = await startStack({ name: 'browser-demo', vars: { DEV_MODE: '1', DEV_MOCK_MODEL_URL: mock.url } });
@@ -95,7 +93,7 @@ const rowOf = (id) => stack.db.get('SELECT status, body, seq, error FROM message
 
 // ---------------------------------------------------------------------------------------
 
-test('demo: a response survives "Drop connection", a reader tab joins mid-stream, both end with exactly the mock text, and the D1 read-back matches', { skip, timeout: 90_000 }, async () => {
+test('demo: a response survives "Drop connection", a reader tab joins mid-stream, both end with exactly the mock text, and the D1 read-back matches', { timeout: 90_000 }, async () => {
   const choice = { format: 'anthropic', tokens: 300, rate: 50, seed: 7 };
   const expected = mockText(choice);
   const page = await context.newPage();
@@ -178,7 +176,7 @@ test('demo: a response survives "Drop connection", a reader tab joins mid-stream
   assert.deepEqual(pageErrors, [], 'no uncaught page errors');
 });
 
-test('demo: Stop cancels a response mid-stream: it ends cancelled, the upstream is aborted, the D1 read-back matches the text shown', { skip, timeout: 60_000 }, async () => {
+test('demo: Stop cancels a response mid-stream: it ends cancelled, the upstream is aborted, the D1 read-back matches the text shown', { timeout: 60_000 }, async () => {
   const choice = { format: 'openai-chat', tokens: 400, rate: 60, seed: 8 };
   const full = mockText(choice);
   const page = await context.newPage();
@@ -215,7 +213,7 @@ test('demo: Stop cancels a response mid-stream: it ends cancelled, the upstream 
   assert.deepEqual(pageErrors, []);
 });
 
-test('demo: an upstream failure ends the response as error and shows the Worker\'s message', { skip, timeout: 60_000 }, async () => {
+test('demo: an upstream failure ends the response as error and shows the Worker\'s message', { timeout: 60_000 }, async () => {
   const choice = { format: 'openai-responses', tokens: 40, rate: 0, seed: 9, fail: 'error' };
   const beforeFailure = mockTokens(choice).slice(0, 20).join(''); // the mock fails at tokens / 2
   const page = await context.newPage();

@@ -12,10 +12,9 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
-import { mintToken, skipUnlessBuilt, startStack, TEST_SECRET } from './harness.mjs';
+import { mintToken, startStack, TEST_SECRET } from './harness.mjs';
 import { api, d1Snapshot, insertRow, insidePair, ok, openPost, parseSse, rawRequest, uniqueId } from './util.mjs';
 
-const skip = skipUnlessBuilt();
 const MAX_APPEND_BYTES = 1_048_576; // the default (wrangler.toml)
 const INTERVAL_MS = 50; // CHECKPOINT_INTERVAL_MS of this stack
 /** The live stream's text: astral characters at known offsets (a pair starts at 2 and at 9). */
@@ -31,7 +30,6 @@ let denialBody; // the body of a 403, to compare every denial with
 const results = { cases: 0 };
 
 test.before(async () => {
-  if (skip) return;
   stack = await startStack({ name: 'e2e-bad-input', vars: { CHECKPOINT_INTERVAL_MS: String(INTERVAL_MS) } });
   LIVE = insertRow(stack, uniqueId('bad-live'));
   PENDING = insertRow(stack, uniqueId('bad-pending'));
@@ -414,7 +412,7 @@ add('header: 200 headers of 100 bytes on a valid /text → 200', () => req({
 // ---------------------------------------------------------------------------------------
 
 for (const c of cases) {
-  test(c.name, { skip, timeout: 30_000 }, async () => {
+  test(c.name, { timeout: 30_000 }, async () => {
     results.cases++;
     const before = d1Snapshot(stack.db);
     const liveBefore = await liveState();
@@ -439,7 +437,7 @@ async function refusedThenNext(id, token, refused) {
   return { first, next, get };
 }
 
-test('a refused, unread request body (70 KB to 4 MiB) does not break the next request', { skip, timeout: 60_000 }, async () => {
+test('a refused, unread request body (70 KB to 4 MiB) does not break the next request', { timeout: 60_000 }, async () => {
   // Regression: wrangler dev answered the request after an early refusal 503 "Your worker
   // restarted mid-request" until the object discarded unread bodies before answering.
   const id = insertRow(stack, uniqueId('bad-next'));
@@ -459,7 +457,6 @@ test('a refused, unread request body (70 KB to 4 MiB) does not break the next re
 });
 
 test('a refused 9 MiB request body (over MAX_APPEND_BYTES, read and discarded: the limit is 100 MiB) does not break the next request', {
-  skip,
   timeout: 60_000,
 }, async () => {
   const id = insertRow(stack, uniqueId('bad-next9'));
@@ -477,7 +474,6 @@ test('a refused 9 MiB request body (over MAX_APPEND_BYTES, read and discarded: t
 });
 
 test('HEAD /events on a live stream answers at once and attaches no reader', {
-  skip,
   timeout: 30_000,
 }, async () => {
   const id = insertRow(stack, uniqueId('bad-head'));
@@ -493,7 +489,7 @@ test('HEAD /events on a live stream answers at once and attaches no reader', {
   assert.equal(readersAfter, readersBefore, 'a HEAD request attached a reader');
 });
 
-test('bad-input battery summary', { skip }, (t) => {
+test('bad-input battery summary', (t) => {
   t.diagnostic(`${results.cases} bad-input cases ran (each its own test above); nothing was written to D1 by any of them`);
   assert.ok(results.cases >= 40, `only ${results.cases} cases`);
   const ndjson = cases.filter((c) => c.name.startsWith('ndjson:')).length;
@@ -501,7 +497,7 @@ test('bad-input battery summary', { skip }, (t) => {
   assert.ok(ndjson >= 15, `only ${ndjson} NDJSON cases`);
 });
 
-test('ndjson: the lines before a bad one stay; the bad one and the rest of the request are refused', { skip, timeout: 30_000 }, async () => {
+test('ndjson: the lines before a bad one stay; the bad one and the rest of the request are refused', { timeout: 30_000 }, async () => {
   const line = (delta) => `${JSON.stringify({ type: 'text-delta', id: 't', delta })}\n`;
   for (const streaming of [false, true]) {
     const id = insertRow(stack, uniqueId('bad-ui-rest'));

@@ -21,16 +21,15 @@ import { join } from 'node:path';
 import { EventSource } from 'eventsource';
 import { assembleDurableText, followStream } from '../../public/client.js';
 import { readUIStream } from '../../public/chat-transport.js';
-import { skipUnlessBuilt, startStack } from './harness.mjs';
+import { startStack } from './harness.mjs';
 import { api, durableFromDb, ndjson, newStream, ok, uiChunksOf, uiMessageOf, until } from './util.mjs';
 import { recordFixtures, RECORDER_VARS, STALE_VARS } from '../client/record-fixtures.mjs';
 import { assertFollowed, loadFixtures, replay, streamCases } from '../client/replay.mjs';
 
-const skip = skipUnlessBuilt();
 let stack;
 
 test.before(async () => {
-  if (!skip) stack = await startStack({ name: 'e2e-client', vars: RECORDER_VARS });
+  stack = await startStack({ name: 'e2e-client', vars: RECORDER_VARS });
 });
 test.after(async () => {
   await stack?.stop();
@@ -79,7 +78,7 @@ function refuseSeal(id) {
   return { drop: () => stack.db.exec(`DROP TRIGGER IF EXISTS "${name}"`) };
 }
 
-test('live end short of what was shown: the reader ends holding exactly the durable text, end.seq long', { skip, timeout: 60_000 }, async () => {
+test('live end short of what was shown: the reader ends holding exactly the durable text, end.seq long', { timeout: 60_000 }, async () => {
   const id = newStream(stack, 'client-end');
   const s = api(stack, id);
   ok(await s.open(), 'open');
@@ -106,7 +105,7 @@ test('live end short of what was shown: the reader ends holding exactly the dura
   }
 });
 
-test('/text recovery from a terminal row: after a kill the reader ends with the interrupted row, not its longer live text', { skip, timeout: 90_000 }, async () => {
+test('/text recovery from a terminal row: after a kill the reader ends with the interrupted row, not its longer live text', { timeout: 90_000 }, async () => {
   const id = newStream(stack, 'client-evicted');
   const s = api(stack, id);
   ok(await s.open(), 'open');
@@ -172,7 +171,7 @@ function readUi(id) {
   return { chunks, untilChunks: got.until, done };
 }
 
-test('transport: a live end short of what was shown ends its stream with an error that says what was saved', { skip, timeout: 60_000 }, async () => {
+test('transport: a live end short of what was shown ends its stream with an error that says what was saved', { timeout: 60_000 }, async () => {
   const id = newStream(stack, 'ui-short');
   const s = api(stack, id);
   ok(await s.open(undefined, 'ui'), 'open');
@@ -201,7 +200,7 @@ test('transport: a live end short of what was shown ends its stream with an erro
   assert.deepEqual(await readUi(id).done, [...shownChunks, { type: 'finish' }]);
 });
 
-test('transport: after a kill the stream ends with the lease\'s interrupted error; shown past the durable text, the error says what was saved; a reload gets exactly the durable lines', { skip, timeout: 90_000 }, async () => {
+test('transport: after a kill the stream ends with the lease\'s interrupted error; shown past the durable text, the error says what was saved; a reload gets exactly the durable lines', { timeout: 90_000 }, async () => {
   // Two answers cut by the same kill: one all flushed, one with a tail that was only shown live.
   const answers = [];
   for (const flushTail of [true, false]) {
@@ -238,7 +237,7 @@ test('transport: after a kill the stream ends with the lease\'s interrupted erro
   }
 });
 
-test('the fixture recorder runs against the real runtime, and client.js follows every fresh recording', { skip, timeout: 180_000 }, async (t) => {
+test('the fixture recorder runs against the real runtime, and client.js follows every fresh recording', { timeout: 180_000 }, async (t) => {
   const staleStack = await startStack({ name: 'e2e-client-stale', vars: STALE_VARS });
   const dir = mkdtempSync(join(os.tmpdir(), 'rindle-fixtures-'));
   try {

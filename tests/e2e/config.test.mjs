@@ -2,7 +2,7 @@
 // development-only switches stay off in a default configuration.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startStack, skipUnlessBuilt } from './harness.mjs';
+import { startStack } from './harness.mjs';
 
 const cases = [
   { vars: { CHECKPOINT_CHARS: 'lots' }, names: 'CHECKPOINT_CHARS' },
@@ -12,7 +12,7 @@ const cases = [
   { vars: { TEST_FAULTS: 'rate=0.5;kinds=before' }, names: 'TEST_FAULTS' },
 ];
 
-test('a bad configuration is refused with a message naming the setting', { skip: skipUnlessBuilt() }, async (t) => {
+test('a bad configuration is refused with a message naming the setting', async (t) => {
   for (const { vars, names } of cases) {
     const stack = await startStack({ vars });
     try {
@@ -31,7 +31,7 @@ test('a bad configuration is refused with a message naming the setting', { skip:
   }
 });
 
-test('the development endpoints answer 404 unless DEV_MODE=1', { skip: skipUnlessBuilt() }, async () => {
+test('the development endpoints answer 404 unless DEV_MODE=1', async () => {
   const stack = await startStack({ vars: { DEV_MODE: '0' } });
   try {
     const res = await fetch(`${stack.baseUrl}/dev/session`, { method: 'POST', body: '{}' });

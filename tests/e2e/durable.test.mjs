@@ -3,12 +3,11 @@
 // window, fail and cancel, and the SSE wire details (headers, retry, Last-Event-ID, ping).
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { skipUnlessBuilt, startStack } from './harness.mjs';
+import { startStack } from './harness.mjs';
 import {
   api, call, checkFrames, emojiText, newStream, ok, readWholeSse, rng, rows, seedFromEnv, splitCodePoints, until, untilEnd,
 } from './util.mjs';
 
-const skip = skipUnlessBuilt();
 const LINGER_MS = 3000;
 const KEEPALIVE_MS = 400;
 let stack;
@@ -16,7 +15,6 @@ let stack;
 let lingering;
 
 test.before(async () => {
-  if (skip) return;
   // A large CHECKPOINT_CHARS and a long interval, so only flush/close commit in these tests.
   const vars = { KEEPALIVE_MS: String(KEEPALIVE_MS), CHECKPOINT_CHARS: '100000', CHECKPOINT_INTERVAL_MS: '60000' };
   [stack, lingering] = await Promise.all([
@@ -42,7 +40,7 @@ async function produce(prefix, text, seed = 1, on = stack) {
   return s;
 }
 
-test('flush returns the produced UTF-16 length as seq and durableSeq, and the D1 row seq equals it', { skip, timeout: 60_000 }, async (t) => {
+test('flush returns the produced UTF-16 length as seq and durableSeq, and the D1 row seq equals it', { timeout: 60_000 }, async (t) => {
   const seed = seedFromEnv();
   t.diagnostic(`seed ${seed}`);
   const produced = emojiText(rng(seed), 1500);
@@ -81,7 +79,7 @@ test('flush returns the produced UTF-16 length as seq and durableSeq, and the D1
   ok(await s.close(), 'close');
 });
 
-test('/text is the produced text before close (body + chunk rows) and after close (compacted)', { skip, timeout: 60_000 }, async (t) => {
+test('/text is the produced text before close (body + chunk rows) and after close (compacted)', { timeout: 60_000 }, async (t) => {
   const seed = seedFromEnv();
   t.diagnostic(`seed ${seed}`);
   const produced = emojiText(rng(seed), 2000);
@@ -120,14 +118,14 @@ test('/text is the produced text before close (body + chunk rows) and after clos
   assert.deepEqual(sealed, { text: produced, seq: produced.length, status: 'complete', format: 'text' });
 });
 
-test('/text for a stream with no message row is 404 no_row', { skip, timeout: 60_000 }, async () => {
+test('/text for a stream with no message row is 404 no_row', { timeout: 60_000 }, async () => {
   const s = api(stack, 'text-no-such-row');
   const res = await s.text();
   assert.equal(res.status, 404, res.raw);
   assert.equal(res.json.error, 'no_row');
 });
 
-test('a reader joining within the linger window gets the tail and end', { skip, timeout: 30_000 }, async () => {
+test('a reader joining within the linger window gets the tail and end', { timeout: 30_000 }, async () => {
   const produced = `linger ${emojiText(rng(3), 300)}`;
   const s = await produce('linger', produced, 1, lingering);
   const early = await s.events(0); // attached (its open frame arrived) before close: gets end live
@@ -157,7 +155,7 @@ test('a reader joining within the linger window gets the tail and end', { skip, 
   assert.equal(earlyGot.end.seq, produced.length);
 });
 
-test('after the linger window a join gets absent, and only absent; /text has the text', { skip, timeout: 30_000 }, async () => {
+test('after the linger window a join gets absent, and only absent; /text has the text', { timeout: 30_000 }, async () => {
   const produced = `gone ${emojiText(rng(4), 100)}`;
   const s = await produce('after-linger', produced);
   ok(await s.close(), 'close');
@@ -177,7 +175,7 @@ test('after the linger window a join gets absent, and only absent; /text has the
   assert.equal(ok(await s.text(), '/text').text, produced);
 });
 
-test('fail seals the stream with status error: readers get end with the error, the row records it', { skip, timeout: 60_000 }, async () => {
+test('fail seals the stream with status error: readers get end with the error, the row records it', { timeout: 60_000 }, async () => {
   const s = await produce('fail', 'partial answer 🙈');
   const reader = await s.events(0);
   const res = ok(await s.fail('upstream model timed out'), 'fail');
@@ -196,7 +194,7 @@ test('fail seals the stream with status error: readers get end with the error, t
   assert.equal(rows(stack, s.id).row.status, 'error');
 });
 
-test('cancel reaches the producer on its next append, and close then seals cancelled', { skip, timeout: 60_000 }, async () => {
+test('cancel reaches the producer on its next append, and close then seals cancelled', { timeout: 60_000 }, async () => {
   const s = await produce('cancel', 'abc');
   const c = ok(await s.cancel(), 'cancel');
   assert.ok(c, 'cancel answers JSON');
@@ -208,7 +206,7 @@ test('cancel reaches the producer on its next append, and close then seals cance
   assert.equal(rows(stack, s.id).row.status, 'cancelled');
 });
 
-test('SSE wire: headers, retry first, open/chunk ids only, Last-Event-ID wins over from, bad from means 0, : ping when idle', { skip, timeout: 20_000 }, async () => {
+test('SSE wire: headers, retry first, open/chunk ids only, Last-Event-ID wins over from, bad from means 0, : ping when idle', { timeout: 20_000 }, async () => {
   const s = await produce('wire', 'hello 🌍 world');
   // Raw bytes: the body starts with the retry line.
   const res = await fetch(s.eventsUrl(0));
@@ -254,7 +252,7 @@ test('SSE wire: headers, retry first, open/chunk ids only, Last-Event-ID wins ov
   ok(await s.close(), 'close');
 });
 
-test('the open meta body is accepted, and a bad open body is 400 bad_json', { skip, timeout: 60_000 }, async () => {
+test('the open meta body is accepted, and a bad open body is 400 bad_json', { timeout: 60_000 }, async () => {
   const id = newStream(stack, 'meta');
   const s = api(stack, id);
   const bad = await call(s.url('open'), { method: 'POST', headers: { authorization: `Bearer ${s.token}` }, body: '{"meta": ' });

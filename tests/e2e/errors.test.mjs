@@ -5,14 +5,13 @@
 // Worker's write, scoped to the one stream under test and dropped afterwards.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { mintToken, skipUnlessBuilt, startStack } from './harness.mjs';
+import { mintToken, startStack } from './harness.mjs';
 import { api, call, checkFrames, isError, newStream, ok, rows, untilEnd } from './util.mjs';
 
-const skip = skipUnlessBuilt();
 let stack;
 
 test.before(async () => {
-  if (!skip) stack = await startStack({ name: 'e2e-errors' });
+  stack = await startStack({ name: 'e2e-errors' });
 });
 test.after(async () => {
   await stack?.stop();
@@ -31,7 +30,7 @@ async function withTrigger(name, ddl, fn) {
 // ---------------------------------------------------------------------------------------
 // open
 
-test('open refused: no message row → 409 open_refused', { skip, timeout: 60_000 }, async () => {
+test('open refused: no message row → 409 open_refused', { timeout: 60_000 }, async () => {
   const id = 'open-missing-row';
   const s = api(stack, id);
   isError(await s.open(), 409, 'open_refused', 'open without a row');
@@ -39,7 +38,7 @@ test('open refused: no message row → 409 open_refused', { skip, timeout: 60_00
   isError(await s.append('x'), 404, 'not_open', 'append after a refused open');
 });
 
-test('open refused: row already advanced (seq non-zero) → 409 open_refused, row untouched', { skip, timeout: 60_000 }, async () => {
+test('open refused: row already advanced (seq non-zero) → 409 open_refused, row untouched', { timeout: 60_000 }, async () => {
   const id = newStream(stack, 'open-advanced');
   stack.db.run(`UPDATE messages SET seq = 5, body = 'hello', status = 'complete' WHERE id = ?`, id);
   const before = rows(stack, id).row;
@@ -47,7 +46,7 @@ test('open refused: row already advanced (seq non-zero) → 409 open_refused, ro
   assert.deepEqual(rows(stack, id).row, before);
 });
 
-test('open refused: row already streaming → 409 open_refused, row untouched', { skip, timeout: 60_000 }, async () => {
+test('open refused: row already streaming → 409 open_refused, row untouched', { timeout: 60_000 }, async () => {
   const id = newStream(stack, 'open-streaming');
   stack.db.run(`UPDATE messages SET status = 'streaming', host = 'someone-else' WHERE id = ?`, id);
   const before = rows(stack, id).row;
@@ -55,7 +54,7 @@ test('open refused: row already streaming → 409 open_refused, row untouched', 
   assert.deepEqual(rows(stack, id).row, before);
 });
 
-test('open refused: already open here → 409 open_refused, the live stream carries on', { skip, timeout: 60_000 }, async () => {
+test('open refused: already open here → 409 open_refused, the live stream carries on', { timeout: 60_000 }, async () => {
   const id = newStream(stack, 'open-twice');
   const s = api(stack, id);
   ok(await s.open(), 'first open');
@@ -68,7 +67,7 @@ test('open refused: already open here → 409 open_refused, the live stream carr
   assert.equal(rows(stack, id).row.body, 'abcdef');
 });
 
-test('open succeeds once the row exists, after an open was refused for a missing row', { skip, timeout: 60_000 }, async () => {
+test('open succeeds once the row exists, after an open was refused for a missing row', { timeout: 60_000 }, async () => {
   const id = `open-late-row-${Date.now()}`;
   const s = api(stack, id);
   isError(await s.open(), 409, 'open_refused', 'open before the row exists');
@@ -79,7 +78,7 @@ test('open succeeds once the row exists, after an open was refused for a missing
   assert.equal(rows(stack, id).row.body, 'ok');
 });
 
-test('concurrent opens of one stream: exactly one wins, the others are 409 open_refused', { skip, timeout: 60_000 }, async () => {
+test('concurrent opens of one stream: exactly one wins, the others are 409 open_refused', { timeout: 60_000 }, async () => {
   const id = newStream(stack, 'open-race');
   const s = api(stack, id);
   const answers = await Promise.all(Array.from({ length: 5 }, () => s.open()));
@@ -94,7 +93,7 @@ test('concurrent opens of one stream: exactly one wins, the others are 409 open_
 // ---------------------------------------------------------------------------------------
 // append / flush / close
 
-test('append to a stream never opened → 404 not_open (flush and close too)', { skip, timeout: 60_000 }, async () => {
+test('append to a stream never opened → 404 not_open (flush and close too)', { timeout: 60_000 }, async () => {
   const id = newStream(stack, 'never-opened');
   const s = api(stack, id);
   isError(await s.append('x'), 404, 'not_open', 'append');
@@ -104,7 +103,7 @@ test('append to a stream never opened → 404 not_open (flush and close too)', {
   assert.deepEqual([row.status, row.seq, row.body, chunks.length], ['pending', 0, '', 0], 'nothing was written');
 });
 
-test('append after close → 409 closed (and after fail)', { skip, timeout: 60_000 }, async () => {
+test('append after close → 409 closed (and after fail)', { timeout: 60_000 }, async () => {
   const s = api(stack, newStream(stack, 'after-close'));
   ok(await s.open(), 'open');
   ok(await s.append('done'), 'append');
@@ -118,7 +117,7 @@ test('append after close → 409 closed (and after fail)', { skip, timeout: 60_0
   isError(await f.append('more'), 409, 'closed', 'append after fail');
 });
 
-test('append of invalid UTF-8 → 400 bad_utf8; the row, the chunks and the stream are unchanged', { skip, timeout: 60_000 }, async () => {
+test('append of invalid UTF-8 → 400 bad_utf8; the row, the chunks and the stream are unchanged', { timeout: 60_000 }, async () => {
   const s = api(stack, newStream(stack, 'bad-utf8'));
   ok(await s.open(), 'open');
   ok(await s.append('good 😀'), 'append');
@@ -149,7 +148,7 @@ test('append of invalid UTF-8 → 400 bad_utf8; the row, the chunks and the stre
   assert.equal(got.text, 'good 😀!');
 });
 
-test('append over MAX_APPEND_BYTES → 413 too_large, nothing pushed', { skip, timeout: 30_000 }, async () => {
+test('append over MAX_APPEND_BYTES → 413 too_large, nothing pushed', { timeout: 30_000 }, async () => {
   const s = api(stack, newStream(stack, 'too-large'));
   ok(await s.open(), 'open');
   ok(await s.append('small'), 'append');
@@ -164,7 +163,7 @@ test('append over MAX_APPEND_BYTES → 413 too_large, nothing pushed', { skip, t
   assert.equal(rows(stack, s.id).row.body, 'small');
 });
 
-test('flush when the checkpoint cannot commit → 503 checkpoint_failed with seq and durableSeq; recovers after', { skip, timeout: 30_000 }, async () => {
+test('flush when the checkpoint cannot commit → 503 checkpoint_failed with seq and durableSeq; recovers after', { timeout: 30_000 }, async () => {
   const id = newStream(stack, 'ckpt-fail');
   const s = api(stack, id);
   ok(await s.open(), 'open');
@@ -187,7 +186,7 @@ test('flush when the checkpoint cannot commit → 503 checkpoint_failed with seq
   ok(await s.close(), 'close');
 });
 
-test('close when the seal cannot commit → 503 seal_failed with seq and durableSeq; readers still get end', { skip, timeout: 30_000 }, async () => {
+test('close when the seal cannot commit → 503 seal_failed with seq and durableSeq; readers still get end', { timeout: 30_000 }, async () => {
   const id = newStream(stack, 'seal-fail');
   const s = api(stack, id);
   ok(await s.open(), 'open');
@@ -249,7 +248,7 @@ async function ask(id, [method, action, body], token) {
 
 
 for (const [kind, make] of Object.entries(BAD_TOKENS)) {
-  test(`bad token (${kind}) → 403 forbidden with the same body on every route, nothing touched`, { skip, timeout: 60_000 }, async () => {
+  test(`bad token (${kind}) → 403 forbidden with the same body on every route, nothing touched`, { timeout: 60_000 }, async () => {
     // A live stream with text, so a leak of any kind would show.
     const id = newStream(stack, `auth-${kind.replace(/\W+/g, '-')}`);
     const s = api(stack, id);
@@ -277,7 +276,7 @@ for (const [kind, make] of Object.entries(BAD_TOKENS)) {
   });
 }
 
-test('a token with one scope is denied the routes of the others', { skip, timeout: 60_000 }, async () => {
+test('a token with one scope is denied the routes of the others', { timeout: 60_000 }, async () => {
   const id = newStream(stack, 'auth-scopes');
   const s = api(stack, id);
   ok(await s.open(), 'open');
@@ -297,7 +296,7 @@ test('a token with one scope is denied the routes of the others', { skip, timeou
   ok(await s.close(), 'close');
 });
 
-test('a denial is byte-identical for an existing stream and a missing one (status, headers, body)', { skip, timeout: 60_000 }, async () => {
+test('a denial is byte-identical for an existing stream and a missing one (status, headers, body)', { timeout: 60_000 }, async () => {
   const live = newStream(stack, 'exists');
   const s = api(stack, live);
   ok(await s.open(), 'open');
@@ -332,7 +331,7 @@ test('a denial is byte-identical for an existing stream and a missing one (statu
 // ---------------------------------------------------------------------------------------
 // Routes
 
-test('unknown routes are 404 JSON, a wrong method is 405 JSON with Allow, a bad stream id is 400', { skip, timeout: 60_000 }, async () => {
+test('unknown routes are 404 JSON, a wrong method is 405 JSON with Allow, a bad stream id is 400', { timeout: 60_000 }, async () => {
   const tok = stack.token('r1');
   const h = { authorization: `Bearer ${tok}` };
   for (const path of ['/streams/r1/nope', '/streams/r1', '/streams/', '/nope', '/streams/r1/open/extra']) {
@@ -356,7 +355,7 @@ test('unknown routes are 404 JSON, a wrong method is 405 JSON with Allow, a bad 
 // throws "Can't read from request stream after response has been sent" when a Durable Object
 // answers before the body piped into it was read: cloudflare/workerd#918).
 
-test('a refusal that leaves the body unread does not disturb the next request (403, 404, 409, 413, bad route)', { skip, timeout: 120_000 }, async () => {
+test('a refusal that leaves the body unread does not disturb the next request (403, 404, 409, 413, bad route)', { timeout: 120_000 }, async () => {
   const s = api(stack, newStream(stack, 'unread-body'));
   ok(await s.open(), 'open');
   const victim = await s.events(0); // a reader that must not notice anything either

@@ -15,12 +15,11 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { skipUnlessBuilt, startStack } from './harness.mjs';
+import { startStack } from './harness.mjs';
 import {
   api, assertPrefix, checkFrames, isError, newStream, ok, rows, until, percentile, rng, seedFromEnv, sleep, splitCodePoints, emojiText,
 } from './util.mjs';
 
-const skip = skipUnlessBuilt();
 const KILLS = Number(process.env.EVICTION_KILLS ?? 20);
 const LEASE_MS = 1500;
 /** After the restart answers, the alarm must have sealed the row within the lease plus this. */
@@ -30,7 +29,6 @@ const LOOP_BUDGET_MS = 6 * 60_000;
 
 let stack;
 test.before(async () => {
-  if (skip) return;
   stack = await startStack({
     name: 'e2e-eviction',
     // Small checkpoints so every stream has committed chunk rows AND an uncommitted tail.
@@ -70,7 +68,7 @@ function streamingAppend(c, pieces, gapMs) {
   return state;
 }
 
-test(`kill -9 and restart mid-stream ${KILLS} times: the lease seals every row interrupted, losing nothing committed`, { skip, timeout: LOOP_BUDGET_MS + 60_000 }, async (t) => {
+test(`kill -9 and restart mid-stream ${KILLS} times: the lease seals every row interrupted, losing nothing committed`, { timeout: LOOP_BUDGET_MS + 60_000 }, async (t) => {
   const seed = seedFromEnv();
   const r = rng(seed);
   t.diagnostic(`seed ${seed} (E2E_SEED=${seed} replays the texts)`);
@@ -205,7 +203,7 @@ async function sealedByTheLease(id, label) {
   return row;
 }
 
-test('a kill between the mark\'s commit and its reply: the lease armed before the mark seals the row interrupted; a reader that joined while it opened was attached; a reopen is refused', { skip, timeout: 120_000 }, async () => {
+test('a kill between the mark\'s commit and its reply: the lease armed before the mark seals the row interrupted; a reader that joined while it opened was attached; a reopen is refused', { timeout: 120_000 }, async () => {
   // The mark commits, then its reply is held back for ever: the open hangs until the kill.
   await stack.restart({ vars: { DEV_MODE: '1', TEST_FAULTS: 'rate=1;kinds=hold;ops=mark' } });
   const c = api(stack, newStream(stack, 'hold'));
@@ -226,7 +224,7 @@ test('a kill between the mark\'s commit and its reply: the lease armed before th
   isError(await c.open(), 409, 'open_refused', 'a reopen of the interrupted row');
 });
 
-test('every reply to the mark lost: the open answers 503, and the lease armed before the mark seals the row interrupted; a reopen is refused', { skip, timeout: 120_000 }, async () => {
+test('every reply to the mark lost: the open answers 503, and the lease armed before the mark seals the row interrupted; a reopen is refused', { timeout: 120_000 }, async () => {
   await stack.restart({ vars: { DEV_MODE: '1', TEST_FAULTS: 'rate=1;kinds=lost;ops=mark' } });
   const c = api(stack, newStream(stack, 'lost'));
   isError(await c.open(), 503, 'store_unavailable', 'an open whose every mark reply was lost');

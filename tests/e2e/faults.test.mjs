@@ -18,12 +18,11 @@
 // at rate 0.3 too; LEASE_MS=2000 so a failed seal's repair is seen within the test.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { skipUnlessBuilt, startStack } from './harness.mjs';
+import { startStack } from './harness.mjs';
 import {
   api, assertPrefix, checkFrames, durableFromDb, newStream, ok, rng, seedFromEnv, splitCodePoints, emojiText, until,
 } from './util.mjs';
 
-const skip = skipUnlessBuilt();
 const LEASE_MS = 2000;
 const STREAMS_PER_KIND = Number(process.env.FAULT_STREAMS ?? 3);
 const SEED = seedFromEnv();
@@ -39,7 +38,6 @@ let stack;
 const totals = [];
 
 test.before(async () => {
-  if (skip) return;
   stack = await startStack({ name: 'e2e-faults', vars: { ...BASE_VARS, TEST_FAULTS: faultSpec('before', 0.3, 0) } });
 });
 test.after(async () => {
@@ -196,7 +194,7 @@ async function runStream({ kind, r, label, units, expectSealOk = false }) {
 }
 
 for (const [k, kind] of ['before', 'lost', 'readback'].entries()) {
-  test(`D1 faults "${kind}" at rate 0.3: P at every /text read, S for readers joining anywhere, honest flush and close`, { skip, timeout: 240_000 }, async (t) => {
+  test(`D1 faults "${kind}" at rate 0.3: P at every /text read, S for readers joining anywhere, honest flush and close`, { timeout: 240_000 }, async (t) => {
     const spec = faultSpec(kind, 0.3, k);
     await useFaults(spec);
     const r = rng(SEED + k);
@@ -237,7 +235,7 @@ for (const [k, kind] of ['before', 'lost', 'readback'].entries()) {
   });
 }
 
-test('every checkpoint and seal write fails (rate=1, before): flush and close answer 503 with honest numbers, readers still end', { skip, timeout: 120_000 }, async (t) => {
+test('every checkpoint and seal write fails (rate=1, before): flush and close answer 503 with honest numbers, readers still end', { timeout: 120_000 }, async (t) => {
   await useFaults(faultSpec('before', 1, 9));
   const r = rng(SEED + 9);
   const id = newStream(stack, 'f-all');

@@ -52,8 +52,6 @@ const BASE_ENV = {
 
 /** True when the Worker has been built (scripts/build.sh). */
 export const haveBuild = () => existsSync(SHIM);
-/** Use as `test('x', { skip: skipUnlessBuilt() }, ...)`. */
-export const skipUnlessBuilt = () => (haveBuild() ? false : `no ${SHIM}: run scripts/build.sh first`);
 
 /** Mint an HS256 token; see scripts/jwt.mjs for the knobs that make bad tokens. */
 export function mintToken(claims = {}, secret = TEST_SECRET) {

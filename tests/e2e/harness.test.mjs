@@ -3,7 +3,7 @@
 // real Worker. Skips the stack parts when the Worker has not been built.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { decodeToken, groupAlive, mintToken, skipUnlessBuilt, startStack, TEST_SECRET, verifyToken } from './harness.mjs';
+import { decodeToken, groupAlive, mintToken, startStack, TEST_SECRET, verifyToken } from './harness.mjs';
 
 test('mintToken: valid HS256 token with sub, stream, scope, exp', () => {
   const tok = mintToken({ sub: 'u1', stream: 'chat-*', scope: ['read', 'write'] });
@@ -26,7 +26,7 @@ test('mintToken: deliberately bad tokens fail verification', () => {
   for (const [name, tok] of Object.entries(bad)) assert.throws(() => verifyToken(tok, TEST_SECRET), undefined, name);
 });
 
-test('stack: start, D1 both ways, crash and restart on the same state', { skip: skipUnlessBuilt(), timeout: 180_000 }, async (t) => {
+test('stack: start, D1 both ways, crash and restart on the same state', { timeout: 180_000 }, async (t) => {
   const stack = await startStack({ name: 'harness-selftest' });
   t.after(() => stack.stop());
   assert.match(stack.baseUrl, /^http:\/\/127\.0\.0\.1:\d+$/);

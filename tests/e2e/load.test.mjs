@@ -19,10 +19,9 @@
 // `stale`, be dropped (log line reader_dropped), and the other readers' latency must stay put.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { skipUnlessBuilt, startStack } from './harness.mjs';
+import { startStack } from './harness.mjs';
 import { formatReport, runLoad } from '../../bench/load.mjs';
 
-const skip = skipUnlessBuilt();
 const env = process.env;
 const SIZE = {
   streams: Number(env.LOAD_STREAMS ?? 6),
@@ -39,7 +38,7 @@ const MAX_DELTA_BYTES = 8 * 40; // bench/load.mjs: 2-8 pieces of at most 40 byte
 
 let stack;
 test.before(async () => {
-  if (!skip) stack = await startStack({ name: 'e2e-load' }); // MAX_QUEUED_FRAMES: the default 1024
+  stack = await startStack({ name: 'e2e-load' }); // MAX_QUEUED_FRAMES: the default 1024
 });
 test.after(async () => {
   await stack?.stop();
@@ -49,7 +48,7 @@ function report(t, r) {
   for (const line of formatReport(r).split('\n')) t.diagnostic(line);
 }
 
-test(`load: ${SIZE.streams} streams × ${SIZE.readers} readers × ${SIZE.rate} deltas/s × ${SIZE.seconds} s (${SIZE.mode} appends): nothing lost, doubled or spliced wrong`, { skip, timeout: (SIZE.seconds + 180) * 1000 }, async (t) => {
+test(`load: ${SIZE.streams} streams × ${SIZE.readers} readers × ${SIZE.rate} deltas/s × ${SIZE.seconds} s (${SIZE.mode} appends): nothing lost, doubled or spliced wrong`, { timeout: (SIZE.seconds + 180) * 1000 }, async (t) => {
   const r = await runLoad(stack, { ...SIZE, slow: false, onAbort: () => stack.kill() });
   report(t, r);
   assert.deepEqual(r.violations, [], 'contract violations');
@@ -65,7 +64,7 @@ test(`load: ${SIZE.streams} streams × ${SIZE.readers} readers × ${SIZE.rate} d
   assert.ok(r.memory.retainedBytesMax <= r.memory.producedBytesMaxPerStream + queueBound, 'retainedBytes beyond the text plus full queues');
 });
 
-test('a reader that stops reading gets stale, is dropped, and does not slow the other readers', { skip, timeout: 240_000 }, async (t) => {
+test('a reader that stops reading gets stale, is dropped, and does not slow the other readers', { timeout: 240_000 }, async (t) => {
   await stack.restart({ vars: { MAX_QUEUED_FRAMES: '64' } });
   const r = await runLoad(stack, { streams: 4, readers: 5, rate: 50, seconds: 30, mode: 'streaming', slow: true, onAbort: () => stack.kill() });
   report(t, r);

@@ -10,12 +10,11 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { existsSync, readFileSync } from 'node:fs';
-import { skipUnlessBuilt, startMock, startStack } from './harness.mjs';
+import { startMock, startStack } from './harness.mjs';
 import { api, call, checkFrames, isError, newStream, ok, rows, until, untilEnd } from './util.mjs';
 import { DefaultChatTransport, readUIMessageStream } from 'ai';
 import { mockAnswer, mockText, mockTokens } from '../../mock/mock-text.mjs';
 
-const skip = skipUnlessBuilt();
 /** The upstream API key every pump in this file sends; it must never reach the Worker's logs. */
 const SECRET = `sk-rindle-e2e-${Math.random().toString(36).slice(2)}-DO-NOT-LOG`;
 const FORMATS = {
@@ -28,7 +27,6 @@ let stack;
 let mock;
 
 test.before(async () => {
-  if (skip) return;
   mock = await startMock();
   stack = await startStack({ name: 'e2e-pump' });
 });
@@ -95,7 +93,7 @@ const newTag = (what) => `${what}-${++tagCounter}`;
 // The three formats: exact text, sealed complete, every reader ends with it.
 
 for (const format of Object.keys(FORMATS)) {
-  test(`pump ${format}: D1 body is exactly the mock's text, status complete, readers (from the start and mid-stream) end with it`, { skip, timeout: 30_000 }, async () => {
+  test(`pump ${format}: D1 body is exactly the mock's text, status complete, readers (from the start and mid-stream) end with it`, { timeout: 30_000 }, async () => {
     const seed = 11 + tagCounter;
     const tokens = 150;
     const expected = mockText({ seed, tokens });
@@ -170,7 +168,7 @@ const FAILURES = {
 
 for (const [fail, spec] of Object.entries(FAILURES)) {
   for (const format of Object.keys(FORMATS)) {
-    test(`pump ${format} fail=${fail}: sealed error with a clear message`, { skip, timeout: 30_000 }, async () => {
+    test(`pump ${format} fail=${fail}: sealed error with a clear message`, { timeout: 30_000 }, async () => {
       const seed = 40 + tagCounter;
       const tokens = 40;
       const failAt = 17;
@@ -209,7 +207,7 @@ for (const [fail, spec] of Object.entries(FAILURES)) {
   }
 }
 
-test('pump: an upstream response that ends cleanly before its final event seals error', { skip, timeout: 30_000 }, async (t) => {
+test('pump: an upstream response that ends cleanly before its final event seals error', { timeout: 30_000 }, async (t) => {
   // The mock's `drop` kills the socket (a transport error); this upstream instead ends its
   // response properly, just without the format's final event (`[DONE]`).
   const pieces = ['Half ', 'an ', 'answer 🦀'];
@@ -236,7 +234,7 @@ test('pump: an upstream response that ends cleanly before its final event seals 
 // ---------------------------------------------------------------------------------------
 // Cancel mid-pump: the upstream request is aborted and the stream seals `cancelled`.
 
-test('pump: a cancel mid-pump aborts the upstream request and seals cancelled', { skip, timeout: 30_000 }, async () => {
+test('pump: a cancel mid-pump aborts the upstream request and seals cancelled', { timeout: 30_000 }, async () => {
   const seed = 77;
   const tokens = 400;
   const tag = newTag('cancel');
@@ -272,7 +270,7 @@ test('pump: a cancel mid-pump aborts the upstream request and seals cancelled', 
 // ---------------------------------------------------------------------------------------
 // Refusals: bad bodies, not open, a second pump, the wrong scope.
 
-test('pump refusals: 400 bad_upstream for bad bodies (the stream stays usable), 404 not_open, 409 pump_running, 403 without write scope', { skip, timeout: 30_000 }, async () => {
+test('pump refusals: 400 bad_upstream for bad bodies (the stream stays usable), 404 not_open, 409 pump_running, 403 without write scope', { timeout: 30_000 }, async () => {
   const { id, s, reader } = await openWithReader('refuse');
   const goodTag = newTag('after-refusals');
   const good = pumpBody('openai-chat', { tokens: 60, rate: 0, seed: 5, tag: goodTag });
@@ -418,7 +416,7 @@ function expectedUsage(format, answer) {
 }
 
 for (const format of Object.keys(FORMATS)) {
-  test(`pump ${format} into a ui stream: reasoning, a tool call with streamed input, text and usage build the AI SDK message, live and replayed from D1`, { skip, timeout: 30_000 }, async () => {
+  test(`pump ${format} into a ui stream: reasoning, a tool call with streamed input, text and usage build the AI SDK message, live and replayed from D1`, { timeout: 30_000 }, async () => {
     const opts = { tokens: 40, seed: 60 + tagCounter, reasoning: 12, tool: 'get_weather' };
     const answer = mockAnswer(opts);
     const tag = newTag(`ui-${format}`);
@@ -452,7 +450,7 @@ for (const format of Object.keys(FORMATS)) {
   });
 }
 
-test('pump into a ui stream: a text-only answer is a start, one text part and a finish with the finish reason', { skip, timeout: 30_000 }, async () => {
+test('pump into a ui stream: a text-only answer is a start, one text part and a finish with the finish reason', { timeout: 30_000 }, async () => {
   const opts = { tokens: 60, seed: 71 };
   const { id, s } = await openUi('ui-text-only');
   const live = await readUi(s);
@@ -464,7 +462,7 @@ test('pump into a ui stream: a text-only answer is a start, one text part and a 
   assert.deepEqual(seen.chunks.map((c) => c.type), ['start', 'start-step', 'text-start', ...Array(60).fill('text-delta'), 'text-end', 'finish-step', 'finish']);
 });
 
-test('pump into a ui stream: an upstream error fails the stream, and the /ui reader gets the error ending after the chunks so far', { skip, timeout: 30_000 }, async () => {
+test('pump into a ui stream: an upstream error fails the stream, and the /ui reader gets the error ending after the chunks so far', { timeout: 30_000 }, async () => {
   const opts = { tokens: 30, seed: 72, reasoning: 5, tool: 'get_weather' };
   const tag = newTag('ui-error');
   const { id, s } = await openUi('ui-error');
@@ -484,7 +482,7 @@ test('pump into a ui stream: an upstream error fails the stream, and the /ui rea
   assert.match(row.error, error);
 });
 
-test('pump into a ui stream: a cancel aborts the upstream, and the /ui reader gets abort', { skip, timeout: 30_000 }, async () => {
+test('pump into a ui stream: a cancel aborts the upstream, and the /ui reader gets abort', { timeout: 30_000 }, async () => {
   const tag = newTag('ui-cancel');
   const { id, s } = await openUi('ui-cancel');
   const live = await readUi(s);
@@ -506,7 +504,7 @@ test('pump into a ui stream: a cancel aborts the upstream, and the /ui reader ge
 // ---------------------------------------------------------------------------------------
 // The key: sent upstream, never logged. Runs last: every pump above carried the key.
 
-test('pump: the upstream got the API key headers, and the Worker logs never contain the key', { skip, timeout: 30_000 }, async () => {
+test('pump: the upstream got the API key headers, and the Worker logs never contain the key', { timeout: 30_000 }, async () => {
   // One more pump with the key in the URL's query as well (some APIs take `?key=`).
   const tag = newTag('key');
   const { id, s, reader } = await openWithReader('key');
@@ -545,7 +543,7 @@ test('pump: the upstream got the API key headers, and the Worker logs never cont
 // fails: a POST gets 503 "Your worker restarted mid-request", a GET hangs. Runs last, since it
 // leaves that state behind.
 
-test('a refused pump that carries a body does not break the next request', { skip, timeout: 60_000 }, async () => {
+test('a refused pump that carries a body does not break the next request', { timeout: 60_000 }, async () => {
   const id = newStream(stack, 'body-bug');
   const s = api(stack, id);
   ok(await s.open(), 'open');

@@ -5,14 +5,13 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { EventSource } from 'eventsource';
-import { skipUnlessBuilt, startStack } from './harness.mjs';
+import { startStack } from './harness.mjs';
 import { api, emojiText, newStream, ok, rng, seedFromEnv, sleep, splitCodePoints, startProxy, until, withTimeout } from './util.mjs';
 
-const skip = skipUnlessBuilt();
 let stack;
 
 test.before(async () => {
-  if (!skip) stack = await startStack({ name: 'e2e-reconnect' });
+  stack = await startStack({ name: 'e2e-reconnect' });
 });
 test.after(async () => {
   await stack?.stop();
@@ -64,7 +63,7 @@ function eventSourceReader(url) {
   return state;
 }
 
-test('EventSource cut off mid-stream reconnects by itself with Last-Event-ID and ends with exactly the produced text', { skip, timeout: 60_000 }, async (t) => {
+test('EventSource cut off mid-stream reconnects by itself with Last-Event-ID and ends with exactly the produced text', { timeout: 60_000 }, async (t) => {
   const seed = seedFromEnv();
   t.diagnostic(`seed ${seed} (E2E_SEED=${seed} replays the text, the pieces and the join points)`);
   const r = rng(seed);

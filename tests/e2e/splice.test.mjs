@@ -4,23 +4,22 @@
 // whose pieces split multibyte characters arrives piecewise and exact.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { skipUnlessBuilt, startStack } from './harness.mjs';
+import { startStack } from './harness.mjs';
 import {
   api, checkFrames, emojiText, insidePair, newStream, ok, openPost, rng, rows, seedFromEnv, sleep, splitCodePoints, untilEnd, withTimeout,
 } from './util.mjs';
 
-const skip = skipUnlessBuilt();
 const CHECKPOINT_CHARS = 64;
 let stack;
 
 test.before(async () => {
-  if (!skip) stack = await startStack({ name: 'e2e-splice', vars: { CHECKPOINT_CHARS: String(CHECKPOINT_CHARS) } });
+  stack = await startStack({ name: 'e2e-splice', vars: { CHECKPOINT_CHARS: String(CHECKPOINT_CHARS) } });
 });
 test.after(async () => {
   await stack?.stop();
 });
 
-test('readers joining at random offsets and times rebuild exactly the produced emoji-heavy text (contract S)', { skip, timeout: 240_000 }, async (t) => {
+test('readers joining at random offsets and times rebuild exactly the produced emoji-heavy text (contract S)', { timeout: 240_000 }, async (t) => {
   const seed = seedFromEnv();
   t.diagnostic(`seed ${seed} (E2E_SEED=${seed} replays the text, the pieces and the join points)`);
   const r = rng(seed);
@@ -155,7 +154,7 @@ test('readers joining at random offsets and times rebuild exactly the produced e
   assert.ok(after.row.body === produced, 'the compacted body is the produced text');
 });
 
-test('a streaming append whose pieces split multibyte characters arrives piecewise and exact', { skip, timeout: 60_000 }, async () => {
+test('a streaming append whose pieces split multibyte characters arrives piecewise and exact', { timeout: 60_000 }, async () => {
   const id = newStream(stack, 'pipe');
   const s = api(stack, id);
   ok(await s.open(), 'open');
@@ -239,7 +238,7 @@ test('a streaming append whose pieces split multibyte characters arrives piecewi
   assert.equal(rows(stack, id).row.body, produced);
 });
 
-test('a streaming append ending inside a character is refused with bad_utf8 and keeps the complete part', { skip, timeout: 30_000 }, async () => {
+test('a streaming append ending inside a character is refused with bad_utf8 and keeps the complete part', { timeout: 30_000 }, async () => {
   const id = newStream(stack, 'pipe-bad');
   const s = api(stack, id);
   ok(await s.open(), 'open');
@@ -269,7 +268,7 @@ test('a streaming append ending inside a character is refused with bad_utf8 and 
   assert.equal(ok(await s.text(), '/text').text, 'ok ');
 });
 
-test('a cancel ends a streaming append early with cancelled: true while its body is still open', { skip, timeout: 30_000 }, async () => {
+test('a cancel ends a streaming append early with cancelled: true while its body is still open', { timeout: 30_000 }, async () => {
   const id = newStream(stack, 'pipe-cancel');
   const s = api(stack, id);
   ok(await s.open(), 'open');
@@ -298,7 +297,7 @@ test('a cancel ends a streaming append early with cancelled: true while its body
   assert.equal(rows(stack, id).row.status, 'cancelled');
 });
 
-test('a small tail becomes durable by the interval cadence alone (no flush)', { skip, timeout: 30_000 }, async () => {
+test('a small tail becomes durable by the interval cadence alone (no flush)', { timeout: 30_000 }, async () => {
   const id = newStream(stack, 'interval');
   const s = api(stack, id);
   ok(await s.open(), 'open');
@@ -313,7 +312,7 @@ test('a small tail becomes durable by the interval cadence alone (no flush)', { 
   reader.close();
 });
 
-test('a streaming append that goes over MAX_APPEND_BYTES is refused 413 at the end of its body, keeping what fit', { skip, timeout: 30_000 }, async () => {
+test('a streaming append that goes over MAX_APPEND_BYTES is refused 413 at the end of its body, keeping what fit', { timeout: 30_000 }, async () => {
   // The object stops pushing at the limit, reads the rest of the body without keeping it, and
   // answers when the producer ends it: answering while the client is still sending breaks the
   // client's connection under wrangler dev's proxy (README, "Streaming appends").

@@ -8,7 +8,7 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { EventSource } from 'eventsource';
-import { skipUnlessBuilt, startStack } from './harness.mjs';
+import { startStack } from './harness.mjs';
 import {
   api,
   call,
@@ -31,12 +31,11 @@ import {
   withTimeout,
 } from './util.mjs';
 
-const skip = skipUnlessBuilt();
 const LINGER_MS = 300; // finished streams retire quickly, so their /ui comes from D1
 let stack;
 
 test.before(async () => {
-  if (!skip) stack = await startStack({ name: 'e2e-ui', vars: { LINGER_MS: String(LINGER_MS), LEASE_MS: '1000' } });
+  stack = await startStack({ name: 'e2e-ui', vars: { LINGER_MS: String(LINGER_MS), LEASE_MS: '1000' } });
 });
 test.after(async () => {
   await stack?.stop();
@@ -128,7 +127,7 @@ async function readUi(c, from, headers = {}) {
 
 // ---------------------------------------------------------------------------------------
 
-test('a ui stream serves /ui live: each complete line once, id at its end, then finish and [DONE]', { skip, timeout: 60_000 }, async (t) => {
+test('a ui stream serves /ui live: each complete line once, id at its end, then finish and [DONE]', { timeout: 60_000 }, async (t) => {
   const r = seeded(t);
   const c = api(stack, newStream(stack, 'ui-live'));
   ok(await c.open({ chat: 'c1' }, 'ui'), 'open with meta');
@@ -160,7 +159,7 @@ test('a ui stream serves /ui live: each complete line once, id at its end, then 
   assert.equal(durableFromDb(stack.db, c.id).text, produced, 'D1 holds the NDJSON as it was sent');
 });
 
-test('a finished ui stream is served from D1: from any offset, at the start of its line, Last-Event-ID over from', { skip, timeout: 60_000 }, async (t) => {
+test('a finished ui stream is served from D1: from any offset, at the start of its line, Last-Event-ID over from', { timeout: 60_000 }, async (t) => {
   const r = seeded(t);
   const plain = await openUi('ui-d1');
   const ownFinish = await openUi('ui-d1f');
@@ -188,7 +187,7 @@ test('a finished ui stream is served from D1: from any offset, at the start of i
   assert.deepEqual(own.events, [...expectedLines(texts[1]), ENDING.done], 'the text has its own finish: none is added');
 });
 
-test('every status has its ending on /ui, live and from D1', { skip, timeout: 60_000 }, async (t) => {
+test('every status has its ending on /ui, live and from D1', { timeout: 60_000 }, async (t) => {
   const r = seeded(t);
   const cases = [
     ['complete, own finish', async () => {}, [], { finish: true }],
@@ -212,7 +211,7 @@ test('every status has its ending on /ui, live and from D1', { skip, timeout: 60
   }));
 });
 
-test('a real EventSource cut off mid-answer resumes by itself at the exact line end', { skip, timeout: 60_000 }, async (t) => {
+test('a real EventSource cut off mid-answer resumes by itself at the exact line end', { timeout: 60_000 }, async (t) => {
   const r = seeded(t);
   const c = await openUi('ui-es');
   const produced = answer(r);
@@ -259,7 +258,7 @@ test('a real EventSource cut off mid-answer resumes by itself at the exact line 
   }
 });
 
-test('a streaming append may split lines and UTF-8 sequences anywhere; a bad line is refused where it starts', { skip, timeout: 60_000 }, async (t) => {
+test('a streaming append may split lines and UTF-8 sequences anywhere; a bad line is refused where it starts', { timeout: 60_000 }, async (t) => {
   const r = seeded(t);
   const c = await openUi('ui-stream');
   const live = await c.ui(0);
@@ -300,7 +299,7 @@ test('a streaming append may split lines and UTF-8 sequences anywhere; a bad lin
   assert.equal(durableFromDb(stack.db, c.id).text, good + more, 'nothing of the refused line reached D1');
 });
 
-test('a close keeps an unfinished last line in the text; /ui never serves it', { skip, timeout: 30_000 }, async () => {
+test('a close keeps an unfinished last line in the text; /ui never serves it', { timeout: 30_000 }, async () => {
   const c = await openUi('ui-frag');
   const whole = ndjson([{ type: 'text-delta', id: 't', delta: 'whole 😀' }]);
   const fragment = '{"type":"text-delta","id":"t","delta":"cut 😀';
@@ -311,7 +310,7 @@ test('a close keeps an unfinished last line in the text; /ui never serves it', {
   assert.deepEqual((await readUi(c, 0)).events, [...expectedLines(whole), ENDING.finish, ENDING.done]);
 });
 
-test('/ui: 409 on a text stream, 404 on a stream never opened, HEAD without a reader, /text says the format', { skip, timeout: 30_000 }, async () => {
+test('/ui: 409 on a text stream, 404 on a stream never opened, HEAD without a reader, /text says the format', { timeout: 30_000 }, async () => {
   const text = api(stack, newStream(stack, 'ui-text'));
   ok(await text.open(), 'open a text stream');
   ok(await text.append('plain text 😀'), 'append');
@@ -330,7 +329,7 @@ test('/ui: 409 on a text stream, 404 on a stream never opened, HEAD without a re
 });
 
 // Last: it kills the runtime.
-test('a ui stream whose runtime died ends with the interrupted error from D1', { skip, timeout: 60_000 }, async (t) => {
+test('a ui stream whose runtime died ends with the interrupted error from D1', { timeout: 60_000 }, async (t) => {
   const r = seeded(t);
   const c = await openUi('ui-kill');
   const text = answer(r);
