@@ -48,6 +48,9 @@ pub struct StreamConfig {
     /// carries several frames. 0 wakes every reader for every frame.
     pub reader_pacing_us: u64,
     pub reader_pacing_max_ms: u64,
+    /// A reader that has been written nothing for this long gets a `: ping` comment (SPEC §3),
+    /// so intermediaries do not reap an idle connection.
+    pub keepalive_ms: u64,
     /// Text kept below `durableSeq` (sink mode only); `None` keeps everything.
     pub retain_chars: Option<u64>,
     /// The largest checkpoint slice, in UTF-8 bytes (well under D1's 2,000,000-byte rows).
@@ -75,6 +78,7 @@ impl Default for StreamConfig {
             merge_queued_chunks: true,
             reader_pacing_us: 500,
             reader_pacing_max_ms: 50,
+            keepalive_ms: 15_000,
             retain_chars: None,
             max_slice_bytes: 256 * 1024,
             max_compact_bytes: 1_900_000,
@@ -145,7 +149,6 @@ impl ConfigError {
 pub struct Settings {
     pub stream: StreamConfig,
     pub path_prefix: String,
-    pub keepalive_ms: u64,
     pub sse_retry_ms: u64,
     pub max_append_bytes: usize,
     pub mapping: TableMapping,
@@ -191,6 +194,7 @@ impl Settings {
             merge_queued_chunks: number("MERGE_QUEUED_CHUNKS", 1, 0, 1)? == 1,
             reader_pacing_us: number("READER_PACING_US", defaults.reader_pacing_us, 0, 10_000)?,
             lease_ms: number("LEASE_MS", defaults.lease_ms, 1000, 3_600_000)?,
+            keepalive_ms: number("KEEPALIVE_MS", defaults.keepalive_ms, 100, 600_000)?,
             retain_chars,
             mode: if custom_sink { CheckpointMode::Sink } else { CheckpointMode::Tables { host_cas: mapping.host.is_some() } },
             ..defaults
@@ -203,7 +207,6 @@ impl Settings {
         Ok(Settings {
             stream,
             path_prefix,
-            keepalive_ms: number("KEEPALIVE_MS", 15_000, 100, 600_000)?,
             sse_retry_ms: number("SSE_RETRY_MS", 1000, 0, 600_000)?,
             max_append_bytes: number("MAX_APPEND_BYTES", 1 << 20, 1, 64 << 20)? as usize,
             mapping,
@@ -229,7 +232,7 @@ mod tests {
         assert_eq!(s.stream.retries, 3);
         assert_eq!(s.stream.linger_ms, 30_000);
         assert_eq!(s.stream.max_queued_frames, 1024);
-        assert_eq!(s.keepalive_ms, 15_000);
+        assert_eq!(s.stream.keepalive_ms, 15_000);
         assert_eq!(s.sse_retry_ms, 1000);
         assert_eq!(s.path_prefix, "/streams");
     }

@@ -7,7 +7,7 @@ use super::http::{self, error, unavailable};
 use super::lease::LeaseStore;
 use super::setup::Setup;
 use super::shell::{log, now_ms, Shell};
-use super::sse::{self, ReaderBody};
+use super::sse::{self, ReaderSource};
 use crate::core::api::{self, Action, ApiError, OpenRequest, Route};
 use crate::core::auth::AuthRequest;
 use crate::core::config::StreamConfig;
@@ -245,10 +245,9 @@ impl Object {
             return sse::Subscription::Answered(Response::empty().map(|r| r.with_headers(sse::headers(dialect))).map_err(unavailable));
         }
         let from = http::join_offset(req, target);
-        let (retry, keepalive) = (self.settings().sse_retry_ms, self.settings().keepalive_ms);
         match self.shell.feed(|s, _| s.subscribe_as(dialect, from)) {
             Some(reader) => sse::Subscription::Answered(
-                ReaderBody::new(Rc::clone(&self.shell), reader, retry, keepalive).into_response(dialect).map_err(unavailable),
+                ReaderSource::response(Rc::clone(&self.shell), reader, dialect, self.settings().sse_retry_ms).map_err(unavailable),
             ),
             None => sse::Subscription::NoLiveStream { from },
         }

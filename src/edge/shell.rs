@@ -6,14 +6,13 @@ use super::lease::LeaseStore;
 use super::store::CheckpointSink;
 use crate::core::hook::{self, EventHook, StreamNotice};
 use crate::core::live::{
-    FlushOutcome, LiveStream, Millis, OpenOutcome, Output, ReaderId, SealOutcome, Settlement, StoreRequest, StreamEvent, Ticket,
+    FlushOutcome, LiveStream, Millis, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, StoreRequest, StreamEvent, Ticket,
 };
 use futures::channel::oneshot;
 use serde_json::json;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::task::Waker;
 use std::time::Duration;
 
 /// The wall clock, in milliseconds (inside a Durable Object it advances across I/O).
@@ -96,7 +95,8 @@ pub struct Shell {
     lease: Rc<LeaseStore>,
     hook: Option<Rc<dyn EventHook>>,
     waiting: Waiting,
-    wakers: RefCell<HashMap<ReaderId, Waker>>,
+    /// The bodies of attached readers, which the shell writes their bytes into.
+    bodies: RefCell<HashMap<ReaderId, web_sys::ReadableStreamDefaultController>>,
     /// Senders woken when a cancel arrives (a streaming append waits on one).
     cancel_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     timer_at: Cell<Option<Millis>>,
@@ -112,7 +112,7 @@ impl Shell {
             lease: Rc::new(lease),
             hook,
             waiting: Waiting::default(),
-            wakers: RefCell::default(),
+            bodies: RefCell::default(),
             cancel_watchers: RefCell::default(),
             timer_at: Cell::new(None),
             timer_generation: Cell::new(0),
@@ -178,31 +178,57 @@ impl Shell {
         }
     }
 
-    pub fn park_reader(&self, reader: ReaderId, waker: &Waker) {
-        self.wakers.borrow_mut().insert(reader, waker.clone());
+    /// Takes a reader's body and writes its first bytes (`preamble`, then the replay).
+    pub fn attach_body(self: &Rc<Self>, reader: ReaderId, body: web_sys::ReadableStreamDefaultController, preamble: &str) {
+        self.bodies.borrow_mut().insert(reader, body);
+        self.write_reader(reader, preamble);
     }
 
-    /// Pulls a reader's queued bytes (no outputs come from a pull, so no `feed`). A pull held
-    /// back by reader pacing arms a timer for when that reader is due: only its own deadline,
-    /// not the stream's (which would cost O(readers) on every pull).
-    pub fn pull(self: &Rc<Self>, reader: ReaderId) -> crate::core::live::Pull {
+    /// Writes what is queued for `reader` (after `prefix`) into its body, unless the client has
+    /// not drained the last write yet: then the frames wait, merged, and the body asks for
+    /// them when it is drained. Nothing queued parks the reader until the stream wakes it.
+    pub fn write_reader(self: &Rc<Self>, reader: ReaderId, prefix: &str) {
+        let Some(body) = self.bodies.borrow().get(&reader).cloned() else { return };
+        if prefix.is_empty() && body.desired_size().is_some_and(|room| room <= 0.0) {
+            return;
+        }
+        let (bytes, done) = match self.pull(reader) {
+            Pull::Data { wire, last } if prefix.is_empty() => (wire, last),
+            Pull::Data { wire, last } => (format!("{prefix}{wire}"), last),
+            Pull::Pending => (prefix.to_owned(), false),
+            Pull::Gone => (prefix.to_owned(), true),
+        };
+        if !bytes.is_empty() {
+            // Fails only when the client is gone, which cancels the body and detaches the reader.
+            let _ = body.enqueue_with_chunk(&js_sys::Uint8Array::from(bytes.as_bytes()));
+        }
+        if done {
+            self.bodies.borrow_mut().remove(&reader);
+            let _ = body.close();
+        }
+    }
+
+    /// Pulls a reader's queued bytes (no outputs come from a pull, so no `feed`). A `Pending`
+    /// pull arms a timer for when that reader next needs one (its pace, or its keep-alive):
+    /// only its own deadline, not the stream's (which would cost O(readers) on every pull).
+    fn pull(self: &Rc<Self>, reader: ReaderId) -> Pull {
         let now = now_ms();
         let (pull, due) = match self.live.borrow_mut().as_mut() {
             Some(s) => {
                 let pull = s.pull(reader, now);
-                let due = if pull == crate::core::live::Pull::Pending { s.reader_due(reader) } else { None };
+                let due = if pull == Pull::Pending { s.reader_due(reader) } else { None };
                 (pull, due)
             }
-            None => return crate::core::live::Pull::Gone,
+            None => return Pull::Gone,
         };
         self.arm_timer(due, now);
         pull
     }
 
-    /// Forgets a reader whose client went away. Runs from a `Drop`, so it never insists on
-    /// the borrow.
+    /// Forgets a reader whose client went away. Never insists on the borrow (the runtime may
+    /// cancel a body at any time).
     pub fn detach(&self, reader: ReaderId) {
-        self.wakers.borrow_mut().remove(&reader);
+        self.bodies.borrow_mut().remove(&reader);
         if let Ok(mut slot) = self.live.try_borrow_mut() {
             if let Some(s) = slot.as_mut() {
                 s.detach(reader);
@@ -214,11 +240,7 @@ impl Shell {
         for output in outputs {
             match output {
                 Output::Store(request) => wasm_bindgen_futures::spawn_local(Rc::clone(self).run_store(request)),
-                Output::Wake(reader) => {
-                    if let Some(w) = self.wakers.borrow_mut().remove(&reader) {
-                        w.wake();
-                    }
-                }
+                Output::Wake(reader) => self.write_reader(reader, ""),
                 Output::Settled(settlement) => self.waiting.settle(settlement),
                 Output::ArmLease { host_token } => wasm_bindgen_futures::spawn_local(Rc::clone(self).arm_lease(host_token)),
                 Output::DisarmLease { host_token } => {
@@ -260,8 +282,9 @@ impl Shell {
     /// follows finds the row sealed (or repairs it, after a seal that could not commit).
     fn retire(&self) {
         self.live.borrow_mut().take();
-        for (_, w) in self.wakers.borrow_mut().drain() {
-            w.wake(); // their next pull finds the stream gone and ends the body
+        let bodies: Vec<_> = self.bodies.borrow_mut().drain().collect();
+        for (_, body) in bodies {
+            let _ = body.close();
         }
     }
 

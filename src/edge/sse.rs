@@ -1,18 +1,17 @@
-//! A reader's SSE body: the bytes the live stream queues for it, pulled as the client reads,
-//! with a keep-alive comment whenever it has been idle for the keep-alive interval.
+//! A reader's SSE body: a stream the shell writes the reader's bytes into as the live stream
+//! offers them (it wakes the reader; the shell pulls its queued bytes and enqueues them at
+//! once), and that the runtime asks for more only when the client has drained what was there.
+//! Keep-alive pings come from the live stream too (a reader idle for the keep-alive interval
+//! is woken, and its pull answers `: ping`).
 
-use super::shell::{now_ms, Shell};
+use super::shell::Shell;
 use crate::core::api::ApiError;
 use crate::core::frame::Frame;
-use crate::core::live::{Dialect, Pull, ReaderId};
+use crate::core::live::{Dialect, ReaderId};
 use crate::core::{sse, ui};
-use futures::Stream;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
-use std::time::Duration;
-use worker::{Delay, Headers, Response};
+use wasm_bindgen::prelude::wasm_bindgen;
+use worker::{Headers, Response, ResponseBody};
 
 /// The headers of every SSE answer; a `/ui` answer also tells the AI SDK what it carries.
 pub fn headers(dialect: Dialect) -> Headers {
@@ -40,88 +39,43 @@ pub enum Subscription {
     NoLiveStream { from: u64 },
 }
 
-/// Streams one reader's frames. Pull-based: a slow client leaves frames in the reader's
-/// bounded queue inside the live stream, where an overflow ends it with `stale`.
-pub struct ReaderBody {
+/// The underlying source of one reader's body (a `ReadableStream` calls its methods). Writing
+/// into the stream as frames arrive, rather than answering the runtime's pulls with a future
+/// each, costs one `enqueue` per write: no promise, no task, no waker per delivery. The
+/// stream's queue holds one write; while the client has not drained it, the reader's frames
+/// wait in its bounded queue inside the live stream (merged when they go out), where an
+/// overflow ends it with `stale`.
+#[wasm_bindgen]
+pub struct ReaderSource {
     shell: Rc<Shell>,
     reader: ReaderId,
-    preamble: Option<String>,
-    keepalive_ms: u64,
-    /// One keep-alive timer, kept across deliveries: re-arming a timer for every delta to
-    /// every reader would cost more than the delivery itself.
-    ping: Option<Pin<Box<Delay>>>,
-    /// When this body last produced bytes (shell clock, ms).
-    last_sent: u64,
-    done: bool,
+    preamble: String,
 }
 
-impl ReaderBody {
-    pub fn new(shell: Rc<Shell>, reader: ReaderId, retry_ms: u64, keepalive_ms: u64) -> Self {
-        Self { shell, reader, preamble: Some(sse::preamble(retry_ms)), keepalive_ms, ping: None, last_sent: now_ms(), done: false }
+#[wasm_bindgen]
+impl ReaderSource {
+    /// The body is set up: `retry` and the replay go out in its first write.
+    pub fn start(&self, body: web_sys::ReadableStreamDefaultController) {
+        self.shell.attach_body(self.reader, body, &self.preamble);
     }
 
-    pub fn into_response(self, dialect: Dialect) -> worker::Result<Response> {
-        Ok(Response::from_stream(self)?.with_headers(headers(dialect)))
+    /// The client drained what was written: write what is queued now, if anything.
+    pub fn pull(&self, _body: web_sys::ReadableStreamDefaultController) {
+        self.shell.write_reader(self.reader, "");
     }
-}
 
-impl Stream for ReaderBody {
-    type Item = worker::Result<Vec<u8>>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(None);
-        }
-        let mut out = this.preamble.take().unwrap_or_default();
-        match this.shell.pull(this.reader) {
-            Pull::Data { wire, last } => {
-                out.push_str(&wire);
-                this.done = last;
-            }
-            Pull::Gone => {
-                this.done = true;
-                if out.is_empty() {
-                    return Poll::Ready(None);
-                }
-            }
-            Pull::Pending => {
-                this.shell.park_reader(this.reader, cx.waker());
-                if out.is_empty() && !this.ping_due(cx) {
-                    return Poll::Pending;
-                }
-                if out.is_empty() {
-                    out.push_str(sse::PING);
-                }
-            }
-        }
-        this.last_sent = now_ms();
-        Poll::Ready(Some(Ok(out.into_bytes())))
-    }
-}
-
-impl ReaderBody {
-    /// Whether the body has been idle for the keep-alive interval. Otherwise the one timer
-    /// is (re)armed for the rest of the interval and registered with `cx`.
-    fn ping_due(&mut self, cx: &mut Context<'_>) -> bool {
-        loop {
-            let idle = now_ms().saturating_sub(self.last_sent);
-            if idle >= self.keepalive_ms {
-                self.ping = None;
-                return true;
-            }
-            let rest = self.keepalive_ms - idle;
-            let ping = self.ping.get_or_insert_with(|| Box::pin(Delay::from(Duration::from_millis(rest))));
-            if ping.as_mut().poll(cx).is_pending() {
-                return false;
-            }
-            self.ping = None; // fired early relative to the last delivery: arm for the rest
-        }
-    }
-}
-
-impl Drop for ReaderBody {
-    fn drop(&mut self) {
+    /// The client went away.
+    pub fn cancel(self) {
         self.shell.detach(self.reader);
+    }
+}
+
+impl ReaderSource {
+    /// The SSE response of `reader`, a subscriber of `dialect`.
+    pub fn response(shell: Rc<Shell>, reader: ReaderId, dialect: Dialect, retry_ms: u64) -> worker::Result<Response> {
+        let source = Self { shell, reader, preamble: sse::preamble(retry_ms) };
+        let source: js_sys::Object = wasm_bindgen::JsCast::unchecked_into(wasm_bindgen::JsValue::from(source));
+        let body = web_sys::ReadableStream::new_with_underlying_source(&source).map_err(worker::Error::from)?;
+        Ok(Response::from_body(ResponseBody::Stream(body))?.with_headers(headers(dialect)))
     }
 }

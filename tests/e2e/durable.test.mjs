@@ -248,6 +248,10 @@ test('SSE wire: headers, retry first, open/chunk ids only, Last-Event-ID wins ov
   const live = await resumed.next((f) => f.json?.type === 'chunk');
   assert.deepEqual(live.json, { type: 'chunk', from: 14, seq: 15, text: '!' });
   assert.equal(live.id, '15');
+  // And idle again after a live frame, it is pinged again: the interval restarts at every
+  // write, whichever write it was.
+  const again = await resumed.next((f) => f.comment !== undefined, KEEPALIVE_MS * 5);
+  assert.equal(again.comment, 'ping');
   resumed.close();
   ok(await s.close(), 'close');
 });

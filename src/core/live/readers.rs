@@ -13,6 +13,9 @@
 //! when due), and the frames queued meanwhile go out merged in one write. The pace grows with
 //! the number of readers (see [`Readers::pacing`]); with few readers it is zero and every
 //! frame goes out at once. A terminal frame is never held back.
+//!
+//! A reader written nothing for the keep-alive interval is woken for a `: ping` comment
+//! (SPEC §3): the stream's one timer serves every reader's keep-alive.
 
 use super::stream::Millis;
 use crate::core::frame::Frame;
@@ -94,12 +97,28 @@ struct Reader {
     wrote_at: Option<Millis>,
     /// Parked with frames queued, waiting for its pace: woken at `wrote_at + pacing`.
     deferred: bool,
+    /// When it was last written to (or attached): a keep-alive ping is due `keepalive` later.
+    idle_since: Millis,
+    /// Woken for a keep-alive ping: the next pull with nothing queued returns one.
+    ping: bool,
 }
 
 impl Reader {
     /// When this reader may next be written to.
     fn due(&self, pace: Millis) -> Millis {
         self.wrote_at.map_or(0, |at| at + pace)
+    }
+
+    /// When this reader next needs a pull without being offered a frame: when its pace has
+    /// passed (deferred), or when it is due a keep-alive ping (parked, waiting for data).
+    fn next_pull(&self, pace: Millis, keepalive: Millis) -> Option<Millis> {
+        if self.deferred {
+            Some(self.due(pace))
+        } else if self.parked && !self.finished {
+            Some(self.idle_since.saturating_add(keepalive))
+        } else {
+            None
+        }
     }
 }
 
@@ -145,12 +164,16 @@ pub(crate) struct Readers {
     dialects: Dialects,
     /// The complete lines of a `ui` stream's text so far (the `ui` encoding of `end` needs them).
     served: ui::Served,
+    /// A reader written nothing for this long is due a ping.
+    keepalive: Millis,
 }
 
 impl Readers {
     /// `merge`: merge queued chunk frames at pull time (see [`merge_wire`]).
-    pub fn new(cap: usize, merge: bool, pacing: Pacing) -> Self {
+    /// `keepalive`: the idle time after which a reader gets a `: ping`.
+    pub fn new(cap: usize, merge: bool, pacing: Pacing, keepalive: Millis) -> Self {
         Self {
+            keepalive,
             cap,
             merge,
             pacing,
@@ -196,22 +219,27 @@ impl Readers {
         SharedFrame::new(frame, self.served, self.dialects)
     }
 
-    /// When the next deferred reader is due.
+    /// When the next reader needs a pull that no frame will bring: its pace has passed, or it
+    /// is due a keep-alive ping.
     pub fn next_due(&self) -> Option<Millis> {
         let pace = self.pacing();
-        self.readers.values().filter(|r| r.deferred).map(|r| r.due(pace)).min()
+        self.readers.values().filter_map(|r| r.next_pull(pace, self.keepalive)).min()
     }
 
-    /// When reader `id`, held back by its pace, is due (`None` when it is not held back).
+    /// When reader `id` next needs a pull that no frame will bring (see [`Self::next_due`]).
     pub fn due_of(&self, id: ReaderId) -> Option<Millis> {
-        self.readers.get(&id).filter(|r| r.deferred).map(|r| r.due(self.pacing()))
+        self.readers.get(&id).and_then(|r| r.next_pull(self.pacing(), self.keepalive))
     }
 
-    /// Wakes the deferred readers whose pace has passed.
+    /// Wakes the deferred readers whose pace has passed, and the parked ones due a ping.
     pub fn wake_due(&mut self, now: Millis) -> Vec<ReaderId> {
-        let pace = self.pacing();
+        let (pace, keepalive) = (self.pacing(), self.keepalive);
         let mut wake = Vec::new();
-        for (id, r) in self.readers.iter_mut().filter(|(_, r)| r.deferred && r.due(pace) <= now) {
+        for (id, r) in self.readers.iter_mut() {
+            if r.next_pull(pace, keepalive).is_none_or(|at| at > now) {
+                continue;
+            }
+            r.ping = !r.deferred;
             r.deferred = false;
             r.parked = false;
             wake.push(*id);
@@ -232,13 +260,14 @@ impl Readers {
 
     /// Registers a reader of `dialect` whose queue starts with `replay` (uncapped: a replay is
     /// bounded by construction). A replay ending in a terminal frame makes a finished reader.
-    pub fn attach(&mut self, dialect: Dialect, replay: Vec<Frame>) -> ReaderId {
+    pub fn attach(&mut self, dialect: Dialect, replay: Vec<Frame>, now: Millis) -> ReaderId {
         let id = ReaderId(self.next_id);
         self.next_id += 1;
         let finished = replay.last().is_some_and(Frame::is_terminal);
         let only = Dialects { events: dialect == Dialect::Events, ui: dialect == Dialect::Ui };
         let queue = replay.into_iter().map(|f| SharedFrame::new(f, self.served, only)).filter(|f| f.worth_queueing(dialect)).collect();
-        self.readers.insert(id, Reader { dialect, queue, finished, parked: false, wrote_at: None, deferred: false });
+        self.readers
+            .insert(id, Reader { dialect, queue, finished, parked: false, wrote_at: None, deferred: false, idle_since: now, ping: false });
         self.readers_changed();
         id
     }
@@ -311,6 +340,11 @@ impl Readers {
                 self.readers.remove(&id);
                 return Pull::Gone;
             }
+            if std::mem::take(&mut r.ping) {
+                r.idle_since = now;
+                self.writes += 1;
+                return Pull::Data { wire: sse::PING.to_owned(), last: false };
+            }
             r.parked = true;
             return Pull::Pending;
         }
@@ -320,7 +354,9 @@ impl Readers {
             return Pull::Pending;
         }
         r.deferred = false;
+        r.ping = false; // the write keeps the connection alive too
         r.wrote_at = Some(now);
+        r.idle_since = now;
         self.writes += 1;
         let frames: Vec<_> = r.queue.drain(..).collect();
         let (last, dialect) = (r.finished, r.dialect);
@@ -395,12 +431,14 @@ mod tests {
     }
 
     const NO_PACING: Pacing = Pacing { per_reader_us: 0, max_ms: 0 };
+    /// A keep-alive interval no test reaches.
+    const NO_KEEPALIVE: Millis = Millis::MAX;
 
     #[test]
     fn with_many_readers_a_reader_written_recently_gets_its_next_write_at_its_pace_merged() {
         // 10 readers × 1000 µs: one write per reader per 10 ms at most.
-        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 1000, max_ms: 50 });
-        let ids: Vec<_> = (0..10).map(|_| rs.attach(Dialect::Events, vec![])).collect();
+        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 1000, max_ms: 50 }, NO_KEEPALIVE);
+        let ids: Vec<_> = (0..10).map(|_| rs.attach(Dialect::Events, vec![], 0)).collect();
         for &id in &ids {
             assert_eq!(rs.pull(id, 99), Pull::Pending);
         }
@@ -410,7 +448,7 @@ mod tests {
             assert!(matches!(rs.pull(id, 100), Pull::Data { .. }));
             assert_eq!(rs.pull(id, 100), Pull::Pending);
         }
-        assert_eq!(rs.due_of(ids[0]), None, "not held back: parked, waiting for data");
+        assert_eq!(rs.due_of(ids[0]), Some(NO_KEEPALIVE), "not held back: parked, waiting for data (or its keep-alive)");
         assert!(rs.fan_out(chunk(1, "b"), stale, 103).0.is_empty(), "written 3 ms ago: deferred");
         assert_eq!(rs.pull(ids[0], 104), Pull::Pending, "a pull before the pace is due waits too");
         assert_eq!(rs.due_of(ids[0]), Some(110), "held back by its pace: the shell arms a timer for 110");
@@ -426,8 +464,8 @@ mod tests {
 
     #[test]
     fn with_few_readers_nothing_waits_and_the_end_never_waits() {
-        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 300, max_ms: 50 });
-        let id = rs.attach(Dialect::Events, vec![]);
+        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 300, max_ms: 50 }, NO_KEEPALIVE);
+        let id = rs.attach(Dialect::Events, vec![], 0);
         assert_eq!(rs.pull(id, 5), Pull::Pending);
         assert_eq!(rs.pacing(), 0, "one reader × 300 µs rounds to no pace");
         assert_eq!(rs.fan_out(chunk(0, "a"), stale, 5).0, vec![id]);
@@ -435,8 +473,8 @@ mod tests {
         assert_eq!(rs.pull(id, 5), Pull::Pending);
         assert_eq!(rs.fan_out(chunk(1, "b"), stale, 5).0, vec![id], "same millisecond, still at once");
 
-        let mut paced = Readers::new(64, true, Pacing { per_reader_us: 10_000, max_ms: 50 });
-        let id = paced.attach(Dialect::Events, vec![]);
+        let mut paced = Readers::new(64, true, Pacing { per_reader_us: 10_000, max_ms: 50 }, NO_KEEPALIVE);
+        let id = paced.attach(Dialect::Events, vec![], 0);
         assert_eq!(paced.pull(id, 1), Pull::Pending);
         paced.fan_out(chunk(0, "a"), stale, 1);
         assert!(matches!(paced.pull(id, 1), Pull::Data { .. }));
@@ -448,14 +486,48 @@ mod tests {
         assert!(matches!(paced.pull(id, 2), Pull::Data { last: true, .. }), "and is pulled at once");
     }
 
+    #[test]
+    fn a_reader_written_nothing_for_the_keepalive_interval_is_woken_for_a_ping() {
+        let mut rs = Readers::new(16, true, NO_PACING, 15_000);
+        let idle = rs.attach(Dialect::Events, vec![], 1_000);
+        let busy = rs.attach(Dialect::Events, vec![], 1_000);
+        assert_eq!(rs.pull(idle, 1_000), Pull::Pending);
+        assert_eq!(rs.pull(busy, 1_000), Pull::Pending);
+        assert_eq!(rs.next_due(), Some(16_000), "15 s after attaching");
+        assert_eq!(rs.fan_out(chunk(0, "a"), stale, 5_000).0, vec![idle, busy]);
+        assert!(matches!(rs.pull(busy, 5_000), Pull::Data { .. }));
+        assert_eq!(rs.pull(busy, 5_000), Pull::Pending);
+        // `idle` was offered a frame but has not pulled it: it needs no ping, it needs a pull.
+        assert_eq!(rs.due_of(idle), None);
+        assert!(matches!(rs.pull(idle, 6_000), Pull::Data { .. }));
+        assert_eq!(rs.pull(idle, 6_000), Pull::Pending);
+        assert_eq!((rs.due_of(idle), rs.due_of(busy)), (Some(21_000), Some(20_000)), "a write restarts the interval");
+        assert!(rs.wake_due(19_999).is_empty());
+        assert_eq!(rs.wake_due(20_000), vec![busy]);
+        assert_eq!(rs.pull(busy, 20_000), Pull::Data { wire: sse::PING.to_owned(), last: false });
+        assert_eq!(rs.pull(busy, 20_000), Pull::Pending);
+        assert_eq!(rs.next_due(), Some(21_000));
+        // A frame that arrives before the woken reader pulls goes out instead of the ping.
+        assert_eq!(rs.wake_due(21_000), vec![idle]);
+        rs.fan_out(chunk(1, "b"), stale, 21_001);
+        assert_eq!(rs.pull(idle, 21_002), Pull::Data { wire: sse::encode(&chunk(1, "b")), last: false });
+        assert_eq!(rs.pull(idle, 21_002), Pull::Pending);
+        // A finished reader is never pinged.
+        rs.finish_all(Frame::End { seq: 2, status: EndStatus::Complete, error: None });
+        assert!(matches!(rs.pull(idle, 21_003), Pull::Data { last: true, .. }));
+        assert!(matches!(rs.pull(busy, 21_003), Pull::Data { last: true, .. }));
+        assert_eq!(rs.next_due(), None);
+        assert_eq!(rs.writes(), 6);
+    }
+
     fn stale() -> Frame {
         Frame::Stale { floor_seq: 0, durable_seq: 0 }
     }
 
     #[test]
     fn a_pull_merges_queued_chunks_and_keeps_the_highest_durable() {
-        let mut rs = Readers::new(16, true, NO_PACING);
-        let id = rs.attach(Dialect::Events, vec![]);
+        let mut rs = Readers::new(16, true, NO_PACING, NO_KEEPALIVE);
+        let id = rs.attach(Dialect::Events, vec![], 0);
         rs.fan_out(chunk(0, "a😀"), stale, 1);
         rs.fan_out(Frame::Durable { seq: 1 }, stale, 1);
         rs.fan_out(chunk(3, "b"), stale, 1);
@@ -468,8 +540,8 @@ mod tests {
 
     #[test]
     fn without_merging_a_pull_sends_each_queued_frame_as_it_was_encoded() {
-        let mut rs = Readers::new(16, false, NO_PACING);
-        let id = rs.attach(Dialect::Events, vec![]);
+        let mut rs = Readers::new(16, false, NO_PACING, NO_KEEPALIVE);
+        let id = rs.attach(Dialect::Events, vec![], 0);
         rs.fan_out(chunk(0, "a😀"), stale, 1);
         rs.fan_out(chunk(3, "b"), stale, 1);
         let Pull::Data { wire, .. } = rs.pull(id, 1) else { panic!("expected data") };
@@ -478,8 +550,8 @@ mod tests {
 
     #[test]
     fn a_full_queue_ends_in_stale_and_frees_its_frames() {
-        let mut rs = Readers::new(2, true, NO_PACING);
-        let slow = rs.attach(Dialect::Events, vec![]);
+        let mut rs = Readers::new(2, true, NO_PACING, NO_KEEPALIVE);
+        let slow = rs.attach(Dialect::Events, vec![], 0);
         rs.fan_out(chunk(0, "a"), stale, 1);
         rs.fan_out(chunk(1, "b"), stale, 1);
         let (_, dropped) = rs.fan_out(chunk(2, "c"), stale, 1);
@@ -491,12 +563,12 @@ mod tests {
 
     #[test]
     fn a_frame_is_encoded_once_for_each_dialect_that_has_readers() {
-        let mut rs = Readers::new(16, true, NO_PACING);
-        let events = rs.attach(Dialect::Events, vec![]);
+        let mut rs = Readers::new(16, true, NO_PACING, NO_KEEPALIVE);
+        let events = rs.attach(Dialect::Events, vec![], 0);
         rs.fan_out(chunk(0, "{\"type\":\"a\"}\n"), stale, 1);
         let only_events = &rs.readers[&events].queue[0];
         assert!(only_events.events.get().is_some() && only_events.ui.get().is_none(), "no ui reader, no ui encoding");
-        let ui = rs.attach(Dialect::Ui, vec![]);
+        let ui = rs.attach(Dialect::Ui, vec![], 0);
         rs.fan_out(chunk(13, "{\"type\":\"b\"}\n"), stale, 1);
         let (a, b) = (&rs.readers[&events].queue[1], &rs.readers[&ui].queue[0]);
         assert!(Rc::ptr_eq(a, b), "one frame shared by the readers of both dialects");
@@ -506,8 +578,8 @@ mod tests {
 
     #[test]
     fn an_offer_to_a_parked_reader_wakes_it_once() {
-        let mut rs = Readers::new(8, true, NO_PACING);
-        let id = rs.attach(Dialect::Events, vec![]);
+        let mut rs = Readers::new(8, true, NO_PACING, NO_KEEPALIVE);
+        let id = rs.attach(Dialect::Events, vec![], 0);
         assert_eq!(rs.pull(id, 1), Pull::Pending);
         assert_eq!(rs.fan_out(chunk(0, "a"), stale, 1).0, vec![id]);
         assert!(rs.fan_out(chunk(1, "b"), stale, 1).0.is_empty());

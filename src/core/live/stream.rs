@@ -381,6 +381,7 @@ impl LiveStream {
             cfg.max_queued_frames,
             cfg.merge_queued_chunks,
             Pacing { per_reader_us: cfg.reader_pacing_us, max_ms: cfg.reader_pacing_max_ms },
+            cfg.keepalive_ms,
         );
         let ui_lines = (cfg.format == Format::Ui).then(LineAssembler::new);
         let stream = Self {
@@ -661,7 +662,7 @@ impl LiveStream {
             // far); it gets `absent` only if the open fails.
             Phase::Opening(_) | Phase::Live | Phase::Sealing(_) => None,
             Phase::Ended { seal, .. } => Some(seal.clone()),
-            Phase::Retired => return self.readers.attach(dialect, vec![Frame::Absent]),
+            Phase::Retired => return self.readers.attach(dialect, vec![Frame::Absent], self.clock),
         };
         let seq = self.seq();
         let wanted = from.min(seq);
@@ -670,7 +671,7 @@ impl LiveStream {
             Dialect::Events => Some(self.buf.char_floor(wanted)),
             Dialect::Ui => self.buf.line_start(wanted),
         };
-        let Some(at) = at else { return self.readers.attach(dialect, vec![self.stale_frame()]) };
+        let Some(at) = at else { return self.readers.attach(dialect, vec![self.stale_frame()], self.clock) };
         let mut replay =
             vec![Frame::Open { stream_id: self.id.clone(), from: at, seq, durable_seq: self.durable_seq, ended: ended.is_some() }];
         if seq > at {
@@ -682,7 +683,7 @@ impl LiveStream {
         if let Some(seal) = ended {
             replay.push(self.end_frame(&seal));
         }
-        self.readers.attach(dialect, replay)
+        self.readers.attach(dialect, replay, self.clock)
     }
 
     /// Takes what is queued for a reader, as SSE bytes (`Pending` while it waits for data or
@@ -691,8 +692,9 @@ impl LiveStream {
         self.readers.pull(reader, now)
     }
 
-    /// When `reader`, held back by its pace after a `Pending` pull, is due; the shell arms a
-    /// timer for it (the stream's other deadlines are armed already).
+    /// When `reader`, after a `Pending` pull, next needs a pull: when its pace has passed, or
+    /// when it is due a keep-alive ping. The shell arms a timer for it (the stream's other
+    /// deadlines are armed already).
     pub fn reader_due(&self, reader: ReaderId) -> Option<Millis> {
         self.readers.due_of(reader)
     }
