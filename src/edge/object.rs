@@ -96,7 +96,7 @@ impl StreamObject {
         // Authorization comes before anything that could reveal whether the stream exists.
         let token = http::token(&req, &target, route.action.token_in_query());
         let meta = o.shell.inspect(|s| s.meta().cloned()).flatten();
-        let headers = http::header_pairs(&req);
+        let headers = if o.setup.authorizer.reads_headers() { http::header_pairs(&req) } else { Vec::new() };
         let question = AuthRequest {
             token: token.as_deref(),
             stream_id: &route.stream_id,
