@@ -22,10 +22,12 @@ use crate::core::api::{self, ApiError};
 use wasm_bindgen::JsCast;
 use worker::{Env, Request, Response};
 
+/// The standalone Worker's fetch handler (what `#[worker::event(fetch)]` would export, minus
+/// its future: see [`front`]).
 #[cfg(feature = "standalone")]
-#[worker::event(fetch)]
-async fn fetch(req: web_sys::Request, env: Env, _ctx: worker::Context) -> worker::Result<web_sys::Response> {
-    front(req, &env).await
+#[wasm_bindgen::prelude::wasm_bindgen(js_name = fetch)]
+pub fn fetch(req: web_sys::Request, env: Env, _ctx: worker::worker_sys::Context) -> js_sys::Promise {
+    front(req, &env)
 }
 
 /// Panics print their message. The name is this crate's own: wasm-bindgen exports a start
@@ -39,25 +41,60 @@ fn rindle_streams_start() {
 /// forwards the request, streaming body and all, to the stream's Durable Object.
 pub async fn handle_request(req: Request, env: Env) -> worker::Result<Response> {
     // The same JavaScript request (not `Request.clone()`, which would tee the body).
-    front(<web_sys::Request as Clone>::clone(req.inner()), &env).await.map(Response::from)
+    let answer = wasm_bindgen_futures::JsFuture::from(front(<web_sys::Request as Clone>::clone(req.inner()), &env)).await?;
+    Ok(Response::from(answer.unchecked_into::<web_sys::Response>()))
 }
 
-/// The front Worker on the runtime's own request and response objects: the object's answer
-/// goes back as it is, and nothing is read that routing does not need (the `worker` crate's
-/// wrappers read the request's `cf` properties and rebuild the response, about 5% of the front
-/// Worker's CPU on a plain append).
-async fn front(req: web_sys::Request, env: &Env) -> worker::Result<web_sys::Response> {
-    match route(req, env).await {
-        Ok(response) => Ok(response),
-        Err(e) => http::error(&e).map(Into::into),
+/// The front Worker on the runtime's own objects. Routing is synchronous, and the object's
+/// answer is handed back as the promise the stub returned: no future, no task, no rebuilt
+/// response, nothing read that routing does not need (a plain append's front Worker cost
+/// about twice as much through the `worker` crate's wrappers and a Rust future). Only a relayed
+/// (streaming) body needs a future: to stop its pipe once the answer is there.
+fn front(req: web_sys::Request, env: &Env) -> js_sys::Promise {
+    let answered = |response: worker::Result<Response>| match response {
+        Ok(response) => js_sys::Promise::resolve(&wasm_bindgen::JsValue::from(web_sys::Response::from(response))),
+        Err(e) => js_sys::Promise::reject(&e.into()),
+    };
+    match route(req, env) {
+        Ok(Routed::Forwarded { answer, pipe: None }) => {
+            UNAVAILABLE.with(|unavailable| answer.unchecked_ref::<Answer>().catch_with(unavailable.as_ref().unchecked_ref()))
+        }
+        Ok(Routed::Forwarded { answer, pipe: Some(pipe) }) => wasm_bindgen_futures::future_to_promise(async move {
+            let answer = wasm_bindgen_futures::JsFuture::from(answer).await;
+            // The object may answer before the client has sent its whole body (a refusal, a
+            // cancelled streaming append). Stop the pipe now, cancelling the client's body, so
+            // nothing reads it after the answer is sent (which would break the client's
+            // connection).
+            pipe.abort();
+            Ok(match answer {
+                Ok(response) => response,
+                Err(e) => web_sys::Response::from(http::error(&http::unavailable(worker::Error::from(e)))?).into(),
+            })
+        }),
+        Ok(Routed::Dev(req)) => {
+            let env = env.clone();
+            wasm_bindgen_futures::future_to_promise(async move {
+                let response = dev::handle(req, &env).await.or_else(|e| http::error(&e))?;
+                Ok(web_sys::Response::from(response).into())
+            })
+        }
+        Err(e) => answered(http::error(&e)),
     }
 }
 
-async fn route(req: web_sys::Request, env: &Env) -> Result<web_sys::Response, ApiError> {
+/// Where the front Worker sent a request.
+enum Routed {
+    /// To the stream's object; `pipe` relays a streaming body, to be stopped once answered.
+    Forwarded { answer: js_sys::Promise, pipe: Option<web_sys::AbortController> },
+    /// A development endpoint (`DEV_MODE=1` only).
+    Dev(Request),
+}
+
+fn route(req: web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
     let url = req.url();
     let path = api::path_of(&url);
     if path.starts_with("/dev/") {
-        return dev::handle(Request::from(req), env).await.map(Into::into);
+        return Ok(Routed::Dev(Request::from(req)));
     }
     // A bad configuration answers every request with the setting to fix (the object checks
     // the rest, such as the secret, with the same message).
@@ -71,20 +108,8 @@ async fn route(req: web_sys::Request, env: &Env) -> Result<web_sys::Response, Ap
         .map_err(|e| ApiError::misconfigured(format!("the STREAMS Durable Object binding: {e}")))?
         .into_rpc();
     let (forwarded, pipe) = forward(req).map_err(http::unavailable)?;
-    let answer = match stub.fetch_with_request(&forwarded) {
-        Ok(promise) => wasm_bindgen_futures::JsFuture::from(promise)
-            .await
-            .map(JsCast::unchecked_into)
-            .map_err(|e| http::unavailable(worker::Error::from(e))),
-        Err(e) => Err(http::unavailable(worker::Error::from(e))),
-    };
-    // The object may answer before the client has sent its whole body (a refusal, a cancelled
-    // streaming append). Stop the pipe now, cancelling the client's body, so nothing reads it
-    // after the answer is sent (which would break the client's connection).
-    if let Some(pipe) = pipe {
-        pipe.abort();
-    }
-    answer
+    let answer = stub.fetch_with_request(&forwarded).map_err(|e| http::unavailable(worker::Error::from(e)))?;
+    Ok(Routed::Forwarded { answer, pipe })
 }
 
 /// A pass-through for a byte stream: the runtime's native `IdentityTransformStream` where it
@@ -132,9 +157,27 @@ fn forward(req: web_sys::Request) -> worker::Result<(web_sys::Request, Option<we
     Ok((forwarded, Some(pipe)))
 }
 
+#[wasm_bindgen::prelude::wasm_bindgen]
+extern "C" {
+    /// The object's answer, a promise of a response.
+    type Answer;
+    /// `answer.catch(handler)`, where the handler's value answers in its place.
+    #[wasm_bindgen(method, js_name = catch)]
+    fn catch_with(this: &Answer, handler: &js_sys::Function) -> js_sys::Promise;
+}
+
 thread_local! {
     /// A rejection handler that does nothing, shared by every relay's pipe (one per request
     /// would be a closure kept alive forever: a handler that is never called never frees).
     static IGNORE: wasm_bindgen::closure::Closure<dyn FnMut(wasm_bindgen::JsValue)> =
         wasm_bindgen::closure::Closure::new(|_: wasm_bindgen::JsValue| {});
+    /// The answer when the object could not be reached: the 503 of SPEC §4 (shared, like
+    /// `IGNORE`, by every forwarded request's promise).
+    static UNAVAILABLE: wasm_bindgen::closure::Closure<dyn FnMut(wasm_bindgen::JsValue) -> wasm_bindgen::JsValue> =
+        wasm_bindgen::closure::Closure::new(|e: wasm_bindgen::JsValue| -> wasm_bindgen::JsValue {
+            match http::error(&http::unavailable(worker::Error::from(e))) {
+                Ok(response) => web_sys::Response::from(response).into(),
+                Err(e) => js_sys::Promise::reject(&e.into()).into(),
+            }
+        });
 }
