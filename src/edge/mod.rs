@@ -4,6 +4,7 @@
 mod append;
 mod dev;
 mod faults;
+mod heap;
 mod http;
 mod lease;
 mod object;

@@ -286,6 +286,7 @@ impl Object {
                     "retainedBytes": s.retained_bytes(),
                     "faultsInjected": self.setup.faults.as_ref().map(|f| f.injected()),
                     "d1": self.setup.sink.counters(),
+                    "wasmHeap": super::heap::wasm_heap(),
                 })
             })
             .ok_or_else(|| ApiError::not_open(&route.stream_id))?;
