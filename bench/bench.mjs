@@ -7,7 +7,7 @@
 //   node bench/bench.mjs            # the full run (≈10 min): what BENCHMARKS.md reports
 //   node bench/bench.mjs --smoke    # seconds per scenario: the harness cannot rot (in the test command)
 //   node bench/bench.mjs --json     # the report as JSON on stdout
-//   node bench/bench.mjs --only latency,d1   # a subset (latency, plain, maxRate, d1, memory, variants)
+//   node bench/bench.mjs --only latency,d1   # a subset (latency, plain, ui, maxRate, d1, memory, variants)
 //
 // Build the Worker first (scripts/build.sh; the test command does). Scenarios:
 //   latency   1 stream, R readers (1, 10, 100), 4-UTF-16-unit deltas at 100/s through one
@@ -16,6 +16,9 @@
 //   plain     the same with one POST per delta (each sent once the previous one is answered,
 //             on one kept-alive connection): also the deltas/s achieved and the append's
 //             round trip
+//   ui        the same answer as a `ui` stream (one NDJSON text-delta line per delta, read from
+//             /ui) and as a `text` stream: CPU per delivery and p99 at 1, 10, 100 readers,
+//             and D1 bytes per byte of the answer
 //   max-rate  the highest delta rate one stream sustains with 100 readers before p99 > 100 ms
 //   d1        statements, rows and bytes written per 10,000 characters (counted at the
 //             executor, from /stats), for 10k, 100k and 1M characters
@@ -40,7 +43,7 @@ import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { ROOT, sseParser, startStack } from '../tests/e2e/harness.mjs';
 import { rawRequest, sleep } from '../tests/e2e/util.mjs';
-import { quietInspector } from './inspector.mjs';
+import { connectInspector, quietInspector } from './inspector.mjs';
 
 const DELTAS = ['tok ', 'ab😀', '漢字ab', '👍🏽', 'the ', '🦀ok', 'é é ', '𝄞 a '];
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
@@ -66,6 +69,28 @@ function workerdProcesses(pgid) {
   return found;
 }
 
+/**
+ * CPU time (ms) of process `pid`: the scheduler's own count (schedstat, nanoseconds) summed
+ * over its threads. utime/stime are sampled at 10 ms ticks, which puts ±10% of noise on the
+ * ~1 s a scenario costs; `stat` (ticks) is the fallback where schedstat is missing.
+ */
+function processCpuMs(pid, statFields) {
+  try {
+    let ns = 0;
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      try {
+        ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+      } catch {
+        /* thread gone meanwhile */
+      }
+    }
+    return ns / 1e6;
+  } catch {
+    const fields = statFields ?? readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLK_TCK;
+  }
+}
+
 /** CPU (ms) and memory (KiB) of the workerd processes of process group `pgid`. */
 function workerdUsage(pgid) {
   let cpuMs = 0;
@@ -74,7 +99,7 @@ function workerdUsage(pgid) {
   let processes = 0;
   for (const { pid: name, fields: f } of workerdProcesses(pgid)) {
     processes++;
-    cpuMs += ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK;
+    cpuMs += processCpuMs(name, f);
     try {
       const status = readFileSync(`/proc/${name}/status`, 'utf8');
       rssKb += Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
@@ -126,10 +151,10 @@ export async function workerBase(stack) {
     for (const port of listeningPorts(pid)) {
       if (port === stack.port) continue;
       const base = `http://127.0.0.1:${port}`;
-      if ((await probe(base)) === expected) return { base, direct: true };
+      if ((await probe(base)) === expected) return { base, direct: true, pid: Number(pid) };
     }
   }
-  return { base: stack.baseUrl, direct: false };
+  return { base: stack.baseUrl, direct: false, pid: null };
 }
 
 /** CPU (ms) of every process of group `pgid` (wrangler's node process included). */
@@ -182,24 +207,32 @@ async function request(url, { method = 'GET', headers = {}, body, timeoutMs = 30
 
 let streamCounter = 0;
 
-/** rindle-streams: rows in D1, JWTs, JSON frames whose `seq` says how far a reader is. */
-export function rindleTarget(stack, base) {
+/**
+ * rindle-streams: rows in D1, JWTs, JSON frames whose `seq` says how far a reader is. With
+ * `format: 'ui'` (SPEC §9) the same answer travels as the AI SDK's UI message chunks: each
+ * delta is one `text-delta` line of NDJSON, read from `/ui`, whose events carry the offset
+ * after their line as `id:`.
+ */
+export function rindleTarget(stack, base, { format = 'text' } = {}) {
+  const ui = format === 'ui';
   return {
-    name: 'rindle',
+    name: ui ? 'rindle ui' : 'rindle',
     stack,
+    /** What the producer sends for one delta of the answer. */
+    encode: ui ? (delta) => `${JSON.stringify({ type: 'text-delta', id: 't0', delta })}\n` : (delta) => delta,
     async open() {
       const id = `bench-${process.pid}-${++streamCounter}`;
       stack.db.run(`INSERT INTO messages (id, chat_id, role) VALUES (?, 'bench', 'assistant')`, id);
       const token = stack.token(id);
       const auth = { authorization: `Bearer ${token}` };
       const url = (action, query = '') => `${base}/streams/${id}/${action}${query}`;
-      const opened = await request(url('open'), { method: 'POST', headers: auth });
+      const opened = await request(url('open'), { method: 'POST', headers: auth, ...(ui ? { body: '{"format":"ui"}' } : {}) });
       if (opened.status !== 200) throw new Error(`open ${id}: ${opened.status} ${opened.raw}`);
       return {
         id,
         appendUrl: url('append'),
-        producerHeaders: { ...auth, 'content-type': 'text/plain; charset=utf-8' },
-        eventsUrl: url('events', `?from=0&token=${encodeURIComponent(token)}`),
+        producerHeaders: { ...auth, 'content-type': ui ? 'application/x-ndjson' : 'text/plain; charset=utf-8' },
+        eventsUrl: url(ui ? 'ui' : 'events', `?from=0&token=${encodeURIComponent(token)}`),
         close: () => request(url('close'), { method: 'POST', headers: auth }),
         stats: async () => (await request(url('stats'), { headers: auth })).json,
       };
@@ -333,7 +366,11 @@ function openAppend(stream) {
  * counted), deliveries, CPU and violations. `during` ({ start, stop }) brackets the measured
  * window (bench/profile.mjs takes its CPU profile there).
  */
-export async function fanout(target, { readers, rate, seconds, plain = false, during }) {
+export async function fanout(target, { readers, rate, seconds, plain = false, during, warmupSeconds = 2 }) {
+  // The same load on a stream of its own first, unmeasured: a fresh runtime compiles its hot
+  // code as it goes, on background threads whose CPU would otherwise land on the first
+  // measurement (±25% from run to run without it).
+  if (warmupSeconds > 0) await fanout(target, { readers: Math.min(readers, 10), rate, seconds: warmupSeconds, plain, warmupSeconds: 0 });
   const stream = await target.open();
   const total = Math.max(1, Math.round(rate * seconds));
   const sentAt = new Float64Array(total);
@@ -368,6 +405,7 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
   await sleep(200); // every reader attached and parked
   await during?.start();
   const before = workerdUsage(target.stack.process.pgid);
+  const workerBefore = target.stack.workerPid ? processCpuMs(target.stack.workerPid) : null;
   const clientBefore = process.cpuUsage();
   // Plain: one POST per delta, each sent once the previous one was answered (a producer that
   // cannot hold a request open still keeps its deltas in order), on one kept-alive connection.
@@ -378,7 +416,7 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
     const due = start + (sent * 1000) / rate;
     const wait = due - performance.now();
     if (wait > 1) await sleep(wait);
-    const text = DELTAS[sent % DELTAS.length];
+    const text = target.encode?.(DELTAS[sent % DELTAS.length]) ?? DELTAS[sent % DELTAS.length];
     units += text.length;
     endUnits[sent] = units;
     sentAt[sent] = performance.now();
@@ -391,6 +429,7 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
   const grace = sleep(Math.max(10_000, seconds * 3000)).then(() => 'timeout');
   const outcome = await Promise.race([done.then(() => 'done'), grace]);
   const after = workerdUsage(target.stack.process.pgid);
+  const workerCpuMs = workerBefore === null ? null : processCpuMs(target.stack.workerPid) - workerBefore;
   const client = process.cpuUsage(clientBefore);
   await during?.stop();
   const drainedAfter = (performance.now() - start) / 1000 - elapsed;
@@ -422,6 +461,9 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
     p99: round(percentile(latencies, 99)),
     max: round(latencies.at(-1)),
     cpuMs: round(cpuMs),
+    // The Worker's own workerd process (the rest of `cpuMs` is the idle dev proxy's).
+    workerCpuMs: round(workerCpuMs),
+    workerCpuMsPer1000Deliveries: workerCpuMs === null ? null : round((workerCpuMs * 1000) / Math.max(1, deliveredInWindow), 2),
     cpuMsPer1000Deliveries: round((cpuMs * 1000) / Math.max(1, deliveredInWindow), 2),
     cpuMsPer1000Deltas: round((cpuMs * 1000) / total, 2),
   };
@@ -441,10 +483,15 @@ export function loadFromArgs(args, { seconds = 5, strings = [] } = {}) {
   return { load, values };
 }
 
-/** D1 traffic for a stream of `chars` UTF-16 units written as fast as the append takes them. */
+/**
+ * D1 traffic for an answer of `chars` UTF-16 units written as fast as the append takes them
+ * (for a `ui` target, as one `text-delta` line per piece: `bytesPerTextByte` is per byte of the
+ * answer, `bytesPerWireByte` per byte the producer sent).
+ */
 async function d1Traffic(target, { chars, pieceUnits = 64, appendBytes = 256 * 1024 }) {
   const stream = await target.open();
   let text = '';
+  let wireBytes = 0;
   let k = 0;
   // Streaming appends of at most `appendBytes` each (an append is capped by MAX_APPEND_BYTES).
   while (text.length < chars) {
@@ -454,8 +501,10 @@ async function d1Traffic(target, { chars, pieceUnits = 64, appendBytes = 256 * 1
       let piece = '';
       while (piece.length < pieceUnits) piece += DELTAS[k++ % DELTAS.length];
       text += piece;
-      bytes += Buffer.byteLength(piece);
-      if (!producer.write(piece)) await new Promise((r) => setImmediate(r));
+      const wire = target.encode?.(piece) ?? piece;
+      bytes += Buffer.byteLength(wire);
+      wireBytes += Buffer.byteLength(wire);
+      if (!producer.write(wire)) await new Promise((r) => setImmediate(r));
     }
     producer.end();
     const appended = await producer.answer;
@@ -477,6 +526,7 @@ async function d1Traffic(target, { chars, pieceUnits = 64, appendBytes = 256 * 1
     rowsPer10k: per10k(stats.d1.rowsWritten),
     bytesPer10k: per10k(stats.d1.bytesBound),
     bytesPerTextByte: round(stats.d1.bytesBound / textBytes, 2),
+    bytesPerWireByte: round(stats.d1.bytesBound / wireBytes, 2),
     checkpoints: stats.checkpoints,
   };
 }
@@ -498,7 +548,13 @@ async function d1PerDelta(target, { deltas, rate }) {
   return { deltas, rate, statements: live.d1.statements, statementsPerDelta: round(live.d1.statements / deltas, 3), checkpoints: live.checkpoints };
 }
 
-/** workerd memory before and with `streams` live streams (a reader and ~2 KB of text each). */
+/**
+ * Memory before and with `streams` live streams (a reader and ~2 KB of text each): the
+ * resident memory of the stack's workerd processes (all, and the Worker's own process), the
+ * isolate's JavaScript heap after a full collection (through the inspector), and for
+ * rindle-streams the wasm heap in use and reserved (`/stats` `wasmHeap`, counted at the
+ * allocator). Each figure is per 100 streams.
+ */
 async function memory(target, { streams }) {
   const text = DELTAS.join('').repeat(Math.ceil(2000 / DELTAS.join('').length)).slice(0, 2000);
   const openLive = async (n) => {
@@ -520,17 +576,53 @@ async function memory(target, { streams }) {
       conn.close();
     }
   };
+  const { pgid } = target.stack.process;
+  const rssOf = (pid) => {
+    try {
+      return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
+    } catch {
+      return 0;
+    }
+  };
+  const snapshot = async (probe) => {
+    await sleep(1000); // what was just opened or closed settles before memory is read
+    // The isolate's JavaScript heap as V8 counts it (no forced collection: workerd answers
+    // HeapProfiler.collectGarbage only when the isolate next runs, and not at all while
+    // streams are held open, so the figure includes garbage not yet collected).
+    const session = await connectInspector(target.stack.inspectorPort);
+    let jsHeap;
+    try {
+      jsHeap = await session.send('Runtime.getHeapUsage');
+    } finally {
+      await session.close();
+    }
+    const wasmHeap = (await probe?.stats())?.wasmHeap ?? null;
+    return { all: workerdUsage(pgid), workerKb: target.stack.workerPid ? rssOf(target.stack.workerPid) : null, jsHeapBytes: jsHeap.usedSize, wasmHeap };
+  };
   // Warm-up: the first stream instantiates the code, the D1 database and storage; the
-  // baseline is taken after that, so the figure is what each further stream costs.
+  // baseline is taken after that, so the figure is what each further stream costs. The probe
+  // stays open throughout: its `/stats` reads the isolate's wasm heap.
   await closeAll(await openLive(1));
-  await sleep(1000);
-  const base = workerdUsage(target.stack.process.pgid);
+  const probe = await target.open();
+  const base = await snapshot(probe);
   const live = await openLive(streams);
-  await sleep(1000);
-  const held = workerdUsage(target.stack.process.pgid);
+  const held = await snapshot(probe);
   await closeAll(live);
-  const perHundredMb = ((held.rssKb - base.rssKb) / 1024) * (100 / streams);
-  return { target: target.name, streams, baseMb: round(base.rssKb / 1024), heldMb: round(held.rssKb / 1024), peakMb: round(held.hwmKb / 1024), mbPer100Streams: round(perHundredMb) };
+  await probe.close();
+  const per100 = (before, after, unit) => (before === null || after === null ? null : round(((after - before) / unit) * (100 / streams)));
+  const MB = 1024 * 1024;
+  return {
+    target: target.name,
+    streams,
+    baseMb: round(base.all.rssKb / 1024),
+    heldMb: round(held.all.rssKb / 1024),
+    peakMb: round(held.all.hwmKb / 1024),
+    mbPer100Streams: per100(base.all.rssKb, held.all.rssKb, 1024),
+    workerProcessMbPer100Streams: per100(base.workerKb, held.workerKb, 1024),
+    jsHeapMbPer100Streams: per100(base.jsHeapBytes, held.jsHeapBytes, MB),
+    wasmHeapInUseMbPer100Streams: per100(base.wasmHeap?.inUseBytes ?? null, held.wasmHeap?.inUseBytes ?? null, MB),
+    wasmMemoryMbPer100Streams: per100(base.wasmHeap?.memoryBytes ?? null, held.wasmHeap?.memoryBytes ?? null, MB),
+  };
 }
 
 /** The release wasm, raw and gzipped, and (when wasm-bindgen is at hand) before wasm-opt. */
@@ -560,8 +652,15 @@ function wasmSize() {
 const RINDLE_VARS = { IDLE_TIMEOUT_MS: '0', LINGER_MS: '2000' };
 
 /** The two sides: how to start each one's stack and how to drive it. */
+const FLOOR_CONFIG = join(ROOT, 'bench', 'floor', 'wrangler.toml');
 const SIDES = {
-  floor: { stack: () => ({ name: 'bench-floor', config: join(ROOT, 'bench', 'floor', 'wrangler.toml') }), target: floorTarget },
+  floor: { stack: () => ({ name: 'bench-floor', config: FLOOR_CONFIG }), target: floorTarget },
+  rindleUi: { stack: (vars) => ({ name: 'bench-rindle-ui', vars: { ...RINDLE_VARS, ...vars } }), target: (stack, base) => rindleTarget(stack, base, { format: 'ui' }) },
+  // The floor that also does what the lease does (see floor.mjs): for the memory figure.
+  floorLease: {
+    stack: () => ({ name: 'bench-floor-lease', config: FLOOR_CONFIG, vars: { FLOOR_LEASE: '1' } }),
+    target: (stack, base) => ({ ...floorTarget(stack, base), name: 'floor+lease' }),
+  },
   rindle: { stack: (vars) => ({ name: 'bench-rindle', vars: { ...RINDLE_VARS, ...vars } }), target: rindleTarget },
 };
 
@@ -573,8 +672,9 @@ const SIDES = {
 export async function onFreshStack(side, fn, { vars = {}, seen } = {}) {
   const stack = await startStack(SIDES[side].stack(vars));
   try {
-    const { base, direct } = await workerBase(stack);
+    const { base, direct, pid } = await workerBase(stack);
     if (seen) seen.direct = (seen.direct ?? true) && direct;
+    stack.workerPid = pid; // the Worker's own workerd process (the other one is the dev proxy)
     await quietInspector(stack.inspectorPort);
     await quiet([stack]);
     return await fn(SIDES[side].target(stack, base));
@@ -584,11 +684,11 @@ export async function onFreshStack(side, fn, { vars = {}, seen } = {}) {
 }
 
 /** The highest of `rates` one stream of `side` sustains with `readers` readers (p99 ≤ 100 ms, all delivered). */
-async function maxRate(side, { readers, rates, seconds, vars, seen }) {
+async function maxRate(side, { readers, rates, seconds, warmupSeconds, vars, seen }) {
   const steps = [];
   let best = null;
   for (const rate of rates) {
-    const r = await onFreshStack(side, (t) => fanout(t, { readers, rate, seconds }), { vars, seen });
+    const r = await onFreshStack(side, (t) => fanout(t, { readers, rate, seconds, warmupSeconds }), { vars, seen });
     const holds = r.complete && r.violations === 0 && r.p99 !== null && r.p99 <= 100 && r.achievedRate >= rate * 0.95;
     steps.push({ rate, holds, p50: r.p50, p99: r.p99, achievedRate: r.achievedRate, complete: r.complete, cpuMsPer1000Deliveries: r.cpuMsPer1000Deliveries });
     if (!holds) break;
@@ -598,7 +698,7 @@ async function maxRate(side, { readers, rates, seconds, vars, seen }) {
 }
 
 /**
- * Runs the scenarios (`only`: a subset of latency, plain, maxRate, d1, memory, variants; default
+ * Runs the scenarios (`only`: a subset of latency, plain, ui, maxRate, d1, memory, variants; default
  * all); `smoke` shrinks each to seconds. `log` gets progress lines.
  */
 export async function runBench({ smoke = false, only, log = () => {} } = {}) {
@@ -617,20 +717,46 @@ export async function runBench({ smoke = false, only, log = () => {} } = {}) {
   const on = (side, fn, vars) => onFreshStack(side, fn, { vars, seen });
   const both = async (fn) => ({ floor: await on('floor', fn), rindle: await on('rindle', fn) });
   const seconds = smoke ? 1 : 10;
+  // The smoke run measures nothing worth warming up for.
+  const warmupSeconds = smoke ? 0 : 2;
 
   // The same load through one streaming append (`latency`) and as one POST per delta (`plain`).
   for (const [scenario, plain] of [['latency', false], ['plain', true]]) {
     report[scenario] = [];
     // The smoke run keeps one plain row: it only has to show the scenario still runs.
     for (const readers of want(scenario) ? (smoke ? (plain ? [10] : [1, 10]) : [1, 10, 100]) : []) {
-      const pair = await both((t) => fanout(t, { readers, rate: 100, seconds, plain }));
+      const pair = await both((t) => fanout(t, { readers, rate: 100, seconds, plain, warmupSeconds }));
       report[scenario].push(pair);
       log(`${scenario} ${readers} readers: floor ${pair.floor.achievedRate}/s p50 ${pair.floor.p50} p99 ${pair.floor.p99}, rindle ${pair.rindle.achievedRate}/s p50 ${pair.rindle.p50} p99 ${pair.rindle.p99}`);
     }
   }
 
+  // Issue 9's figure: the same answer as a `ui` stream (NDJSON text-delta lines, read from /ui)
+  // and as a `text` stream, through one streaming append.
+  // The full run gives each measurement a fresh stack; the smoke run (which only shows the
+  // scenario still runs) does the fan-out and the D1 count on one stack per format.
+  report.ui = [];
+  const uiReaders = want('ui') ? (smoke ? [1] : [1, 10, 100]) : [];
+  const uiChars = smoke ? 10_000 : 100_000;
+  if (smoke && want('ui')) {
+    const run = async (t) => ({ f: await fanout(t, { readers: 1, rate: 100, seconds, warmupSeconds }), d1: await d1Traffic(t, { chars: uiChars }) });
+    const [text, ui] = [await on('rindle', run), await on('rindleUi', run)];
+    report.ui.push({ text: text.f, ui: ui.f });
+    report.uiD1 = { text: text.d1, ui: ui.d1 };
+  }
+  for (const readers of smoke ? [] : uiReaders) {
+    const fn = (t) => fanout(t, { readers, rate: 100, seconds, warmupSeconds });
+    const pair = { text: await on('rindle', fn), ui: await on('rindleUi', fn) };
+    report.ui.push(pair);
+    log(`ui ${readers} readers: text p99 ${pair.text.p99} CPU ${pair.text.cpuMsPer1000Deliveries}, ui p99 ${pair.ui.p99} CPU ${pair.ui.cpuMsPer1000Deliveries}`);
+  }
+  if (!smoke && want('ui')) {
+    report.uiD1 = { text: await on('rindle', (t) => d1Traffic(t, { chars: uiChars })), ui: await on('rindleUi', (t) => d1Traffic(t, { chars: uiChars })) };
+  }
+  if (report.uiD1) log(`ui d1: text ${report.uiD1.text.bytesPerTextByte} bytes per text byte, ui ${report.uiD1.ui.bytesPerTextByte}`);
+
   const rates = smoke ? [50] : [10, 25, 50, 100, 150, 200, 300];
-  const rateOptions = { readers: smoke ? 10 : 100, rates, seconds: smoke ? 1 : 6, seen };
+  const rateOptions = { readers: smoke ? 10 : 100, rates, seconds: smoke ? 1 : 6, warmupSeconds, seen };
   if (want('maxRate')) {
     report.maxRate = { floor: await maxRate('floor', rateOptions), rindle: await maxRate('rindle', rateOptions) };
     log(`max rate: floor ${report.maxRate.floor.best}/s, rindle ${report.maxRate.rindle.best}/s`);
@@ -649,8 +775,9 @@ export async function runBench({ smoke = false, only, log = () => {} } = {}) {
   }
 
   if (want('memory')) {
-    report.memory = await both((t) => memory(t, { streams: smoke ? 10 : 100 }));
-    log(`memory: floor ${report.memory.floor.mbPer100Streams} MB/100, rindle ${report.memory.rindle.mbPer100Streams} MB/100`);
+    const m = (t) => memory(t, { streams: smoke ? 10 : 100 });
+    report.memory = { floor: await on('floor', m), floorLease: await on('floorLease', m), rindle: await on('rindle', m) };
+    log(`memory: floor ${report.memory.floor.mbPer100Streams} MB/100, floor+lease ${report.memory.floorLease.mbPer100Streams} MB/100, rindle ${report.memory.rindle.mbPer100Streams} MB/100`);
   }
 
   // Before/after of the hot-path choices that can be switched off, one at a time.
@@ -662,7 +789,7 @@ export async function runBench({ smoke = false, only, log = () => {} } = {}) {
       v.perDeltaD1.checkpointEveryDelta = await on('rindle', perDelta, { CHECKPOINT_CHARS: '1' });
       for (const [name, vars] of [['noPacing', { READER_PACING_US: '0' }], ['noMerge', { MERGE_QUEUED_CHUNKS: '0' }]]) {
         v[name] = {
-          latency100: await on('rindle', (t) => fanout(t, { readers: 100, rate: 100, seconds }), vars),
+          latency100: await on('rindle', (t) => fanout(t, { readers: 100, rate: 100, seconds, warmupSeconds }), vars),
           maxRate: await maxRate('rindle', { ...rateOptions, vars }),
         };
         log(`${name}: 100 readers p99 ${v[name].latency100.p99}, max rate ${v[name].maxRate.best}/s`);
@@ -693,6 +820,16 @@ export function formatReport(r) {
     }
     lines.push('');
   }
+  if (r.ui?.length) {
+    lines.push('`ui` vs `text`, the same answer through one streaming append at 100 deltas/s:', '');
+    lines.push('| readers | format | p50 ms | p99 ms | deliveries | CPU ms / 1k deliveries | ui / text CPU | ui / text p99 |', '|---|---|---|---|---|---|---|---|');
+    for (const { text, ui } of r.ui) {
+      lines.push(`| ${text.readers} | text | ${text.p50} | ${text.p99} | ${text.deliveries}/${text.expectedDeliveries} | ${text.cpuMsPer1000Deliveries} | | |`);
+      lines.push(`| ${ui.readers} | ui | ${ui.p50} | ${ui.p99} | ${ui.deliveries}/${ui.expectedDeliveries} | ${ui.cpuMsPer1000Deliveries} | ${ratio(ui.cpuMsPer1000Deliveries, text.cpuMsPer1000Deliveries)} | ${ratio(ui.p99, text.p99)} |`);
+    }
+    if (r.uiD1) lines.push('', `D1 bytes per byte of the answer: text ${r.uiD1.text.bytesPerTextByte}, ui ${r.uiD1.ui.bytesPerTextByte} (${r.uiD1.ui.bytesPerWireByte} per NDJSON byte)`);
+    lines.push('');
+  }
   if (r.maxRate) {
     lines.push('', `max rate with ${r.maxRate.rindle.readers} readers (p99 ≤ 100 ms): floor ${r.maxRate.floor.best ?? 'none'}/s, rindle ${r.maxRate.rindle.best ?? 'none'}/s`);
     for (const side of ['floor', 'rindle']) lines.push(`  ${side}: ${r.maxRate[side].steps.map((s) => `${s.rate}/s p99 ${s.p99}${s.holds ? '' : ' ✗'}`).join(', ')}`);
@@ -700,7 +837,13 @@ export function formatReport(r) {
   lines.push('', '| chars | text bytes | statements / 10k | rows / 10k | bytes / 10k | bytes per text byte |', '|---|---|---|---|---|---|');
   for (const d of r.d1) lines.push(`| ${d.chars} | ${d.textBytes} | ${d.statementsPer10k} | ${d.rowsPer10k} | ${d.bytesPer10k} | ${d.bytesPerTextByte} |`);
   const m = r.memory;
-  if (m) lines.push('', `memory per 100 live streams: floor ${m.floor.mbPer100Streams} MB, rindle ${m.rindle.mbPer100Streams} MB (${ratio(m.rindle.mbPer100Streams, m.floor.mbPer100Streams)}); workerd peak ${m.rindle.peakMb} MB`);
+  if (m) {
+    lines.push('', 'memory per 100 live streams (MB):', '', '| side | workerd RSS (both processes) | the Worker\'s process | JS heap | wasm heap in use | wasm memory reserved |', '|---|---|---|---|---|---|');
+    for (const x of [m.floor, m.floorLease, m.rindle].filter(Boolean)) {
+      lines.push(`| ${x.target} | ${x.mbPer100Streams} | ${x.workerProcessMbPer100Streams} | ${x.jsHeapMbPer100Streams} | ${x.wasmHeapInUseMbPer100Streams ?? ''} | ${x.wasmMemoryMbPer100Streams ?? ''} |`);
+    }
+    if (m.floorLease) lines.push('', `rindle / floor+lease: ${ratio(m.rindle.mbPer100Streams, m.floorLease.mbPer100Streams)} (RSS); workerd peak ${m.rindle.peakMb} MB`);
+  }
   lines.push(`wasm: ${r.wasm.raw} bytes raw, ${r.wasm.gzip} gzipped${r.wasm.beforeWasmOpt ? ` (before wasm-opt: ${r.wasm.beforeWasmOpt.raw} raw, ${r.wasm.beforeWasmOpt.gzip} gzipped)` : ''}`);
   const v = r.variants;
   if (!v) return lines.join('\n');
@@ -717,8 +860,8 @@ export function formatReport(r) {
 /** Problems that make a run worthless (the smoke test asserts there are none). */
 export function problems(r) {
   const out = [];
-  for (const { floor, rindle } of [...r.latency, ...(r.plain ?? [])]) {
-    for (const x of [floor, rindle]) {
+  for (const pair of [...r.latency, ...(r.plain ?? []), ...(r.ui ?? [])]) {
+    for (const x of Object.values(pair)) {
       if (!x.complete) out.push(`${x.target} ${x.readers} readers: ${x.deliveries} of ${x.expectedDeliveries} deliveries`);
       if (x.violations) out.push(`${x.target} ${x.readers} readers: ${x.violations} splice violations`);
     }

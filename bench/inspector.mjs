@@ -5,8 +5,11 @@
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 
-/** Connects to the isolate behind `port`; resolves to { send(method, params) → result, close() }. */
-export async function connectInspector(port) {
+/**
+ * Connects to the isolate behind `port`; resolves to { send(method, params) → result, close() }.
+ * `onEvent(message)` gets the protocol's events (messages without an id).
+ */
+export async function connectInspector(port, { onEvent } = {}) {
   const [target] = await (await fetch(`http://127.0.0.1:${port}/json`)).json();
   const { hostname, port: wsPort, pathname } = new URL(target.webSocketDebuggerUrl);
   const socket = await new Promise((resolve, reject) => {
@@ -35,7 +38,7 @@ export async function connectInspector(port) {
   const onMessage = (text) => {
     const m = JSON.parse(text);
     const settle = pending.get(m.id);
-    if (!settle) return; // an event
+    if (!settle) return void (m.id === undefined && onEvent?.(m));
     pending.delete(m.id);
     if (m.error) settle.reject(new Error(`${m.error.message} (${JSON.stringify(m.error)})`));
     else settle.resolve(m.result);

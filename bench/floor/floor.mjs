@@ -3,15 +3,35 @@
 // piece of its body, as it arrives, as one `data:` frame to every reader; GET .../events
 // attaches a reader; POST .../close ends every reader. No JSON, no checkpoints, no storage,
 // no auth, no bounds: whatever rindle-streams does on top of this is its cost.
+//
+// With FLOOR_LEASE=1 (the "storage-doing" floor of the memory figure) a stream's first request
+// also does what rindle-streams' lease does, and nothing more: it stores the stream's id in
+// the object's own storage and sets an alarm one lease ahead, renewed while readers remain.
+// That separates what the runtime charges for an object that touches its storage from what
+// the project keeps.
 const encoder = new TextEncoder();
+const LEASE_MS = 10_000;
 
 export class FloorStream {
-  constructor() {
+  constructor(state, env) {
+    this.state = state;
+    this.lease = env.FLOOR_LEASE === '1';
+    this.leased = false;
     this.readers = new Set();
   }
 
+  async alarm() {
+    if (this.readers.size > 0) await this.state.storage.setAlarm(Date.now() + LEASE_MS);
+  }
+
   async fetch(request) {
-    const action = new URL(request.url).pathname.split('/').pop();
+    const { pathname } = new URL(request.url);
+    const action = pathname.split('/').pop();
+    if (this.lease && !this.leased) {
+      this.leased = true;
+      await this.state.storage.put('streamId', pathname.split('/')[2]);
+      await this.state.storage.setAlarm(Date.now() + LEASE_MS);
+    }
     if (action === 'events') {
       const { readable, writable } = new TransformStream();
       const writer = writable.getWriter();

@@ -22,7 +22,12 @@ test('benchmark smoke run: floor and rindle-streams measured side by side, every
   const [d1] = report.d1;
   assert.ok(d1.statements > 0 && d1.rowsWritten > 0, `D1 traffic counted at the executor: ${JSON.stringify(d1)}`);
   assert.ok(d1.bytesBound >= d1.textBytes, 'every character is written at least once');
-  assert.ok(report.memory.rindle.heldMb > 0 && report.memory.floor.heldMb > 0, 'workerd memory was measured');
+  for (const { text, ui } of report.ui) {
+    assert.ok(text.complete && ui.complete, `ui vs text, ${ui.readers} readers: every delta delivered on both`);
+  }
+  assert.ok(report.ui.length > 0 && report.uiD1.ui.bytesPerTextByte > report.uiD1.text.bytesPerTextByte, 'a ui stream stores its NDJSON: more D1 bytes per text byte');
+  assert.ok(report.memory.rindle.heldMb > 0 && report.memory.floor.heldMb > 0 && report.memory.floorLease.heldMb > 0, 'workerd memory was measured');
+  assert.equal(typeof report.memory.rindle.wasmHeapInUseMbPer100Streams, 'number', 'the wasm heap was read from /stats');
   assert.ok(report.wasm.gzip > 0 && report.wasm.raw > report.wasm.gzip, 'wasm size');
   assert.ok(report.variants.perDeltaD1.default.statementsPerDelta < 1, 'no per-delta D1 work');
 });
