@@ -22,7 +22,9 @@
 //   max-rate  the highest delta rate one stream sustains with 100 readers before p99 > 100 ms
 //   d1        statements, rows and bytes written per 10,000 characters (counted at the
 //             executor, from /stats), for 10k, 100k and 1M characters
-//   memory    workerd resident memory per 100 live streams (each with a reader and 2 KB text)
+//   memory    memory per 100 live streams (a reader and 2 KB of text each): workerd resident
+//             memory, the JS heap, the wasm heap; against the floor, the floor that also does
+//             what the lease does (stores a key, sets an alarm), and that one plus a D1 query
 //   variants  before/after: pull-time merging off (MERGE_QUEUED_CHUNKS=0), reader pacing off
 //             (READER_PACING_US=0), checkpoints per delta (CHECKPOINT_CHARS=1)
 // The load goes to each Worker's own socket inside wrangler dev, past its dev proxy (a second
@@ -549,11 +551,15 @@ async function d1PerDelta(target, { deltas, rate }) {
 }
 
 /**
- * Memory before and with `streams` live streams (a reader and ~2 KB of text each): the
- * resident memory of the stack's workerd processes (all, and the Worker's own process), the
- * isolate's JavaScript heap after a full collection (through the inspector), and for
- * rindle-streams the wasm heap in use and reserved (`/stats` `wasmHeap`, counted at the
- * allocator). Each figure is per 100 streams.
+ * Memory with `streams` live streams (a reader and ~2 KB of text, its streaming append held
+ * open, each): the resident memory of the stack's workerd processes (all, and the Worker's own
+ * process), the isolate's JavaScript heap, and for rindle-streams the wasm heap in use and
+ * reserved (`/stats` `wasmHeap`, counted at the allocator). Each figure is per 100 streams.
+ *
+ * Two batches of `streams` on the same stack, the second opened while the first is still live:
+ * the first, on an isolate that has served one stream, also pays what the isolate grows once
+ * (code compiled as it gets hot, heap and allocator pools); the second is what each further
+ * live stream costs, the figure of record (`mbPer100Streams`).
  */
 async function memory(target, { streams }) {
   const text = DELTAS.join('').repeat(Math.ceil(2000 / DELTAS.join('').length)).slice(0, 2000);
@@ -586,9 +592,9 @@ async function memory(target, { streams }) {
   };
   const snapshot = async (probe) => {
     await sleep(1000); // what was just opened or closed settles before memory is read
-    // The isolate's JavaScript heap as V8 counts it (no forced collection: workerd answers
+    // The isolate's JavaScript heap as V8 counts it. No forced collection: workerd answers
     // HeapProfiler.collectGarbage only when the isolate next runs, and not at all while
-    // streams are held open, so the figure includes garbage not yet collected).
+    // streams are held open, so this figure includes garbage and is the noisiest.
     const session = await connectInspector(target.stack.inspectorPort);
     let jsHeap;
     try {
@@ -596,19 +602,23 @@ async function memory(target, { streams }) {
     } finally {
       await session.close();
     }
-    const wasmHeap = (await probe?.stats())?.wasmHeap ?? null;
+    const wasmHeap = (await probe.stats())?.wasmHeap ?? null;
     return { all: workerdUsage(pgid), workerKb: target.stack.workerPid ? rssOf(target.stack.workerPid) : null, jsHeapBytes: jsHeap.usedSize, wasmHeap };
   };
-  // Warm-up: the first stream instantiates the code, the D1 database and storage; the
-  // baseline is taken after that, so the figure is what each further stream costs. The probe
-  // stays open throughout: its `/stats` reads the isolate's wasm heap.
+  // The first stream instantiates the code, the D1 database and storage. The probe stays open
+  // throughout: its `/stats` reads the isolate's wasm heap.
   await closeAll(await openLive(1));
   const probe = await target.open();
+  // Two batches, the first held open while the second opens (so the second cannot reuse
+  // memory the first gave back): what each further live stream costs, after what the isolate
+  // grows once (code compiled as it gets hot, heap and allocator pools) went to the first.
+  const start = await snapshot(probe);
+  const firstLive = await openLive(streams);
   const base = await snapshot(probe);
-  const live = await openLive(streams);
+  const secondLive = await openLive(streams);
   const held = await snapshot(probe);
-  await closeAll(live);
-  await probe.close();
+  await closeAll([...firstLive, ...secondLive]);
+  const first = { before: start, held: base };
   const per100 = (before, after, unit) => (before === null || after === null ? null : round(((after - before) / unit) * (100 / streams)));
   const MB = 1024 * 1024;
   return {
@@ -617,6 +627,7 @@ async function memory(target, { streams }) {
     baseMb: round(base.all.rssKb / 1024),
     heldMb: round(held.all.rssKb / 1024),
     peakMb: round(held.all.hwmKb / 1024),
+    firstBatchMbPer100Streams: per100(first.before.all.rssKb, first.held.all.rssKb, 1024),
     mbPer100Streams: per100(base.all.rssKb, held.all.rssKb, 1024),
     workerProcessMbPer100Streams: per100(base.workerKb, held.workerKb, 1024),
     jsHeapMbPer100Streams: per100(base.jsHeapBytes, held.jsHeapBytes, MB),
@@ -660,6 +671,10 @@ const SIDES = {
   floorLease: {
     stack: () => ({ name: 'bench-floor-lease', config: FLOOR_CONFIG, vars: { FLOOR_LEASE: '1' } }),
     target: (stack, base) => ({ ...floorTarget(stack, base), name: 'floor+lease' }),
+  },
+  floorLeaseD1: {
+    stack: () => ({ name: 'bench-floor-lease-d1', config: FLOOR_CONFIG, vars: { FLOOR_LEASE: '1', FLOOR_D1: '1' } }),
+    target: (stack, base) => ({ ...floorTarget(stack, base), name: 'floor+lease+D1' }),
   },
   rindle: { stack: (vars) => ({ name: 'bench-rindle', vars: { ...RINDLE_VARS, ...vars } }), target: rindleTarget },
 };
@@ -776,7 +791,7 @@ export async function runBench({ smoke = false, only, log = () => {} } = {}) {
 
   if (want('memory')) {
     const m = (t) => memory(t, { streams: smoke ? 10 : 100 });
-    report.memory = { floor: await on('floor', m), floorLease: await on('floorLease', m), rindle: await on('rindle', m) };
+    report.memory = { floor: await on('floor', m), floorLease: await on('floorLease', m), floorLeaseD1: await on('floorLeaseD1', m), rindle: await on('rindle', m) };
     log(`memory: floor ${report.memory.floor.mbPer100Streams} MB/100, floor+lease ${report.memory.floorLease.mbPer100Streams} MB/100, rindle ${report.memory.rindle.mbPer100Streams} MB/100`);
   }
 
@@ -838,9 +853,9 @@ export function formatReport(r) {
   for (const d of r.d1) lines.push(`| ${d.chars} | ${d.textBytes} | ${d.statementsPer10k} | ${d.rowsPer10k} | ${d.bytesPer10k} | ${d.bytesPerTextByte} |`);
   const m = r.memory;
   if (m) {
-    lines.push('', 'memory per 100 live streams (MB):', '', '| side | workerd RSS (both processes) | the Worker\'s process | JS heap | wasm heap in use | wasm memory reserved |', '|---|---|---|---|---|---|');
-    for (const x of [m.floor, m.floorLease, m.rindle].filter(Boolean)) {
-      lines.push(`| ${x.target} | ${x.mbPer100Streams} | ${x.workerProcessMbPer100Streams} | ${x.jsHeapMbPer100Streams} | ${x.wasmHeapInUseMbPer100Streams ?? ''} | ${x.wasmMemoryMbPer100Streams ?? ''} |`);
+    lines.push('', 'memory per 100 live streams (MB; the second batch of 100, and in brackets the first on a fresh isolate):', '', '| side | workerd RSS (both processes) | the Worker\'s process | JS heap | wasm heap in use | wasm memory reserved |', '|---|---|---|---|---|---|');
+    for (const x of [m.floor, m.floorLease, m.floorLeaseD1, m.rindle].filter(Boolean)) {
+      lines.push(`| ${x.target} | ${x.mbPer100Streams} (${x.firstBatchMbPer100Streams}) | ${x.workerProcessMbPer100Streams} | ${x.jsHeapMbPer100Streams} | ${x.wasmHeapInUseMbPer100Streams ?? ''} | ${x.wasmMemoryMbPer100Streams ?? ''} |`);
     }
     if (m.floorLease) lines.push('', `rindle / floor+lease: ${ratio(m.rindle.mbPer100Streams, m.floorLease.mbPer100Streams)} (RSS); workerd peak ${m.rindle.peakMb} MB`);
   }

@@ -8,7 +8,8 @@
 // also does what rindle-streams' lease does, and nothing more: it stores the stream's id in
 // the object's own storage and sets an alarm one lease ahead, renewed while readers remain.
 // That separates what the runtime charges for an object that touches its storage from what
-// the project keeps.
+// the project keeps. With FLOOR_D1=1 as well, that first request also runs one D1 query (a
+// SELECT of the stream id): what talking to D1 at all costs an object.
 const encoder = new TextEncoder();
 const LEASE_MS = 10_000;
 
@@ -16,6 +17,7 @@ export class FloorStream {
   constructor(state, env) {
     this.state = state;
     this.lease = env.FLOOR_LEASE === '1';
+    this.d1 = env.FLOOR_D1 === '1' ? env.DB : null;
     this.leased = false;
     this.readers = new Set();
   }
@@ -31,6 +33,7 @@ export class FloorStream {
       this.leased = true;
       await this.state.storage.put('streamId', pathname.split('/')[2]);
       await this.state.storage.setAlarm(Date.now() + LEASE_MS);
+      if (this.d1) await this.d1.prepare('SELECT ? AS id').bind(pathname.split('/')[2]).first();
     }
     if (action === 'events') {
       const { readable, writable } = new TransformStream();
