@@ -639,7 +639,7 @@ fn an_open_whose_store_keeps_failing_reports_the_store_error() {
 
 fn ui_cfg() -> StreamConfig {
     // No reader pacing: these tests pull whenever they like.
-    StreamConfig { format: Format::Ui, reader_pacing_us: 0, ..cfg() }
+    StreamConfig { format: Format::Ui, reader_pacing_us: 0, ui_checkpoint_chars: 8, ..cfg() }
 }
 
 /// One NDJSON line of a UI message chunk.
@@ -661,6 +661,25 @@ fn ui_lines(from: u64, lines: &[&str]) -> Vec<UiEvent> {
             UiEvent::line(end, l.trim_end_matches('\n'))
         })
         .collect()
+}
+
+#[test]
+fn a_ui_streams_checkpoint_is_due_at_its_own_threshold_not_at_the_text_one() {
+    // The defaults: the same answer is ~10× the characters as NDJSON, so a `ui` stream's
+    // threshold is 8× the `text` one (BENCHMARKS.md, "ui vs text").
+    let defaults = StreamConfig::default();
+    assert_eq!((defaults.checkpoint_chars, defaults.ui_checkpoint_chars), (512, 4096));
+    let cfg = StreamConfig { checkpoint_chars: 8, ui_checkpoint_chars: 64, ..ui_cfg() };
+    let mut d = Driver::open(cfg.clone());
+    let line = chunk("text-delta", "ab"); // 43 units, over the text threshold
+    d.push(&line);
+    assert_eq!(d.peek(), None, "{} units of NDJSON: due only at the ui threshold (64)", units(&line));
+    d.push(&line);
+    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 0, to: 2 * units(&line), text: format!("{line}{line}") }));
+    // A text stream with the same config checkpoints at 8.
+    let mut t = Driver::open(StreamConfig { format: Format::Text, ..cfg });
+    t.push("12345678");
+    assert_eq!(t.peek(), Some(&StoreOp::Append { from: 0, to: 8, text: "12345678".into() }));
 }
 
 #[test]
@@ -808,7 +827,7 @@ fn a_ui_reader_gets_the_ending_of_each_status() {
 #[test]
 fn a_ui_reader_shown_lines_past_a_short_seal_ends_with_an_error_that_says_what_was_saved() {
     // Checkpoints only when asked, so the second line is shown live and never made durable.
-    let cfg = StreamConfig { checkpoint_chars: 1 << 20, ..ui_cfg() };
+    let cfg = StreamConfig { checkpoint_chars: 1 << 20, ui_checkpoint_chars: 1 << 20, ..ui_cfg() };
     let mut d = Driver::open(cfg.clone());
     let (kept, lost) = (chunk("text-delta", "kept 😀"), chunk("text-delta", "shown, never durable 🇯🇵"));
     d.push(&kept);

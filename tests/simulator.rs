@@ -259,8 +259,12 @@ struct Sim {
 impl Sim {
     fn new(seed: u64) -> Self {
         let mut rng = Rng(seed);
+        let checkpoint_chars = rng.pick(&[1, 8, 64, 512]);
         let cfg = StreamConfig {
-            checkpoint_chars: rng.pick(&[1, 8, 64, 512]),
+            checkpoint_chars,
+            // A `ui` schedule draws the same threshold (a fixed one would leave its small
+            // values, the most checkpoint rounds, untested).
+            ui_checkpoint_chars: checkpoint_chars,
             checkpoint_interval_ms: rng.pick(&[10, 100, 750]),
             max_slice_bytes: rng.pick(&[8, 64, 1024, 256 * 1024]),
             max_compact_bytes: rng.pick(&[64, 1_900_000]),

@@ -25,8 +25,12 @@ pub const SINK_RETAIN_CHARS: u64 = 64 * 1024;
 /// The live stream's policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamConfig {
-    /// A checkpoint is due when this many UTF-16 units are not yet durable.
+    /// A checkpoint of a `text` stream is due when this many UTF-16 units are not yet durable.
     pub checkpoint_chars: u64,
+    /// The same for a `ui` stream, whose NDJSON carries ~10× the characters of the answer it
+    /// holds (a 4-character delta is a ~45-character `text-delta` line): with the `text`
+    /// threshold, the same answer would take ~8× the checkpoint rounds and D1 rows.
+    pub ui_checkpoint_chars: u64,
     /// ... or this long after the oldest un-checkpointed change.
     pub checkpoint_interval_ms: u64,
     /// Retries of one store operation after its first failure.
@@ -69,6 +73,7 @@ impl Default for StreamConfig {
     fn default() -> Self {
         Self {
             checkpoint_chars: 512,
+            ui_checkpoint_chars: 4096,
             checkpoint_interval_ms: 750,
             retries: 3,
             retry_backoff_ms: 50,
@@ -95,6 +100,15 @@ impl StreamConfig {
         (retry >= 1 && retry <= self.retries).then(|| self.retry_backoff_ms << (retry - 1).min(20))
     }
 
+    /// How many UTF-16 units may be not yet durable before a checkpoint is due, for this
+    /// stream's format.
+    pub fn checkpoint_due_chars(&self) -> u64 {
+        match self.format {
+            Format::Text => self.checkpoint_chars,
+            Format::Ui => self.ui_checkpoint_chars,
+        }
+    }
+
     /// Whether a seal leaves the text as chunk rows and writes only the row's status, instead
     /// of compacting the body into the row: mapped tables only, when the text here does not
     /// start at 0 or is too large for one row. The one rule for the stream's own seal and the
@@ -106,6 +120,9 @@ impl StreamConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.checkpoint_chars == 0 {
             return Err(ConfigError::invalid("CHECKPOINT_CHARS", "must be at least 1"));
+        }
+        if self.ui_checkpoint_chars == 0 {
+            return Err(ConfigError::invalid("UI_CHECKPOINT_CHARS", "must be at least 1"));
         }
         if self.checkpoint_interval_ms == 0 {
             return Err(ConfigError::invalid("CHECKPOINT_INTERVAL_MS", "must be at least 1"));
@@ -186,6 +203,7 @@ impl Settings {
         };
         let stream = StreamConfig {
             checkpoint_chars: number("CHECKPOINT_CHARS", defaults.checkpoint_chars, 1, 1 << 20)?,
+            ui_checkpoint_chars: number("UI_CHECKPOINT_CHARS", defaults.ui_checkpoint_chars, 1, 1 << 20)?,
             checkpoint_interval_ms: number("CHECKPOINT_INTERVAL_MS", defaults.checkpoint_interval_ms, 1, 600_000)?,
             retries: number("CHECKPOINT_RETRIES", u64::from(defaults.retries), 0, 10)? as u32,
             linger_ms: number("LINGER_MS", defaults.linger_ms, 0, 3_600_000)?,
@@ -228,6 +246,7 @@ mod tests {
     fn defaults_follow_the_spec() {
         let s = settings(&[]).unwrap();
         assert_eq!(s.stream.checkpoint_chars, 512);
+        assert_eq!(s.stream.ui_checkpoint_chars, 4096);
         assert_eq!(s.stream.checkpoint_interval_ms, 750);
         assert_eq!(s.stream.retries, 3);
         assert_eq!(s.stream.linger_ms, 30_000);

@@ -4,7 +4,7 @@
 //! adopt a confirmed length, report a failure).
 //!
 //! Rules (SPEC §5–§6), each with a home below:
-//! - a round is due at `checkpoint_chars` behind, at the interval tick, or when forced by a
+//! - a round is due at `checkpoint_due_chars()` behind (the format's threshold), at the interval tick, or when forced by a
 //!   flush; the force is consumed when a round *starts*, so a flush landing mid-round gets a
 //!   round of its own ([`Checkpointer::due`]);
 //! - `durableSeq` advances only to what the store confirms (tables mode: the read-back, which
@@ -102,7 +102,7 @@ impl Checkpointer {
             *self = Self { round: self.round.take(), ..Self::default() };
             return false;
         }
-        if self.forced || (!self.stalled && (behind >= cfg.checkpoint_chars || awaited)) {
+        if self.forced || (!self.stalled && (behind >= cfg.checkpoint_due_chars() || awaited)) {
             return true;
         }
         self.tick_at.get_or_insert(now + cfg.checkpoint_interval_ms);
