@@ -24,7 +24,7 @@ use wasm_bindgen::JsCast;
 use worker::{Env, Request, Response};
 
 /// The standalone Worker's fetch handler (what `#[worker::event(fetch)]` would export, minus
-/// its future: see [`front`]).
+/// its future: see `front`).
 #[cfg(feature = "standalone")]
 #[wasm_bindgen::prelude::wasm_bindgen(js_name = fetch)]
 pub fn fetch(req: web_sys::Request, env: Env, _ctx: worker::worker_sys::Context) -> js_sys::Promise {
