@@ -94,7 +94,9 @@ test('EventSource cut off mid-stream reconnects by itself with Last-Event-ID and
     for (; i < third; i++) await push(i);
     // Let the client catch up with at least a few chunks before the cut.
     await until(() => reader.text.length >= sent && reader.chunks >= 5, () => `the client to catch up before the cut (${reader.chunks} chunks)`);
-    const cutAt = { held: reader.text.length, lastId: reader.lastEventIds.at(-1), sent };
+    // The last id the client saw: a `durable` frame carries none (the eventsource package
+    // gives such a message an empty lastEventId, while the connection keeps the chunk's).
+    const cutAt = { held: reader.text.length, lastId: reader.lastEventIds.filter(Boolean).at(-1), sent };
     assert.ok(proxy.cut() >= 1, 'the client had a live connection to cut');
     for (; i < 2 * third; i++) await push(i);
     await until(() => reader.opens.length >= 2, () => `the EventSource to reconnect (requests ${proxy.requests.length}, errors ${reader.errors})`, 15_000);
