@@ -57,21 +57,20 @@ fn front(req: web_sys::Request, env: &Env) -> js_sys::Promise {
         Err(e) => js_sys::Promise::reject(&e.into()),
     };
     match route(req, env) {
-        Ok(Routed::Forwarded { answer, pipe: None }) => {
-            UNAVAILABLE.with(|unavailable| answer.unchecked_ref::<Answer>().catch_with(unavailable.as_ref().unchecked_ref()))
-        }
-        Ok(Routed::Forwarded { answer, pipe: Some(pipe) }) => wasm_bindgen_futures::future_to_promise(async move {
-            let answer = wasm_bindgen_futures::JsFuture::from(answer).await;
-            // The object may answer before the client has sent its whole body (a refusal, a
-            // cancelled streaming append). Stop the pipe now, cancelling the client's body, so
-            // nothing reads it after the answer is sent (which would break the client's
-            // connection).
-            pipe.abort();
-            Ok(match answer {
-                Ok(response) => response,
-                Err(e) => web_sys::Response::from(http::error(&http::unavailable(worker::Error::from(e)))?).into(),
+        Ok(Routed::Forwarded { answer, pipe }) => {
+            // A rejection (the object could not be reached) answers the 503 of SPEC §4.
+            let answer = UNAVAILABLE.with(|unavailable| answer.unchecked_ref::<Answer>().catch_with(unavailable.as_ref().unchecked_ref()));
+            let Some(pipe) = pipe else { return answer };
+            wasm_bindgen_futures::future_to_promise(async move {
+                let answer = wasm_bindgen_futures::JsFuture::from(answer).await;
+                // The object may answer before the client has sent its whole body (a refusal, a
+                // cancelled streaming append). Stop the pipe now, cancelling the client's body,
+                // so nothing reads it after the answer is sent (which would break the client's
+                // connection).
+                pipe.abort();
+                answer
             })
-        }),
+        }
         Ok(Routed::Dev(req)) => {
             let env = env.clone();
             wasm_bindgen_futures::future_to_promise(async move {
