@@ -192,13 +192,17 @@ test('chat: the SSE connection cut twice mid-answer: the transport resumes it, t
   const { page, answerId } = await startAnswer(question);
   for (const nth of ['first', 'second']) {
     // Cut while the answer streams over the current connection, then wait for the transport's
-    // reconnect (?from= the last id it delivered) and for the answer to move on. (Any reconnect
-    // mid-answer: the page may still be rendering chunks of the cut connection, so the second cut
-    // can land before the new one delivered, and its reconnect then resumes from the same id.)
+    // reconnect (?from= the last id it delivered), for its response to start and for the answer
+    // to move on. The response must have started before the next cut: Chromium silently re-sends
+    // a request whose reused connection closes before any answer byte (no new request event, so
+    // the test would wait for a reconnect the page never needed). The page may still be rendering
+    // chunks of the cut connection, so the new one may not have delivered yet; its reconnect then
+    // resumes from the same id.
     const reconnected = page.waitForRequest((req) => /\/ui\?from=[1-9]/.test(req.url()));
     const before = await page.evaluate(shownLength);
     assert.ok(proxy.cut() > 0, `the ${nth} cut dropped a live connection`);
-    await reconnected;
+    const response = await (await reconnected).response();
+    assert.equal(response?.status(), 200, `the ${nth} reconnect was answered`);
     await page.waitForFunction(`(${shownLength})() > ${before}`, null, { polling: 20 });
   }
   await waitAnswered(page);
