@@ -72,4 +72,5 @@ cat <<EOT
 EOT
 
 step "wrangler dev on $URL (Ctrl-C to stop)"
-wrangler dev --ip 127.0.0.1 --port "$PORT"
+# --assets public: the demo page and the vendorable JavaScript, in development only (wrangler.toml).
+wrangler dev --ip 127.0.0.1 --port "$PORT" --assets public

@@ -30,7 +30,7 @@ const PACE_MS = 6; // one model stream part every 6 ms: an answer lasts ~1 s, lo
 let stack;
 test.before(async () => {
   // SSE_RETRY_MS: the transport's first reconnect waits at most this long (the server's `retry:`).
-  stack = await startStack({ name: 'ai-ui-stream', vars: { SSE_RETRY_MS: '50' } });
+  stack = await startStack({ name: 'ai-ui-stream', demo: true, vars: { SSE_RETRY_MS: '50' } }); // demo: public/ served, as by scripts/run.sh
 });
 test.after(() => stack?.stop());
 
@@ -313,7 +313,7 @@ test('readUIStream ends with an `error` chunk when the stream cannot be read: 40
   assert.ok(reconnects.every((e, i) => i === 0 || e.attempt > reconnects[i - 1].attempt), 'attempts count up while nothing is delivered');
 });
 
-test('the Worker serves the shipped modules and their types as they are in public/', async () => {
+test('the Worker run with --assets public (the demo) serves the shipped modules and their types as they are in public/', async () => {
   const { readFileSync } = await import('node:fs');
   for (const file of ['chat-transport.js', 'chat-transport.d.ts', 'producer.js', 'producer.d.ts']) {
     const res = await fetch(`${stack.baseUrl}/${file}`);

@@ -25,7 +25,7 @@ let pageErrors = [];
 test.before(async () => {
   mkdirSync(SHOTS, { recursive: true });
   mock = await startMock();
-  stack = await startStack({ name: 'browser-demo', vars: { DEV_MODE: '1', DEV_MOCK_MODEL_URL: mock.url } });
+  stack = await startStack({ name: 'browser-demo', demo: true, vars: { DEV_MODE: '1', DEV_MOCK_MODEL_URL: mock.url } });
   // reducedMotion (the session's default): the watermark bar has no transition, so a screenshot shows its final width.
   session = await browserSession({ viewport: { width: 1100, height: 900 } });
   ({ context, pageErrors } = session);

@@ -340,7 +340,6 @@ function writeAuxiliaryConfig(dir, vars) {
   mkdirSync(dir, { recursive: true });
   const toml = readFileSync(join(ROOT, 'wrangler.toml'), 'utf8')
     .replace(/^main = .*$/m, `main = ${JSON.stringify(SHIM)}`)
-    .replace(/^directory = .*$/m, `directory = ${JSON.stringify(join(ROOT, 'public'))}`)
     .replace(/^migrations_dir = .*$/m, `migrations_dir = ${JSON.stringify(join(ROOT, 'migrations'))}`);
   writeFileSync(join(dir, 'wrangler.toml'), toml);
   writeFileSync(join(dir, '.dev.vars'), dotenv(vars));
@@ -372,6 +371,8 @@ let stackCounter = 0;
  *              `wrangler dev` with two configs, the example Worker first (it gets the port; it
  *              forwards /streams/* to rindle-streams over its service binding), one D1 database.
  *              `vars` still go to rindle-streams; `chatVars` go to the example Worker.
+ *   demo       also serve the demo page and the vendorable JavaScript (public/) at /, as
+ *              scripts/run.sh does (`--assets public`); the deployed service has no assets.
  *
  * returns { baseUrl, port, inspectorPort, persistDir, secret, db, token(stream, scope?, claims?),
  *           stop(), kill(), restart(opts?), logs(), waitForLog(re, ms), process }
@@ -387,6 +388,7 @@ export async function startStack({
   config,
   chat = false,
   chatVars = {},
+  demo = false,
 } = {}) {
   if (!haveBuild()) throw new Error(`${SHIM} is missing: run scripts/build.sh first`);
   installExitHooks();
@@ -497,6 +499,7 @@ export async function startStack({
       '--log-level', 'log',
     ];
     if (config) args.push('--config', config);
+    if (demo) args.push('--assets', join(ROOT, 'public'));
     const asVar = ([k, v]) => ['--var', `${k}:${typeof v === 'string' ? v : JSON.stringify(v)}`];
     let env = BASE_ENV;
     if (chat) {
