@@ -360,6 +360,9 @@ function openAppend(stream) {
 // ---------------------------------------------------------------------------------------
 // Scenarios
 
+/** Seconds of unmeasured load before each fan-out measurement (see `fanout`). */
+const WARMUP_SECONDS = 10;
+
 /**
  * One stream, `readers` readers, `rate` deltas/s for `seconds` (deltas of 4 UTF-16 units).
  * `plain`: one POST per delta instead of one streaming append, each sent when due but not
@@ -368,10 +371,13 @@ function openAppend(stream) {
  * counted), deliveries, CPU and violations. `during` ({ start, stop }) brackets the measured
  * window (bench/profile.mjs takes its CPU profile there).
  */
-export async function fanout(target, { readers, rate, seconds, plain = false, during, warmupSeconds = 2 }) {
+export async function fanout(target, { readers, rate, seconds, plain = false, during, warmupSeconds = WARMUP_SECONDS }) {
   // The same load on a stream of its own first, unmeasured: a fresh runtime compiles its hot
-  // code as it goes, on background threads whose CPU would otherwise land on the first
-  // measurement (±25% from run to run without it).
+  // code as it goes, on background threads whose CPU would otherwise land on the measurement
+  // (±25% from run to run without it). What is measured is a warm isolate, as in production
+  // where one serves many requests: after a 2 s warm-up, V8 was still tiering the wasm up
+  // (Turboshaft compiles were 5.5% of workerd's perf samples during a plain 1-reader run;
+  // the floor's JavaScript compiles 0.8%), so the warm-up is 10 s.
   if (warmupSeconds > 0) await fanout(target, { readers: Math.min(readers, 10), rate, seconds: warmupSeconds, plain, warmupSeconds: 0 });
   const stream = await target.open();
   const total = Math.max(1, Math.round(rate * seconds));
@@ -473,15 +479,16 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
 
 /**
  * The fan-out load named on a command line (bench/profile.mjs, bench/compare.mjs):
- * --readers N, --rate N (deltas/s), --seconds N, --plain, --var KEY=VALUE (repeatable). The
+ * --readers N, --rate N (deltas/s), --seconds N, --warmup N (seconds), --plain, --var KEY=VALUE (repeatable). The
  * tools' own options come back in `values`: `strings` take a value, anything else is a flag.
  */
 export function loadFromArgs(args, { seconds = 5, strings = [] } = {}) {
   const options = { var: { type: 'string', multiple: true } };
-  for (const name of ['readers', 'rate', 'seconds', ...strings]) options[name] = { type: 'string' };
+  for (const name of ['readers', 'rate', 'seconds', 'warmup', ...strings]) options[name] = { type: 'string' };
   const { values } = parseArgs({ args, strict: false, options });
   const vars = Object.fromEntries((values.var ?? []).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
   const load = { readers: Number(values.readers ?? 1), rate: Number(values.rate ?? 100), seconds: Number(values.seconds ?? seconds), plain: values.plain === true, vars };
+  if (values.warmup !== undefined) load.warmupSeconds = Number(values.warmup);
   return { load, values };
 }
 
@@ -733,7 +740,7 @@ export async function runBench({ smoke = false, only, log = () => {} } = {}) {
   const both = async (fn) => ({ floor: await on('floor', fn), rindle: await on('rindle', fn) });
   const seconds = smoke ? 1 : 10;
   // The smoke run measures nothing worth warming up for.
-  const warmupSeconds = smoke ? 0 : 2;
+  const warmupSeconds = smoke ? 0 : WARMUP_SECONDS;
 
   // The same load through one streaming append (`latency`) and as one POST per delta (`plain`).
   for (const [scenario, plain] of [['latency', false], ['plain', true]]) {
