@@ -492,6 +492,9 @@ export function loadFromArgs(args, { seconds = 5, strings = [] } = {}) {
   return { load, values };
 }
 
+/** How long d1Traffic waits for a finished streaming append's answer. */
+const APPEND_ANSWER_MS = 60_000;
+
 /**
  * D1 traffic for an answer of `chars` UTF-16 units written as fast as the append takes them
  * (for a `ui` target, as one `text-delta` line per piece: `bytesPerTextByte` is per byte of the
@@ -516,7 +519,13 @@ async function d1Traffic(target, { chars, pieceUnits = 64, appendBytes = 256 * 1
       if (!producer.write(wire)) await new Promise((r) => setImmediate(r));
     }
     producer.end();
-    const appended = await producer.answer;
+    // Bounded: a smoke run once waited here past its own timeout (a ui stream, after a fan-out
+    // on the same stack); a missing answer fails with what the object says of the stream.
+    const appended = await Promise.race([producer.answer, sleep(APPEND_ANSWER_MS).then(() => null)]);
+    if (appended === null) {
+      const stats = await stream.stats().catch((e) => `stats failed: ${e.message}`);
+      throw new Error(`append: no answer within ${APPEND_ANSWER_MS} ms after ${bytes} bytes (${text.length} units so far); the stream's stats: ${JSON.stringify(stats)}`);
+    }
     if (appended.status !== 200) throw new Error(`append: ${appended.status} ${appended.raw}`);
   }
   const closed = await stream.close();
