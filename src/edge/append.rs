@@ -11,6 +11,8 @@ use crate::core::utf8::{BadUtf8, Utf8Reassembler};
 use futures::future::{select, Either};
 use futures::StreamExt;
 use serde_json::json;
+use std::cell::RefCell;
+use std::rc::Rc;
 use worker::{Request, Response};
 
 impl Object {
@@ -41,7 +43,7 @@ impl Object {
     /// validated one by one: the lines before a bad one stay); a streaming body (no
     /// content-length) is pushed piece by piece, reassembling characters split across pieces,
     /// and ends early when a cancel arrives.
-    pub(super) async fn append(&self, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
+    pub(super) async fn append(self: &Rc<Self>, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
         self.require_live(route)?;
         let max = self.settings().max_append_bytes;
         let declared = req.headers().get("content-length").ok().flatten().and_then(|l| l.parse::<u64>().ok());
@@ -71,54 +73,142 @@ impl Object {
     /// pushed, is read to its end (up to
     /// [`MAX_DISCARDED_BYTES`] more) and only then refused: answering while the client is still
     /// sending breaks its connection under the local runtime's proxy.
+    ///
+    /// A short JavaScript loop ([`read_body`]) reads the body and hands each piece to an
+    /// [`AppendSink`], which pushes it at once: one call into wasm per piece, where reading it
+    /// from Rust took a promise, two closures and a task wake-up per piece, and piping it into
+    /// a `WritableStream` took the runtime's pipe machinery.
     async fn append_streaming(
-        &self,
+        self: &Rc<Self>,
         route: &Route,
         req: &mut Request,
-        mut receipt: PushReceipt,
+        receipt: PushReceipt,
         max: usize,
     ) -> Result<PushReceipt, ApiError> {
-        let mut body = Box::pin(req.stream().map_err(unavailable)?);
-        let mut pieces = BodyPieces::of(self.shell.inspect(LiveStream::format).unwrap_or_default());
-        let mut total = 0usize;
-        let mut refusal: Option<ApiError> = None;
+        let body = req.inner().body().ok_or_else(|| ApiError::new(400, "bad_request", "the append has no body"))?;
+        let intake = Rc::new(RefCell::new(Intake {
+            object: Rc::clone(self),
+            route: route.clone(),
+            pieces: BodyPieces::of(self.shell.inspect(LiveStream::format).unwrap_or_default()),
+            max,
+            total: 0,
+            receipt,
+            refusal: None,
+            fatal: None,
+        }));
+        let stop = web_sys::AbortController::new().map_err(|e| unavailable(worker::Error::from(e)))?;
+        let read = wasm_bindgen_futures::JsFuture::from(read_body(&body, AppendSink(Rc::clone(&intake)), &stop.signal()));
         let mut cancelled = self.shell.watch_cancel();
-        loop {
-            if receipt.cancelled {
-                break;
+        let outcome = match select(read, &mut cancelled).await {
+            Either::Left((outcome, _)) => outcome,
+            Either::Right(_) => {
+                stop.abort();
+                return Ok(self.shell.inspect(LiveStream::receipt).unwrap_or(intake.borrow().receipt));
             }
-            let piece = match select(body.next(), &mut cancelled).await {
-                Either::Right(_) => {
-                    receipt = self.shell.inspect(LiveStream::receipt).unwrap_or(receipt);
-                    break;
-                }
-                Either::Left((None, _)) => {
-                    if let (None, BodyPieces::Text(utf8)) = (&refusal, pieces) {
-                        utf8.finish().map_err(|e| ApiError::bad_utf8(e).with("seq", receipt.seq))?;
-                    }
-                    break;
-                }
-                Either::Left((Some(Err(e)), _)) => return Err(ApiError::new(400, "bad_request", format!("the body stream failed: {e}"))),
-                Either::Left((Some(Ok(piece)), _)) => piece,
-            };
-            total += piece.len();
-            if refusal.is_some() {
-                if total > max + MAX_DISCARDED_BYTES as usize {
-                    break;
-                }
-                continue;
-            }
-            if total > max {
-                refusal = Some(ApiError::too_large(max).with("seq", receipt.seq));
-                continue;
-            }
-            match self.push(route, &mut pieces, &piece)? {
-                Ok(pushed) => receipt = pushed,
-                Err(bad) => refusal = Some(bad),
+        };
+        if let Err(e) = outcome {
+            let e = worker::Error::from(e);
+            return Err(ApiError::new(400, "bad_request", format!("the body stream failed: {e}")));
+        }
+        let mut intake = intake.borrow_mut();
+        if let Some(fatal) = intake.fatal.take() {
+            return Err(fatal);
+        }
+        intake.refusal.take().map_or(Ok(intake.receipt), Err)
+    }
+}
+
+/// A streaming append in progress: what its sink has pushed, and what it found wrong.
+struct Intake {
+    object: Rc<Object>,
+    route: Route,
+    pieces: BodyPieces,
+    max: usize,
+    /// Bytes of the body so far.
+    total: usize,
+    receipt: PushReceipt,
+    /// Bad input: refuse the request once its body is read (or `MAX_DISCARDED_BYTES` more).
+    refusal: Option<ApiError>,
+    /// The stream cannot take pushes: answer with this at once.
+    fatal: Option<ApiError>,
+}
+
+impl Intake {
+    /// Takes one piece of the body; `false`: read no more of it.
+    fn take(&mut self, piece: &[u8]) -> bool {
+        if self.receipt.cancelled {
+            return false;
+        }
+        self.total += piece.len();
+        if self.refusal.is_some() {
+            return self.total <= self.max + MAX_DISCARDED_BYTES as usize;
+        }
+        if self.total > self.max {
+            self.refusal = Some(ApiError::too_large(self.max).with("seq", self.receipt.seq));
+            return true;
+        }
+        match self.object.push(&self.route, &mut self.pieces, piece) {
+            Ok(Ok(pushed)) => self.receipt = pushed,
+            Ok(Err(bad)) => self.refusal = Some(bad),
+            Err(fatal) => {
+                self.fatal = Some(fatal);
+                return false;
             }
         }
-        refusal.map_or(Ok(receipt), Err)
+        // A push that met a cancel ends the body here, as a cancel during a read does.
+        !self.receipt.cancelled
     }
+
+    /// The body ended: a `text` stream's last character must be whole.
+    fn finish(&mut self) {
+        if let (None, BodyPieces::Text(utf8)) = (&self.refusal, &mut self.pieces) {
+            if let Err(e) = std::mem::take(utf8).finish() {
+                self.refusal = Some(ApiError::bad_utf8(e).with("seq", self.receipt.seq));
+            }
+        }
+    }
+}
+
+/// Where [`read_body`] hands a streaming append's pieces.
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub struct AppendSink(Rc<RefCell<Intake>>);
+
+#[wasm_bindgen::prelude::wasm_bindgen]
+impl AppendSink {
+    /// One piece of the body, pushed now; `false`: read no more (the append answers with what
+    /// the intake found).
+    pub fn write(&self, piece: &[u8]) -> bool {
+        self.0.borrow_mut().take(piece)
+    }
+
+    /// The body ended.
+    pub fn close(&self) {
+        self.0.borrow_mut().finish();
+    }
+}
+
+#[wasm_bindgen::prelude::wasm_bindgen(inline_js = r#"
+export async function read_body(body, sink, signal) {
+  const reader = body.getReader();
+  const stop = () => reader.cancel().catch(() => {});
+  signal.addEventListener('abort', stop, { once: true });
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (signal.aborted) return;
+      if (done) return sink.close();
+      if (!sink.write(value)) return stop();
+    }
+  } finally {
+    signal.removeEventListener('abort', stop);
+    sink.free();
+  }
+}
+"#)]
+extern "C" {
+    /// Reads `body` to its end, or until `sink` wants no more or `signal` aborts, handing each
+    /// piece to `sink`; rejects if the body fails.
+    fn read_body(body: &web_sys::ReadableStream, sink: AppendSink, signal: &web_sys::AbortSignal) -> js_sys::Promise;
 }
 
 /// How the pieces of an append body are pushed: a `text` stream's are reassembled into UTF-8
