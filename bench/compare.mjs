@@ -9,7 +9,7 @@
 //   node bench/compare.mjs --roots before,. --readers 1 --seconds 10 --reps 5 --json
 //
 // A root is a snapshot name (under $TMPDIR/rindle-variants), or a project directory ('.' is
-// this one). --side floor adds the floor. Other options: --rate N (default 100), --seconds N
+// this one; --roots '' runs no build of rindle-streams). --side floor adds the floor. Other options: --rate N (default 100), --seconds N
 // (default 5), --var KEY=VALUE (repeatable).
 import { execFileSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
@@ -58,7 +58,7 @@ async function main() {
     process.stdout.write(`${snapshot(values.snapshot)}\n`);
     return;
   }
-  const sides = (values.roots ?? '.').split(',').map((name) => ({ name, root: rootOf(name), side: 'rindle' }));
+  const sides = (values.roots ?? '.').split(',').filter(Boolean).map((name) => ({ name, root: rootOf(name), side: 'rindle' }));
   if (values.side === 'floor') sides.unshift({ name: 'floor', root: PROJECT, side: 'floor' });
   const reps = Number(values.reps ?? 5);
   const runs = Object.fromEntries(sides.map((s) => [s.name, []]));

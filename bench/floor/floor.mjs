@@ -10,6 +10,12 @@
 // That separates what the runtime charges for an object that touches its storage from what
 // the project keeps. With FLOOR_D1=1 as well, that first request also runs one D1 query (a
 // SELECT of the stream id): what talking to D1 at all costs an object.
+//
+// FLOOR_BODY chooses how a reader's body is written (an experiment on the runtime's streams,
+// bench/compare.mjs --var FLOOR_BODY=…): `transform` (the default, the floor of record: a
+// JavaScript TransformStream's writer), `enqueue` (a ReadableStream whose controller is
+// enqueued into, as rindle-streams' readers are) or `identity` (workerd's native
+// IdentityTransformStream's writer).
 const encoder = new TextEncoder();
 const LEASE_MS = 10_000;
 
@@ -20,6 +26,30 @@ export class FloorStream {
     this.d1 = env.FLOOR_D1 === '1' ? env.DB : null;
     this.leased = false;
     this.readers = new Set();
+    this.body = env.FLOOR_BODY ?? 'transform';
+  }
+
+  /** A reader's body and the writer that writes it: `write(bytes)`, `close()`. */
+  openBody() {
+    if (this.body === 'enqueue') {
+      let controller;
+      const writer = {
+        write: (bytes) => {
+          try {
+            controller.enqueue(bytes);
+          } catch {
+            this.readers.delete(writer); // the client went away
+          }
+        },
+        close: () => controller.close(),
+      };
+      const readable = new ReadableStream({ start: (c) => { controller = c; }, cancel: () => this.readers.delete(writer) });
+      return { readable, writer };
+    }
+    const { readable, writable } = this.body === 'identity' ? new IdentityTransformStream() : new TransformStream();
+    const streamWriter = writable.getWriter();
+    streamWriter.closed.catch(() => this.readers.delete(streamWriter));
+    return { readable, writer: streamWriter };
   }
 
   async alarm() {
@@ -36,10 +66,8 @@ export class FloorStream {
       if (this.d1) await this.d1.prepare('SELECT ? AS id').bind(pathname.split('/')[2]).first();
     }
     if (action === 'events') {
-      const { readable, writable } = new TransformStream();
-      const writer = writable.getWriter();
+      const { readable, writer } = this.openBody();
       this.readers.add(writer);
-      writer.closed.catch(() => this.readers.delete(writer));
       return new Response(readable, { headers: { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' } });
     }
     if (action === 'append') {
@@ -55,7 +83,7 @@ export class FloorStream {
     }
     if (action === 'close') {
       this.send(encoder.encode('event: end\ndata: end\n\n'));
-      for (const writer of this.readers) writer.close().catch(() => {});
+      for (const writer of this.readers) Promise.resolve(writer.close()).catch(() => {});
       this.readers.clear();
       return Response.json({ closed: true });
     }
@@ -64,7 +92,8 @@ export class FloorStream {
 
   send(bytes) {
     for (const writer of this.readers) {
-      writer.write(bytes).catch(() => this.readers.delete(writer));
+      const written = writer.write(bytes);
+      if (written) written.catch(() => this.readers.delete(writer));
     }
   }
 }

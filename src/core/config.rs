@@ -47,11 +47,15 @@ pub struct StreamConfig {
     /// Merge the chunk frames queued for a reader that fell behind into one at pull time. Off
     /// only to measure what merging saves (`MERGE_QUEUED_CHUNKS=0`, see BENCHMARKS.md).
     pub merge_queued_chunks: bool,
-    /// Reader pacing: with N readers, one reader is woken at most once per N × this many
-    /// microseconds (at most `reader_pacing_max_ms`), so that with many readers each write
+    /// Reader pacing: with N readers, one reader is woken on average at most once per N × this
+    /// many microseconds (at most `reader_pacing_max_ms`), so that with many readers each write
     /// carries several frames. 0 wakes every reader for every frame.
     pub reader_pacing_us: u64,
     pub reader_pacing_max_ms: u64,
+    /// Writes a reader may take in a row closer together than its pace (a token bucket), so
+    /// that pacing holds back only a reader that is written more often than its pace on
+    /// average, not two deltas that happen to arrive close together.
+    pub reader_pacing_burst: u64,
     /// A reader that has been written nothing for this long gets a `: ping` comment (SPEC §3),
     /// so intermediaries do not reap an idle connection.
     pub keepalive_ms: u64,
@@ -83,6 +87,7 @@ impl Default for StreamConfig {
             merge_queued_chunks: true,
             reader_pacing_us: 500,
             reader_pacing_max_ms: 50,
+            reader_pacing_burst: 4,
             keepalive_ms: 15_000,
             retain_chars: None,
             max_slice_bytes: 256 * 1024,
@@ -211,6 +216,7 @@ impl Settings {
             max_queued_frames: number("MAX_QUEUED_FRAMES", defaults.max_queued_frames as u64, 4, 1 << 20)? as usize,
             merge_queued_chunks: number("MERGE_QUEUED_CHUNKS", 1, 0, 1)? == 1,
             reader_pacing_us: number("READER_PACING_US", defaults.reader_pacing_us, 0, 10_000)?,
+            reader_pacing_burst: number("READER_PACING_BURST", defaults.reader_pacing_burst, 1, 64)?,
             lease_ms: number("LEASE_MS", defaults.lease_ms, 1000, 3_600_000)?,
             keepalive_ms: number("KEEPALIVE_MS", defaults.keepalive_ms, 100, 600_000)?,
             retain_chars,

@@ -27,7 +27,7 @@ export const RECORDER_VARS = {
   CHECKPOINT_CHARS: '100000', CHECKPOINT_INTERVAL_MS: '60000', LINGER_MS: '3000', LEASE_MS: '1500', IDLE_TIMEOUT_MS: '3000',
 };
 /** A second stack where readers overflow at once: 4 queued frames, one write per N × 10 ms. */
-export const STALE_VARS = { ...RECORDER_VARS, MAX_QUEUED_FRAMES: '4', READER_PACING_US: '10000' };
+export const STALE_VARS = { ...RECORDER_VARS, MAX_QUEUED_FRAMES: '4', READER_PACING_US: '10000', READER_PACING_BURST: '1' };
 
 /** The produced text, and its pieces: cut inside grapheme clusters, never inside a surrogate pair. */
 const PIECES = ['Hi 👩', '\u200d💻 team! 🇯', '🇵 cafe', '\u0301 👍', '🏽 流式', '传输 𠮷', ' done.\n'];

@@ -8,11 +8,14 @@
 //! producer's memory.
 //!
 //! Writes are paced: each write to a reader costs the runtime about the same whatever it
-//! carries, so with many readers a reader written less than `pacing` ago gets its next write
-//! only once that much time has passed (its pull answers `Pending`, and the stream wakes it
-//! when due), and the frames queued meanwhile go out merged in one write. The pace grows with
-//! the number of readers (see [`Readers::pacing`]); with few readers it is zero and every
-//! frame goes out at once. A terminal frame is never held back.
+//! carries, so with many readers a reader gets on average at most one write per `pacing`
+//! (a token bucket of [`Pacing::burst`] writes: a reader out of them gets its next write only
+//! when one is back; its pull answers `Pending`, and the stream wakes it when due), and the
+//! frames queued meanwhile go out merged in one write. The burst is what keeps pacing off
+//! the latency of a stream that is not busy: two deltas that happen to arrive a little closer
+//! than the pace both go out at once. The pace grows with the number of readers (see
+//! [`Readers::pacing`]); with few readers it is zero and every frame goes out at once. A
+//! terminal frame is never held back.
 //!
 //! A reader written nothing for the keep-alive interval is woken for a `: ping` comment
 //! (SPEC §3): the stream's one timer serves every reader's keep-alive.
@@ -93,9 +96,11 @@ struct Reader {
     finished: bool,
     /// The last pull found nothing: the next offer must wake the shell.
     parked: bool,
-    /// When the reader's last write was taken.
-    wrote_at: Option<Millis>,
-    /// Parked with frames queued, waiting for its pace: woken at `wrote_at + pacing`.
+    /// Its token bucket, as the time its writes are paid up to (the generic cell rate
+    /// algorithm): each write adds one pace, from now at the earliest; a write is allowed while
+    /// this is at most the bucket's slack ahead of now.
+    paced_until: Millis,
+    /// Parked with frames queued, waiting for its pace: woken at [`Reader::due`].
     deferred: bool,
     /// When it was last written to (or attached): a keep-alive ping is due `keepalive` later.
     idle_since: Millis,
@@ -104,16 +109,16 @@ struct Reader {
 }
 
 impl Reader {
-    /// When this reader may next be written to.
-    fn due(&self, pace: Millis) -> Millis {
-        self.wrote_at.map_or(0, |at| at + pace)
+    /// When this reader may next be written to, given the bucket's `slack` (see [`Readers::slack`]).
+    fn due(&self, slack: Millis) -> Millis {
+        self.paced_until.saturating_sub(slack)
     }
 
     /// When this reader next needs a pull without being offered a frame: when its pace has
     /// passed (deferred), or when it is due a keep-alive ping (parked, waiting for data).
-    fn next_pull(&self, pace: Millis, keepalive: Millis) -> Option<Millis> {
+    fn next_pull(&self, slack: Millis, keepalive: Millis) -> Option<Millis> {
         if self.deferred {
-            Some(self.due(pace))
+            Some(self.due(slack))
         } else if self.parked && !self.finished {
             Some(self.idle_since.saturating_add(keepalive))
         } else {
@@ -141,11 +146,14 @@ pub enum DropReason {
     QueueFull,
 }
 
-/// How readers are paced: `per_reader_us` × live readers, at most `max_ms`; 0 disables it.
+/// How readers are paced: on average one write per `per_reader_us` × live readers, at most
+/// `max_ms`, in bursts of up to `burst` writes; a pace of 0 disables it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pacing {
     pub per_reader_us: u64,
     pub max_ms: u64,
+    /// Writes a reader may take in a row, closer together than the pace (at least 1).
+    pub burst: u64,
 }
 
 #[derive(Debug)]
@@ -190,9 +198,15 @@ impl Readers {
         self.writes
     }
 
-    /// The least time between two writes to one reader, for the current number of readers.
+    /// The average time between two writes to one reader, for the current number of readers.
     pub fn pacing(&self) -> Millis {
         self.pace
+    }
+
+    /// How far ahead of now a reader's bucket may be paid and still take a write: the burst's
+    /// writes beyond the first.
+    fn slack(&self) -> Millis {
+        self.pace * self.pacing.burst.saturating_sub(1)
     }
 
     /// Complete lines entered a `ui` stream's text, which now ends at `end`; `finish`: one of
@@ -212,7 +226,15 @@ impl Readers {
                 Dialect::Ui => self.dialects.ui = true,
             }
         }
-        self.pace = (readers * self.pacing.per_reader_us / 1000).min(self.pacing.max_ms);
+        let pace = (readers * self.pacing.per_reader_us / 1000).min(self.pacing.max_ms);
+        if pace < self.pace {
+            // Buckets paid at the old, slower pace would hold readers back longer than the new
+            // one allows (with the pace down to 0, they would wait at all): refill them.
+            for r in self.readers.values_mut() {
+                r.paced_until = 0;
+            }
+        }
+        self.pace = pace;
     }
 
     fn share(&self, frame: Frame) -> Rc<SharedFrame> {
@@ -222,21 +244,21 @@ impl Readers {
     /// When the next reader needs a pull that no frame will bring: its pace has passed, or it
     /// is due a keep-alive ping.
     pub fn next_due(&self) -> Option<Millis> {
-        let pace = self.pacing();
-        self.readers.values().filter_map(|r| r.next_pull(pace, self.keepalive)).min()
+        let slack = self.slack();
+        self.readers.values().filter_map(|r| r.next_pull(slack, self.keepalive)).min()
     }
 
     /// When reader `id` next needs a pull that no frame will bring (see [`Self::next_due`]).
     pub fn due_of(&self, id: ReaderId) -> Option<Millis> {
-        self.readers.get(&id).and_then(|r| r.next_pull(self.pacing(), self.keepalive))
+        self.readers.get(&id).and_then(|r| r.next_pull(self.slack(), self.keepalive))
     }
 
     /// Wakes the deferred readers whose pace has passed, and the parked ones due a ping.
     pub fn wake_due(&mut self, now: Millis) -> Vec<ReaderId> {
-        let (pace, keepalive) = (self.pacing(), self.keepalive);
+        let (slack, keepalive) = (self.slack(), self.keepalive);
         let mut wake = Vec::new();
         for (id, r) in self.readers.iter_mut() {
-            if r.next_pull(pace, keepalive).is_none_or(|at| at > now) {
+            if r.next_pull(slack, keepalive).is_none_or(|at| at > now) {
                 continue;
             }
             r.ping = !r.deferred;
@@ -267,7 +289,7 @@ impl Readers {
         let only = Dialects { events: dialect == Dialect::Events, ui: dialect == Dialect::Ui };
         let queue = replay.into_iter().map(|f| SharedFrame::new(f, self.served, only)).filter(|f| f.worth_queueing(dialect)).collect();
         self.readers
-            .insert(id, Reader { dialect, queue, finished, parked: false, wrote_at: None, deferred: false, idle_since: now, ping: false });
+            .insert(id, Reader { dialect, queue, finished, parked: false, paced_until: 0, deferred: false, idle_since: now, ping: false });
         self.readers_changed();
         id
     }
@@ -280,7 +302,7 @@ impl Readers {
         let worth_ui = self.dialects.ui && shared.worth_queueing(Dialect::Ui);
         let (served, dialects) = (self.served, self.dialects);
         let mut stale = None;
-        let pace = self.pacing();
+        let slack = self.slack();
         let mut wake = Vec::new();
         let mut dropped = Vec::new();
         for (id, r) in self.readers.iter_mut().filter(|(_, r)| !r.finished) {
@@ -301,7 +323,7 @@ impl Readers {
             if !r.parked || r.deferred {
                 continue;
             }
-            if r.due(pace) <= now {
+            if r.due(slack) <= now {
                 r.parked = false;
                 wake.push(*id);
             } else {
@@ -333,7 +355,7 @@ impl Readers {
     /// Takes everything queued for `id` as one SSE write, unless its pace has not passed
     /// (then it is `Pending` and named in a wake when due).
     pub fn pull(&mut self, id: ReaderId, now: Millis) -> Pull {
-        let pace = self.pacing();
+        let (pace, slack) = (self.pacing(), self.slack());
         let Some(r) = self.readers.get_mut(&id) else { return Pull::Gone };
         if r.queue.is_empty() {
             if r.finished {
@@ -348,14 +370,14 @@ impl Readers {
             r.parked = true;
             return Pull::Pending;
         }
-        if !r.finished && r.due(pace) > now {
+        if !r.finished && r.due(slack) > now {
             r.parked = true;
             r.deferred = true;
             return Pull::Pending;
         }
         r.deferred = false;
         r.ping = false; // the write keeps the connection alive too
-        r.wrote_at = Some(now);
+        r.paced_until = r.paced_until.max(now) + pace;
         r.idle_since = now;
         self.writes += 1;
         let frames: Vec<_> = r.queue.drain(..).collect();
@@ -430,14 +452,14 @@ mod tests {
         Frame::Chunk { from, seq: from + crate::core::utf16::len(text), text: text.into() }
     }
 
-    const NO_PACING: Pacing = Pacing { per_reader_us: 0, max_ms: 0 };
+    const NO_PACING: Pacing = Pacing { per_reader_us: 0, max_ms: 0, burst: 1 };
     /// A keep-alive interval no test reaches.
     const NO_KEEPALIVE: Millis = Millis::MAX;
 
     #[test]
     fn with_many_readers_a_reader_written_recently_gets_its_next_write_at_its_pace_merged() {
-        // 10 readers × 1000 µs: one write per reader per 10 ms at most.
-        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 1000, max_ms: 50 }, NO_KEEPALIVE);
+        // 10 readers × 1000 µs, no burst: one write per reader per 10 ms at most.
+        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 1000, max_ms: 50, burst: 1 }, NO_KEEPALIVE);
         let ids: Vec<_> = (0..10).map(|_| rs.attach(Dialect::Events, vec![], 0)).collect();
         for &id in &ids {
             assert_eq!(rs.pull(id, 99), Pull::Pending);
@@ -463,8 +485,75 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_goes_out_at_once_and_only_a_reader_written_faster_than_its_pace_waits() {
+        // 10 readers × 1000 µs: a 10 ms pace, in bursts of 3.
+        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 1000, max_ms: 50, burst: 3 }, NO_KEEPALIVE);
+        let ids: Vec<_> = (0..10).map(|_| rs.attach(Dialect::Events, vec![], 0)).collect();
+        let id = ids[0];
+        for &r in &ids {
+            assert_eq!(rs.pull(r, 0), Pull::Pending);
+        }
+        let write = |rs: &mut Readers, n: u64, now: Millis| -> bool {
+            let woken = rs.fan_out(chunk(n, "x"), stale, now).0.contains(&id);
+            if woken {
+                assert!(matches!(rs.pull(id, now), Pull::Data { .. }));
+                assert_eq!(rs.pull(id, now), Pull::Pending);
+            }
+            woken
+        };
+        // Deltas 10 ms apart, as paced, with two of them 1 ms apart: nobody waits.
+        assert!(write(&mut rs, 0, 100));
+        assert!(write(&mut rs, 1, 110));
+        assert!(write(&mut rs, 2, 111), "closer than the pace, but within the burst: at once");
+        assert!(write(&mut rs, 3, 121));
+        // Four deltas in 3 ms: the bucket (3 writes, refilled one per 10 ms) runs out.
+        assert!(write(&mut rs, 4, 200));
+        assert!(write(&mut rs, 5, 201));
+        assert!(write(&mut rs, 6, 202));
+        assert!(!write(&mut rs, 7, 203), "a fourth write within the burst's span waits");
+        assert_eq!(rs.due_of(id), Some(210), "one pace after the burst began, a write is back");
+        assert!(rs.wake_due(209).is_empty());
+        assert_eq!(rs.wake_due(210), vec![id], "the others were offered every frame and never pulled: nothing to wake");
+        let Pull::Data { wire, .. } = rs.pull(id, 210) else { panic!("expected data") };
+        assert_eq!(wire, sse::encode(&chunk(7, "x")));
+        assert_eq!(rs.pull(id, 210), Pull::Pending);
+        // On average the pace holds: 40 deltas 1 ms apart get 3 + 40 / 10 writes or so.
+        let before = rs.writes();
+        let mut now = 300;
+        for n in 8..48 {
+            now += 1;
+            write(&mut rs, n, now);
+            for r in rs.wake_due(now) {
+                if r == id {
+                    assert!(matches!(rs.pull(id, now), Pull::Data { .. }));
+                    assert_eq!(rs.pull(id, now), Pull::Pending);
+                }
+            }
+        }
+        let writes = rs.writes() - before;
+        assert!((5..=8).contains(&writes), "40 deltas in 40 ms at a 10 ms pace: {writes} writes to one reader");
+    }
+
+    #[test]
+    fn when_readers_leave_and_the_pace_drops_nobody_waits_on_the_old_pace() {
+        // 20 readers × 500 µs, no burst: a 10 ms pace; one reader left: none.
+        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 500, max_ms: 50, burst: 1 }, NO_KEEPALIVE);
+        let ids: Vec<_> = (0..20).map(|_| rs.attach(Dialect::Events, vec![], 0)).collect();
+        let id = ids[0];
+        rs.fan_out(chunk(0, "a"), stale, 100);
+        assert!(matches!(rs.pull(id, 100), Pull::Data { .. }));
+        rs.fan_out(chunk(1, "b"), stale, 101);
+        assert_eq!(rs.pull(id, 101), Pull::Pending, "paced: due at 110");
+        for &other in &ids[1..] {
+            rs.detach(other);
+        }
+        assert_eq!(rs.pacing(), 0);
+        assert!(matches!(rs.pull(id, 101), Pull::Data { .. }), "alone now: at once");
+    }
+
+    #[test]
     fn with_few_readers_nothing_waits_and_the_end_never_waits() {
-        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 300, max_ms: 50 }, NO_KEEPALIVE);
+        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 300, max_ms: 50, burst: 1 }, NO_KEEPALIVE);
         let id = rs.attach(Dialect::Events, vec![], 0);
         assert_eq!(rs.pull(id, 5), Pull::Pending);
         assert_eq!(rs.pacing(), 0, "one reader × 300 µs rounds to no pace");
@@ -473,7 +562,7 @@ mod tests {
         assert_eq!(rs.pull(id, 5), Pull::Pending);
         assert_eq!(rs.fan_out(chunk(1, "b"), stale, 5).0, vec![id], "same millisecond, still at once");
 
-        let mut paced = Readers::new(64, true, Pacing { per_reader_us: 10_000, max_ms: 50 }, NO_KEEPALIVE);
+        let mut paced = Readers::new(64, true, Pacing { per_reader_us: 10_000, max_ms: 50, burst: 1 }, NO_KEEPALIVE);
         let id = paced.attach(Dialect::Events, vec![], 0);
         assert_eq!(paced.pull(id, 1), Pull::Pending);
         paced.fan_out(chunk(0, "a"), stale, 1);

@@ -380,7 +380,7 @@ impl LiveStream {
         let readers = Readers::new(
             cfg.max_queued_frames,
             cfg.merge_queued_chunks,
-            Pacing { per_reader_us: cfg.reader_pacing_us, max_ms: cfg.reader_pacing_max_ms },
+            Pacing { per_reader_us: cfg.reader_pacing_us, max_ms: cfg.reader_pacing_max_ms, burst: cfg.reader_pacing_burst },
             cfg.keepalive_ms,
         );
         let ui_lines = (cfg.format == Format::Ui).then(LineAssembler::new);
