@@ -87,6 +87,15 @@ impl Awaitable for SealOutcome {
     }
 }
 
+/// An attached reader's body, and whether it has room for a write.
+struct ReaderBody {
+    controller: web_sys::ReadableStreamDefaultController,
+    /// The body holds no unread write: false from each write until the runtime asks for more
+    /// (its `pull`, which the stream calls exactly when its queue has room again). Kept here
+    /// instead of asking the body's `desiredSize`, a call into JavaScript per write.
+    has_room: Cell<bool>,
+}
+
 /// The live side of one Durable Object.
 pub struct Shell {
     pub stream_id: String,
@@ -96,7 +105,7 @@ pub struct Shell {
     hook: Option<Rc<dyn EventHook>>,
     waiting: Waiting,
     /// The bodies of attached readers, which the shell writes their bytes into.
-    bodies: RefCell<HashMap<ReaderId, web_sys::ReadableStreamDefaultController>>,
+    bodies: RefCell<HashMap<ReaderId, Rc<ReaderBody>>>,
     /// Senders woken when a cancel arrives (a streaming append waits on one).
     cancel_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     timer_at: Cell<Option<Millis>>,
@@ -149,7 +158,7 @@ impl Shell {
             let outputs: Vec<Output> = std::iter::from_fn(|| stream.poll_output()).collect();
             (result, outputs, stream.poll_timeout())
         }; // the borrow ends here, before anything is performed
-        self.perform(outputs);
+        self.perform(outputs, now);
         self.arm_timer(deadline, now);
         Some(result)
     }
@@ -179,40 +188,51 @@ impl Shell {
     }
 
     /// Takes a reader's body and writes its first bytes (`preamble`, then the replay).
-    pub fn attach_body(self: &Rc<Self>, reader: ReaderId, body: web_sys::ReadableStreamDefaultController, preamble: &str) {
-        self.bodies.borrow_mut().insert(reader, body);
-        self.write_reader(reader, preamble);
+    pub fn attach_body(self: &Rc<Self>, reader: ReaderId, controller: web_sys::ReadableStreamDefaultController, preamble: &str) {
+        self.bodies.borrow_mut().insert(reader, Rc::new(ReaderBody { controller, has_room: Cell::new(true) }));
+        self.write_reader(reader, preamble, now_ms());
     }
 
-    /// Writes what is queued for `reader` (after `prefix`) into its body, unless the client has
-    /// not drained the last write yet: then the frames wait, merged, and the body asks for
-    /// them when it is drained. Nothing queued parks the reader until the stream wakes it.
-    pub fn write_reader(self: &Rc<Self>, reader: ReaderId, prefix: &str) {
+    /// The runtime asks a reader's body for more (the client drained the last write): write
+    /// what is queued now, if anything.
+    pub fn body_drained(self: &Rc<Self>, reader: ReaderId) {
+        if let Some(body) = self.bodies.borrow().get(&reader) {
+            body.has_room.set(true);
+        }
+        self.write_reader(reader, "", now_ms());
+    }
+
+    /// Writes what is queued for `reader` (after `prefix`) into its body at `now`, unless the
+    /// client has not drained the last write yet: then the frames wait, merged, and the body
+    /// asks for them when it is drained. Nothing queued parks the reader until the stream
+    /// wakes it.
+    fn write_reader(self: &Rc<Self>, reader: ReaderId, prefix: &str, now: Millis) {
         let Some(body) = self.bodies.borrow().get(&reader).cloned() else { return };
-        if prefix.is_empty() && body.desired_size().is_some_and(|room| room <= 0.0) {
+        if prefix.is_empty() && !body.has_room.get() {
             return;
         }
-        let (bytes, done) = match self.pull(reader) {
+        let (bytes, done) = match self.pull(reader, now) {
             Pull::Data { wire, last } if prefix.is_empty() => (wire, last),
             Pull::Data { wire, last } => (format!("{prefix}{wire}"), last),
             Pull::Pending => (prefix.to_owned(), false),
             Pull::Gone => (prefix.to_owned(), true),
         };
         if !bytes.is_empty() {
+            // Before the write: the runtime may ask for more from inside it.
+            body.has_room.set(false);
             // Fails only when the client is gone, which cancels the body and detaches the reader.
-            let _ = body.enqueue_with_chunk(&js_sys::Uint8Array::from(bytes.as_bytes()));
+            let _ = body.controller.enqueue_with_chunk(&js_sys::Uint8Array::from(bytes.as_bytes()));
         }
         if done {
             self.bodies.borrow_mut().remove(&reader);
-            let _ = body.close();
+            let _ = body.controller.close();
         }
     }
 
     /// Pulls a reader's queued bytes (no outputs come from a pull, so no `feed`). A `Pending`
     /// pull arms a timer for when that reader next needs one (its pace, or its keep-alive):
     /// only its own deadline, not the stream's (which would cost O(readers) on every pull).
-    fn pull(self: &Rc<Self>, reader: ReaderId) -> Pull {
-        let now = now_ms();
+    fn pull(self: &Rc<Self>, reader: ReaderId, now: Millis) -> Pull {
         let (pull, due) = match self.live.borrow_mut().as_mut() {
             Some(s) => {
                 let pull = s.pull(reader, now);
@@ -236,11 +256,13 @@ impl Shell {
         }
     }
 
-    fn perform(self: &Rc<Self>, outputs: Vec<Output>) {
+    /// Performs what one input asked for; `now` is the input's time (a reader woken by it is
+    /// written at that time).
+    fn perform(self: &Rc<Self>, outputs: Vec<Output>, now: Millis) {
         for output in outputs {
             match output {
                 Output::Store(request) => wasm_bindgen_futures::spawn_local(Rc::clone(self).run_store(request)),
-                Output::Wake(reader) => self.write_reader(reader, ""),
+                Output::Wake(reader) => self.write_reader(reader, "", now),
                 Output::Settled(settlement) => self.waiting.settle(settlement),
                 Output::ArmLease { host_token } => wasm_bindgen_futures::spawn_local(Rc::clone(self).arm_lease(host_token)),
                 Output::DisarmLease { host_token } => {
@@ -284,7 +306,7 @@ impl Shell {
         self.live.borrow_mut().take();
         let bodies: Vec<_> = self.bodies.borrow_mut().drain().collect();
         for (_, body) in bodies {
-            let _ = body.close();
+            let _ = body.controller.close();
         }
     }
 

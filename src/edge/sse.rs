@@ -61,7 +61,7 @@ impl ReaderSource {
 
     /// The client drained what was written: write what is queued now, if anything.
     pub fn pull(&self, _body: web_sys::ReadableStreamDefaultController) {
-        self.shell.write_reader(self.reader, "");
+        self.shell.body_drained(self.reader);
     }
 
     /// The client went away.
