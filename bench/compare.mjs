@@ -9,8 +9,8 @@
 //   node bench/compare.mjs --roots before,. --readers 1 --seconds 10 --reps 5 --json
 //
 // A root is a snapshot name (under $TMPDIR/rindle-variants), or a project directory ('.' is
-// this one; --roots '' runs no build of rindle-streams). --side floor adds the floor. Other options: --rate N (default 100), --seconds N
-// (default 5), --var KEY=VALUE (repeatable).
+// this one; --roots '' runs no build of rindle-streams). --side floor adds the floor. Other
+// options: --rate N (default 100), --seconds N (default 5), --var KEY=VALUE (repeatable).
 import { execFileSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';

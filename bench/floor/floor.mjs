@@ -41,7 +41,13 @@ export class FloorStream {
             this.readers.delete(writer); // the client went away
           }
         },
-        close: () => controller.close(),
+        close: () => {
+          try {
+            controller.close();
+          } catch {
+            // the client went away: nothing to close
+          }
+        },
       };
       const readable = new ReadableStream({ start: (c) => { controller = c; }, cancel: () => this.readers.delete(writer) });
       return { readable, writer };

@@ -189,17 +189,17 @@ impl Shell {
 
     /// Takes a reader's body and writes its first bytes (`preamble`, then the replay).
     pub fn attach_body(self: &Rc<Self>, reader: ReaderId, controller: web_sys::ReadableStreamDefaultController, preamble: &str) {
-        self.bodies.borrow_mut().insert(reader, Rc::new(ReaderBody { controller, has_room: Cell::new(true) }));
-        self.write_reader(reader, preamble, now_ms());
+        let body = Rc::new(ReaderBody { controller, has_room: Cell::new(true) });
+        self.bodies.borrow_mut().insert(reader, Rc::clone(&body));
+        self.write_body(reader, &body, preamble, now_ms());
     }
 
     /// The runtime asks a reader's body for more (the client drained the last write): write
     /// what is queued now, if anything.
     pub fn body_drained(self: &Rc<Self>, reader: ReaderId) {
-        if let Some(body) = self.bodies.borrow().get(&reader) {
-            body.has_room.set(true);
-        }
-        self.write_reader(reader, "", now_ms());
+        let Some(body) = self.bodies.borrow().get(&reader).cloned() else { return };
+        body.has_room.set(true);
+        self.write_body(reader, &body, "", now_ms());
     }
 
     /// Writes what is queued for `reader` (after `prefix`) into its body at `now`, unless the
@@ -208,6 +208,11 @@ impl Shell {
     /// wakes it.
     fn write_reader(self: &Rc<Self>, reader: ReaderId, prefix: &str, now: Millis) {
         let Some(body) = self.bodies.borrow().get(&reader).cloned() else { return };
+        self.write_body(reader, &body, prefix, now);
+    }
+
+    /// [`Self::write_reader`] with the reader's body at hand.
+    fn write_body(self: &Rc<Self>, reader: ReaderId, body: &ReaderBody, prefix: &str, now: Millis) {
         if prefix.is_empty() && !body.has_room.get() {
             return;
         }
