@@ -104,7 +104,8 @@ const ask = (transport, chatId, abortSignal) =>
 /**
  * Read `stream` to its end, cutting `proxy`'s connections after the chunk counts in `cutAt`
  * (ascending), calling `onFirstChunk()` when the first arrives. Returns { chunks, cuts }, cuts
- * counting those that dropped a live connection.
+ * counting those that dropped a live connection (a cut that found none is tried again after the
+ * next chunk).
  */
 async function readWithCuts(stream, proxy, cutAt, r, onFirstChunk = () => {}) {
   const chunks = [];
@@ -114,10 +115,14 @@ async function readWithCuts(stream, proxy, cutAt, r, onFirstChunk = () => {}) {
     chunks.push(chunk);
     if (chunks.length === 1) onFirstChunk();
     if (next < cutAt.length && chunks.length >= cutAt[next]) {
-      next += 1;
       // A random moment after this chunk, so some cuts land between SSE events and some inside one.
       if (r.chance(0.5)) await new Promise((resolve) => setImmediate(resolve));
-      if (proxy.cut() > 0) cuts += 1;
+      // A chunk the dead connection had already delivered finds no live one to cut (cut points a
+      // chunk apart): the cut stays due until a chunk of the reconnect arrives.
+      if (proxy.cut() > 0) {
+        cuts += 1;
+        next += 1;
+      }
     }
   }
   return { chunks, cuts };
