@@ -57,13 +57,14 @@ export interface ProducerStream<F extends StreamFormat = 'text'> {
   flush(): Promise<AppendResult>;
   /** Seal the stream. */
   close(): Promise<EndResult>;
-  /** Seal the stream as `error` with this message. */
+  /** Seal the stream as `error` with this message (`cancelled` when a reader's cancel was seen first). */
   fail(error: unknown): Promise<EndResult>;
   /**
    * Send `source` as ONE streaming append (NDJSON lines for `ui`), then `close()`; an upstream
    * that throws or a UI `error` chunk ends it with `fail()` instead. A cancel answers the append
    * early: `pipe` stops reading `source`, fires `signal`, and closes (status `cancelled`).
-   * Rejects (after failing the stream) if the stream API refuses the append.
+   * Rejects (after failing the stream) if the stream API refuses the append, unless a cancel was
+   * seen first (its early answer can cut the append's connection): then it resolves `cancelled`.
    */
   pipe(source: ReadableStream<Piece<F>>): Promise<EndResult>;
 }

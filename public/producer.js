@@ -106,8 +106,8 @@ export async function openStream({ streamId, token, format = 'text', meta, ...wh
     flush: () => post('flush').then(learn),
     /** Seal the stream: `{ status, seq, durableSeq }` (`cancelled` when a cancel was seen). */
     close: () => post('close').then(learn),
-    /** Seal the stream as `error` with this message. */
-    fail: (error) => postJson('fail', { error: errorText(error) }),
+    /** Seal the stream as `error` with this message (`cancelled` when a cancel was seen). */
+    fail: (error) => postJson('fail', { error: errorText(error) }).then(learn),
 
     /**
      * Send `source` (UI message chunks for `ui`, strings for `text`) as one streaming append,
@@ -150,8 +150,12 @@ export async function openStream({ streamId, token, format = 'text', meta, ...wh
       try {
         appended = learn(await post('append', body, { 'content-type': 'text/plain; charset=utf-8' }));
       } catch (err) {
-        reader.cancel(err).catch(() => {});
-        await stream.fail(err).catch(() => {}); // never leave the row `streaming`
+        // Never leave the row `streaming`. A reader's cancel answers the append at once, and the
+        // connection can be torn down before fetch reads that answer: `fail` then seals
+        // `cancelled` and says so, and the cancel is the outcome, not this error.
+        const failed = await stream.fail(err).catch(() => undefined);
+        reader.cancel(stream.cancelled ? cancel.signal.reason : err).catch(() => {});
+        if (stream.cancelled) return failed;
         throw err;
       }
       if (appended.cancelled) reader.cancel(cancel.signal.reason).catch(() => {});

@@ -543,6 +543,23 @@ fn fail_seals_error_with_the_message() {
     assert_eq!(d.read(r).last(), Some(&Frame::End { seq: 7, status: EndStatus::Error, error: Some("upstream died".into()) }));
 }
 
+#[test]
+fn fail_after_a_cancel_seals_cancelled_and_readers_get_abort_not_error() {
+    // The producer's error after a cancel is the cancel's consequence (its model stopped, its
+    // append's connection cut by the early answer): the row and the readers say `cancelled`.
+    let mut d = Driver::open(cfg());
+    d.push("partial");
+    let r = d.subscribe(0);
+    d.stream.cancel();
+    let t = d.stream.fail("terminated", d.now);
+    d.drain();
+    d.answer_all();
+    assert!(matches!(d.outcome(t), Some(Ok(o)) if o.status == EndStatus::Cancelled));
+    assert_eq!(d.db.status(STREAM), "cancelled");
+    assert_eq!(d.db.message_column(STREAM, "error"), ColumnValue::Null);
+    assert!(matches!(d.read(r).last(), Some(Frame::End { status: EndStatus::Cancelled, error: None, .. })));
+}
+
 // ---- open refusals
 
 fn open_verdict(db: SqliteDb) -> Result<(), OpenError> {

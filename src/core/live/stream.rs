@@ -569,8 +569,13 @@ impl LiveStream {
         self.seal(status, None, now)
     }
 
-    /// Seals `error` with the producer's message.
+    /// Seals `error` with the producer's message, or `cancelled` when a cancel was seen: the
+    /// reader asked first, and a producer's error after it is most often the cancel's own
+    /// consequence (its model stopped, its streaming append's connection cut by the early answer).
     pub fn fail(&mut self, error: &str, now: Millis) -> Ticket<SealOutcome> {
+        if self.cancelled {
+            return self.seal(EndStatus::Cancelled, None, now);
+        }
         self.seal(EndStatus::Error, Some(error.to_owned()), now)
     }
 
