@@ -2,7 +2,8 @@
 # The project's run command (README "run"): setup, build, local D1 migrations, the mock model
 # server (if mock/model-server.mjs exists), the example chat (examples/chat/: its producer Worker
 # and rindle-streams in a second `wrangler dev`, on http://127.0.0.1:8790/), then `wrangler dev`
-# on http://127.0.0.1:8787/ (the demo). PORT, MOCK_PORT and CHAT_PORT override the ports. State
+# on http://127.0.0.1:8787/ (the demo). PORT, MOCK_PORT, CHAT_PORT, INSPECTOR_PORT and
+# CHAT_INSPECTOR_PORT override the ports. State
 # lives in .wrangler/state and .wrangler/chat-state (delete them to reset).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -10,6 +11,10 @@ cd "$ROOT"
 PORT="${PORT:-8787}"
 MOCK_PORT="${MOCK_PORT:-8788}"
 CHAT_PORT="${CHAT_PORT:-8790}"
+# Each `wrangler dev` gets its own inspector port: both default to 9229, and when the two start
+# together one of them can lose the race for it and exit ("Address already in use").
+INSPECTOR_PORT="${INSPECTOR_PORT:-9229}"
+CHAT_INSPECTOR_PORT="${CHAT_INSPECTOR_PORT:-9230}"
 CHAT_STATE=".wrangler/chat-state"
 
 "$SCRIPTS_DIR/setup.sh"
@@ -43,7 +48,7 @@ fi
 step "example chat: http://127.0.0.1:$CHAT_PORT (log: test-artifacts/chat-example.log)"
 mkdir -p test-artifacts
 WRANGLER_REGISTRY_PATH="$ROOT/.wrangler/chat-registry" setsid wrangler dev \
-  -c examples/chat/wrangler.toml -c wrangler.toml --ip 127.0.0.1 --port "$CHAT_PORT" \
+  -c examples/chat/wrangler.toml -c wrangler.toml --ip 127.0.0.1 --port "$CHAT_PORT" --inspector-port "$CHAT_INSPECTOR_PORT" \
   --persist-to "$CHAT_STATE" --env-file "$ROOT/.dev.vars" --show-interactive-dev-session=false \
   >test-artifacts/chat-example.log 2>&1 &
 CHAT_PID=$!
@@ -73,4 +78,4 @@ EOT
 
 step "wrangler dev on $URL (Ctrl-C to stop)"
 # --assets public: the demo page and the vendorable JavaScript, in development only (wrangler.toml).
-wrangler dev --ip 127.0.0.1 --port "$PORT" --assets public
+wrangler dev --ip 127.0.0.1 --port "$PORT" --inspector-port "$INSPECTOR_PORT" --assets public
