@@ -137,10 +137,9 @@ impl StreamObject {
         let OpenRequest { format, meta } = OpenRequest::parse(body)?;
         let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
         let (stream, ticket) = LiveStream::open(&route.stream_id, cfg, Producer { host_token: random_token(), meta }, now_ms());
-        let settled = o.shell.await_ticket(ticket);
-        if !o.shell.install(stream) {
+        let Some(settled) = o.shell.install(stream, ticket) else {
             return Err(ApiError::open_refused(&route.stream_id, crate::core::durable::OpenRefused::AlreadyOpenHere));
-        }
+        };
         self.remember_format(&route.stream_id, format).await;
         o.shell.feed(|_, _| ()); // performs the first request queued by `open`
         match settled.await.map_err(unavailable)? {

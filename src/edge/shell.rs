@@ -128,14 +128,21 @@ impl Shell {
         })
     }
 
-    /// Installs a freshly opened stream; `false` (and nothing changes) when one is already here.
-    pub fn install(&self, stream: LiveStream) -> bool {
+    /// Installs a freshly opened stream and waits for its open to settle; `None` (and nothing
+    /// changes) when a stream is already here. One call, because tickets are numbered per
+    /// stream: a refused open that registered its ticket would take the installed stream's
+    /// waiter (the same number), and that open would answer 503 instead of 200.
+    pub fn install(
+        &self,
+        stream: LiveStream,
+        opened: Ticket<OpenOutcome>,
+    ) -> Option<impl std::future::Future<Output = Result<OpenOutcome, StreamDropped>>> {
         let mut slot = self.live.borrow_mut();
         if slot.is_some() {
-            return false;
+            return None;
         }
         *slot = Some(stream);
-        true
+        Some(self.await_ticket(opened))
     }
 
     /// Is a stream (opening, live, sealing or lingering) held here?

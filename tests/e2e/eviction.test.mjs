@@ -203,17 +203,26 @@ async function sealedByTheLease(id, label) {
   return row;
 }
 
-test('a kill between the mark\'s commit and its reply: the lease armed before the mark seals the row interrupted; a reader that joined while it opened was attached; a reopen is refused', { timeout: 120_000 }, async () => {
+test('a kill between the mark\'s commit and its reply: the lease armed before the mark seals the row interrupted; a second open meanwhile is refused and leaves the first waiting; a reader that joined while it opened was attached; a reopen is refused', { timeout: 120_000 }, async () => {
   // The mark commits, then its reply is held back for ever: the open hangs until the kill.
   await stack.restart({ vars: { DEV_MODE: '1', TEST_FAULTS: 'rate=1;kinds=hold;ops=mark' } });
   const c = api(stack, newStream(stack, 'hold'));
-  const opening = c.open().catch((e) => ({ status: 0, error: String(e) }));
+  let openSettled = false;
+  const opening = c.open().catch((e) => ({ status: 0, error: String(e) })).finally(() => { openSettled = true; });
   await until(() => rows(stack, c.id).row.status === 'streaming', 'the mark to commit');
+
+  // A second open while the first waits: refused, and the first keeps waiting for its own
+  // settlement (it once lost its waiter to the refused open's and answered 503, a CI flake of
+  // 'concurrent opens of one stream' in errors.test.mjs).
+  isError(await c.open(), 409, 'open_refused', 'a second open while the first waits for its mark');
 
   const early = await c.events(0);
   const first = await early.next((f) => f.data !== undefined, 10_000);
   assert.equal(first.json?.type, 'open', `a reader joining while the stream opens is attached, not told absent: ${first.data}`);
   assert.deepEqual([first.json.seq, first.json.ended], [0, false]);
+  // The reader's round trip came after the refusal: an answer to the first open sent with the
+  // refusal has arrived by now.
+  assert.equal(openSettled, false, `the first open still waits for its mark, after the refused second open: ${JSON.stringify(openSettled && (await opening))}`);
 
   await stack.kill();
   early.close();
