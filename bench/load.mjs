@@ -417,11 +417,13 @@ export async function runLoad(stack, opts = {}) {
   if (slow) {
     // Ordinary deltas until the reader pauses, then big ones (plain appends: a streaming
     // append is capped at MAX_APPEND_BYTES in total, 1 MiB, and the paused reader needs
-    // ~9 MB to fill the socket and proxy buffers in front of it).
+    // ~8 MB to be dropped: the socket buffers in front of it, ~4 MB, then its queue of
+    // MAX_QUEUED_FRAMES frames; ~9 MB through the dev proxy). The big deltas go on until the
+    // drop is seen (or its deadline), not only until the run's end: on a slow machine they
+    // came at ~0.1 MB/s, and a run's worth did not fill the buffers.
     let n = 0;
     const slowRng = rng(cfg.seed + 999_999);
-    const slowEnd = runStart + cfg.seconds * 1000;
-    startProducer(slow, () => (marks.pausedAt !== null ? slowPool[n++ % slowPool.length] : delta(slowRng)), () => aborted !== null || performance.now() >= (slowStop ?? slowEnd), 'plain');
+    startProducer(slow, () => (marks.pausedAt !== null ? slowPool[n++ % slowPool.length] : delta(slowRng)), () => aborted !== null || (slowStop !== null && performance.now() >= slowStop), 'plain');
   }
 
   // ---- stats poller
