@@ -28,6 +28,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { jsonOrUndefined, sseParser } from '../tests/e2e/harness.mjs';
 import { rawRequest, rng, sleep } from '../tests/e2e/util.mjs';
+import { workerBase } from './bench.mjs';
 
 const PIECES = ['😀', '🎉', '🦀', '𝄞', '👍🏽', '🇯🇵', '👨‍👩‍👧', 'é', '漢字', 'ß', '\n', '"', '\\', 'data: x\n\n', 'the ', 'model ', 'streams ', 'a ', 'token ', 'to ', 'D1 '];
 /** A model-like delta: 2-8 pieces, emoji-heavy, never a lone surrogate. */
@@ -85,6 +86,16 @@ async function request(base, { method = 'GET', path, headers = {}, body, timeout
 
 // ---------------------------------------------------------------------------------------
 // The run
+
+/**
+ * `stack` with its Worker's own socket as the base URL, past wrangler's dev proxy (production
+ * has no such hop; under load the proxy saturates first). Throws when the socket is not found.
+ */
+export async function pastTheProxy(stack) {
+  const { base, direct } = await workerBase(stack);
+  if (!direct) throw new Error("the Worker's own socket was not found past the dev proxy");
+  return Object.create(stack, { baseUrl: { value: base } });
+}
 
 /**
  * Runs the load against a stack ({ baseUrl, token(id), db, logs() }); returns the report.
@@ -666,13 +677,7 @@ async function main() {
   } else {
     stack = await harness.startStack({ name: 'bench-load', vars: { MAX_QUEUED_FRAMES: String(a.maxQueuedFrames ?? 64) } });
   }
-  let target = stack;
-  if (a.direct && !a.url) {
-    const { workerBase } = await import('./bench.mjs');
-    const { base, direct } = await workerBase(stack);
-    if (!direct) throw new Error("--direct: the Worker's own socket was not found");
-    target = Object.create(stack, { baseUrl: { value: base } });
-  }
+  const target = a.direct && !a.url ? await pastTheProxy(stack) : stack;
   const onAbort = () => stack.kill?.(); // stop workerd's error loop before its log fills the disk
   const say = (s) => process.stderr.write(`[load] ${s}\n`);
   let report;
