@@ -371,14 +371,17 @@ const WARMUP_SECONDS = 10;
  * counted), deliveries, CPU and violations. `during` ({ start, stop }) brackets the measured
  * window (bench/profile.mjs takes its CPU profile there).
  */
-export async function fanout(target, { readers, rate, seconds, plain = false, during, warmupSeconds = WARMUP_SECONDS }) {
+export async function fanout(target, { readers, rate, seconds, plain = false, during, warmupSeconds = WARMUP_SECONDS, warmupRate = rate }) {
   // The same load on a stream of its own first, unmeasured: a fresh runtime compiles its hot
   // code as it goes, on background threads whose CPU would otherwise land on the measurement
   // (±25% from run to run without it). What is measured is a warm isolate, as in production
   // where one serves many requests: after a 2 s warm-up, V8 was still tiering the wasm up
   // (Turboshaft compiles were 5.5% of workerd's perf samples during a plain 1-reader run;
-  // the floor's JavaScript compiles 0.8%), so the warm-up is 10 s.
-  if (warmupSeconds > 0) await fanout(target, { readers: Math.min(readers, 10), rate, seconds: warmupSeconds, plain, warmupSeconds: 0 });
+  // the floor's JavaScript compiles 0.8%), so the warm-up is 10 s. `warmupRate` (--warmup-rate)
+  // warms faster than the measured rate: V8 tiers a wasm function up only after it has run a
+  // budget of code, so at 100 deltas/s much of the wasm is still in its baseline tier after
+  // 10 s (BENCHMARKS.md, "How warm the wasm is").
+  if (warmupSeconds > 0) await fanout(target, { readers: Math.min(readers, 10), rate: warmupRate, seconds: warmupSeconds, plain, warmupSeconds: 0 });
   const stream = await target.open();
   const total = Math.max(1, Math.round(rate * seconds));
   const sentAt = new Float64Array(total);
@@ -479,16 +482,18 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
 
 /**
  * The fan-out load named on a command line (bench/profile.mjs, bench/compare.mjs):
- * --readers N, --rate N (deltas/s), --seconds N, --warmup N (seconds), --plain, --var KEY=VALUE (repeatable). The
+ * --readers N, --rate N (deltas/s), --seconds N, --warmup N (seconds), --warmup-rate N (deltas/s;
+ * default the measured rate), --plain, --var KEY=VALUE (repeatable). The
  * tools' own options come back in `values`: `strings` take a value, anything else is a flag.
  */
 export function loadFromArgs(args, { seconds = 5, strings = [] } = {}) {
   const options = { var: { type: 'string', multiple: true } };
-  for (const name of ['readers', 'rate', 'seconds', 'warmup', ...strings]) options[name] = { type: 'string' };
+  for (const name of ['readers', 'rate', 'seconds', 'warmup', 'warmup-rate', ...strings]) options[name] = { type: 'string' };
   const { values } = parseArgs({ args, strict: false, options });
   const vars = Object.fromEntries((values.var ?? []).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
   const load = { readers: Number(values.readers ?? 1), rate: Number(values.rate ?? 100), seconds: Number(values.seconds ?? seconds), plain: values.plain === true, vars };
   if (values.warmup !== undefined) load.warmupSeconds = Number(values.warmup);
+  if (values['warmup-rate'] !== undefined) load.warmupRate = Number(values['warmup-rate']);
   return { load, values };
 }
 
