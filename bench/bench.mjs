@@ -686,7 +686,9 @@ const RINDLE_VARS = { IDLE_TIMEOUT_MS: '0', LINGER_MS: '2000' };
 /** The two sides: how to start each one's stack and how to drive it. */
 const FLOOR_CONFIG = join(ROOT, 'bench', 'floor', 'wrangler.toml');
 const SIDES = {
-  floor: { stack: () => ({ name: 'bench-floor', config: FLOOR_CONFIG }), target: floorTarget },
+  // The floor takes vars too (FLOOR_BODY: bench/floor/floor.mjs); before 2026-12-01 it dropped
+  // them, so every `--var FLOOR_BODY=…` run measured the default body.
+  floor: { stack: (vars) => ({ name: 'bench-floor', config: FLOOR_CONFIG, vars }), target: floorTarget },
   rindleUi: { stack: (vars) => ({ name: 'bench-rindle-ui', vars: { ...RINDLE_VARS, ...vars } }), target: (stack, base) => rindleTarget(stack, base, { format: 'ui' }) },
   // The floor that also does what the lease does (see floor.mjs): for the memory figure.
   floorLease: {

@@ -53,18 +53,22 @@ const median = (xs) => {
 };
 
 async function main() {
-  const { load: options, values } = loadFromArgs(process.argv.slice(2), { strings: ['roots', 'reps', 'side', 'snapshot'] });
+  const { load: options, values } = loadFromArgs(process.argv.slice(2), { strings: ['roots', 'reps', 'side', 'snapshot', 'floor-bodies'] });
   if (values.snapshot) {
     process.stdout.write(`${snapshot(values.snapshot)}\n`);
     return;
   }
   const sides = (values.roots ?? '.').split(',').filter(Boolean).map((name) => ({ name, root: rootOf(name), side: 'rindle' }));
   if (values.side === 'floor') sides.unshift({ name: 'floor', root: PROJECT, side: 'floor' });
+  // --floor-bodies transform,enqueue,identity: one floor per way of writing a reader's body.
+  for (const body of (values['floor-bodies'] ?? '').split(',').filter(Boolean).reverse()) {
+    sides.unshift({ name: `floor-${body}`, root: PROJECT, side: 'floor', vars: { FLOOR_BODY: body } });
+  }
   const reps = Number(values.reps ?? 5);
   const runs = Object.fromEntries(sides.map((s) => [s.name, []]));
   for (let i = 0; i < reps; i++) {
     for (const s of i % 2 ? [...sides].reverse() : sides) {
-      const r = runOnce(s.root, s.side, options);
+      const r = runOnce(s.root, s.side, { ...options, vars: { ...options.vars, ...s.vars } });
       runs[s.name].push(r);
       process.stderr.write(`compare: ${s.name} #${i + 1}: CPU ${r.cpuMsPer1000Deliveries} ms / 1k deliveries (Worker ${r.workerCpuMsPer1000Deliveries}), ${r.achievedRate}/s, p50 ${r.p50} p99 ${r.p99}${r.appendP50 !== undefined ? `, append p50 ${r.appendP50} p99 ${r.appendP99}` : ''}\n`);
     }
