@@ -8,6 +8,7 @@
 //   node bench/bench.mjs --smoke    # seconds per scenario: the harness cannot rot (in the test command)
 //   node bench/bench.mjs --json     # the report as JSON on stdout
 //   node bench/bench.mjs --only latency,d1   # a subset (latency, plain, ui, maxRate, d1, memory, variants)
+//   node bench/bench.mjs --pairs 3           # the latency and plain rows as medians of 3 alternating pairs
 //
 // Build the Worker first (scripts/build.sh; the test command does). Scenarios:
 //   latency   1 stream, R readers (1, 10, 100), 4-UTF-16-unit deltas at 100/s through one
@@ -735,11 +736,22 @@ async function maxRate(side, { readers, rates, seconds, warmupSeconds, vars, see
   return { target: side, readers, best, steps };
 }
 
+/** One side's runs as one: every numeric figure the median of the runs', the rest the first run's. */
+function medianRun(runs) {
+  const out = { ...runs[0], runs: runs.length };
+  for (const [key, value] of Object.entries(runs[0])) {
+    if (typeof value !== 'number') continue;
+    const xs = runs.map((r) => r[key]).filter((x) => typeof x === 'number').sort((a, b) => a - b);
+    out[key] = xs.length % 2 ? xs[(xs.length - 1) / 2] : round((xs[xs.length / 2 - 1] + xs[xs.length / 2]) / 2, 2);
+  }
+  return out;
+}
+
 /**
  * Runs the scenarios (`only`: a subset of latency, plain, ui, maxRate, d1, memory, variants; default
  * all); `smoke` shrinks each to seconds. `log` gets progress lines.
  */
-export async function runBench({ smoke = false, only, log = () => {} } = {}) {
+export async function runBench({ smoke = false, only, pairs = 1, log = () => {} } = {}) {
   const want = (name) => !only || only.includes(name);
   const commit = (() => {
     try {
@@ -754,6 +766,17 @@ export async function runBench({ smoke = false, only, log = () => {} } = {}) {
   const seen = {};
   const on = (side, fn, vars) => onFreshStack(side, fn, { vars, seen });
   const both = async (fn) => ({ floor: await on('floor', fn), rindle: await on('rindle', fn) });
+  // --pairs N: N pairs, floor first in one and rindle first in the next, so that a machine's
+  // drift falls on both sides alike; each side's figures are medians over its N runs.
+  const pairsOf = async (fn) => {
+    if (pairs <= 1) return both(fn);
+    const runs = { floor: [], rindle: [] };
+    for (let i = 0; i < pairs; i++) {
+      for (const side of i % 2 ? ['rindle', 'floor'] : ['floor', 'rindle']) runs[side].push(await on(side, fn));
+    }
+    const cpuRatios = runs.rindle.map((r, i) => round(r.cpuMsPer1000Deliveries / runs.floor[i].cpuMsPer1000Deliveries, 3));
+    return { floor: medianRun(runs.floor), rindle: medianRun(runs.rindle), runs, cpuRatios };
+  };
   const seconds = smoke ? 1 : 10;
   // The smoke run measures nothing worth warming up for.
   const warmupSeconds = smoke ? 0 : WARMUP_SECONDS;
@@ -763,7 +786,7 @@ export async function runBench({ smoke = false, only, log = () => {} } = {}) {
     report[scenario] = [];
     // The smoke run keeps one plain row: it only has to show the scenario still runs.
     for (const readers of want(scenario) ? (smoke ? (plain ? [10] : [1, 10]) : [1, 10, 100]) : []) {
-      const pair = await both((t) => fanout(t, { readers, rate: 100, seconds, plain, warmupSeconds }));
+      const pair = await pairsOf((t) => fanout(t, { readers, rate: 100, seconds, plain, warmupSeconds }));
       report[scenario].push(pair);
       log(`${scenario} ${readers} readers: floor ${pair.floor.achievedRate}/s p50 ${pair.floor.p50} p99 ${pair.floor.p99}, rindle ${pair.rindle.achievedRate}/s p50 ${pair.rindle.p50} p99 ${pair.rindle.p99}`);
     }
@@ -847,6 +870,7 @@ export function formatReport(r) {
     lines.push(`${title}, 4-unit deltas at 100/s offered:`, '');
     lines.push('| readers | side | deltas/s | p50 ms | p99 ms | max ms | append answered p50 / p99 ms | deliveries | writes / 1k deliveries | CPU ms / 1k deliveries | CPU ms / 1k deltas | p99 ratio | CPU/delivery ratio |');
     lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+    const paired = r[scenario].filter((row) => row.cpuRatios);
     for (const { floor, rindle } of r[scenario]) {
       for (const x of [floor, rindle]) {
         const isRindle = x === rindle;
@@ -856,6 +880,9 @@ export function formatReport(r) {
       }
     }
     lines.push('');
+    if (paired.length) {
+      lines.push(`Each row: medians of ${paired[0].floor.runs} runs per side, in alternating pairs. CPU ratio of each pair (rindle / floor): ${paired.map((row) => `${row.floor.readers} reader${row.floor.readers === 1 ? '' : 's'} ${row.cpuRatios.join(', ')}`).join('; ')}.`, '');
+    }
   }
   if (r.ui?.length) {
     lines.push('`ui` vs `text`, the same answer through one streaming append at 100 deltas/s:', '');
@@ -913,7 +940,9 @@ async function main() {
   const json = args.includes('--json');
   const onlyAt = args.indexOf('--only');
   const only = onlyAt >= 0 ? args[onlyAt + 1]?.split(',') : undefined;
-  const report = await runBench({ smoke, only, log: (line) => process.stderr.write(`bench: ${line}\n`) });
+  const pairsAt = args.indexOf('--pairs');
+  const pairs = pairsAt >= 0 ? Number(args[pairsAt + 1]) : 1;
+  const report = await runBench({ smoke, only, pairs, log: (line) => process.stderr.write(`bench: ${line}\n`) });
   process.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : `${formatReport(report)}\n`);
   const bad = problems(report);
   for (const p of bad) process.stderr.write(`bench: PROBLEM ${p}\n`);
