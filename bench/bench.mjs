@@ -744,6 +744,8 @@ function medianRun(runs) {
     const xs = runs.map((r) => r[key]).filter((x) => typeof x === 'number').sort((a, b) => a - b);
     out[key] = xs.length % 2 ? xs[(xs.length - 1) / 2] : round((xs[xs.length / 2 - 1] + xs[xs.length / 2]) / 2, 2);
   }
+  out.complete = runs.every((r) => r.complete);
+  out.violations = runs.reduce((sum, r) => sum + r.violations, 0);
   return out;
 }
 
@@ -925,7 +927,8 @@ export function formatReport(r) {
 export function problems(r) {
   const out = [];
   for (const pair of [...r.latency, ...(r.plain ?? []), ...(r.ui ?? [])]) {
-    for (const x of Object.values(pair)) {
+    // A row of --pairs is checked run by run.
+    for (const x of pair.runs ? [...pair.runs.floor, ...pair.runs.rindle] : Object.values(pair)) {
       if (!x.complete) out.push(`${x.target} ${x.readers} readers: ${x.deliveries} of ${x.expectedDeliveries} deliveries`);
       if (x.violations) out.push(`${x.target} ${x.readers} readers: ${x.violations} splice violations`);
     }
