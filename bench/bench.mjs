@@ -736,13 +736,18 @@ async function maxRate(side, { readers, rates, seconds, warmupSeconds, vars, see
   return { target: side, readers, best, steps };
 }
 
+/** The median of some numbers (the mean of the middle two for an even count). */
+export function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+}
+
 /** One side's runs as one: every numeric figure the median of the runs', the rest the first run's. */
 function medianRun(runs) {
   const out = { ...runs[0], runs: runs.length };
   for (const [key, value] of Object.entries(runs[0])) {
     if (typeof value !== 'number') continue;
-    const xs = runs.map((r) => r[key]).filter((x) => typeof x === 'number').sort((a, b) => a - b);
-    out[key] = xs.length % 2 ? xs[(xs.length - 1) / 2] : round((xs[xs.length / 2 - 1] + xs[xs.length / 2]) / 2, 2);
+    out[key] = round(median(runs.map((r) => r[key]).filter((x) => typeof x === 'number')), 2);
   }
   out.complete = runs.every((r) => r.complete);
   out.violations = runs.reduce((sum, r) => sum + r.violations, 0);

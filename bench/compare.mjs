@@ -16,7 +16,7 @@ import { cpSync, existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadFromArgs } from './bench.mjs';
+import { loadFromArgs, median } from './bench.mjs';
 
 const HERE = fileURLToPath(new URL('.', import.meta.url));
 const PROJECT = resolve(HERE, '..');
@@ -47,10 +47,6 @@ function runOnce(root, side, options) {
   return JSON.parse(out.toString());
 }
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
 
 async function main() {
   const { load: options, values } = loadFromArgs(process.argv.slice(2), { strings: ['roots', 'reps', 'side', 'snapshot', 'floor-bodies'] });
