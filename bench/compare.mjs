@@ -47,7 +47,6 @@ function runOnce(root, side, options) {
   return JSON.parse(out.toString());
 }
 
-
 async function main() {
   const { load: options, values } = loadFromArgs(process.argv.slice(2), { strings: ['roots', 'reps', 'side', 'snapshot', 'floor-bodies'] });
   if (values.snapshot) {
