@@ -22,7 +22,8 @@
 //             and D1 bytes per byte of the answer
 //   max-rate  the highest delta rate one stream sustains with 100 readers before p99 > 100 ms
 //   d1        statements, rows and bytes written per 10,000 characters (counted at the
-//             executor, from /stats), for 10k, 100k and 1M characters
+//             executor, from /stats), for 10k, 100k and 1M characters; and the flush round
+//             trip (one delta appended, then POST /flush) with D1 round trips per checkpoint
 //   memory    memory per 100 live streams (a reader and 2 KB of text each): workerd resident
 //             memory, the JS heap, the wasm heap; against the floor, the floor that also does
 //             what the lease does (stores a key, sets an alarm), and that one plus a D1 query
@@ -234,6 +235,7 @@ export function rindleTarget(stack, base, { format = 'text' } = {}) {
       return {
         id,
         appendUrl: url('append'),
+        flushUrl: url('flush'),
         producerHeaders: { ...auth, 'content-type': ui ? 'application/x-ndjson' : 'text/plain; charset=utf-8' },
         eventsUrl: url(ui ? 'ui' : 'events', `?from=0&token=${encodeURIComponent(token)}`),
         close: () => request(url('close'), { method: 'POST', headers: auth }),
@@ -555,6 +557,38 @@ async function d1Traffic(target, { chars, pieceUnits = 64, appendBytes = 256 * 1
   };
 }
 
+/**
+ * How long a producer waits for durability: `flushes` times, one delta appended (one POST),
+ * then `POST /flush`, answered once D1 confirms everything produced. Also the D1 round trips
+ * per checkpoint (each flush forces one), counted at the executor past the warm-up.
+ */
+export async function flushRoundTrip(target, { flushes, warmup = 20 }) {
+  const stream = await target.open();
+  const post = async (url, body) => {
+    const headers = { ...stream.producerHeaders, 'content-length': Buffer.byteLength(body ?? '') };
+    const r = await request(url, { method: 'POST', headers, body });
+    if (r.status !== 200) throw new Error(`${url}: ${r.status} ${r.raw}`);
+    return r.json;
+  };
+  const times = [];
+  let warm;
+  for (let i = 0; i < warmup + flushes; i++) {
+    if (i === warmup) warm = await stream.stats();
+    await post(stream.appendUrl, DELTAS[i % DELTAS.length]);
+    const start = performance.now();
+    const flushed = await post(stream.flushUrl);
+    if (flushed.durableSeq !== flushed.seq) throw new Error(`flush answered 200 short of the text: ${JSON.stringify(flushed)}`);
+    if (i >= warmup) times.push(performance.now() - start);
+  }
+  const end = await stream.stats();
+  await stream.close();
+  times.sort((a, b) => a - b);
+  const checkpoints = end.checkpoints - warm.checkpoints;
+  // A build from before the `rounds` counter reports none.
+  const rounds = end.d1.rounds === undefined ? null : end.d1.rounds - warm.d1.rounds;
+  return { flushes, p50: round(percentile(times, 50), 2), p99: round(percentile(times, 99), 2), checkpoints, d1RoundsPerCheckpoint: rounds === null ? null : round(rounds / checkpoints, 2) };
+}
+
 /** D1 statements per delta for `deltas` 4-unit deltas at `rate`/s (the per-delta work check). */
 async function d1PerDelta(target, { deltas, rate }) {
   const stream = await target.open();
@@ -839,6 +873,8 @@ export async function runBench({ smoke = false, only, pairs = 1, log = () => {} 
       }
       return out;
     });
+    report.flush = await on('rindle', (t) => flushRoundTrip(t, { flushes: smoke ? 20 : 300 }));
+    log(`flush round trip: ${JSON.stringify(report.flush)}`);
   }
 
   if (want('memory')) {
@@ -907,6 +943,7 @@ export function formatReport(r) {
   }
   lines.push('', '| chars | text bytes | statements / 10k | rows / 10k | bytes / 10k | bytes per text byte |', '|---|---|---|---|---|---|');
   for (const d of r.d1) lines.push(`| ${d.chars} | ${d.textBytes} | ${d.statementsPer10k} | ${d.rowsPer10k} | ${d.bytesPer10k} | ${d.bytesPerTextByte} |`);
+  if (r.flush) lines.push('', `flush round trip (one delta appended, then POST /flush, ${r.flush.flushes} times): p50 ${r.flush.p50} ms, p99 ${r.flush.p99} ms; D1 round trips per checkpoint ${r.flush.d1RoundsPerCheckpoint ?? 'n/a'}`);
   const m = r.memory;
   if (m) {
     lines.push('', 'memory per 100 live streams (MB; the second batch of 100, and in brackets the first on a fresh isolate):', '', '| side | workerd RSS (both processes) | the Worker\'s process | JS heap | wasm heap in use | wasm memory reserved |', '|---|---|---|---|---|---|');
@@ -939,6 +976,7 @@ export function problems(r) {
     }
   }
   for (const d of r.d1) if (!(d.statements > 0 && d.bytesBound >= d.textBytes)) out.push(`d1 ${d.chars}: ${JSON.stringify(d)}`);
+  if (r.flush && !(r.flush.checkpoints >= r.flush.flushes && r.flush.p50 > 0)) out.push(`flush: ${JSON.stringify(r.flush)}`);
   return out;
 }
 

@@ -11,6 +11,7 @@
 // A root is a snapshot name (under $TMPDIR/rindle-variants), or a project directory ('.' is
 // this one; --roots '' runs no build of rindle-streams). --side floor adds the floor. Other
 // options: --rate N (default 100), --seconds N (default 5), --var KEY=VALUE (repeatable).
+// --flush N measures the flush round trip instead (bench.mjs flushRoundTrip, N flushes).
 import { execFileSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
@@ -39,16 +40,18 @@ const rootOf = (name) => (existsSync(join(SNAPSHOTS, name, 'build')) ? join(SNAP
 /** One fan-out run in a child process (the harness reads its root at load time). */
 function runOnce(root, side, options) {
   const script = `
-    const { fanout, onFreshStack } = await import(${JSON.stringify(join(PROJECT, 'bench', 'bench.mjs'))});
+    const { fanout, flushRoundTrip, onFreshStack } = await import(${JSON.stringify(join(PROJECT, 'bench', 'bench.mjs'))});
     const o = ${JSON.stringify(options)};
-    const r = await onFreshStack(${JSON.stringify(side)}, (t) => fanout(t, o), { vars: o.vars });
+    const run = (t) => (o.flushes ? flushRoundTrip(t, { flushes: o.flushes }) : fanout(t, o));
+    const r = await onFreshStack(${JSON.stringify(side)}, run, { vars: o.vars });
     process.stdout.write(JSON.stringify(r));`;
   const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { env: { ...process.env, RINDLE_ROOT: root }, maxBuffer: 1 << 24 });
   return JSON.parse(out.toString());
 }
 
 async function main() {
-  const { load: options, values } = loadFromArgs(process.argv.slice(2), { strings: ['roots', 'reps', 'side', 'snapshot', 'floor-bodies'] });
+  const { load: options, values } = loadFromArgs(process.argv.slice(2), { strings: ['roots', 'reps', 'side', 'snapshot', 'floor-bodies', 'flush'] });
+  if (values.flush) options.flushes = Number(values.flush);
   if (values.snapshot) {
     process.stdout.write(`${snapshot(values.snapshot)}\n`);
     return;
@@ -65,6 +68,10 @@ async function main() {
     for (const s of i % 2 ? [...sides].reverse() : sides) {
       const r = runOnce(s.root, s.side, { ...options, vars: { ...options.vars, ...s.vars } });
       runs[s.name].push(r);
+      if (options.flushes) {
+        process.stderr.write(`compare: ${s.name} #${i + 1}: flush p50 ${r.p50} p99 ${r.p99}, D1 round trips per checkpoint ${r.d1RoundsPerCheckpoint ?? 'n/a'}\n`);
+        continue;
+      }
       process.stderr.write(`compare: ${s.name} #${i + 1}: CPU ${r.cpuMsPer1000Deliveries} ms / 1k deliveries (Worker ${r.workerCpuMsPer1000Deliveries}), ${r.achievedRate}/s, p50 ${r.p50} p99 ${r.p99}${r.appendP50 !== undefined ? `, append p50 ${r.appendP50} p99 ${r.appendP99}` : ''}\n`);
     }
   }
@@ -83,6 +90,12 @@ async function main() {
   }
   const r1 = (x) => Math.round(x * 10) / 10;
   const fmt = (s) => (s ? `${r1(s.median)} (${r1(s.min)}–${r1(s.max)})` : 'n/a');
+  if (options.flushes) {
+    process.stdout.write(`flush round trip (one delta appended, then POST /flush), ${options.flushes} flushes, ${reps} runs each (median, range); load average ${os.loadavg()[0].toFixed(1)}\n`);
+    process.stdout.write('| build | flush p50 ms | flush p99 ms |\n|---|---|---|\n');
+    for (const [name, s] of Object.entries(summary)) process.stdout.write(`| ${name} | ${fmt(s.p50)} | ${fmt(s.p99)} |\n`);
+    return;
+  }
   process.stdout.write(`${options.plain ? 'one POST per delta' : 'one streaming append'}, ${options.readers} readers, ${options.rate}/s × ${options.seconds} s, ${reps} runs each (median, range); load average ${os.loadavg()[0].toFixed(1)}\n`);
   process.stdout.write('| build | CPU ms / 1k deliveries | of which the Worker\'s process | deltas/s | p50 ms | p99 ms | append answered p50 / p99 ms |\n|---|---|---|---|---|---|---|\n');
   for (const [name, s] of Object.entries(summary)) {

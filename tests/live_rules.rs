@@ -72,7 +72,7 @@ fn flush_resolves_only_when_the_store_confirms() {
     let mut d = Driver::open(cfg());
     d.push("hi😀");
     let t = d.flush();
-    d.answer(Fault::None); // the write
+    d.answer(Fault::CommitThenLoseReply); // the write commits, unconfirmed
     assert_eq!(d.outcome(t), None, "a committed write alone does not settle a flush");
     assert_eq!(d.stream.durable_seq(), 0);
     d.answer(Fault::None); // the read-back
@@ -123,9 +123,8 @@ trait RoundExt {
 }
 
 impl RoundExt for Driver {
-    /// Answers one checkpoint round (write plus read-back) truthfully.
+    /// Answers one checkpoint round (the write and its read, one transaction) truthfully.
     fn answer_all_once_round(&mut self) {
-        self.answer(Fault::None);
         self.answer(Fault::None);
     }
 }
@@ -168,19 +167,30 @@ fn retries_follow_the_schedule_three_retries_doubling_from_50ms() {
     assert_eq!(d.peek(), None, "no fourth retry");
 }
 
-// ---- confirmation comes only from the read-back
+// ---- confirmation comes only from reading the row
+
+#[test]
+fn a_checkpoint_is_confirmed_by_the_read_in_its_own_transaction() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    assert!(is_append(d.peek()));
+    d.answer(Fault::None);
+    assert_eq!(d.peek(), None, "no separate read-back round");
+    assert_eq!(d.stream.durable_seq(), 8);
+    assert_eq!(d.stream.stats().checkpoints, 1);
+}
 
 #[test]
 fn durable_seq_advances_only_from_the_read_back() {
     let mut d = Driver::open(cfg());
     d.push("12345678");
-    d.answer(Fault::None); // the write commits
+    d.answer(Fault::CommitThenLoseReply); // the write commits, its reply (and read) is lost
     assert_eq!(d.stream.durable_seq(), 0);
-    d.answer(Fault::FailBeforeCommit); // but the read-back fails
+    assert_eq!(d.peek(), Some(&StoreOp::ReadState));
+    d.answer(Fault::FailBeforeCommit); // and the read-back fails
     assert_eq!(d.stream.durable_seq(), 0, "a write the store did not confirm is not durable");
     d.advance(50);
-    d.answer(Fault::None); // the replayed write is a no-op under its guard
-    d.answer(Fault::None); // and the read-back confirms
+    d.answer(Fault::None); // the replayed write is a no-op under its guard; its read confirms
     assert_eq!(d.stream.durable_seq(), 8);
     assert_eq!(d.db.chunk_count(STREAM), 1, "the replay did not duplicate the chunk");
 }
@@ -211,8 +221,7 @@ fn a_confirmation_short_of_the_slice_re_covers_from_the_confirmed_length() {
     d.push("ijklmnop");
     d.advance(750);
     assert_eq!(d.peek(), Some(&StoreOp::Append { from: 0, to: 16, text: "abcdefghijklmnop".into() }));
-    d.answer(Fault::None); // a no-op: the row is at 8, not 0
-    d.answer(Fault::None); // the read-back says 8: adopt it, short of 16
+    d.answer(Fault::None); // a no-op (the row is at 8, not 0); its read says 8: adopt it, short of 16
     assert_eq!(d.stream.durable_seq(), 8);
     assert!(d
         .events

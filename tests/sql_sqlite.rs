@@ -3,9 +3,10 @@
 
 mod support;
 
-use rindle_streams::core::durable::{ColumnNames, ColumnValue, Dialect, MappedSql, TableMapping, Value};
+use rindle_streams::core::durable::{ColumnNames, ColumnValue, Dialect, MappedSql, RowState, TableMapping, Value};
 use rindle_streams::core::frame::EndStatus;
-use support::SqliteDb;
+use rindle_streams::core::live::{StoreOp, StoreReply};
+use support::{Fault, SqliteDb};
 
 const ID: &str = "m1";
 
@@ -79,6 +80,20 @@ fn the_read_back_returns_the_length_and_the_cancel_flag() {
     assert_eq!((row["seq"].clone(), row["cancel"].clone()), (ColumnValue::Integer(3), ColumnValue::Integer(0)));
     db.batch(&[db.sql.request_cancel(ID).unwrap()]).unwrap();
     assert!(db.query(&db.sql.read_state(ID))[0]["cancel"].is_truthy());
+}
+
+#[test]
+fn a_checkpoint_plan_reads_the_row_back_in_its_own_transaction() {
+    let mut db = example();
+    let op = |from, to, text: &str| StoreOp::Append { from, to, text: text.into() };
+    let run = |db: &mut SqliteDb, op: &StoreOp| db.run(&db.sql.plan(ID, op), Fault::None).unwrap();
+    let state = |seq| StoreReply::State(RowState { seq, cancel: false });
+    assert_eq!(run(&mut db, &op(0, 5, "hello")), state(5), "the write's own effect");
+    assert_eq!(run(&mut db, &op(0, 5, "hello")), state(5), "a replay reads the same length");
+    assert_eq!(run(&mut db, &op(0, 8, "hello wo")), state(5), "a stale re-cover reads what the row holds");
+    db.batch(&[db.sql.request_cancel(ID).unwrap()]).unwrap();
+    assert_eq!(run(&mut db, &op(5, 7, "😀")), StoreReply::State(RowState { seq: 7, cancel: true }), "and the cancel flag");
+    assert_eq!(db.durable_text(ID), "hello😀");
 }
 
 #[test]

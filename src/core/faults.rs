@@ -7,7 +7,8 @@
 //! - `lost`: a write commits, then its reply is lost (the caller sees a failure);
 //! - `hold`: a write commits, then its reply never comes (the request hangs: a test kills the
 //!   runtime between the commit and the reply);
-//! - `readback`: a post-checkpoint read-back fails;
+//! - `readback`: a read-back fails (a checkpoint reads its row in its own transaction, so a
+//!   separate read-back follows only a failed checkpoint write: pair it with `before` or `lost`);
 //! - `ops` targets `before`, `lost` and `hold` at these operations (`probe`, `mark`,
 //!   `readhost`, `append`, `readstate`, `seal`); without it they break checkpoints and seals.
 

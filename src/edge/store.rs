@@ -3,7 +3,7 @@
 //! transaction, and the read-back after it is the truth.
 
 use super::faults::FaultPlan;
-use crate::core::durable::{ColumnValue, MappedSql, Statement, StorePlan, Value};
+use crate::core::durable::{ColumnValue, MappedSql, Shape, Statement, StorePlan, Value};
 use crate::core::live::{StoreFailure, StoreOp, StoreReply};
 use crate::core::reading::{ChunkRow, DurableText};
 use futures::future::LocalBoxFuture;
@@ -35,6 +35,8 @@ pub trait CheckpointSink {
 #[derive(Debug, Default, Clone, Copy, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StoreCounters {
+    /// Calls to D1 (a batch or a query): the round trips.
+    pub rounds: u64,
     /// Every statement sent (reads and writes).
     pub statements: u64,
     /// Statements sent in write batches.
@@ -71,32 +73,49 @@ impl D1Tables {
 
     /// Runs statements as ONE transaction (a D1 batch); returns each one's change count.
     pub async fn batch(&self, statements: &[Statement]) -> Result<Vec<usize>, StoreFailure> {
-        if statements.is_empty() {
-            return Ok(vec![]);
+        Ok(self.transact(statements, None).await?.0)
+    }
+
+    /// Runs `writes`, then `read` if any, as ONE transaction (a D1 batch); returns each
+    /// write's change count and the read's rows.
+    async fn transact(&self, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<usize>, Rows), StoreFailure> {
+        if writes.is_empty() && read.is_none() {
+            return Ok((vec![], vec![]));
         }
-        let prepared = statements.iter().map(|s| self.prepare(s)).collect::<Result<Vec<_>, _>>()?;
-        let bytes: usize = statements.iter().flat_map(|s| &s.params).map(Value::bound_bytes).sum();
+        let prepared = writes.iter().chain(read).map(|s| self.prepare(s)).collect::<Result<Vec<_>, _>>()?;
+        let bytes: usize = writes.iter().flat_map(|s| &s.params).map(Value::bound_bytes).sum();
         self.count(|c| {
-            c.statements += statements.len() as u64;
-            c.write_statements += statements.len() as u64;
+            c.rounds += 1;
+            c.statements += prepared.len() as u64;
+            c.write_statements += writes.len() as u64;
             c.bytes_bound += bytes as u64;
         });
         let results = self.db.batch(prepared).await.map_err(failure)?;
-        let mut changes = Vec::with_capacity(results.len());
+        let mut changes = Vec::with_capacity(writes.len());
         for r in &results {
             if let Some(e) = r.error() {
                 return Err(StoreFailure(e));
             }
+        }
+        for r in &results[..writes.len().min(results.len())] {
             let meta = r.meta().ok().flatten();
             self.count(|c| c.rows_written += meta.as_ref().and_then(|m| m.rows_written).unwrap_or(0) as u64);
             changes.push(meta.and_then(|m| m.changes).unwrap_or(0));
         }
-        Ok(changes)
+        let rows = match (read, results.get(writes.len())) {
+            (Some(_), Some(r)) => r.results::<Map<String, serde_json::Value>>().map_err(failure)?,
+            (Some(_), None) => return Err(StoreFailure("D1 answered a batch without its read".into())),
+            (None, _) => vec![],
+        };
+        Ok((changes, rows))
     }
 
     /// Runs one query; returns its rows as column maps.
-    pub async fn query(&self, statement: &Statement) -> Result<Vec<Map<String, serde_json::Value>>, StoreFailure> {
-        self.count(|c| c.statements += 1);
+    pub async fn query(&self, statement: &Statement) -> Result<Rows, StoreFailure> {
+        self.count(|c| {
+            c.rounds += 1;
+            c.statements += 1;
+        });
         let result = self.prepare(statement)?.all().await.map_err(failure)?;
         if let Some(e) = result.error() {
             return Err(StoreFailure(e));
@@ -107,10 +126,8 @@ impl D1Tables {
     async fn execute(&self, plan: &StorePlan) -> Result<StoreReply, StoreFailure> {
         match plan {
             StorePlan::Batch(statements) => self.batch(statements).await.map(|_| StoreReply::Applied),
-            StorePlan::Query(statement, shape) => {
-                let rows = self.query(statement).await?;
-                shape.read(rows.first().map(|r| move |name: &str| r.get(name).map(column)))
-            }
+            StorePlan::Query(statement, shape) => read_first(*shape, &self.query(statement).await?),
+            StorePlan::BatchThenQuery(writes, statement, shape) => read_first(*shape, &self.transact(writes, Some(statement)).await?.1),
         }
     }
 }
@@ -157,6 +174,13 @@ impl CheckpointSink for D1Tables {
     fn counters(&self) -> Option<StoreCounters> {
         Some(self.counters.get())
     }
+}
+
+/// Rows as D1 returns them: column maps.
+type Rows = Vec<Map<String, serde_json::Value>>;
+
+fn read_first(shape: Shape, rows: &Rows) -> Result<StoreReply, StoreFailure> {
+    shape.read(rows.first().map(|r| move |name: &str| r.get(name).map(column)))
 }
 
 /// D1 takes JavaScript values; every integer goes as a number (f64), which is exact for every

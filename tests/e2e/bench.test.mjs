@@ -22,6 +22,7 @@ test('benchmark smoke run: floor and rindle-streams measured side by side, every
   const [d1] = report.d1;
   assert.ok(d1.statements > 0 && d1.rowsWritten > 0, `D1 traffic counted at the executor: ${JSON.stringify(d1)}`);
   assert.ok(d1.bytesBound >= d1.textBytes, 'every character is written at least once');
+  assert.equal(report.flush.d1RoundsPerCheckpoint, 1, `a checkpoint is one D1 round trip, its read-back included: ${JSON.stringify(report.flush)}`);
   for (const { text, ui } of report.ui) {
     assert.ok(text.complete && ui.complete, `ui vs text, ${ui.readers} readers: every delta delivered on both`);
   }

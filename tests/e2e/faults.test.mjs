@@ -1,7 +1,9 @@
 // Injected D1 faults (TEST_FAULTS, honoured with DEV_MODE=1) at rate 0.3, one kind at a time:
 //   before   a checkpoint/seal write fails before it commits
 //   lost     a checkpoint/seal write commits, then its reply is lost
-//   readback a post-checkpoint read-back fails
+//   readback a checkpoint write commits and its reply is lost, then the read-back that decides
+//            what landed fails too (a checkpoint reads its row in its own transaction, so a
+//            separate read-back follows only a failed write); seals are left alone
 // over long, emoji-heavy streams. Asserted at every step:
 //   P  every /text read during the stream is a prefix of what was produced, and never shrinks;
 //   S  readers joining at random offsets <= the durable length they just read splice exactly:
@@ -45,7 +47,8 @@ test.after(async () => {
 });
 
 function faultSpec(kind, rate, k) {
-  return `rate=${rate};kinds=${kind};seed=${(SEED % 100_000) + k}`;
+  const kinds = kind === 'readback' ? 'lost,readback;ops=append' : kind;
+  return `rate=${rate};kinds=${kinds};seed=${(SEED % 100_000) + k}`;
 }
 
 async function useFaults(spec) {

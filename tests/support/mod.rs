@@ -5,7 +5,7 @@
 
 pub mod driver;
 
-use rindle_streams::core::durable::{ColumnValue, Dialect, MappedSql, Statement, StorePlan, TableMapping, Value};
+use rindle_streams::core::durable::{ColumnValue, Dialect, MappedSql, Shape, Statement, StorePlan, TableMapping, Value};
 use rindle_streams::core::live::lease::{HostColumn, LeaseRow};
 use rindle_streams::core::live::{StoreFailure, StoreReply};
 use rindle_streams::core::reading::{assemble_durable_text, ChunkRow, DurableText};
@@ -64,9 +64,9 @@ impl SqliteDb {
         }
         let reply = match plan {
             StorePlan::Batch(statements) => self.batch(statements).map(|_| StoreReply::Applied),
-            StorePlan::Query(statement, shape) => {
-                let row = self.query(statement).into_iter().next();
-                shape.read(row.as_ref().map(|r| move |name: &str| r.get(name).cloned()))
+            StorePlan::Query(statement, shape) => read_first(*shape, self.query(statement)),
+            StorePlan::BatchThenQuery(writes, statement, shape) => {
+                self.transact(writes, Some(statement)).and_then(|(_, rows)| read_first(*shape, rows))
             }
         };
         match fault {
@@ -77,28 +77,24 @@ impl SqliteDb {
 
     /// Runs statements as one transaction; returns each statement's change count.
     pub fn batch(&mut self, statements: &[Statement]) -> Result<Vec<usize>, StoreFailure> {
-        let tx = self.conn.transaction().map_err(fail)?;
-        let mut changes = Vec::new();
-        for s in statements {
-            changes.push(tx.execute(&s.sql, params_from_iter(s.params.iter().map(bind))).map_err(fail)?);
-        }
-        tx.commit().map_err(fail)?;
-        Ok(changes)
+        self.transact(statements, None).map(|(changes, _)| changes)
     }
 
-    pub fn query(&self, statement: &Statement) -> Vec<HashMap<String, ColumnValue>> {
-        let mut stmt = self.conn.prepare(&statement.sql).unwrap();
-        let names: Vec<String> = stmt.column_names().iter().map(|s| s.to_string()).collect();
-        let rows = stmt
-            .query_map(params_from_iter(statement.params.iter().map(bind)), |row| {
-                let mut map = HashMap::new();
-                for (i, name) in names.iter().enumerate() {
-                    map.insert(name.clone(), column(row.get_ref(i)?));
-                }
-                Ok(map)
-            })
-            .unwrap();
-        rows.map(Result::unwrap).collect()
+    /// Runs `writes`, then `read` if any, as one transaction; returns each write's change count
+    /// and the read's rows.
+    pub fn transact(&mut self, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<usize>, Vec<Row>), StoreFailure> {
+        let tx = self.conn.transaction().map_err(fail)?;
+        let mut changes = Vec::new();
+        for s in writes {
+            changes.push(tx.execute(&s.sql, params_from_iter(s.params.iter().map(bind))).map_err(fail)?);
+        }
+        let rows = read.map(|r| rows_of(&tx, r)).transpose()?.unwrap_or_default();
+        tx.commit().map_err(fail)?;
+        Ok((changes, rows))
+    }
+
+    pub fn query(&self, statement: &Statement) -> Vec<Row> {
+        rows_of(&self.conn, statement).unwrap()
     }
 
     /// The durable text of `id` as a reader would get it: body plus chunk rows.
@@ -156,6 +152,26 @@ impl SqliteDb {
     pub fn chunk_count(&self, id: &str) -> usize {
         self.query(&self.sql.read_chunks(id)).len()
     }
+}
+
+/// One row: column name to value.
+pub type Row = HashMap<String, ColumnValue>;
+
+/// Runs one query on `conn` (the database, or a transaction on it).
+fn rows_of(conn: &Connection, statement: &Statement) -> Result<Vec<Row>, StoreFailure> {
+    let mut stmt = conn.prepare(&statement.sql).map_err(fail)?;
+    let names: Vec<String> = stmt.column_names().iter().map(|s| s.to_string()).collect();
+    let rows = stmt
+        .query_map(params_from_iter(statement.params.iter().map(bind)), |row| {
+            names.iter().enumerate().map(|(i, name)| Ok((name.clone(), column(row.get_ref(i)?)))).collect::<Result<Row, _>>()
+        })
+        .map_err(fail)?;
+    rows.collect::<Result<_, _>>().map_err(fail)
+}
+
+fn read_first(shape: Shape, rows: Vec<Row>) -> Result<StoreReply, StoreFailure> {
+    let row = rows.into_iter().next();
+    shape.read(row.as_ref().map(|r| move |name: &str| r.get(name).cloned()))
 }
 
 fn fail(e: rusqlite::Error) -> StoreFailure {

@@ -13,6 +13,10 @@ pub enum StorePlan {
     Batch(Vec<Statement>),
     /// Run one query and read its first row as `shape`.
     Query(Statement, Shape),
+    /// Run the writes, then the query, as ONE transaction: the query's first row, read as
+    /// `shape`, is the reply. A checkpoint is confirmed in the round that writes it, where a
+    /// separate read-back would take a second round.
+    BatchThenQuery(Vec<Statement>, Statement, Shape),
 }
 
 /// How to read a query's first row.
@@ -33,7 +37,9 @@ impl MappedSql {
                 Some(q) => StorePlan::Query(q, Shape::Host),
                 None => StorePlan::Batch(vec![]),
             },
-            StoreOp::Append { from, to, text } => StorePlan::Batch(self.append(stream_id, *from, *to, text).into()),
+            StoreOp::Append { from, to, text } => {
+                StorePlan::BatchThenQuery(self.append(stream_id, *from, *to, text).into(), self.read_state(stream_id), Shape::State)
+            }
             StoreOp::ReadState => StorePlan::Query(self.read_state(stream_id), Shape::State),
             StoreOp::Seal(SealWrite { status, error, body, .. }) => StorePlan::Batch(match body {
                 Some(body) => self.compact(stream_id, body, *status, error.as_deref()).into(),

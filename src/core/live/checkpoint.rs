@@ -7,8 +7,9 @@
 //! - a round is due at `checkpoint_due_chars()` behind (the format's threshold), at the interval tick, or when forced by a
 //!   flush; the force is consumed when a round *starts*, so a flush landing mid-round gets a
 //!   round of its own ([`Checkpointer::due`]);
-//! - `durableSeq` advances only to what the store confirms (tables mode: the read-back, which
-//!   also absorbs a write that committed while its reply was lost) ([`Checkpointer::on_reply`]);
+//! - `durableSeq` advances only to what the store confirms (tables mode: the read of the row in
+//!   the write's own transaction, or, when that answer fails, a read-back, which also absorbs a
+//!   write that committed while its reply was lost) ([`Checkpointer::on_reply`]);
 //! - an attempt that fails is retried on the backoff schedule; a round that still fails stalls
 //!   to the interval cadence ([`Checkpointer::attempt_failed`], [`Checkpointer::round_failed`]).
 //!
@@ -40,7 +41,8 @@ struct Round {
 
 #[derive(Debug)]
 enum Step {
-    /// The guarded insert plus CAS of `[from, to)` is in flight.
+    /// The guarded insert plus CAS of `[from, to)` is in flight (in tables mode with the read of
+    /// the row, in the same transaction).
     Writing { op: OpId, from: u64 },
     /// The read-back is in flight; `write_error` is the write's failure, if it failed (its
     /// commit may still have happened: the read-back decides).
@@ -52,7 +54,8 @@ enum Step {
 /// What a store reply means for the round in flight.
 #[derive(Debug)]
 pub(crate) enum RoundReply {
-    /// Tables mode: the write says nothing about what landed; read the row back.
+    /// Tables mode: the write's answer does not say what landed (it failed, or only says it
+    /// ran); read the row back.
     ReadBack { from: u64, write_error: Option<String> },
     /// The store says what the row holds (a read-back, or a sink's report).
     Confirmed { from: u64, state: RowState, write_error: Option<String> },

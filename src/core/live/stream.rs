@@ -90,8 +90,9 @@ pub enum StoreOp {
     MarkStreaming { host_token: String, meta: Option<serde_json::Value>, started_at: Millis },
     /// Read the host column back. Reply: [`StoreReply::Host`].
     ReadHost,
-    /// One checkpoint: `text` covers `[from, to)`. Tables mode answers [`StoreReply::Applied`]
-    /// and is confirmed by a [`StoreOp::ReadState`]; a sink may answer [`StoreReply::State`].
+    /// One checkpoint: `text` covers `[from, to)`. Tables mode reads the row in the write's own
+    /// transaction and answers [`StoreReply::State`]; when that answer fails, a
+    /// [`StoreOp::ReadState`] decides what landed. A sink may answer `State` or `Applied`.
     Append { from: u64, to: u64, text: String },
     /// Read the row's stored length and cancel flag. Reply: [`StoreReply::State`].
     ReadState,
