@@ -639,11 +639,15 @@ async function memory(target, { streams }) {
     }
   };
   const { pgid } = target.stack.process;
+  // Resident memory of one process (kB), and its split: anonymous (heaps: V8's, wasm's, the
+  // runtime's allocations) and file-backed or shared (mapped files, e.g. SQLite's).
   const rssOf = (pid) => {
     try {
-      return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      const kb = (name) => Number(new RegExp(`${name}:\\s+(\\d+)`).exec(status)?.[1] ?? 0);
+      return { rss: kb('VmRSS'), anon: kb('RssAnon'), mapped: kb('RssFile') + kb('RssShmem') };
     } catch {
-      return 0;
+      return { rss: 0, anon: 0, mapped: 0 };
     }
   };
   const snapshot = async (probe) => {
@@ -659,7 +663,7 @@ async function memory(target, { streams }) {
       await session.close();
     }
     const wasmHeap = (await probe.stats())?.wasmHeap ?? null;
-    return { all: workerdUsage(pgid), workerKb: target.stack.workerPid ? rssOf(target.stack.workerPid) : null, jsHeapBytes: jsHeap.usedSize, wasmHeap };
+    return { all: workerdUsage(pgid), worker: target.stack.workerPid ? rssOf(target.stack.workerPid) : null, jsHeapBytes: jsHeap.usedSize, wasmHeap };
   };
   // The first stream instantiates the code, the D1 database and storage. The probe stays open
   // throughout: its `/stats` reads the isolate's wasm heap.
@@ -685,7 +689,9 @@ async function memory(target, { streams }) {
     peakMb: round(held.all.hwmKb / 1024),
     firstBatchMbPer100Streams: per100(first.before.all.rssKb, first.held.all.rssKb, 1024),
     mbPer100Streams: per100(base.all.rssKb, held.all.rssKb, 1024),
-    workerProcessMbPer100Streams: per100(base.workerKb, held.workerKb, 1024),
+    workerProcessMbPer100Streams: per100(base.worker?.rss ?? null, held.worker?.rss ?? null, 1024),
+    workerProcessAnonMbPer100Streams: per100(base.worker?.anon ?? null, held.worker?.anon ?? null, 1024),
+    workerProcessMappedMbPer100Streams: per100(base.worker?.mapped ?? null, held.worker?.mapped ?? null, 1024),
     jsHeapMbPer100Streams: per100(base.jsHeapBytes, held.jsHeapBytes, MB),
     wasmHeapInUseMbPer100Streams: per100(base.wasmHeap?.inUseBytes ?? null, held.wasmHeap?.inUseBytes ?? null, MB),
     wasmMemoryMbPer100Streams: per100(base.wasmHeap?.memoryBytes ?? null, held.wasmHeap?.memoryBytes ?? null, MB),
@@ -948,7 +954,7 @@ export function formatReport(r) {
   if (m) {
     lines.push('', 'memory per 100 live streams (MB; the second batch of 100, and in brackets the first on a fresh isolate):', '', '| side | workerd RSS (both processes) | the Worker\'s process | JS heap | wasm heap in use | wasm memory reserved |', '|---|---|---|---|---|---|');
     for (const x of [m.floor, m.floorLease, m.floorLeaseD1, m.rindle].filter(Boolean)) {
-      lines.push(`| ${x.target} | ${x.mbPer100Streams} (${x.firstBatchMbPer100Streams}) | ${x.workerProcessMbPer100Streams} | ${x.jsHeapMbPer100Streams} | ${x.wasmHeapInUseMbPer100Streams ?? ''} | ${x.wasmMemoryMbPer100Streams ?? ''} |`);
+      lines.push(`| ${x.target} | ${x.mbPer100Streams} (${x.firstBatchMbPer100Streams}) | ${x.workerProcessMbPer100Streams}${x.workerProcessAnonMbPer100Streams == null ? '' : ` (anonymous ${x.workerProcessAnonMbPer100Streams}, mapped ${x.workerProcessMappedMbPer100Streams})`} | ${x.jsHeapMbPer100Streams} | ${x.wasmHeapInUseMbPer100Streams ?? ''} | ${x.wasmMemoryMbPer100Streams ?? ''} |`);
     }
     if (m.floorLease) lines.push('', `rindle / floor+lease: ${ratio(m.rindle.mbPer100Streams, m.floorLease.mbPer100Streams)} (RSS); workerd peak ${m.rindle.peakMb} MB`);
   }

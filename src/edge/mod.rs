@@ -49,27 +49,16 @@ pub async fn handle_request(req: Request, env: Env) -> worker::Result<Response> 
 /// The front Worker on the runtime's own objects. Routing is synchronous, and the object's
 /// answer is handed back as the promise the stub returned: no future, no task, no rebuilt
 /// response, nothing read that routing does not need (a plain append's front Worker cost
-/// about twice as much through the `worker` crate's wrappers and a Rust future). Only a relayed
-/// (streaming) body needs a future: to stop its pipe once the answer is there.
+/// about twice as much through the `worker` crate's wrappers and a Rust future).
 fn front(req: web_sys::Request, env: &Env) -> js_sys::Promise {
     let answered = |response: worker::Result<Response>| match response {
         Ok(response) => js_sys::Promise::resolve(&wasm_bindgen::JsValue::from(web_sys::Response::from(response))),
         Err(e) => js_sys::Promise::reject(&e.into()),
     };
     match route(req, env) {
-        Ok(Routed::Forwarded { answer, pipe }) => {
-            // A rejection (the object could not be reached) answers the 503 of SPEC §4.
-            let answer = UNAVAILABLE.with(|unavailable| answer.unchecked_ref::<Answer>().catch_with(unavailable.as_ref().unchecked_ref()));
-            let Some(pipe) = pipe else { return answer };
-            wasm_bindgen_futures::future_to_promise(async move {
-                let answer = wasm_bindgen_futures::JsFuture::from(answer).await;
-                // The object may answer before the client has sent its whole body (a refusal, a
-                // cancelled streaming append). Stop the pipe now, cancelling the client's body,
-                // so nothing reads it after the answer is sent (which would break the client's
-                // connection).
-                pipe.abort();
-                answer
-            })
+        // A rejection (the object could not be reached) answers the 503 of SPEC §4.
+        Ok(Routed::Forwarded(answer)) => {
+            UNAVAILABLE.with(|unavailable| answer.unchecked_ref::<Answer>().catch_with(unavailable.as_ref().unchecked_ref()))
         }
         Ok(Routed::Dev(req)) => {
             let env = env.clone();
@@ -84,8 +73,8 @@ fn front(req: web_sys::Request, env: &Env) -> js_sys::Promise {
 
 /// Where the front Worker sent a request.
 enum Routed {
-    /// To the stream's object; `pipe` relays a streaming body, to be stopped once answered.
-    Forwarded { answer: js_sys::Promise, pipe: Option<web_sys::AbortController> },
+    /// To the stream's object: its answer.
+    Forwarded(js_sys::Promise),
     /// A development endpoint (`DEV_MODE=1` only).
     Dev(Request),
 }
@@ -107,57 +96,28 @@ fn route(req: web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
         .and_then(|ns| ns.id_from_name(&route.stream_id)?.get_stub())
         .map_err(|e| ApiError::misconfigured(format!("the STREAMS Durable Object binding: {e}")))?
         .into_rpc();
-    let (init, pipe) = forward(&req).map_err(http::unavailable)?;
-    let answer = stub.unchecked_ref::<Stub>().fetch_with_init(&url, &init).map_err(|e| http::unavailable(worker::Error::from(e)))?;
-    Ok(Routed::Forwarded { answer, pipe })
-}
-
-/// A pass-through for a byte stream: the runtime's native `IdentityTransformStream` where it
-/// exists (bytes move without a JavaScript hop per piece, which matters on the streaming
-/// append, where every delta passes here), else a standard `TransformStream`.
-fn byte_relay() -> worker::Result<web_sys::TransformStream> {
-    let native =
-        js_sys::Reflect::get(&js_sys::global(), &"IdentityTransformStream".into()).ok().and_then(|c| c.dyn_into::<js_sys::Function>().ok());
-    match native {
-        Some(constructor) => {
-            Ok(js_sys::Reflect::construct(&constructor, &js_sys::Array::new()).map_err(worker::Error::from)?.unchecked_into())
-        }
-        None => web_sys::TransformStream::new().map_err(worker::Error::from),
-    }
+    let answer =
+        stub.unchecked_ref::<Stub>().fetch_with_init(&url, &forward(&req)).map_err(|e| http::unavailable(worker::Error::from(e)))?;
+    Ok(Routed::Forwarded(answer))
 }
 
 /// The request to forward to the object, as the `init` of a new one on the same URL: its
 /// method, headers and body, and not its `cf` (the runtime deep-copies a request's `cf` into a
 /// request built from it, and the object's `worker::Request` reads it again: ~6% of a plain
-/// append's CPU, for properties the object never uses). A body of unknown length (a streaming
-/// append) is piped through by this Worker, under an abort signal it keeps. A body with a
-/// declared length is handed over as it is: the object reads such a body to its end before it
-/// answers (it reads or discards every body up to `MAX_DISCARDED_BYTES`), so there is nothing
-/// to stop, and the relay, its pipe and its abort (a tenth of the front Worker's CPU on a plain
-/// append) are saved.
-fn forward(req: &web_sys::Request) -> worker::Result<(web_sys::RequestInit, Option<web_sys::AbortController>)> {
+/// append's CPU, for properties the object never uses). The body is the client's own stream,
+/// handed over as it is: the runtime streams it into the object, which reads every body to its
+/// end before it answers (up to `MAX_DISCARDED_BYTES`) or, answering early (a cancelled
+/// streaming append), cancels its read. Relaying it through a pipe of this Worker's, to stop
+/// that pipe once the object answered, cost 160 KB of memory per open streaming append and a
+/// hop per piece (BENCHMARKS.md, "Before and after").
+fn forward(req: &web_sys::Request) -> web_sys::RequestInit {
     let init = web_sys::RequestInit::new();
     init.set_method(&req.method());
-    let headers = req.headers();
-    init.set_headers(&headers);
-    let Some(body) = req.body() else { return Ok((init, None)) };
-    let declared = headers.get("content-length").ok().flatten().and_then(|l| l.parse::<u64>().ok());
-    if declared.is_some_and(|n| n <= u64::from(append::MAX_DISCARDED_BYTES)) {
+    init.set_headers(&req.headers());
+    if let Some(body) = req.body() {
         init.set_body(&body);
-        return Ok((init, None));
     }
-    let relay = byte_relay()?;
-    let pipe = web_sys::AbortController::new().map_err(worker::Error::from)?;
-    let options = web_sys::StreamPipeOptions::new();
-    options.set_signal(&pipe.signal());
-    options.set_prevent_cancel(true);
-    let piping = body.pipe_to_with_options(&relay.writable(), &options);
-    // The pipe's own outcome is reported by the object's reads; an abort here is expected.
-    IGNORE.with(|ignore| {
-        let _ = piping.catch(ignore);
-    });
-    init.set_body(&relay.readable());
-    Ok((init, Some(pipe)))
+    init
 }
 
 #[wasm_bindgen::prelude::wasm_bindgen]
@@ -175,12 +135,9 @@ extern "C" {
 }
 
 thread_local! {
-    /// A rejection handler that does nothing, shared by every relay's pipe (one per request
-    /// would be a closure kept alive forever: a handler that is never called never frees).
-    static IGNORE: wasm_bindgen::closure::Closure<dyn FnMut(wasm_bindgen::JsValue)> =
-        wasm_bindgen::closure::Closure::new(|_: wasm_bindgen::JsValue| {});
-    /// The answer when the object could not be reached: the 503 of SPEC §4 (shared, like
-    /// `IGNORE`, by every forwarded request's promise).
+    /// The answer when the object could not be reached: the 503 of SPEC §4 (shared by every
+    /// forwarded request's promise: one closure per request would be kept alive forever, since
+    /// a handler that is never called never frees).
     static UNAVAILABLE: wasm_bindgen::closure::Closure<dyn FnMut(wasm_bindgen::JsValue) -> wasm_bindgen::JsValue> =
         wasm_bindgen::closure::Closure::new(|e: wasm_bindgen::JsValue| -> wasm_bindgen::JsValue {
             match http::error(&http::unavailable(worker::Error::from(e))) {
