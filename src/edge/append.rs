@@ -230,7 +230,7 @@ impl BodyPieces {
 
 /// The most of an unread request body discarded before answering: Cloudflare's own request
 /// body limit, so every body the edge lets through is read to its end.
-pub(super) const MAX_DISCARDED_BYTES: u32 = 100 << 20;
+const MAX_DISCARDED_BYTES: u32 = 100 << 20;
 
 /// Reads and discards a request body that a refusal left untouched. The front Worker streams
 /// the client's body into this object; answering before that pipe finishes makes it read from

@@ -108,8 +108,8 @@ fn route(req: web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
 /// handed over as it is: the runtime streams it into the object, which reads every body to its
 /// end before it answers (up to `MAX_DISCARDED_BYTES`) or, answering early (a cancelled
 /// streaming append), cancels its read. Relaying it through a pipe of this Worker's, to stop
-/// that pipe once the object answered, cost 160 KB of memory per open streaming append and a
-/// hop per piece (BENCHMARKS.md, "Before and after").
+/// that pipe once the object answered, cost about 140 KB of memory per open streaming append
+/// and a hop per piece (BENCHMARKS.md, "Before and after").
 fn forward(req: &web_sys::Request) -> web_sys::RequestInit {
     let init = web_sys::RequestInit::new();
     init.set_method(&req.method());
