@@ -726,10 +726,21 @@ const RINDLE_VARS = { IDLE_TIMEOUT_MS: '0', LINGER_MS: '2000' };
 
 /** The two sides: how to start each one's stack and how to drive it. */
 const FLOOR_CONFIG = join(ROOT, 'bench', 'floor', 'wrangler.toml');
+// The same floor in Rust (bench/floor-rs: `BUILD_CRATE=bench/floor-rs scripts/build.sh`).
+const FLOOR_RS_CONFIG = join(ROOT, 'bench', 'floor-rs', 'wrangler.toml');
 const SIDES = {
   // The floor takes vars too (FLOOR_BODY: bench/floor/floor.mjs); before 2026-12-01 it dropped
   // them, so every `--var FLOOR_BODY=…` run measured the default body.
   floor: { stack: (vars) => ({ name: 'bench-floor', config: FLOOR_CONFIG, vars }), target: floorTarget },
+  floorRs: {
+    stack: (vars) => {
+      if (!existsSync(join(ROOT, 'bench', 'floor-rs', 'build', 'worker', 'shim.mjs'))) {
+        throw new Error('the Rust floor is not built: run BUILD_CRATE=bench/floor-rs scripts/build.sh');
+      }
+      return { name: 'bench-floor-rs', config: FLOOR_RS_CONFIG, vars };
+    },
+    target: (stack, base) => ({ ...floorTarget(stack, base), name: 'floor-rs' }),
+  },
   rindleUi: { stack: (vars) => ({ name: 'bench-rindle-ui', vars: { ...RINDLE_VARS, ...vars } }), target: (stack, base) => rindleTarget(stack, base, { format: 'ui' }) },
   // The floor that also does what the lease does (see floor.mjs): for the memory figure.
   floorLease: {

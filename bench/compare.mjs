@@ -9,7 +9,9 @@
 //   node bench/compare.mjs --roots before,. --readers 1 --seconds 10 --reps 5 --json
 //
 // A root is a snapshot name (under $TMPDIR/rindle-variants), or a project directory ('.' is
-// this one; --roots '' runs no build of rindle-streams). --side floor adds the floor. Other
+// this one; --roots '' runs no build of rindle-streams). --side floor adds the floor, --side
+// floorRs the same floor in Rust (bench/floor-rs: build it first with
+// `BUILD_CRATE=bench/floor-rs scripts/build.sh`), --side floor,floorRs both. Other
 // options: --rate N (default 100), --seconds N (default 5), --var KEY=VALUE (repeatable).
 // --flush N measures the flush round trip instead (bench.mjs flushRoundTrip, N flushes).
 import { execFileSync } from 'node:child_process';
@@ -57,7 +59,13 @@ async function main() {
     return;
   }
   const sides = (values.roots ?? '.').split(',').filter(Boolean).map((name) => ({ name, root: rootOf(name), side: 'rindle' }));
-  if (values.side === 'floor') sides.unshift({ name: 'floor', root: PROJECT, side: 'floor' });
+  // --side floor, --side floorRs, --side floor,floorRs: the JavaScript floor, the same floor in
+  // Rust (bench/floor-rs), both.
+  const floors = { floor: 'floor', floorRs: 'floor-rs' };
+  for (const side of (values.side ?? '').split(',').filter(Boolean).reverse()) {
+    if (!floors[side]) throw new Error(`--side ${side}: not floor or floorRs`);
+    sides.unshift({ name: floors[side], root: PROJECT, side });
+  }
   // --floor-bodies transform,enqueue,identity: one floor per way of writing a reader's body.
   for (const body of (values['floor-bodies'] ?? '').split(',').filter(Boolean).reverse()) {
     sides.unshift({ name: `floor-${body}`, root: PROJECT, side: 'floor', vars: { FLOOR_BODY: body } });

@@ -10,7 +10,7 @@
 //   node bench/perf.mjs --plain --readers 1 --out /tmp/r.data --grep 'CfProperty|Compil'
 //
 // Options: those of bench/compare.mjs's load (--readers, --rate, --seconds, --warmup, --plain,
-// --var), --side rindle|floor, --out FILE (default $TMPDIR/rindle-<side>.perf.data), --freq Hz
+// --var), --side rindle|floor|floorRs, --out FILE (default $TMPDIR/rindle-<side>.perf.data), --freq Hz
 // (default 2000), --grep RE (print the inclusive share of the symbols matching RE).
 import { execFileSync, spawn } from 'node:child_process';
 import os from 'node:os';
