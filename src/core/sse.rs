@@ -17,11 +17,79 @@ pub fn preamble(retry_ms: u64) -> String {
 
 /// One SSE event for `frame`: an `id:` line for frames with a resume point, then one `data:` line.
 pub fn encode(frame: &Frame) -> String {
+    if let Frame::Chunk { from, seq, text } = frame {
+        return encode_chunk(*from, *seq, text);
+    }
     let json = serde_json::to_string(frame).expect("frames always serialize");
     match frame.resume_point() {
         Some(id) => format!("id: {id}\ndata: {json}\n\n"),
         None => format!("data: {json}\n\n"),
     }
+}
+
+/// A `chunk` frame, the one written per delta, encoded by hand: the same bytes as serde_json's
+/// encoding of [`Frame::Chunk`] under `format!` (the tests hold the two together), in one
+/// buffer sized up front. serde_json and `core::fmt` take dozens of small calls per frame, and
+/// in the Worker most of the wasm still runs in V8's baseline tier, where every call sets up a
+/// frame (BENCHMARKS.md, "A floor in Rust").
+fn encode_chunk(from: u64, seq: u64, text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 80);
+    out.push_str("id: ");
+    push_u64(&mut out, seq);
+    out.push_str("\ndata: {\"type\":\"chunk\",\"from\":");
+    push_u64(&mut out, from);
+    out.push_str(",\"seq\":");
+    push_u64(&mut out, seq);
+    out.push_str(",\"text\":\"");
+    push_json_string_body(&mut out, text);
+    out.push_str("\"}\n\n");
+    out
+}
+
+fn push_u64(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+}
+
+/// `s` escaped as the inside of a JSON string, as serde_json escapes it: `"`, `\\` and the
+/// control characters below U+0020 (the short forms where JSON has them, else `\u00xx`).
+fn push_json_string_body(out: &mut String, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let short = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0x00..=0x1f => "",
+            _ => continue,
+        };
+        // Every escaped byte is ASCII, so `start..i` and `i + 1..` fall on character boundaries.
+        out.push_str(&s[start..i]);
+        if short.is_empty() {
+            out.push_str("\\u00");
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 0xf)] as char);
+        } else {
+            out.push_str(short);
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
 }
 
 /// The largest offset accepted from a client: JavaScript's `Number.MAX_SAFE_INTEGER`. Anything
@@ -56,6 +124,28 @@ mod tests {
         assert_eq!(encode(&Frame::Durable { seq: 2 }), "data: {\"type\":\"durable\",\"seq\":2}\n\n");
         let end = encode(&Frame::End { seq: 2, status: EndStatus::Complete, error: None });
         assert!(!end.contains("id:"));
+    }
+
+    /// The hand-written chunk encoding is byte for byte serde_json's, for every ASCII byte and
+    /// characters of every UTF-8 length, alone and in runs, and for offsets of every width.
+    #[test]
+    fn a_chunk_is_encoded_as_serde_json_would() {
+        let via_serde = |from: u64, seq: u64, text: &str| {
+            let frame = Frame::Chunk { from, seq, text: text.to_owned() };
+            format!("id: {seq}\ndata: {}\n\n", serde_json::to_string(&frame).unwrap())
+        };
+        let mut texts: Vec<String> = (0u8..=0x7f).map(|b| char::from(b).to_string()).collect();
+        texts.extend(
+            ["", "plain words", "é", "€", "𝄞", "a\"b\\c\n\r\t\u{8}\u{c}\u{0}\u{1f}\u{7f}/<>&'", "\u{2028}\u{2029}\u{feff}"]
+                .map(String::from),
+        );
+        texts.push((0u8..=0x7f).map(char::from).chain("é€𝄞".chars()).collect());
+        for (i, text) in texts.iter().enumerate() {
+            for (from, seq) in [(0, 0), (7, 19), (u64::from(u32::MAX), u64::MAX), (MAX_OFFSET - 1, MAX_OFFSET)] {
+                let frame = Frame::Chunk { from, seq, text: text.clone() };
+                assert_eq!(encode(&frame), via_serde(from, seq, text), "text #{i} {text:?}, {from}..{seq}");
+            }
+        }
     }
 
     #[test]
