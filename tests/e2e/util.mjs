@@ -459,10 +459,13 @@ export async function startProxy(target) {
       res.writeHead(upRes.statusCode, upRes.headers);
       res.flushHeaders();
       upRes.on('data', (c) => res.write(c));
-      upRes.on('end', () => res.end());
+      upRes.on('end', () => {
+        entry.ended = true;
+        res.end();
+      });
       upRes.on('error', () => res.destroy());
     });
-    const entry = { req, res, up };
+    const entry = { req, res, up, ended: false };
     live.add(entry);
     const forget = () => live.delete(entry);
     res.on('close', () => {
@@ -480,8 +483,14 @@ export async function startProxy(target) {
     get open() {
       return live.size;
     },
+    /**
+     * Cuts every proxied connection; returns how many were still delivering (their upstream
+     * answer not yet ended). One whose answer the server had already sent in full (a reconnect's
+     * replay that reached the end) is cut too but not counted: its client has everything and
+     * has no reason to reconnect.
+     */
     cut() {
-      const n = live.size;
+      const n = [...live].filter((e) => !e.ended).length;
       for (const { req, up } of live) {
         req.socket.destroy();
         up.destroy();
