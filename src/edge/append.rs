@@ -232,12 +232,12 @@ impl BodyPieces {
 /// body limit, so every body the edge lets through is read to its end.
 const MAX_DISCARDED_BYTES: u32 = 100 << 20;
 
-/// Reads and discards a request body that a refusal left untouched. The front Worker streams
-/// the client's body into this object; answering before that pipe finishes makes it read from
-/// a request whose response was already sent, which breaks the client's connection. A body a
-/// handler started reading is left alone: a handler that stops early (a cancelled streaming
-/// append) drops its stream, which cancels the pipe and lets it answer at once. A body past
-/// the cap is cancelled too.
+/// Reads and discards a request body that a refusal left untouched. The front Worker hands the
+/// client's body to this object as it is, and the runtime streams it in; answering before it
+/// has all been read makes the runtime read from a request whose response was already sent,
+/// which breaks the client's connection. A body a handler started reading is left alone: a
+/// handler that stops early (a cancelled streaming append) cancels its own read, which lets it
+/// answer at once. A body past the cap is cancelled too.
 pub(super) async fn discard_unread(request: &web_sys::Request) {
     let Some(body) = request.body().filter(|_| !request.body_used()) else { return };
     if body.locked() {
