@@ -45,12 +45,41 @@ const liveText = (page) => page.evaluate(() => document.getElementById('live-tex
 
 /** Wait until the page's status is one of `statuses`. */
 function waitStatus(page, statuses, timeout = 30_000) {
-  return page.waitForFunction((want) => want.includes(document.getElementById('status').dataset.status), statuses, { timeout, polling: 50 });
+  const wait = page.waitForFunction((want) => want.includes(document.getElementById('status').dataset.status), statuses, { timeout, polling: 50 });
+  return explainTimeout(page, wait, `status in ${statuses}`);
 }
 
 /** Wait until the page shows at least `n` produced UTF-16 units. */
 function waitSeq(page, n, timeout = 20_000) {
-  return page.waitForFunction((min) => Number(document.getElementById('seq').textContent) >= min, n, { timeout, polling: 50 });
+  const wait = page.waitForFunction((min) => Number(document.getElementById('seq').textContent) >= min, n, { timeout, polling: 50 });
+  return explainTimeout(page, wait, `seq >= ${n}`);
+}
+
+/**
+ * A wait that times out says what the page, the row, the mock and the Worker's log showed,
+ * so a failure seen once (in CI) can be explained without rerunning it.
+ */
+async function explainTimeout(page, wait, what) {
+  try {
+    return await wait;
+  } catch (err) {
+    const view = await page.evaluate(() => ({
+      status: document.getElementById('status').dataset.status,
+      detail: document.getElementById('status-detail').textContent,
+      seq: document.getElementById('seq').textContent,
+      error: document.getElementById('error').hidden ? null : document.getElementById('error').textContent,
+      streamId: document.getElementById('stream-id').textContent,
+    })).catch((e) => ({ unavailable: e.message }));
+    const id = view.streamId;
+    const row = id ? (() => { try { return rowOf(id); } catch (e) { return e.message; } })() : null;
+    const upstream = await fetch(`${mock.url}/_mock/requests`).then((r) => r.json()).catch((e) => e.message);
+    const log = id ? stack.logs().split('\n').filter((line) => line.includes(id)).join('\n') : '';
+    err.message += `\nwaiting for ${what}; the page: ${JSON.stringify(view)}`
+      + `\nits row: ${JSON.stringify(row && { ...row, body: row.body?.length })}`
+      + `\nthe mock's requests: ${JSON.stringify(upstream)}`
+      + `\nthe Worker's log for the stream:\n${log}`;
+    throw err;
+  }
 }
 
 /** Fill the producer form and press Start; returns { streamId, upstream: data-* of #upstream }. */
