@@ -11,7 +11,8 @@
 // A root is a snapshot name (under $TMPDIR/rindle-variants), or a project directory ('.' is
 // this one; --roots '' runs no build of rindle-streams). --side floor adds the floor, --side
 // floorRs the same floor in Rust (bench/floor-rs: build it first with
-// `BUILD_CRATE=bench/floor-rs scripts/build.sh`), --side floor,floorRs both. Other
+// `BUILD_CRATE=bench/floor-rs scripts/build.sh`), --side floor,floorRs both; a side followed by
+// :NAME (--side floorRs,floorRs:manual) runs that snapshot's build of it. Other
 // options: --rate N (default 100), --seconds N (default 5), --var KEY=VALUE (repeatable).
 // --flush N measures the flush round trip instead (bench.mjs flushRoundTrip, N flushes).
 import { execFileSync } from 'node:child_process';
@@ -62,9 +63,11 @@ async function main() {
   // --side floor, --side floorRs, --side floor,floorRs: the JavaScript floor, the same floor in
   // Rust (bench/floor-rs), both.
   const floors = { floor: 'floor', floorRs: 'floor-rs' };
-  for (const side of (values.side ?? '').split(',').filter(Boolean).reverse()) {
+  // A side may name a snapshot after a colon (floorRs:manual): that snapshot's build of it.
+  for (const spec of (values.side ?? '').split(',').filter(Boolean).reverse()) {
+    const [side, snap] = spec.split(':');
     if (!floors[side]) throw new Error(`--side ${side}: not floor or floorRs`);
-    sides.unshift({ name: floors[side], root: PROJECT, side });
+    sides.unshift({ name: snap ? `${floors[side]}:${snap}` : floors[side], root: snap ? rootOf(snap) : PROJECT, side });
   }
   // --floor-bodies transform,enqueue,identity: one floor per way of writing a reader's body.
   for (const body of (values['floor-bodies'] ?? '').split(',').filter(Boolean).reverse()) {

@@ -12,13 +12,18 @@
 //! worker-build's shim); rindle-streams against it, what rindle-streams does on top (BENCHMARKS.md,
 //! "A floor in Rust"). No JSON frames, no checkpoints, no storage, no auth, no bounds; a reader
 //! that goes away stays in the list until the stream's close (every benchmark run ends with one).
+//!
+//! With the cargo feature `manual-export`, the object is exported by hand instead (module
+//! `manual`; BENCHMARKS.md, "Worth too little: exporting the object by hand").
 #![cfg(target_arch = "wasm32")]
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use worker::{durable_object, DurableObject, Env, Request, Response, ResponseBody, State};
+#[cfg(not(feature = "manual-export"))]
+use worker::{durable_object, DurableObject, Request, ResponseBody, State};
+use worker::{Env, Response};
 
 /// The front Worker: `/streams/{id}/…` goes to the stream's object, request and all.
 #[wasm_bindgen(js_name = fetch)]
@@ -54,6 +59,7 @@ fn path_of(url: &str) -> &str {
     path.split(['?', '#']).next().unwrap_or(path)
 }
 
+#[cfg(not(feature = "manual-export"))]
 #[durable_object]
 pub struct FloorStream {
     readers: Rc<Readers>,
@@ -80,6 +86,7 @@ thread_local! {
     static IGNORE: Closure<dyn FnMut(JsValue)> = Closure::new(|_: JsValue| {});
 }
 
+#[cfg(not(feature = "manual-export"))]
 impl DurableObject for FloorStream {
     fn new(_state: State, _env: Env) -> Self {
         Self { readers: Rc::default() }
@@ -187,4 +194,111 @@ extern "C" {
     type Stub;
     #[wasm_bindgen(method, catch)]
     fn fetch(this: &Stub, req: &web_sys::Request) -> Result<js_sys::Promise, JsValue>;
+}
+
+/// The same object exported by hand (`--features manual-export`): its `fetch` takes and
+/// answers the runtime's own request and response objects, with no `worker::Request` /
+/// `worker::Response` and no async export around the synchronous paths. An experiment:
+/// what the `#[durable_object]` macro and the `worker` crate's conversions cost per request.
+#[cfg(feature = "manual-export")]
+mod manual {
+    use super::*;
+
+    #[wasm_bindgen]
+    pub struct FloorStream {
+        readers: Rc<Readers>,
+    }
+
+    fn answer(body: &str, content_type: &str) -> Result<web_sys::Response, JsValue> {
+        let headers = web_sys::Headers::new()?;
+        headers.set("content-type", content_type)?;
+        let init = web_sys::ResponseInit::new();
+        init.set_headers(&headers);
+        web_sys::Response::new_with_opt_str_and_init(Some(body), &init)
+    }
+
+    fn resolved(r: Result<web_sys::Response, JsValue>) -> js_sys::Promise {
+        match r {
+            Ok(r) => js_sys::Promise::resolve(&JsValue::from(r)),
+            Err(e) => js_sys::Promise::reject(&e),
+        }
+    }
+
+    #[wasm_bindgen]
+    impl FloorStream {
+        #[wasm_bindgen(constructor)]
+        pub fn new(_state: JsValue, _env: JsValue) -> FloorStream {
+            FloorStream { readers: Rc::default() }
+        }
+
+        pub fn fetch(&self, req: web_sys::Request) -> js_sys::Promise {
+            #[cfg(feature = "manual-request")]
+            let _converted = worker::Request::from(<web_sys::Request as Clone>::clone(&req));
+            let url = req.url();
+            match path_of(&url).rsplit('/').next().unwrap_or_default() {
+                "events" => resolved((|| {
+                    let pipe = web_sys::TransformStream::new()?;
+                    let writer = pipe.writable().get_writer()?;
+                    self.readers.0.borrow_mut().push(writer);
+                    let headers = web_sys::Headers::new()?;
+                    headers.set("content-type", "text/event-stream")?;
+                    headers.set("cache-control", "no-cache")?;
+                    let init = web_sys::ResponseInit::new();
+                    init.set_headers(&headers);
+                    web_sys::Response::new_with_opt_readable_stream_and_init(Some(&pipe.readable()), &init)
+                })()),
+                "append" => {
+                    let intake = Rc::new(RefCell::new(Intake { readers: Rc::clone(&self.readers), pending: Vec::new(), units: 0 }));
+                    let declared = req.headers().get("content-length").ok().flatten().is_some();
+                    let body = req.body();
+                    let read = if declared {
+                        match req.array_buffer() {
+                            Ok(p) => Either::Whole(p),
+                            Err(e) => return js_sys::Promise::reject(&e),
+                        }
+                    } else {
+                        Either::Streamed(body.map(|b| read_body(&b, FloorSink(Rc::clone(&intake)))))
+                    };
+                    wasm_bindgen_futures::future_to_promise(async move {
+                        match read {
+                            Either::Whole(p) => {
+                                let buf = wasm_bindgen_futures::JsFuture::from(p).await?;
+                                intake.borrow_mut().take(&js_sys::Uint8Array::new(&buf).to_vec());
+                            }
+                            Either::Streamed(Some(p)) => {
+                                wasm_bindgen_futures::JsFuture::from(p).await?;
+                            }
+                            Either::Streamed(None) => {}
+                        }
+                        let units = intake.borrow().units;
+                        #[cfg(feature = "manual-response")]
+                        return Response::from_json(&serde_json::json!({ "seq": units }))
+                            .map(|r| JsValue::from(web_sys::Response::from(r)))
+                            .map_err(JsValue::from);
+                        #[cfg(not(feature = "manual-response"))]
+                        answer(&format!("{{\"seq\":{units}}}"), "application/json").map(JsValue::from)
+                    })
+                }
+                "close" => {
+                    self.readers.send(b"event: end\ndata: end\n\n");
+                    for writer in self.readers.0.borrow_mut().drain(..) {
+                        IGNORE.with(|ignore| {
+                            let _ = writer.close().catch(ignore);
+                        });
+                    }
+                    resolved(answer("{\"closed\":true}", "application/json"))
+                }
+                _ => resolved(web_sys::Response::new_with_opt_str_and_init(Some("not found"), &{
+                    let init = web_sys::ResponseInit::new();
+                    init.set_status(404);
+                    init
+                })),
+            }
+        }
+    }
+
+    enum Either {
+        Whole(js_sys::Promise),
+        Streamed(Option<js_sys::Promise>),
+    }
 }
