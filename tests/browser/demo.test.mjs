@@ -73,11 +73,14 @@ async function explainTimeout(page, wait, what) {
     const id = view.streamId;
     const row = id ? (() => { try { return rowOf(id); } catch (e) { return e.message; } })() : null;
     const upstream = await fetch(`${mock.url}/_mock/requests`).then((r) => r.json()).catch((e) => e.message);
-    const log = id ? stack.logs().split('\n').filter((line) => line.includes(id)).join('\n') : '';
+    // The stream's own lines, and every line that reports a failure (a panic's message does not
+    // name the stream).
+    const failure = /panicked|Critical|Reinitializ|\berror\b|ERROR|Uncaught|exception/i;
+    const log = stack.logs().split('\n').filter((line) => (id && line.includes(id)) || failure.test(line)).slice(-80).join('\n');
     err.message += `\nwaiting for ${what}; the page: ${JSON.stringify(view)}`
       + `\nits row: ${JSON.stringify(row && { ...row, body: row.body?.length })}`
       + `\nthe mock's requests: ${JSON.stringify(upstream)}`
-      + `\nthe Worker's log for the stream:\n${log}`;
+      + `\nthe Worker's log (the stream's lines and every failure):\n${log}`;
     throw err;
   }
 }
