@@ -36,6 +36,12 @@ pub fn fetch(req: web_sys::Request, env: Env, _ctx: worker::worker_sys::Context)
 #[worker::event(start)]
 fn rindle_streams_start() {
     console_error_panic_hook::set_once();
+    // A start after the first is a new instance after an abort (a panic): the readers the old
+    // one was writing would otherwise wait forever.
+    let orphans = sse::end_orphaned_bodies();
+    if orphans > 0 {
+        shell::log("warn", "orphaned_readers_ended", "", serde_json::json!({"readers": orphans}));
+    }
 }
 
 /// The front Worker: validates the route (so a malformed id never reaches an object) and

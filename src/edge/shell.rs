@@ -196,6 +196,7 @@ impl Shell {
 
     /// Takes a reader's body and writes its first bytes (`preamble`, then the replay).
     pub fn attach_body(self: &Rc<Self>, reader: ReaderId, controller: web_sys::ReadableStreamDefaultController, preamble: &str) {
+        super::sse::body_opened(&controller);
         let body = Rc::new(ReaderBody { controller, has_room: Cell::new(true) });
         self.bodies.borrow_mut().insert(reader, Rc::clone(&body));
         self.write_body(reader, &body, preamble, now_ms());
@@ -237,6 +238,7 @@ impl Shell {
         }
         if done {
             self.bodies.borrow_mut().remove(&reader);
+            super::sse::body_ended(&body.controller);
             let _ = body.controller.close();
         }
     }
@@ -260,7 +262,9 @@ impl Shell {
     /// Forgets a reader whose client went away. Never insists on the borrow (the runtime may
     /// cancel a body at any time).
     pub fn detach(&self, reader: ReaderId) {
-        self.bodies.borrow_mut().remove(&reader);
+        if let Some(body) = self.bodies.borrow_mut().remove(&reader) {
+            super::sse::body_ended(&body.controller);
+        }
         if let Ok(mut slot) = self.live.try_borrow_mut() {
             if let Some(s) = slot.as_mut() {
                 s.detach(reader);
@@ -318,6 +322,7 @@ impl Shell {
         self.live.borrow_mut().take();
         let bodies: Vec<_> = self.bodies.borrow_mut().drain().collect();
         for (_, body) in bodies {
+            super::sse::body_ended(&body.controller);
             let _ = body.controller.close();
         }
     }

@@ -79,3 +79,31 @@ impl ReaderSource {
         Ok(Response::from_body(ResponseBody::Stream(body))?.with_headers(headers(dialect)))
     }
 }
+
+/// The reader bodies that are open, kept on the JavaScript side, outside the WebAssembly
+/// instance. A panic aborts the instance and workers-rs starts a new one at the next event,
+/// but the runtime keeps every body the old one was writing open: nothing would ever write to
+/// it again or close it, not even a keep-alive, and a client (a native `EventSource`) would
+/// wait on it forever. The new instance's start ends each one with an error, so its client
+/// rejoins as after an eviction (and finds the stream gone, then the lease's seal).
+#[wasm_bindgen(inline_js = r#"
+const open = new Set();
+export function body_opened(body) { open.add(body); }
+export function body_ended(body) { open.delete(body); }
+export function end_orphaned_bodies() {
+  const orphans = [...open];
+  open.clear();
+  for (const body of orphans) {
+    try { body.error(new Error('the stream was lost with its WebAssembly instance: rejoin')); } catch {}
+  }
+  return orphans.length;
+}
+"#)]
+extern "C" {
+    /// Registers an open reader body.
+    pub fn body_opened(body: &web_sys::ReadableStreamDefaultController);
+    /// Forgets a reader body that ended (written to its end, or its client gone).
+    pub fn body_ended(body: &web_sys::ReadableStreamDefaultController);
+    /// Ends, with an error, every body a previous instance left open; how many there were.
+    pub fn end_orphaned_bodies() -> u32;
+}

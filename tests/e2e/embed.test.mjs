@@ -9,7 +9,8 @@
 // never seals a row another producer holds; the open operation carries the app's meta and the
 // start time, the seal write carries `from`; the event hook gets a checkpoint failure with its range;
 // and a hook that panics aborts the WebAssembly instance (panic=abort), after which the lease
-// armed before the mark seals the lost stream's row `interrupted`, and the Worker serves again.
+// armed before the mark seals the lost stream's row `interrupted`, the lost stream's reader
+// connection is ended (not left open forever), and the Worker serves again.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -109,6 +110,23 @@ test('the event hook gets a checkpoint failure with its range; a panicking hook 
   const p = client(insertRow(stack, uniqueId('panic')));
   ok(await p.open({ failAppends: true }), 'open the stream whose hook panics');
   ok(await p.append('lost with the instance'), 'append');
+  // A reader of that stream. The abort leaves its body open in the runtime, with nothing left
+  // to write it or close it; the next instance's start ends it, so its client rejoins as after
+  // an eviction instead of waiting forever.
+  const readerRes = await fetch(p.eventsUrl(0));
+  assert.equal(readerRes.status, 200);
+  let received = '';
+  let readerEnd = null;
+  (async () => {
+    const decoder = new TextDecoder();
+    try {
+      for await (const piece of readerRes.body) received += decoder.decode(piece, { stream: true });
+      readerEnd = 'closed';
+    } catch (e) {
+      readerEnd = `failed: ${e.cause?.message ?? e.message}`;
+    }
+  })();
+  await until(() => received.includes('lost with the instance'), 'the reader to hold the text');
   // The flush's checkpoint fails, the hook panics on that notice and the instance aborts: the
   // flush is never answered (awaiting it would take fetch's 300 s header timeout), so it is
   // given up once the lease has sealed the row.
@@ -131,6 +149,9 @@ test('the event hook gets a checkpoint failure with its range; a panicking hook 
     'the hook to be told of the lease\'s interrupted seal',
   );
   assert.match(leaseNotice.fields.notice, /^Interrupted \{ stream_id: "panic-[^"]+", durable_seq: 0, cause: LeaseExpired \}$/);
+  await until(() => readerEnd, 'the lost stream\'s reader body to end', LEASE_MS + 10_000);
+  assert.doesNotMatch(received, /"type":"end"/, 'the reader was cut off, not told of an end it never had');
+  assert.ok(stack.logs().includes('"event":"orphaned_readers_ended"'), 'the new instance says it ended the orphaned readers');
   giveUp.abort();
   assert.notEqual((await flushing).status, 200, 'the flush never succeeded');
 
