@@ -96,6 +96,22 @@ struct ReaderBody {
     has_room: Cell<bool>,
 }
 
+impl ReaderBody {
+    /// A body, registered as open outside the instance (see [`super::sse::body_opened`]) until
+    /// it is dropped: whichever way it leaves the shell (written to its end, its client gone,
+    /// the stream retired), it is no longer this instance's to end.
+    fn new(controller: web_sys::ReadableStreamDefaultController) -> Self {
+        super::sse::body_opened(&controller);
+        Self { controller, has_room: Cell::new(true) }
+    }
+}
+
+impl Drop for ReaderBody {
+    fn drop(&mut self) {
+        super::sse::body_ended(&self.controller);
+    }
+}
+
 /// The live side of one Durable Object.
 pub struct Shell {
     pub stream_id: String,
@@ -196,8 +212,7 @@ impl Shell {
 
     /// Takes a reader's body and writes its first bytes (`preamble`, then the replay).
     pub fn attach_body(self: &Rc<Self>, reader: ReaderId, controller: web_sys::ReadableStreamDefaultController, preamble: &str) {
-        super::sse::body_opened(&controller);
-        let body = Rc::new(ReaderBody { controller, has_room: Cell::new(true) });
+        let body = Rc::new(ReaderBody::new(controller));
         self.bodies.borrow_mut().insert(reader, Rc::clone(&body));
         self.write_body(reader, &body, preamble, now_ms());
     }
@@ -238,7 +253,6 @@ impl Shell {
         }
         if done {
             self.bodies.borrow_mut().remove(&reader);
-            super::sse::body_ended(&body.controller);
             let _ = body.controller.close();
         }
     }
@@ -262,9 +276,7 @@ impl Shell {
     /// Forgets a reader whose client went away. Never insists on the borrow (the runtime may
     /// cancel a body at any time).
     pub fn detach(&self, reader: ReaderId) {
-        if let Some(body) = self.bodies.borrow_mut().remove(&reader) {
-            super::sse::body_ended(&body.controller);
-        }
+        self.bodies.borrow_mut().remove(&reader);
         if let Ok(mut slot) = self.live.try_borrow_mut() {
             if let Some(s) = slot.as_mut() {
                 s.detach(reader);
@@ -322,7 +334,6 @@ impl Shell {
         self.live.borrow_mut().take();
         let bodies: Vec<_> = self.bodies.borrow_mut().drain().collect();
         for (_, body) in bodies {
-            super::sse::body_ended(&body.controller);
             let _ = body.controller.close();
         }
     }

@@ -70,6 +70,23 @@ pub struct FloorStream {
 struct Readers(RefCell<Vec<web_sys::WritableStreamDefaultWriter>>);
 
 impl Readers {
+    /// A new reader: its body, which `send` writes from now on.
+    fn attach(&self) -> Result<web_sys::ReadableStream, JsValue> {
+        let pipe = web_sys::TransformStream::new()?;
+        self.0.borrow_mut().push(pipe.writable().get_writer()?);
+        Ok(pipe.readable())
+    }
+
+    /// Sends `end` to every reader and closes their bodies.
+    fn close(&self) {
+        self.send(b"event: end\ndata: end\n\n");
+        for writer in self.0.borrow_mut().drain(..) {
+            IGNORE.with(|ignore| {
+                let _ = writer.close().catch(ignore);
+            });
+        }
+    }
+
     fn send(&self, frame: &[u8]) {
         let bytes = js_sys::Uint8Array::from(frame);
         for writer in self.0.borrow().iter() {
@@ -96,10 +113,7 @@ impl DurableObject for FloorStream {
         let url = req.inner().url();
         match path_of(&url).rsplit('/').next().unwrap_or_default() {
             "events" => {
-                let pipe = web_sys::TransformStream::new()?;
-                let writer = pipe.writable().get_writer()?;
-                self.readers.0.borrow_mut().push(writer);
-                let response = Response::from_body(ResponseBody::Stream(pipe.readable()))?;
+                let response = Response::from_body(ResponseBody::Stream(self.readers.attach()?))?;
                 let headers = worker::Headers::new();
                 headers.set("content-type", "text/event-stream")?;
                 headers.set("cache-control", "no-cache")?;
@@ -117,12 +131,7 @@ impl DurableObject for FloorStream {
                 Response::from_json(&serde_json::json!({ "seq": units }))
             }
             "close" => {
-                self.readers.send(b"event: end\ndata: end\n\n");
-                for writer in self.readers.0.borrow_mut().drain(..) {
-                    IGNORE.with(|ignore| {
-                        let _ = writer.close().catch(ignore);
-                    });
-                }
+                self.readers.close();
                 Response::from_json(&serde_json::json!({ "closed": true }))
             }
             _ => Response::error("not found", 404),
@@ -209,12 +218,21 @@ mod manual {
         readers: Rc<Readers>,
     }
 
-    fn answer(body: &str, content_type: &str) -> Result<web_sys::Response, JsValue> {
-        let headers = web_sys::Headers::new()?;
-        headers.set("content-type", content_type)?;
+    /// An answer's status and headers.
+    fn init(status: u16, headers: &[(&str, &str)]) -> Result<web_sys::ResponseInit, JsValue> {
+        let h = web_sys::Headers::new()?;
+        for (name, value) in headers {
+            h.set(name, value)?;
+        }
         let init = web_sys::ResponseInit::new();
-        init.set_headers(&headers);
-        web_sys::Response::new_with_opt_str_and_init(Some(body), &init)
+        init.set_status(status);
+        init.set_headers(&h);
+        Ok(init)
+    }
+
+    /// A 200 JSON answer.
+    fn json(body: &str) -> Result<web_sys::Response, JsValue> {
+        web_sys::Response::new_with_opt_str_and_init(Some(body), &init(200, &[("content-type", "application/json")])?)
     }
 
     fn resolved(r: Result<web_sys::Response, JsValue>) -> js_sys::Promise {
@@ -237,15 +255,8 @@ mod manual {
             let url = req.url();
             match path_of(&url).rsplit('/').next().unwrap_or_default() {
                 "events" => resolved((|| {
-                    let pipe = web_sys::TransformStream::new()?;
-                    let writer = pipe.writable().get_writer()?;
-                    self.readers.0.borrow_mut().push(writer);
-                    let headers = web_sys::Headers::new()?;
-                    headers.set("content-type", "text/event-stream")?;
-                    headers.set("cache-control", "no-cache")?;
-                    let init = web_sys::ResponseInit::new();
-                    init.set_headers(&headers);
-                    web_sys::Response::new_with_opt_readable_stream_and_init(Some(&pipe.readable()), &init)
+                    let sse = init(200, &[("content-type", "text/event-stream"), ("cache-control", "no-cache")])?;
+                    web_sys::Response::new_with_opt_readable_stream_and_init(Some(&self.readers.attach()?), &sse)
                 })()),
                 "append" => {
                     let intake = Rc::new(RefCell::new(Intake { readers: Rc::clone(&self.readers), pending: Vec::new(), units: 0 }));
@@ -276,23 +287,14 @@ mod manual {
                             .map(|r| JsValue::from(web_sys::Response::from(r)))
                             .map_err(JsValue::from);
                         #[cfg(not(feature = "manual-response"))]
-                        answer(&format!("{{\"seq\":{units}}}"), "application/json").map(JsValue::from)
+                        json(&format!("{{\"seq\":{units}}}")).map(JsValue::from)
                     })
                 }
                 "close" => {
-                    self.readers.send(b"event: end\ndata: end\n\n");
-                    for writer in self.readers.0.borrow_mut().drain(..) {
-                        IGNORE.with(|ignore| {
-                            let _ = writer.close().catch(ignore);
-                        });
-                    }
-                    resolved(answer("{\"closed\":true}", "application/json"))
+                    self.readers.close();
+                    resolved(json("{\"closed\":true}"))
                 }
-                _ => resolved(web_sys::Response::new_with_opt_str_and_init(Some("not found"), &{
-                    let init = web_sys::ResponseInit::new();
-                    init.set_status(404);
-                    init
-                })),
+                _ => resolved(init(404, &[]).and_then(|i| web_sys::Response::new_with_opt_str_and_init(Some("not found"), &i))),
             }
         }
     }
