@@ -13,7 +13,8 @@
 // floorRs the same floor in Rust (bench/floor-rs: build it first with
 // `BUILD_CRATE=bench/floor-rs scripts/build.sh`), --side floor,floorRs both; a side followed by
 // :NAME (--side floorRs,floorRs:manual) runs that snapshot's build of it. Other
-// options: --rate N (default 100), --seconds N (default 5), --var KEY=VALUE (repeatable).
+// options: --rate N (default 100), --seconds N (default 5), --var KEY=VALUE (repeatable, every
+// side); a root followed by @KEY=VALUE (repeatable: .@A=1@B=2) runs with those variables too.
 // --flush N measures the flush round trip instead (bench.mjs flushRoundTrip, N flushes).
 import { execFileSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
@@ -59,7 +60,13 @@ async function main() {
     process.stdout.write(`${snapshot(values.snapshot)}\n`);
     return;
   }
-  const sides = (values.roots ?? '.').split(',').filter(Boolean).map((name) => ({ name, root: rootOf(name), side: 'rindle' }));
+  // A root may carry variables after '@' (--roots '.,.@READER_PACING_US=0'): that build run
+  // with them, to compare settings of one build in one sitting.
+  const sides = (values.roots ?? '.').split(',').filter(Boolean).map((name) => {
+    const [root, ...settings] = name.split('@');
+    const vars = Object.fromEntries(settings.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+    return { name, root: rootOf(root), side: 'rindle', vars };
+  });
   // --side floor, --side floorRs, --side floor,floorRs: the JavaScript floor, the same floor in
   // Rust (bench/floor-rs), both.
   const floors = { floor: 'floor', floorRs: 'floor-rs' };

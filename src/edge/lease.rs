@@ -1,7 +1,7 @@
 //! The lease alarm (SPEC §7), performed. The stream asks for its lease to be armed before its
 //! row is marked ([`Output::ArmLease`](crate::core::live::Output::ArmLease)) and renewed while
 //! it is alive; what the alarm does when it fires is decided by
-//! [`lease::decide`](crate::core::live::lease::decide) and only performed here.
+//! [`lease::decide`] and only performed here.
 
 use super::object::{Object, StreamObject};
 use super::shell::log;

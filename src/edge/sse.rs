@@ -75,7 +75,13 @@ impl ReaderSource {
     pub fn response(shell: Rc<Shell>, reader: ReaderId, dialect: Dialect, retry_ms: u64) -> worker::Result<Response> {
         let source = Self { shell, reader, preamble: sse::preamble(retry_ms) };
         let source: js_sys::Object = wasm_bindgen::JsCast::unchecked_into(wasm_bindgen::JsValue::from(source));
-        let body = web_sys::ReadableStream::new_with_underlying_source(&source).map_err(worker::Error::from)?;
+        // A high-water mark of 0: the runtime asks for more (`pull`) only when its read of the
+        // body is pending, once per write. At the default of 1 it also asked from inside each
+        // write (the queue had just emptied into the pending read), a second call into wasm, a
+        // clock read and an empty pull per delivery.
+        let strategy = web_sys::QueuingStrategy::new();
+        strategy.set_high_water_mark(0.0);
+        let body = web_sys::ReadableStream::new_with_underlying_source_and_strategy(&source, &strategy).map_err(worker::Error::from)?;
         Ok(Response::from_body(ResponseBody::Stream(body))?.with_headers(headers(dialect)))
     }
 }
