@@ -489,11 +489,14 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
  * default the measured rate), --plain, --var KEY=VALUE (repeatable). The
  * tools' own options come back in `values`: `strings` take a value, anything else is a flag.
  */
+/** `KEY=VALUE` settings (`--var`s, a compared root's `@`s) as an object of variables. */
+export const varsOf = (settings) => Object.fromEntries(settings.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+
 export function loadFromArgs(args, { seconds = 5, strings = [] } = {}) {
   const options = { var: { type: 'string', multiple: true } };
   for (const name of ['readers', 'rate', 'seconds', 'warmup', 'warmup-rate', ...strings]) options[name] = { type: 'string' };
   const { values } = parseArgs({ args, strict: false, options });
-  const vars = Object.fromEntries((values.var ?? []).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+  const vars = varsOf(values.var ?? []);
   const load = { readers: Number(values.readers ?? 1), rate: Number(values.rate ?? 100), seconds: Number(values.seconds ?? seconds), plain: values.plain === true, vars };
   if (values.warmup !== undefined) load.warmupSeconds = Number(values.warmup);
   if (values['warmup-rate'] !== undefined) load.warmupRate = Number(values['warmup-rate']);

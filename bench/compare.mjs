@@ -21,7 +21,7 @@ import { cpSync, existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadFromArgs, median } from './bench.mjs';
+import { loadFromArgs, median, varsOf } from './bench.mjs';
 
 const HERE = fileURLToPath(new URL('.', import.meta.url));
 const PROJECT = resolve(HERE, '..');
@@ -64,8 +64,7 @@ async function main() {
   // with them, to compare settings of one build in one sitting.
   const sides = (values.roots ?? '.').split(',').filter(Boolean).map((name) => {
     const [root, ...settings] = name.split('@');
-    const vars = Object.fromEntries(settings.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
-    return { name, root: rootOf(root), side: 'rindle', vars };
+    return { name, root: rootOf(root), side: 'rindle', vars: varsOf(settings) };
   });
   // --side floor, --side floorRs, --side floor,floorRs: the JavaScript floor, the same floor in
   // Rust (bench/floor-rs), both.
