@@ -363,6 +363,17 @@ function openAppend(stream) {
 // ---------------------------------------------------------------------------------------
 // Scenarios
 
+/**
+ * `promise`'s value, or `late` once `ms` have passed. The timer is cleared either way: left
+ * pending (a `sleep` in a race), it kept each compare.mjs child process (one run) alive for the
+ * whole bound, 30 s after every 10 s fan-out.
+ */
+function within(promise, ms, late) {
+  let timer;
+  const deadline = new Promise((resolve) => (timer = setTimeout(() => resolve(late), ms)));
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}
+
 /** Seconds of unmeasured load before each fan-out measurement (see `fanout`). */
 const WARMUP_SECONDS = 10;
 
@@ -440,8 +451,7 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
   }
   const elapsed = (performance.now() - start) / 1000;
   // Deliveries still in flight get a grace period; a run that needs longer did not keep up.
-  const grace = sleep(Math.max(10_000, seconds * 3000)).then(() => 'timeout');
-  const outcome = await Promise.race([done.then(() => 'done'), grace]);
+  const outcome = await within(done.then(() => 'done'), Math.max(10_000, seconds * 3000), 'timeout');
   const after = workerdUsage(target.stack.process.pgid);
   const workerCpuMs = workerBefore === null ? null : processCpuMs(target.stack.workerPid) - workerBefore;
   const client = process.cpuUsage(clientBefore);
@@ -532,7 +542,7 @@ async function d1Traffic(target, { chars, pieceUnits = 64, appendBytes = 256 * 1
     producer.end();
     // Bounded: a smoke run once waited here past its own timeout (a ui stream, after a fan-out
     // on the same stack); a missing answer fails with what the object says of the stream.
-    const appended = await Promise.race([producer.answer, sleep(APPEND_ANSWER_MS).then(() => null)]);
+    const appended = await within(producer.answer, APPEND_ANSWER_MS, null);
     if (appended === null) {
       const stats = await stream.stats().catch((e) => `stats failed: ${e.message}`);
       throw new Error(`append: no answer within ${APPEND_ANSWER_MS} ms after ${bytes} bytes (${text.length} units so far); the stream's stats: ${JSON.stringify(stats)}`);

@@ -12,7 +12,8 @@
 // this one; --roots '' runs no build of rindle-streams). --side floor adds the floor, --side
 // floorRs the same floor in Rust (bench/floor-rs: build it first with
 // `BUILD_CRATE=bench/floor-rs scripts/build.sh`), --side floor,floorRs both; a side followed by
-// :NAME (--side floorRs,floorRs:manual) runs that snapshot's build of it. Other
+// :NAME (--side floorRs,floorRs:manual) runs that snapshot's build of it, and one followed by
+// @KEY=VALUE (--side floor,floor@FLOOR_CHECKPOINTS=1) runs with those variables. Other
 // options: --rate N (default 100), --seconds N (default 5), --var KEY=VALUE (repeatable, every
 // side); a root followed by @KEY=VALUE (repeatable: .@A=1@B=2) runs with those variables too.
 // --flush N measures the flush round trip instead (bench.mjs flushRoundTrip, N flushes).
@@ -69,11 +70,14 @@ async function main() {
   // --side floor, --side floorRs, --side floor,floorRs: the JavaScript floor, the same floor in
   // Rust (bench/floor-rs), both.
   const floors = { floor: 'floor', floorRs: 'floor-rs' };
-  // A side may name a snapshot after a colon (floorRs:manual): that snapshot's build of it.
+  // A side may name a snapshot after a colon (floorRs:manual): that snapshot's build of it; and,
+  // as a root does, carry variables after '@' (floor@FLOOR_CHECKPOINTS=1).
   for (const spec of (values.side ?? '').split(',').filter(Boolean).reverse()) {
-    const [side, snap] = spec.split(':');
+    const [build, ...settings] = spec.split('@');
+    const [side, snap] = build.split(':');
     if (!floors[side]) throw new Error(`--side ${side}: not floor or floorRs`);
-    sides.unshift({ name: snap ? `${floors[side]}:${snap}` : floors[side], root: snap ? rootOf(snap) : PROJECT, side });
+    const name = [snap ? `${floors[side]}:${snap}` : floors[side], ...settings].join('@');
+    sides.unshift({ name, root: snap ? rootOf(snap) : PROJECT, side, vars: varsOf(settings) });
   }
   // --floor-bodies transform,enqueue,identity: one floor per way of writing a reader's body.
   for (const body of (values['floor-bodies'] ?? '').split(',').filter(Boolean).reverse()) {

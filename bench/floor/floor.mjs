@@ -2,7 +2,8 @@
 // to readers as SSE. One object per stream id; a streaming POST .../append forwards each
 // piece of its body, as it arrives, as one `data:` frame to every reader; GET .../events
 // attaches a reader; POST .../close ends every reader. No JSON, no checkpoints, no storage,
-// no auth, no bounds: whatever rindle-streams does on top of this is its cost.
+// no auth, no bounds: whatever rindle-streams does on top of this is its cost. (The variants
+// below add storage or checkpoints back, each to isolate one cost.)
 //
 // With FLOOR_LEASE=1 (the "storage-doing" floor of the memory figure) a stream's first request
 // also does what rindle-streams' lease does, and nothing more: it stores the stream's id in
@@ -11,6 +12,14 @@
 // the project keeps. With FLOOR_D1=1 as well, that first request also runs one D1 query (a
 // SELECT of the stream id): what talking to D1 at all costs an object.
 //
+// With FLOOR_CHECKPOINTS=1 the floor also checkpoints what it forwards into D1 on
+// rindle-streams' schedule and with its statements (SPEC §5–§6): a round is due 512 characters
+// behind or 750 ms after the first change not yet in one, one round at a time, each ONE batch
+// of the guarded chunk insert, the length compare-and-swap and the read-back. No retries, no
+// seal, no `durable` frames: what the rounds themselves cost a floor that keeps its text
+// durable, with local D1 running in the Worker's own process (BENCHMARKS.md, "Where the time
+// goes": the 1-reader streaming p99).
+//
 // FLOOR_BODY chooses how a reader's body is written (an experiment on the runtime's streams,
 // bench/compare.mjs --var FLOOR_BODY=…): `transform` (the default, the floor of record: a
 // JavaScript TransformStream's writer), `enqueue` (a ReadableStream whose controller is
@@ -18,6 +27,71 @@
 // IdentityTransformStream's writer).
 const encoder = new TextEncoder();
 const LEASE_MS = 10_000;
+const CHECKPOINT_CHARS = 512;
+const CHECKPOINT_INTERVAL_MS = 750;
+const CHECKPOINT_DDL = [
+  'CREATE TABLE IF NOT EXISTS floor_message (id TEXT PRIMARY KEY, seq INTEGER NOT NULL)',
+  'CREATE TABLE IF NOT EXISTS floor_chunks (id TEXT PRIMARY KEY, stream_id TEXT NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL)',
+  'CREATE INDEX IF NOT EXISTS floor_chunks_stream_seq ON floor_chunks (stream_id, seq)',
+];
+
+/** One stream's checkpoints into D1 (FLOOR_CHECKPOINTS=1): the text forwarded, and how much of it a round confirmed. */
+class FloorCheckpoints {
+  constructor(db, streamId) {
+    this.db = db;
+    this.streamId = streamId;
+    this.text = '';
+    this.durableSeq = 0;
+    this.rounds = 0;
+    this.round = null;
+    this.tick = null;
+    this.forced = false;
+    const statements = [...CHECKPOINT_DDL, 'INSERT INTO floor_message (id, seq) VALUES (?1, 0) ON CONFLICT DO NOTHING'];
+    this.ready = db.batch(statements.map((sql) => (sql.includes('?1') ? db.prepare(sql).bind(streamId) : db.prepare(sql))));
+  }
+
+  push(text) {
+    this.text += text;
+    this.drive();
+  }
+
+  /** Starts a round when one is due, else arms the interval tick from the oldest change not in one. */
+  drive() {
+    const behind = this.text.length - this.durableSeq;
+    if (this.round || behind === 0) return;
+    if (this.forced || behind >= CHECKPOINT_CHARS) {
+      this.forced = false;
+      clearTimeout(this.tick);
+      this.tick = null;
+      this.round = this.commit()
+        .catch((e) => console.error('floor checkpoint failed', e))
+        .finally(() => {
+          this.round = null;
+          this.drive();
+        });
+      return;
+    }
+    this.tick ??= setTimeout(() => {
+      this.tick = null;
+      this.forced = true;
+      this.drive();
+    }, CHECKPOINT_INTERVAL_MS);
+  }
+
+  async commit() {
+    await this.ready;
+    const [from, to, id] = [this.durableSeq, this.text.length, this.streamId];
+    const [, , read] = await this.db.batch([
+      this.db
+        .prepare('INSERT INTO floor_chunks (id, stream_id, seq, text) SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM floor_message WHERE id = ?2 AND seq = ?5) ON CONFLICT DO NOTHING')
+        .bind(`${id}:${to}`, id, to, this.text.slice(from, to), from),
+      this.db.prepare('UPDATE floor_message SET seq = ?1 WHERE id = ?2 AND seq = ?3').bind(to, id, from),
+      this.db.prepare('SELECT seq FROM floor_message WHERE id = ?1').bind(id),
+    ]);
+    this.durableSeq = read.results[0].seq;
+    this.rounds++;
+  }
+}
 
 export class FloorStream {
   constructor(state, env) {
@@ -27,6 +101,8 @@ export class FloorStream {
     this.leased = false;
     this.readers = new Set();
     this.body = env.FLOOR_BODY ?? 'transform';
+    this.checkpointing = env.FLOOR_CHECKPOINTS === '1' ? env.DB : null;
+    this.checkpoints = null;
   }
 
   /** A reader's body and the writer that writes it: `write(bytes)`, `close()`. */
@@ -79,13 +155,16 @@ export class FloorStream {
     if (action === 'append') {
       const decoder = new TextDecoder();
       let units = 0;
+      if (this.checkpointing) this.checkpoints ??= new FloorCheckpoints(this.checkpointing, pathname.split('/')[2]);
       for await (const bytes of request.body) {
         const text = decoder.decode(bytes, { stream: true });
         if (!text) continue;
         units += text.length;
         this.send(encoder.encode(`data: ${text}\n\n`));
+        this.checkpoints?.push(text);
       }
-      return Response.json({ seq: units });
+      const ck = this.checkpoints;
+      return Response.json(ck ? { seq: units, durableSeq: ck.durableSeq, checkpoints: ck.rounds } : { seq: units });
     }
     if (action === 'close') {
       this.send(encoder.encode('event: end\ndata: end\n\n'));
