@@ -493,15 +493,15 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
   };
 }
 
+/** `KEY=VALUE` settings (`--var`s, a compared root's or side's `@`s) as an object of variables. */
+export const varsOf = (settings) => Object.fromEntries(settings.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+
 /**
  * The fan-out load named on a command line (bench/profile.mjs, bench/compare.mjs):
  * --readers N, --rate N (deltas/s), --seconds N, --warmup N (seconds), --warmup-rate N (deltas/s;
  * default the measured rate), --plain, --var KEY=VALUE (repeatable). The
  * tools' own options come back in `values`: `strings` take a value, anything else is a flag.
  */
-/** `KEY=VALUE` settings (`--var`s, a compared root's `@`s) as an object of variables. */
-export const varsOf = (settings) => Object.fromEntries(settings.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
-
 export function loadFromArgs(args, { seconds = 5, strings = [] } = {}) {
   const options = { var: { type: 'string', multiple: true } };
   for (const name of ['readers', 'rate', 'seconds', 'warmup', 'warmup-rate', ...strings]) options[name] = { type: 'string' };

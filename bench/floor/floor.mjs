@@ -46,8 +46,9 @@ class FloorCheckpoints {
     this.round = null;
     this.tick = null;
     this.forced = false;
-    const statements = [...CHECKPOINT_DDL, 'INSERT INTO floor_message (id, seq) VALUES (?1, 0) ON CONFLICT DO NOTHING'];
-    this.ready = db.batch(statements.map((sql) => (sql.includes('?1') ? db.prepare(sql).bind(streamId) : db.prepare(sql))));
+    // The tables, and the stream's row at length 0 (the guarded insert needs it).
+    const row = db.prepare('INSERT INTO floor_message (id, seq) VALUES (?1, 0) ON CONFLICT DO NOTHING').bind(streamId);
+    this.ready = db.batch([...CHECKPOINT_DDL.map((sql) => db.prepare(sql)), row]);
   }
 
   push(text) {
@@ -101,7 +102,7 @@ export class FloorStream {
     this.leased = false;
     this.readers = new Set();
     this.body = env.FLOOR_BODY ?? 'transform';
-    this.checkpointing = env.FLOOR_CHECKPOINTS === '1' ? env.DB : null;
+    this.checkpointDb = env.FLOOR_CHECKPOINTS === '1' ? env.DB : null;
     this.checkpoints = null;
   }
 
@@ -155,7 +156,7 @@ export class FloorStream {
     if (action === 'append') {
       const decoder = new TextDecoder();
       let units = 0;
-      if (this.checkpointing) this.checkpoints ??= new FloorCheckpoints(this.checkpointing, pathname.split('/')[2]);
+      if (this.checkpointDb) this.checkpoints ??= new FloorCheckpoints(this.checkpointDb, pathname.split('/')[2]);
       for await (const bytes of request.body) {
         const text = decoder.decode(bytes, { stream: true });
         if (!text) continue;
