@@ -49,6 +49,13 @@ import { ROOT, sseParser, startStack } from '../tests/e2e/harness.mjs';
 import { rawRequest, sleep } from '../tests/e2e/util.mjs';
 import { connectInspector, quietInspector } from './inspector.mjs';
 
+/**
+ * A measured delta that reached every reader more than this late was stalled before the
+ * fan-out: about 3× the p50 of a quiet run (0.7–1 ms), past any one write's cost. With N
+ * readers such a stall is N latency samples at once, so a 10-reader p99 (90 samples in 10 s) is
+ * set by about the 9th-worst stall of the run: `stalls` counts them.
+ */
+const STALL_MS = 3;
 const DELTAS = ['tok ', 'ab😀', '漢字ab', '👍🏽', 'the ', '🦀ok', 'é é ', '𝄞 a '];
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
 
@@ -192,7 +199,8 @@ async function quiet(stacks) {
 // ---------------------------------------------------------------------------------------
 // Latency bookkeeping
 
-function percentile(sorted, p) {
+/** The `p`th percentile of the ascending `sorted` (nearest rank); null for no samples. */
+export function percentile(sorted, p) {
   if (sorted.length === 0) return null;
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
 }
@@ -402,6 +410,9 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
   const endUnits = new Float64Array(total);
   const warmup = Math.floor(total / 10);
   const latencies = [];
+  // Each delta's earliest arrival at any reader: a delta late to every reader at once was held
+  // up before the fan-out (the whole process, or the machine), not by one reader's write.
+  const earliest = new Float64Array(total).fill(Infinity);
   let violations = 0;
   let delivered = 0;
   const progress = [];
@@ -417,6 +428,7 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
       const now = performance.now();
       while (state.next < sent && endUnits[state.next] <= units) {
         if (state.next >= warmup) latencies.push(now - sentAt[state.next]);
+        earliest[state.next] = Math.min(earliest[state.next], now - sentAt[state.next]);
         state.next++;
         delivered++;
       }
@@ -465,7 +477,7 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
   for (const c of conns) c.close();
   latencies.sort((a, b) => a - b);
   const cpuMs = after.cpuMs - before.cpuMs;
-  return {
+  const result = {
     target: target.name,
     readers,
     rate,
@@ -490,7 +502,11 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
     workerCpuMsPer1000Deliveries: workerCpuMs === null ? null : round((workerCpuMs * 1000) / Math.max(1, deliveredInWindow), 2),
     cpuMsPer1000Deliveries: round((cpuMs * 1000) / Math.max(1, deliveredInWindow), 2),
     cpuMsPer1000Deltas: round((cpuMs * 1000) / total, 2),
+    stalls: earliest.subarray(warmup).filter((l) => l > STALL_MS && l !== Infinity).length,
   };
+  // The samples themselves, for percentiles over several runs (`--pairs`); kept out of JSON.
+  Object.defineProperty(result, 'latencies', { value: latencies, enumerable: false });
+  return result;
 }
 
 /** `KEY=VALUE` settings (`--var`s, a compared root's or side's `@`s) as an object of variables. */
@@ -815,6 +831,15 @@ function medianRun(runs) {
   }
   out.complete = runs.every((r) => r.complete);
   out.violations = runs.reduce((sum, r) => sum + r.violations, 0);
+  // Percentiles over every run's samples together. A run's p99 is its 1%-worst samples, and
+  // with N readers one stall is N of them (see STALL_MS): a 10-reader p99 from one 10 s run rests
+  // on about 9 stalls, the median of three such p99s on hardly more. Pooled, it rests on all of
+  // them together; this is the p99 the targets are read from.
+  if (runs.every((r) => r.latencies)) {
+    const pooled = runs.flatMap((r) => r.latencies).sort((a, b) => a - b);
+    out.p50Pooled = round(percentile(pooled, 50));
+    out.p99Pooled = round(percentile(pooled, 99));
+  }
   return out;
 }
 
@@ -941,20 +966,20 @@ export function formatReport(r) {
   for (const [scenario, title] of [['latency', 'one streaming append'], ['plain', 'one POST per delta']]) {
     if (!r[scenario]?.length) continue;
     lines.push(`${title}, 4-unit deltas at 100/s offered:`, '');
-    lines.push('| readers | side | deltas/s | p50 ms | p99 ms | max ms | append answered p50 / p99 ms | deliveries | writes / 1k deliveries | CPU ms / 1k deliveries | CPU ms / 1k deltas | p99 ratio | CPU/delivery ratio |');
-    lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+    lines.push('| readers | side | deltas/s | p50 ms | p99 ms | p99 ms, runs pooled | stalls | max ms | append answered p50 / p99 ms | deliveries | writes / 1k deliveries | CPU ms / 1k deliveries | CPU ms / 1k deltas | p99 ratio | p99 ratio, pooled | CPU/delivery ratio |');
+    lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
     const paired = r[scenario].filter((row) => row.cpuRatios);
     for (const { floor, rindle } of r[scenario]) {
       for (const x of [floor, rindle]) {
         const isRindle = x === rindle;
         lines.push(
-          `| ${x.readers} | ${x.target} | ${x.achievedRate} | ${x.p50} | ${x.p99} | ${x.max} | ${x.plain ? `${x.appendP50} / ${x.appendP99}` : ''} | ${x.deliveries}/${x.expectedDeliveries} | ${x.writesPer1000Deliveries} | ${x.cpuMsPer1000Deliveries} | ${x.cpuMsPer1000Deltas} | ${isRindle ? ratio(x.p99, floor.p99) : ''} | ${isRindle ? ratio(x.cpuMsPer1000Deliveries, floor.cpuMsPer1000Deliveries) : ''} |`,
+          `| ${x.readers} | ${x.target} | ${x.achievedRate} | ${x.p50} | ${x.p99} | ${x.p99Pooled ?? ''} | ${x.stalls} | ${x.max} | ${x.plain ? `${x.appendP50} / ${x.appendP99}` : ''} | ${x.deliveries}/${x.expectedDeliveries} | ${x.writesPer1000Deliveries} | ${x.cpuMsPer1000Deliveries} | ${x.cpuMsPer1000Deltas} | ${isRindle ? ratio(x.p99, floor.p99) : ''} | ${isRindle && x.p99Pooled !== undefined ? ratio(x.p99Pooled, floor.p99Pooled) : ''} | ${isRindle ? ratio(x.cpuMsPer1000Deliveries, floor.cpuMsPer1000Deliveries) : ''} |`,
         );
       }
     }
     lines.push('');
     if (paired.length) {
-      lines.push(`Each row: medians of ${paired[0].floor.runs} runs per side, in alternating pairs. CPU ratio of each pair (rindle / floor): ${paired.map((row) => `${row.floor.readers} reader${row.floor.readers === 1 ? '' : 's'} ${row.cpuRatios.join(', ')}`).join('; ')}.`, '');
+      lines.push(`Each row: medians of ${paired[0].floor.runs} runs per side, in alternating pairs; "runs pooled": the percentile of all those runs' samples together; stalls: measured deltas that reached every reader over ${STALL_MS} ms late (median of the runs). CPU ratio of each pair (rindle / floor): ${paired.map((row) => `${row.floor.readers} reader${row.floor.readers === 1 ? '' : 's'} ${row.cpuRatios.join(', ')}`).join('; ')}.`, '');
     }
   }
   if (r.ui?.length) {

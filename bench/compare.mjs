@@ -22,7 +22,7 @@ import { cpSync, existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadFromArgs, median, varsOf } from './bench.mjs';
+import { loadFromArgs, median, percentile, varsOf } from './bench.mjs';
 
 const HERE = fileURLToPath(new URL('.', import.meta.url));
 const PROJECT = resolve(HERE, '..');
@@ -49,7 +49,7 @@ function runOnce(root, side, options) {
     const o = ${JSON.stringify(options)};
     const run = (t) => (o.flushes ? flushRoundTrip(t, { flushes: o.flushes }) : fanout(t, o));
     const r = await onFreshStack(${JSON.stringify(side)}, run, { vars: o.vars });
-    process.stdout.write(JSON.stringify(r));`;
+    process.stdout.write(JSON.stringify({ ...r, latencies: r.latencies }));`;
   const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { env: { ...process.env, RINDLE_ROOT: root }, maxBuffer: 1 << 24 });
   return JSON.parse(out.toString());
 }
@@ -93,7 +93,7 @@ async function main() {
         process.stderr.write(`compare: ${s.name} #${i + 1}: flush p50 ${r.p50} p99 ${r.p99}, D1 round trips per checkpoint ${r.d1RoundsPerCheckpoint ?? 'n/a'}\n`);
         continue;
       }
-      process.stderr.write(`compare: ${s.name} #${i + 1}: CPU ${r.cpuMsPer1000Deliveries} ms / 1k deliveries (Worker ${r.workerCpuMsPer1000Deliveries}), ${r.achievedRate}/s, p50 ${r.p50} p99 ${r.p99}${r.appendP50 !== undefined ? `, append p50 ${r.appendP50} p99 ${r.appendP99}` : ''}\n`);
+      process.stderr.write(`compare: ${s.name} #${i + 1}: CPU ${r.cpuMsPer1000Deliveries} ms / 1k deliveries (Worker ${r.workerCpuMsPer1000Deliveries}), ${r.achievedRate}/s, p50 ${r.p50} p99 ${r.p99}, ${r.stalls} stalls${r.appendP50 !== undefined ? `, append p50 ${r.appendP50} p99 ${r.appendP99}` : ''}\n`);
     }
   }
   const summary = Object.fromEntries(
@@ -102,7 +102,24 @@ async function main() {
         const xs = rs.map((r) => r[key]).filter((x) => typeof x === 'number');
         return xs.length ? { median: median(xs), min: Math.min(...xs), max: Math.max(...xs) } : null;
       };
-      return [name, { cpuMsPer1000Deliveries: stat('cpuMsPer1000Deliveries'), workerCpuMsPer1000Deliveries: stat('workerCpuMsPer1000Deliveries'), achievedRate: stat('achievedRate'), p50: stat('p50'), p99: stat('p99'), appendP50: stat('appendP50'), appendP99: stat('appendP99'), complete: rs.every((r) => r.complete) }];
+      // The p99 of every run's samples together (bench.mjs medianRun: why).
+      const pooled = rs.every((r) => r.latencies) ? rs.flatMap((r) => r.latencies).sort((a, b) => a - b) : null;
+      for (const r of rs) delete r.latencies;
+      return [
+        name,
+        {
+          cpuMsPer1000Deliveries: stat('cpuMsPer1000Deliveries'),
+          workerCpuMsPer1000Deliveries: stat('workerCpuMsPer1000Deliveries'),
+          achievedRate: stat('achievedRate'),
+          p50: stat('p50'),
+          p99: stat('p99'),
+          p99Pooled: pooled ? Math.round(percentile(pooled, 99) * 10) / 10 : null,
+          stalls: stat('stalls'),
+          appendP50: stat('appendP50'),
+          appendP99: stat('appendP99'),
+          complete: rs.every((r) => r.complete),
+        },
+      ];
     }),
   );
   if (values.json) {
@@ -118,9 +135,9 @@ async function main() {
     return;
   }
   process.stdout.write(`${options.plain ? 'one POST per delta' : 'one streaming append'}, ${options.readers} readers, ${options.rate}/s × ${options.seconds} s, ${reps} runs each (median, range); load average ${os.loadavg()[0].toFixed(1)}\n`);
-  process.stdout.write('| build | CPU ms / 1k deliveries | of which the Worker\'s process | deltas/s | p50 ms | p99 ms | append answered p50 / p99 ms |\n|---|---|---|---|---|---|---|\n');
+  process.stdout.write('| build | CPU ms / 1k deliveries | of which the Worker\'s process | deltas/s | p50 ms | p99 ms | p99 ms, runs pooled | stalls | append answered p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|\n');
   for (const [name, s] of Object.entries(summary)) {
-    process.stdout.write(`| ${name} | ${fmt(s.cpuMsPer1000Deliveries)} | ${fmt(s.workerCpuMsPer1000Deliveries)} | ${fmt(s.achievedRate)} | ${fmt(s.p50)} | ${fmt(s.p99)} | ${fmt(s.appendP50)} / ${fmt(s.appendP99)} |\n`);
+    process.stdout.write(`| ${name} | ${fmt(s.cpuMsPer1000Deliveries)} | ${fmt(s.workerCpuMsPer1000Deliveries)} | ${fmt(s.achievedRate)} | ${fmt(s.p50)} | ${fmt(s.p99)} | ${s.p99Pooled ?? 'n/a'} | ${fmt(s.stalls)} | ${fmt(s.appendP50)} / ${fmt(s.appendP99)} |\n`);
   }
 }
 

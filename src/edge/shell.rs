@@ -6,7 +6,8 @@ use super::lease::LeaseStore;
 use super::store::CheckpointSink;
 use crate::core::hook::{self, EventHook, StreamNotice};
 use crate::core::live::{
-    FlushOutcome, LiveStream, Millis, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, StoreRequest, StreamEvent, Ticket,
+    Dialect, FlushOutcome, LiveStream, Millis, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame, StoreRequest,
+    StreamEvent, Ticket, Wire,
 };
 use futures::channel::oneshot;
 use serde_json::json;
@@ -112,6 +113,13 @@ impl Drop for ReaderBody {
     }
 }
 
+/// The JavaScript copy of a frame's bytes, kept while the readers woken for it are written.
+struct FrameCopy {
+    frame: Rc<SharedFrame>,
+    dialect: Dialect,
+    bytes: js_sys::Uint8Array,
+}
+
 /// The live side of one Durable Object.
 pub struct Shell {
     pub stream_id: String,
@@ -126,6 +134,8 @@ pub struct Shell {
     cancel_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     timer_at: Cell<Option<Millis>>,
     timer_generation: Cell<u64>,
+    /// The last frame written whole, as JavaScript bytes: the readers woken for it get this copy.
+    last_frame: Cell<Option<FrameCopy>>,
 }
 
 impl Shell {
@@ -141,6 +151,7 @@ impl Shell {
             cancel_watchers: RefCell::default(),
             timer_at: Cell::new(None),
             timer_generation: Cell::new(0),
+            last_frame: Cell::new(None),
         })
     }
 
@@ -239,22 +250,40 @@ impl Shell {
         if prefix.is_empty() && !body.has_room.get() {
             return;
         }
-        let (bytes, done) = match self.pull(reader, now) {
+        let (wire, done) = match self.pull(reader, now) {
             Pull::Data { wire, last } if prefix.is_empty() => (wire, last),
-            Pull::Data { wire, last } => (format!("{prefix}{wire}"), last),
-            Pull::Pending => (prefix.to_owned(), false),
-            Pull::Gone => (prefix.to_owned(), true),
+            Pull::Data { wire, last } => (Wire::from(format!("{prefix}{}", wire.as_str())), last),
+            Pull::Pending => (Wire::from(prefix.to_owned()), false),
+            Pull::Gone => (Wire::from(prefix.to_owned()), true),
         };
-        if !bytes.is_empty() {
+        if !wire.is_empty() {
             // Before the write: the runtime may ask for more from inside it.
             body.has_room.set(false);
-            // Fails only when the client is gone, which cancels the body and detaches the reader.
-            let _ = body.controller.enqueue_with_chunk(&js_sys::Uint8Array::from(bytes.as_bytes()));
+            self.enqueue(body, &wire);
         }
         if done {
             self.bodies.borrow_mut().remove(&reader);
             let _ = body.controller.close();
         }
+    }
+
+    /// Writes `wire` into a reader's body. A frame that goes to several readers is copied out of
+    /// wasm memory once, for the first of them, and that one JavaScript copy is written into
+    /// every body it goes to (the runtime copies what it sends; nothing writes to it after).
+    fn enqueue(&self, body: &ReaderBody, wire: &Wire) {
+        // Fails only when the client is gone, which cancels the body and detaches the reader.
+        let Some((frame, dialect)) = wire.shared_frame() else {
+            let _ = body.controller.enqueue_with_chunk(&js_sys::Uint8Array::from(wire.as_bytes()));
+            return;
+        };
+        let copy = match self.last_frame.take() {
+            Some(copy) if Rc::ptr_eq(&copy.frame, frame) && copy.dialect == dialect => copy,
+            _ => FrameCopy { frame: Rc::clone(frame), dialect, bytes: js_sys::Uint8Array::from(wire.as_bytes()) },
+        };
+        let _ = body.controller.enqueue_with_chunk(&copy.bytes);
+        // A write the runtime asked for from inside this one may have kept a newer frame: keep that.
+        let newer = self.last_frame.take();
+        self.last_frame.set(newer.or(Some(copy)));
     }
 
     /// Pulls a reader's queued bytes (no outputs come from a pull, so no `feed`). A `Pending`
@@ -332,6 +361,7 @@ impl Shell {
     /// follows finds the row sealed (or repairs it, after a seal that could not commit).
     fn retire(&self) {
         self.live.borrow_mut().take();
+        self.last_frame.take();
         let bodies: Vec<_> = self.bodies.borrow_mut().drain().collect();
         for (_, body) in bodies {
             let _ = body.controller.close();

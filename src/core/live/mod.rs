@@ -23,5 +23,5 @@ mod readers;
 mod stream;
 
 pub use open::Producer;
-pub use readers::{Dialect, DropReason, Pull, ReaderId};
+pub use readers::{Dialect, DropReason, Pull, ReaderId, SharedFrame, Wire};
 pub use stream::*;

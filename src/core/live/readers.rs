@@ -23,6 +23,7 @@
 use super::stream::Millis;
 use crate::core::frame::Frame;
 use crate::core::{sse, ui};
+use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
@@ -127,12 +128,66 @@ impl Reader {
     }
 }
 
+/// The bytes one pull takes: exactly one frame's shared encoding (the common case: every
+/// reader woken for a frame writes the same bytes, so the shell can give them all one copy of
+/// them), or text made for this reader alone (several frames, a merged run, a ping).
+#[derive(Debug, Clone)]
+pub enum Wire {
+    Frame(Rc<SharedFrame>, Dialect),
+    Text(Cow<'static, str>),
+}
+
+impl Wire {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Wire::Frame(frame, dialect) => frame.wire(*dialect),
+            Wire::Text(text) => text,
+        }
+    }
+
+    /// The frame these bytes are, when they are exactly one shared frame's encoding.
+    pub fn shared_frame(&self) -> Option<(&Rc<SharedFrame>, Dialect)> {
+        match self {
+            Wire::Frame(frame, dialect) => Some((frame, *dialect)),
+            Wire::Text(_) => None,
+        }
+    }
+}
+
+impl std::ops::Deref for Wire {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl From<String> for Wire {
+    fn from(text: String) -> Self {
+        Wire::Text(Cow::Owned(text))
+    }
+}
+
+/// Bytes are bytes, however they are held.
+impl PartialEq for Wire {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Wire {}
+
+impl PartialEq<String> for Wire {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
 /// What a pull produced.
 #[must_use = "a pull takes the reader's queued bytes: write them"]
 #[derive(Debug, PartialEq, Eq)]
 pub enum Pull {
     /// SSE bytes to write. `last` is true when they end the subscription.
-    Data { wire: String, last: bool },
+    Data { wire: Wire, last: bool },
     /// Nothing queued: the reader is parked and will be named in a wake output.
     Pending,
     /// The reader is gone (drained after its terminal frame, or never existed).
@@ -356,6 +411,7 @@ impl Readers {
     /// (then it is `Pending` and named in a wake when due).
     pub fn pull(&mut self, id: ReaderId, now: Millis) -> Pull {
         let (pace, slack) = (self.pacing(), self.slack());
+        let merge = self.merge;
         let Some(r) = self.readers.get_mut(&id) else { return Pull::Gone };
         if r.queue.is_empty() {
             if r.finished {
@@ -365,7 +421,7 @@ impl Readers {
             if std::mem::take(&mut r.ping) {
                 r.idle_since = now;
                 self.writes += 1;
-                return Pull::Data { wire: sse::PING.to_owned(), last: false };
+                return Pull::Data { wire: Wire::Text(Cow::Borrowed(sse::PING)), last: false };
             }
             r.parked = true;
             return Pull::Pending;
@@ -380,16 +436,22 @@ impl Readers {
         r.paced_until = r.paced_until.max(now) + pace;
         r.idle_since = now;
         self.writes += 1;
-        let frames: Vec<_> = r.queue.drain(..).collect();
         let (last, dialect) = (r.finished, r.dialect);
+        let wire = match r.queue.len() {
+            // One frame, merged or not, is its own encoding: the bytes every reader shares.
+            1 => Wire::Frame(r.queue.pop_front().expect("one frame is queued"), dialect),
+            _ => {
+                let frames: Vec<_> = r.queue.drain(..).collect();
+                Wire::from(match dialect {
+                    Dialect::Events if merge => merge_wire(&frames),
+                    // A `ui` event is one line: a run of them is already as merged as it gets.
+                    _ => frames.iter().map(|f| f.wire(dialect)).collect::<String>(),
+                })
+            }
+        };
         if last {
             self.readers.remove(&id); // finished readers are not counted: the pace stands
         }
-        let wire = match dialect {
-            Dialect::Events if self.merge => merge_wire(&frames),
-            // A `ui` event is one line: a run of them is already as merged as it gets.
-            _ => frames.iter().map(|f| f.wire(dialect)).collect(),
-        };
         Pull::Data { wire, last }
     }
 
@@ -482,6 +544,35 @@ mod tests {
         let Pull::Data { wire, .. } = rs.pull(ids[0], 110) else { panic!("expected data") };
         assert_eq!(wire, sse::encode(&chunk(1, "bc")), "the deferred frames go out merged");
         assert_eq!(rs.writes(), 11);
+    }
+
+    #[test]
+    fn a_frame_that_goes_out_alone_is_the_same_shared_bytes_for_every_reader_and_a_run_is_a_readers_own() {
+        let mut rs = Readers::new(64, true, NO_PACING, NO_KEEPALIVE);
+        let ids: Vec<_> = (0..3).map(|_| rs.attach(Dialect::Events, vec![], 0)).collect();
+        for &id in &ids {
+            assert_eq!(rs.pull(id, 0), Pull::Pending);
+        }
+        assert_eq!(rs.fan_out(chunk(0, "a"), stale, 1).0, ids);
+        let wires: Vec<Wire> = ids
+            .iter()
+            .map(|&id| match rs.pull(id, 1) {
+                Pull::Data { wire, last: false } => wire,
+                other => panic!("expected data, got {other:?}"),
+            })
+            .collect();
+        let Some((first, Dialect::Events)) = wires[0].shared_frame() else { panic!("one frame alone is its shared encoding") };
+        for wire in &wires {
+            let (frame, _) = wire.shared_frame().expect("shared");
+            assert!(Rc::ptr_eq(frame, first), "every reader gets the one encoding the shell copies once");
+            assert_eq!(*wire, sse::encode(&chunk(0, "a")));
+        }
+        // Two frames queued: the reader's own write, merged.
+        rs.fan_out(chunk(1, "b"), stale, 2);
+        rs.fan_out(chunk(2, "c"), stale, 3);
+        let Pull::Data { wire, .. } = rs.pull(ids[0], 3) else { panic!("expected data") };
+        assert!(wire.shared_frame().is_none());
+        assert_eq!(wire, sse::encode(&chunk(1, "bc")));
     }
 
     #[test]
@@ -593,13 +684,13 @@ mod tests {
         assert_eq!((rs.due_of(idle), rs.due_of(busy)), (Some(21_000), Some(20_000)), "a write restarts the interval");
         assert!(rs.wake_due(19_999).is_empty());
         assert_eq!(rs.wake_due(20_000), vec![busy]);
-        assert_eq!(rs.pull(busy, 20_000), Pull::Data { wire: sse::PING.to_owned(), last: false });
+        assert_eq!(rs.pull(busy, 20_000), Pull::Data { wire: sse::PING.to_owned().into(), last: false });
         assert_eq!(rs.pull(busy, 20_000), Pull::Pending);
         assert_eq!(rs.next_due(), Some(21_000));
         // A frame that arrives before the woken reader pulls goes out instead of the ping.
         assert_eq!(rs.wake_due(21_000), vec![idle]);
         rs.fan_out(chunk(1, "b"), stale, 21_001);
-        assert_eq!(rs.pull(idle, 21_002), Pull::Data { wire: sse::encode(&chunk(1, "b")), last: false });
+        assert_eq!(rs.pull(idle, 21_002), Pull::Data { wire: sse::encode(&chunk(1, "b")).into(), last: false });
         assert_eq!(rs.pull(idle, 21_002), Pull::Pending);
         // A finished reader is never pinged.
         rs.finish_all(Frame::End { seq: 2, status: EndStatus::Complete, error: None });
@@ -646,7 +737,7 @@ mod tests {
         let (_, dropped) = rs.fan_out(chunk(2, "c"), stale, 1);
         assert_eq!(dropped, vec![slow]);
         assert_eq!(rs.live_count(), 0);
-        assert_eq!(rs.pull(slow, 1), Pull::Data { wire: sse::encode(&stale()), last: true });
+        assert_eq!(rs.pull(slow, 1), Pull::Data { wire: sse::encode(&stale()).into(), last: true });
         assert_eq!(rs.pull(slow, 1), Pull::Gone);
     }
 
@@ -662,7 +753,7 @@ mod tests {
         let (a, b) = (&rs.readers[&events].queue[1], &rs.readers[&ui].queue[0]);
         assert!(Rc::ptr_eq(a, b), "one frame shared by the readers of both dialects");
         assert!(a.events.get().is_some() && a.ui.get().is_some());
-        assert_eq!(rs.pull(ui, 1), Pull::Data { wire: "id: 26\ndata: {\"type\":\"b\"}\n\n".into(), last: false });
+        assert_eq!(rs.pull(ui, 1), Pull::Data { wire: "id: 26\ndata: {\"type\":\"b\"}\n\n".to_owned().into(), last: false });
     }
 
     #[test]
