@@ -9,6 +9,7 @@
 //   node bench/bench.mjs --json     # the report as JSON on stdout
 //   node bench/bench.mjs --only latency,d1   # a subset (latency, plain, ui, maxRate, d1, memory, variants)
 //   node bench/bench.mjs --pairs 3           # the latency and plain rows as medians of 3 alternating pairs
+//   node bench/bench.mjs --pairs 3 --warmup 20 --warmup-rate 1000   # the latency and plain rows after a heavier warm-up
 //
 // Build the Worker first (scripts/build.sh; the test command does). Scenarios:
 //   latency   1 stream, R readers (1, 10, 100), 4-UTF-16-unit deltas at 100/s through one
@@ -847,7 +848,7 @@ function medianRun(runs) {
  * Runs the scenarios (`only`: a subset of latency, plain, ui, maxRate, d1, memory, variants; default
  * all); `smoke` shrinks each to seconds. `log` gets progress lines.
  */
-export async function runBench({ smoke = false, only, pairs = 1, log = () => {} } = {}) {
+export async function runBench({ smoke = false, only, pairs = 1, warmup = {}, log = () => {} } = {}) {
   const want = (name) => !only || only.includes(name);
   const commit = (() => {
     try {
@@ -875,14 +876,18 @@ export async function runBench({ smoke = false, only, pairs = 1, log = () => {} 
   };
   const seconds = smoke ? 1 : 10;
   // The smoke run measures nothing worth warming up for.
-  const warmupSeconds = smoke ? 0 : WARMUP_SECONDS;
+  const warmupSeconds = smoke ? 0 : (warmup.seconds ?? WARMUP_SECONDS);
+  // --warmup-rate: the latency and plain rows warm up faster than they measure ("The 1-reader
+  // p99 is a young isolate's", BENCHMARKS.md); the default is the measured rate.
+  const warmupRate = warmup.rate;
+  report.warmup = { seconds: warmupSeconds, rate: warmupRate ?? 'the measured rate' };
 
   // The same load through one streaming append (`latency`) and as one POST per delta (`plain`).
   for (const [scenario, plain] of [['latency', false], ['plain', true]]) {
     report[scenario] = [];
     // The smoke run keeps one plain row: it only has to show the scenario still runs.
     for (const readers of want(scenario) ? (smoke ? (plain ? [10] : [1, 10]) : [1, 10, 100]) : []) {
-      const pair = await pairsOf((t) => fanout(t, { readers, rate: 100, seconds, plain, warmupSeconds }));
+      const pair = await pairsOf((t) => fanout(t, { readers, rate: 100, seconds, plain, warmupSeconds, warmupRate }));
       report[scenario].push(pair);
       log(`${scenario} ${readers} readers: floor ${pair.floor.achievedRate}/s p50 ${pair.floor.p50} p99 ${pair.floor.p99}, rindle ${pair.rindle.achievedRate}/s p50 ${pair.rindle.p50} p99 ${pair.rindle.p99}`);
     }
@@ -962,7 +967,7 @@ export async function runBench({ smoke = false, only, pairs = 1, log = () => {} 
 export function formatReport(r) {
   const ratio = (a, b) => (a === null || b === null || !b ? 'n/a' : `${Number((a / b).toPrecision(2))}×`);
   const lines = [];
-  lines.push(`machine: ${r.machine.cpus} × ${r.machine.model}, Node ${r.machine.node}, ${r.machine.date}, load average ${r.machine.loadAverage?.toFixed(1)} at the start, commit ${r.commit}${r.smoke ? ' (smoke run)' : ''}; load ${r.direct ? "on the Worker's own socket (past the dev proxy)" : 'through the dev proxy'}, inspector Network domain off`, '');
+  lines.push(`machine: ${r.machine.cpus} × ${r.machine.model}, Node ${r.machine.node}, ${r.machine.date}, load average ${r.machine.loadAverage?.toFixed(1)} at the start, commit ${r.commit}${r.smoke ? ' (smoke run)' : ''}; load ${r.direct ? "on the Worker's own socket (past the dev proxy)" : 'through the dev proxy'}, inspector Network domain off${r.warmup ? `; warm-up ${r.warmup.seconds} s at ${r.warmup.rate}${typeof r.warmup.rate === 'number' ? '/s' : ''}` : ''}`, '');
   for (const [scenario, title] of [['latency', 'one streaming append'], ['plain', 'one POST per delta']]) {
     if (!r[scenario]?.length) continue;
     lines.push(`${title}, 4-unit deltas at 100/s offered:`, '');
@@ -1043,7 +1048,9 @@ async function main() {
   const only = onlyAt >= 0 ? args[onlyAt + 1]?.split(',') : undefined;
   const pairsAt = args.indexOf('--pairs');
   const pairs = pairsAt >= 0 ? Number(args[pairsAt + 1]) : 1;
-  const report = await runBench({ smoke, only, pairs, log: (line) => process.stderr.write(`bench: ${line}\n`) });
+  const valueOf = (flag) => (args.includes(flag) ? Number(args[args.indexOf(flag) + 1]) : undefined);
+  const warmup = { seconds: valueOf('--warmup'), rate: valueOf('--warmup-rate') };
+  const report = await runBench({ smoke, only, pairs, warmup, log: (line) => process.stderr.write(`bench: ${line}\n`) });
   process.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : `${formatReport(report)}\n`);
   const bad = problems(report);
   for (const p of bad) process.stderr.write(`bench: PROBLEM ${p}\n`);
