@@ -201,9 +201,21 @@ async function quiet(stacks) {
 // Latency bookkeeping
 
 /** The `p`th percentile of the ascending `sorted` (nearest rank); null for no samples. */
-export function percentile(sorted, p) {
+function percentile(sorted, p) {
   if (sorted.length === 0) return null;
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
+}
+
+/**
+ * The `p`th percentile of several fan-out runs' latency samples together (rounded as a run's
+ * own), or null when a run does not carry them. A run's p99 is its 1%-worst samples, and with N
+ * readers one stall is N of them (see STALL_MS): a 10-reader p99 from one 10 s run rests on about
+ * 9 stalls, the median of three such p99s on hardly more. Pooled, it rests on all of them
+ * together; this is the p99 the targets are read from.
+ */
+export function pooledPercentile(runs, p) {
+  if (!runs.every((r) => r.latencies)) return null;
+  return round(percentile(runs.flatMap((r) => r.latencies).sort((a, b) => a - b), p));
 }
 
 const round = (x, digits = 1) => (x === null || x === undefined ? null : Math.round(x * 10 ** digits) / 10 ** digits);
@@ -832,15 +844,8 @@ function medianRun(runs) {
   }
   out.complete = runs.every((r) => r.complete);
   out.violations = runs.reduce((sum, r) => sum + r.violations, 0);
-  // Percentiles over every run's samples together. A run's p99 is its 1%-worst samples, and
-  // with N readers one stall is N of them (see STALL_MS): a 10-reader p99 from one 10 s run rests
-  // on about 9 stalls, the median of three such p99s on hardly more. Pooled, it rests on all of
-  // them together; this is the p99 the targets are read from.
-  if (runs.every((r) => r.latencies)) {
-    const pooled = runs.flatMap((r) => r.latencies).sort((a, b) => a - b);
-    out.p50Pooled = round(percentile(pooled, 50));
-    out.p99Pooled = round(percentile(pooled, 99));
-  }
+  out.p50Pooled = pooledPercentile(runs, 50) ?? undefined;
+  out.p99Pooled = pooledPercentile(runs, 99) ?? undefined;
   return out;
 }
 
@@ -1048,8 +1053,8 @@ async function main() {
   const only = onlyAt >= 0 ? args[onlyAt + 1]?.split(',') : undefined;
   const pairsAt = args.indexOf('--pairs');
   const pairs = pairsAt >= 0 ? Number(args[pairsAt + 1]) : 1;
-  const valueOf = (flag) => (args.includes(flag) ? Number(args[args.indexOf(flag) + 1]) : undefined);
-  const warmup = { seconds: valueOf('--warmup'), rate: valueOf('--warmup-rate') };
+  const { load } = loadFromArgs(args);
+  const warmup = { seconds: load.warmupSeconds, rate: load.warmupRate };
   const report = await runBench({ smoke, only, pairs, warmup, log: (line) => process.stderr.write(`bench: ${line}\n`) });
   process.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : `${formatReport(report)}\n`);
   const bad = problems(report);

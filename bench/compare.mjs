@@ -22,7 +22,7 @@ import { cpSync, existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadFromArgs, median, percentile, varsOf } from './bench.mjs';
+import { loadFromArgs, median, pooledPercentile, varsOf } from './bench.mjs';
 
 const HERE = fileURLToPath(new URL('.', import.meta.url));
 const PROJECT = resolve(HERE, '..');
@@ -102,8 +102,7 @@ async function main() {
         const xs = rs.map((r) => r[key]).filter((x) => typeof x === 'number');
         return xs.length ? { median: median(xs), min: Math.min(...xs), max: Math.max(...xs) } : null;
       };
-      // The p99 of every run's samples together (bench.mjs medianRun: why).
-      const pooled = rs.every((r) => r.latencies) ? rs.flatMap((r) => r.latencies).sort((a, b) => a - b) : null;
+      const p99Pooled = pooledPercentile(rs, 99);
       for (const r of rs) delete r.latencies;
       return [
         name,
@@ -113,7 +112,7 @@ async function main() {
           achievedRate: stat('achievedRate'),
           p50: stat('p50'),
           p99: stat('p99'),
-          p99Pooled: pooled ? Math.round(percentile(pooled, 99) * 10) / 10 : null,
+          p99Pooled,
           stalls: stat('stalls'),
           appendP50: stat('appendP50'),
           appendP99: stat('appendP99'),
