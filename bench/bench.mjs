@@ -261,6 +261,7 @@ export function rindleTarget(stack, base, { format = 'text' } = {}) {
         eventsUrl: url(ui ? 'ui' : 'events', `?from=0&token=${encodeURIComponent(token)}`),
         close: () => request(url('close'), { method: 'POST', headers: auth }),
         stats: async () => (await request(url('stats'), { headers: auth })).json,
+        checkpoints: async () => (await request(url('stats'), { headers: auth })).json.checkpoints,
       };
     },
     /**
@@ -299,6 +300,12 @@ export function floorTarget(stack, base) {
         eventsUrl: url('events'),
         close: () => request(url('close'), { method: 'POST' }),
         stats: async () => null,
+        // Rounds run by the floor that checkpoints (FLOOR_CHECKPOINTS=1), else 0; the Rust
+        // floor, which never checkpoints, answers 404.
+        checkpoints: async () => {
+          const r = await request(url('stats'));
+          return r.status === 200 ? r.json.checkpoints : 0;
+        },
       };
     },
     reader(onUnits) {
@@ -395,8 +402,18 @@ function within(promise, ms, late) {
   return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
 }
 
-/** Seconds of unmeasured load before each fan-out measurement (see `fanout`). */
-const WARMUP_SECONDS = 10;
+/**
+ * The unmeasured load before each fan-out measurement (see `fanout`): 20 s at 1,000 deltas/s,
+ * 20,000 deltas. With 10 s at the measured 100/s, V8 was still compiling rindle-streams' wasm
+ * to its top tier inside the measured window (BENCHMARKS.md, "How warm the wasm is").
+ */
+export const WARMUP = { seconds: 20, rate: 1000 };
+
+/**
+ * The lighter warm-up of the rows that do not compare per-request cost with the floor (`ui`,
+ * `maxRate`, `variants`): 10 s at the measured rate, as before the warm-up of record grew.
+ */
+const LIGHT_WARMUP_SECONDS = 10;
 
 /**
  * One stream, `readers` readers, `rate` deltas/s for `seconds` (deltas of 4 UTF-16 units).
@@ -406,16 +423,17 @@ const WARMUP_SECONDS = 10;
  * counted), deliveries, CPU and violations. `during` ({ start, stop }) brackets the measured
  * window (bench/profile.mjs takes its CPU profile there).
  */
-export async function fanout(target, { readers, rate, seconds, plain = false, during, warmupSeconds = WARMUP_SECONDS, warmupRate = rate }) {
+export async function fanout(target, { readers, rate, seconds, plain = false, during, warmupSeconds = WARMUP.seconds, warmupRate = WARMUP.rate }) {
   // The same load on a stream of its own first, unmeasured: a fresh runtime compiles its hot
   // code as it goes, on background threads whose CPU would otherwise land on the measurement
   // (±25% from run to run without it). What is measured is a warm isolate, as in production
   // where one serves many requests: after a 2 s warm-up, V8 was still tiering the wasm up
   // (Turboshaft compiles were 5.5% of workerd's perf samples during a plain 1-reader run;
-  // the floor's JavaScript compiles 0.8%), so the warm-up is 10 s. `warmupRate` (--warmup-rate)
-  // warms faster than the measured rate: V8 tiers a wasm function up only after it has run a
-  // budget of code, so at 100 deltas/s much of the wasm is still in its baseline tier after
-  // 10 s (BENCHMARKS.md, "How warm the wasm is").
+  // the floor's JavaScript compiles 0.8%), and V8 tiers a wasm function up only after it has
+  // run a budget of code: after 10 s at 100 deltas/s, Turboshaft was still compiling rindle's
+  // wasm in the measured window, and its baseline tier's frame set-ups were 3% of the samples.
+  // So the warm-up runs faster than the measurement (`warmupRate`, default 1,000/s; --warmup-rate)
+  // for 20 s (BENCHMARKS.md, "How warm the wasm is").
   if (warmupSeconds > 0) await fanout(target, { readers: Math.min(readers, 10), rate: warmupRate, seconds: warmupSeconds, plain, warmupSeconds: 0 });
   const stream = await target.open();
   const total = Math.max(1, Math.round(rate * seconds));
@@ -454,6 +472,7 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
   }
   await sleep(200); // every reader attached and parked
   await during?.start();
+  const checkpointsBefore = await stream.checkpoints();
   const before = workerdUsage(target.stack.process.pgid);
   const workerBefore = target.stack.workerPid ? processCpuMs(target.stack.workerPid) : null;
   const clientBefore = process.cpuUsage();
@@ -480,6 +499,7 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
   const after = workerdUsage(target.stack.process.pgid);
   const workerCpuMs = workerBefore === null ? null : processCpuMs(target.stack.workerPid) - workerBefore;
   const client = process.cpuUsage(clientBefore);
+  const checkpoints = (await stream.checkpoints()) - checkpointsBefore;
   await during?.stop();
   const drainedAfter = (performance.now() - start) / 1000 - elapsed;
   const deliveredInWindow = delivered;
@@ -515,6 +535,8 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
     workerCpuMsPer1000Deliveries: workerCpuMs === null ? null : round((workerCpuMs * 1000) / Math.max(1, deliveredInWindow), 2),
     cpuMsPer1000Deliveries: round((cpuMs * 1000) / Math.max(1, deliveredInWindow), 2),
     cpuMsPer1000Deltas: round((cpuMs * 1000) / total, 2),
+    // Checkpoint rounds in the measured window (each side's own count).
+    checkpoints,
     stalls: earliest.subarray(warmup).filter((l) => l > STALL_MS && l !== Infinity).length,
   };
   // The samples themselves, for percentiles over several runs (`--pairs`); kept out of JSON.
@@ -820,7 +842,7 @@ async function maxRate(side, { readers, rates, seconds, warmupSeconds, vars, see
   const steps = [];
   let best = null;
   for (const rate of rates) {
-    const r = await onFreshStack(side, (t) => fanout(t, { readers, rate, seconds, warmupSeconds }), { vars, seen });
+    const r = await onFreshStack(side, (t) => fanout(t, { readers, rate, seconds, warmupSeconds, warmupRate: rate }), { vars, seen });
     const holds = r.complete && r.violations === 0 && r.p99 !== null && r.p99 <= 100 && r.achievedRate >= rate * 0.95;
     steps.push({ rate, holds, p50: r.p50, p99: r.p99, achievedRate: r.achievedRate, complete: r.complete, cpuMsPer1000Deliveries: r.cpuMsPer1000Deliveries });
     if (!holds) break;
@@ -881,11 +903,12 @@ export async function runBench({ smoke = false, only, pairs = 1, warmup = {}, lo
   };
   const seconds = smoke ? 1 : 10;
   // The smoke run measures nothing worth warming up for.
-  const warmupSeconds = smoke ? 0 : (warmup.seconds ?? WARMUP_SECONDS);
-  // --warmup-rate: the latency and plain rows warm up faster than they measure ("The 1-reader
-  // p99 is a young isolate's", BENCHMARKS.md); the default is the measured rate.
-  const warmupRate = warmup.rate;
-  report.warmup = { seconds: warmupSeconds, rate: warmupRate ?? 'the measured rate' };
+  const warmupSeconds = smoke ? 0 : (warmup.seconds ?? WARMUP.seconds);
+  // The latency and plain rows (the floor's comparison) warm up faster than they measure
+  // (WARMUP; --warmup, --warmup-rate); the other fan-out rows lightly, at the measured rate.
+  const warmupRate = warmup.rate ?? WARMUP.rate;
+  const light = smoke ? 0 : LIGHT_WARMUP_SECONDS;
+  report.warmup = { seconds: warmupSeconds, rate: warmupRate, otherRows: `${light} s at the measured rate` };
 
   // The same load through one streaming append (`latency`) and as one POST per delta (`plain`).
   for (const [scenario, plain] of [['latency', false], ['plain', true]]) {
@@ -907,11 +930,11 @@ export async function runBench({ smoke = false, only, pairs = 1, warmup = {}, lo
   const uiChars = smoke ? 10_000 : 100_000;
   if (smoke && want('ui')) {
     // The fan-out only: the D1 count's harness is the `d1` scenario's, smoke-run below.
-    const run = (t) => fanout(t, { readers: 1, rate: 100, seconds, warmupSeconds });
+    const run = (t) => fanout(t, { readers: 1, rate: 100, seconds, warmupSeconds: light, warmupRate: 100 });
     report.ui.push({ text: await on('rindle', run), ui: await on('rindleUi', run) });
   }
   for (const readers of smoke ? [] : uiReaders) {
-    const fn = (t) => fanout(t, { readers, rate: 100, seconds, warmupSeconds });
+    const fn = (t) => fanout(t, { readers, rate: 100, seconds, warmupSeconds: light, warmupRate: 100 });
     const pair = { text: await on('rindle', fn), ui: await on('rindleUi', fn) };
     report.ui.push(pair);
     log(`ui ${readers} readers: text p99 ${pair.text.p99} CPU ${pair.text.cpuMsPer1000Deliveries}, ui p99 ${pair.ui.p99} CPU ${pair.ui.cpuMsPer1000Deliveries}`);
@@ -922,7 +945,7 @@ export async function runBench({ smoke = false, only, pairs = 1, warmup = {}, lo
   if (report.uiD1) log(`ui d1: text ${report.uiD1.text.bytesPerTextByte} bytes per text byte, ui ${report.uiD1.ui.bytesPerTextByte}`);
 
   const rates = smoke ? [50] : [10, 25, 50, 100, 150, 200, 300];
-  const rateOptions = { readers: smoke ? 10 : 100, rates, seconds: smoke ? 1 : 6, warmupSeconds, seen };
+  const rateOptions = { readers: smoke ? 10 : 100, rates, seconds: smoke ? 1 : 6, warmupSeconds: light, seen };
   if (want('maxRate')) {
     report.maxRate = { floor: await maxRate('floor', rateOptions), rindle: await maxRate('rindle', rateOptions) };
     log(`max rate: floor ${report.maxRate.floor.best}/s, rindle ${report.maxRate.rindle.best}/s`);
@@ -957,7 +980,7 @@ export async function runBench({ smoke = false, only, pairs = 1, warmup = {}, lo
       v.perDeltaD1.checkpointEveryDelta = await on('rindle', perDelta, { CHECKPOINT_CHARS: '1' });
       for (const [name, vars] of [['noPacing', { READER_PACING_US: '0' }], ['noMerge', { MERGE_QUEUED_CHUNKS: '0' }]]) {
         v[name] = {
-          latency100: await on('rindle', (t) => fanout(t, { readers: 100, rate: 100, seconds, warmupSeconds }), vars),
+          latency100: await on('rindle', (t) => fanout(t, { readers: 100, rate: 100, seconds, warmupSeconds: light, warmupRate: 100 }), vars),
           maxRate: await maxRate('rindle', { ...rateOptions, vars }),
         };
         log(`${name}: 100 readers p99 ${v[name].latency100.p99}, max rate ${v[name].maxRate.best}/s`);
@@ -972,7 +995,7 @@ export async function runBench({ smoke = false, only, pairs = 1, warmup = {}, lo
 export function formatReport(r) {
   const ratio = (a, b) => (a === null || b === null || !b ? 'n/a' : `${Number((a / b).toPrecision(2))}×`);
   const lines = [];
-  lines.push(`machine: ${r.machine.cpus} × ${r.machine.model}, Node ${r.machine.node}, ${r.machine.date}, load average ${r.machine.loadAverage?.toFixed(1)} at the start, commit ${r.commit}${r.smoke ? ' (smoke run)' : ''}; load ${r.direct ? "on the Worker's own socket (past the dev proxy)" : 'through the dev proxy'}, inspector Network domain off${r.warmup ? `; warm-up ${r.warmup.seconds} s at ${r.warmup.rate}${typeof r.warmup.rate === 'number' ? '/s' : ''}` : ''}`, '');
+  lines.push(`machine: ${r.machine.cpus} × ${r.machine.model}, Node ${r.machine.node}, ${r.machine.date}, load average ${r.machine.loadAverage?.toFixed(1)} at the start, commit ${r.commit}${r.smoke ? ' (smoke run)' : ''}; load ${r.direct ? "on the Worker's own socket (past the dev proxy)" : 'through the dev proxy'}, inspector Network domain off${r.warmup ? `; warm-up ${r.warmup.seconds} s at ${r.warmup.rate}${typeof r.warmup.rate === 'number' ? '/s' : ''}${r.warmup.otherRows ? ` (the ui, max-rate and variants rows ${r.warmup.otherRows})` : ''}` : ''}`, '');
   for (const [scenario, title] of [['latency', 'one streaming append'], ['plain', 'one POST per delta']]) {
     if (!r[scenario]?.length) continue;
     lines.push(`${title}, 4-unit deltas at 100/s offered:`, '');

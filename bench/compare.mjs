@@ -93,7 +93,7 @@ async function main() {
         process.stderr.write(`compare: ${s.name} #${i + 1}: flush p50 ${r.p50} p99 ${r.p99}, D1 round trips per checkpoint ${r.d1RoundsPerCheckpoint ?? 'n/a'}\n`);
         continue;
       }
-      process.stderr.write(`compare: ${s.name} #${i + 1}: CPU ${r.cpuMsPer1000Deliveries} ms / 1k deliveries (Worker ${r.workerCpuMsPer1000Deliveries}), ${r.achievedRate}/s, p50 ${r.p50} p99 ${r.p99}, ${r.stalls} stalls${r.appendP50 !== undefined ? `, append p50 ${r.appendP50} p99 ${r.appendP99}` : ''}\n`);
+      process.stderr.write(`compare: ${s.name} #${i + 1}: CPU ${r.cpuMsPer1000Deliveries} ms / 1k deliveries (Worker ${r.workerCpuMsPer1000Deliveries}), ${r.achievedRate}/s, p50 ${r.p50} p99 ${r.p99}, ${r.stalls} stalls, ${r.checkpoints} checkpoints${r.appendP50 !== undefined ? `, append p50 ${r.appendP50} p99 ${r.appendP99}` : ''}\n`);
     }
   }
   const summary = Object.fromEntries(
@@ -114,6 +114,7 @@ async function main() {
           p99: stat('p99'),
           p99Pooled,
           stalls: stat('stalls'),
+          checkpoints: stat('checkpoints'),
           appendP50: stat('appendP50'),
           appendP99: stat('appendP99'),
           complete: rs.every((r) => r.complete),
@@ -134,9 +135,9 @@ async function main() {
     return;
   }
   process.stdout.write(`${options.plain ? 'one POST per delta' : 'one streaming append'}, ${options.readers} readers, ${options.rate}/s × ${options.seconds} s, ${reps} runs each (median, range); load average ${os.loadavg()[0].toFixed(1)}\n`);
-  process.stdout.write('| build | CPU ms / 1k deliveries | of which the Worker\'s process | deltas/s | p50 ms | p99 ms | p99 ms, runs pooled | stalls | append answered p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|\n');
+  process.stdout.write('| build | CPU ms / 1k deliveries | of which the Worker\'s process | deltas/s | p50 ms | p99 ms | p99 ms, runs pooled | stalls | checkpoints | append answered p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|\n');
   for (const [name, s] of Object.entries(summary)) {
-    process.stdout.write(`| ${name} | ${fmt(s.cpuMsPer1000Deliveries)} | ${fmt(s.workerCpuMsPer1000Deliveries)} | ${fmt(s.achievedRate)} | ${fmt(s.p50)} | ${fmt(s.p99)} | ${s.p99Pooled ?? 'n/a'} | ${fmt(s.stalls)} | ${fmt(s.appendP50)} / ${fmt(s.appendP99)} |\n`);
+    process.stdout.write(`| ${name} | ${fmt(s.cpuMsPer1000Deliveries)} | ${fmt(s.workerCpuMsPer1000Deliveries)} | ${fmt(s.achievedRate)} | ${fmt(s.p50)} | ${fmt(s.p99)} | ${s.p99Pooled ?? 'n/a'} | ${fmt(s.stalls)} | ${fmt(s.checkpoints)} | ${fmt(s.appendP50)} / ${fmt(s.appendP99)} |\n`);
   }
 }
 

@@ -18,7 +18,9 @@
 // of the guarded chunk insert, the length compare-and-swap and the read-back. No retries, no
 // seal, no `durable` frames: what the rounds themselves cost a floor that keeps its text
 // durable, with local D1 running in the Worker's own process (BENCHMARKS.md, "Where the time
-// goes": the 1-reader streaming p99).
+// goes": the 1-reader streaming p99). FLOOR_CHECKPOINT_CHARS moves the 512 (as rindle-streams'
+// CHECKPOINT_CHARS does), so that rounds can be made frequent enough to measure one's cost;
+// GET .../stats answers how many rounds the stream has run.
 //
 // FLOOR_BODY chooses how a reader's body is written (an experiment on the runtime's streams,
 // bench/compare.mjs --var FLOOR_BODY=…): `transform` (the default, the floor of record: a
@@ -37,8 +39,9 @@ const CHECKPOINT_DDL = [
 
 /** One stream's checkpoints into D1 (FLOOR_CHECKPOINTS=1): the text forwarded, and how much of it a round confirmed. */
 class FloorCheckpoints {
-  constructor(db, streamId) {
+  constructor(db, streamId, chars) {
     this.db = db;
+    this.chars = chars;
     this.streamId = streamId;
     this.text = '';
     this.durableSeq = 0;
@@ -60,7 +63,7 @@ class FloorCheckpoints {
   drive() {
     const behind = this.text.length - this.durableSeq;
     if (this.round || behind === 0) return;
-    if (this.forced || behind >= CHECKPOINT_CHARS) {
+    if (this.forced || behind >= this.chars) {
       this.forced = false;
       clearTimeout(this.tick);
       this.tick = null;
@@ -103,6 +106,7 @@ export class FloorStream {
     this.readers = new Set();
     this.body = env.FLOOR_BODY ?? 'transform';
     this.checkpointDb = env.FLOOR_CHECKPOINTS === '1' ? env.DB : null;
+    this.checkpointChars = Number(env.FLOOR_CHECKPOINT_CHARS ?? CHECKPOINT_CHARS);
     this.checkpoints = null;
   }
 
@@ -156,7 +160,7 @@ export class FloorStream {
     if (action === 'append') {
       const decoder = new TextDecoder();
       let units = 0;
-      if (this.checkpointDb) this.checkpoints ??= new FloorCheckpoints(this.checkpointDb, pathname.split('/')[2]);
+      if (this.checkpointDb) this.checkpoints ??= new FloorCheckpoints(this.checkpointDb, pathname.split('/')[2], this.checkpointChars);
       for await (const bytes of request.body) {
         const text = decoder.decode(bytes, { stream: true });
         if (!text) continue;
@@ -167,6 +171,7 @@ export class FloorStream {
       const ck = this.checkpoints;
       return Response.json(ck ? { seq: units, durableSeq: ck.durableSeq, checkpoints: ck.rounds } : { seq: units });
     }
+    if (action === 'stats') return Response.json({ checkpoints: this.checkpoints?.rounds ?? 0 });
     if (action === 'close') {
       this.send(encoder.encode('event: end\ndata: end\n\n'));
       for (const writer of this.readers) Promise.resolve(writer.close()).catch(() => {});
