@@ -65,6 +65,9 @@ async function measure(load) {
 async function main() {
   const { load, values } = loadFromArgs(process.argv.slice(2), { seconds: 12, strings: ['child', 'stacks'] });
   load.rate = Number(values.rate ?? 50);
+  // The counts are read between two log lines in the middle of the whole run, warm-up included,
+  // and divided by the measured rate: the warm-up must run at that rate too.
+  load.warmupRate ??= load.rate;
   if (values.child) {
     process.stdout.write(JSON.stringify(await measure(load)));
     return;
