@@ -251,6 +251,7 @@ export function rindleTarget(stack, base, { format = 'text' } = {}) {
       const token = stack.token(id);
       const auth = { authorization: `Bearer ${token}` };
       const url = (action, query = '') => `${base}/streams/${id}/${action}${query}`;
+      const stats = async () => (await request(url('stats'), { headers: auth })).json;
       const opened = await request(url('open'), { method: 'POST', headers: auth, ...(ui ? { body: '{"format":"ui"}' } : {}) });
       if (opened.status !== 200) throw new Error(`open ${id}: ${opened.status} ${opened.raw}`);
       return {
@@ -260,8 +261,8 @@ export function rindleTarget(stack, base, { format = 'text' } = {}) {
         producerHeaders: { ...auth, 'content-type': ui ? 'application/x-ndjson' : 'text/plain; charset=utf-8' },
         eventsUrl: url(ui ? 'ui' : 'events', `?from=0&token=${encodeURIComponent(token)}`),
         close: () => request(url('close'), { method: 'POST', headers: auth }),
-        stats: async () => (await request(url('stats'), { headers: auth })).json,
-        checkpoints: async () => (await request(url('stats'), { headers: auth })).json.checkpoints,
+        stats,
+        checkpoints: async () => (await stats()).checkpoints,
       };
     },
     /**
@@ -471,8 +472,9 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
     conns.push(await attachReader(stream.eventsUrl, target.reader(onUnits, () => violations++, i === 0)));
   }
   await sleep(200); // every reader attached and parked
-  await during?.start();
+  // Read outside `during`, so that a profile's window holds the load only.
   const checkpointsBefore = await stream.checkpoints();
+  await during?.start();
   const before = workerdUsage(target.stack.process.pgid);
   const workerBefore = target.stack.workerPid ? processCpuMs(target.stack.workerPid) : null;
   const clientBefore = process.cpuUsage();
@@ -499,8 +501,8 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
   const after = workerdUsage(target.stack.process.pgid);
   const workerCpuMs = workerBefore === null ? null : processCpuMs(target.stack.workerPid) - workerBefore;
   const client = process.cpuUsage(clientBefore);
-  const checkpoints = (await stream.checkpoints()) - checkpointsBefore;
   await during?.stop();
+  const checkpoints = (await stream.checkpoints()) - checkpointsBefore;
   const drainedAfter = (performance.now() - start) / 1000 - elapsed;
   const deliveredInWindow = delivered;
   const answered = plain ? producer.finish() : (producer.end(), await producer.answer);
