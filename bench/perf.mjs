@@ -12,34 +12,19 @@
 // Options: those of bench/compare.mjs's load (--readers, --rate, --seconds, --warmup, --plain,
 // --var), --side rindle|floor|floorRs, --out FILE (default $TMPDIR/rindle-<side>.perf.data), --freq Hz
 // (default 2000), --grep RE (print the inclusive share of the symbols matching RE).
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import os from 'node:os';
 import { join } from 'node:path';
 import { fanout, loadFromArgs, onFreshStack } from './bench.mjs';
+import { perfAttached } from './perf-attach.mjs';
 
 const { load, values } = loadFromArgs(process.argv.slice(2), { seconds: 8, strings: ['side', 'out', 'freq', 'grep'] });
 const side = values.side ?? 'rindle';
 const out = values.out ?? join(os.tmpdir(), `rindle-${side}.perf.data`);
-let perf;
+const perf = perfAttached(['record', '-F', String(values.freq ?? 2000), '-g', '-o', out]);
 const result = await onFreshStack(side, (target) =>
-  fanout(target, {
-    ...load,
-    during: {
-      async start() {
-        perf = spawn('perf', ['record', '-F', String(values.freq ?? 2000), '-g', '-p', String(target.stack.workerPid), '-o', out], { stdio: ['ignore', 'ignore', 'inherit'] });
-        // perf attaches in well under this; the measured window starts after it.
-        await new Promise((resolve, reject) => {
-          perf.once('error', reject);
-          setTimeout(resolve, 300);
-        });
-      },
-      async stop() {
-        const exited = new Promise((resolve) => perf.once('exit', resolve));
-        perf.kill('SIGINT');
-        await exited;
-      },
-    },
-  }), { vars: load.vars });
+  fanout(target, { ...load, during: { start: () => perf.start(target.stack.workerPid), stop: async () => { process.stderr.write(await perf.stop()); } } }),
+  { vars: load.vars });
 console.log(`${side}: ${result.deliveries} deliveries, ${result.cpuMsPer1000Deliveries ?? '?'} ms CPU / 1k deliveries; perf data in ${out}`);
 if (values.grep) {
   const report = execFileSync('perf', ['report', '-i', out, '--children', '--sort', 'sym', '-g', 'none'], { maxBuffer: 1 << 28, stdio: ['ignore', 'pipe', 'ignore'] }).toString();
