@@ -67,8 +67,13 @@ function removeProbes() {
   }
 }
 
-/** Installs the probes on `binary` (replacing any left by an earlier run); their event names. */
+/** The probes installed by this run: on which binary, and their event names. */
+let installed = null;
+
+/** Installs the probes on `binary` (replacing any left by an earlier run); their event names.
+ * Every side runs the same workerd, so its symbols are read once. */
 function installProbes(binary) {
+  if (installed?.binary === binary) return installed.events;
   removeProbes();
   const events = [];
   for (const [probe, offsets] of Object.entries(probeOffsets(binary))) {
@@ -78,6 +83,7 @@ function installProbes(binary) {
       events.push(`${GROUP}:${event}`);
     });
   }
+  installed = { binary, events };
   return events;
 }
 

@@ -14,16 +14,24 @@ export function perfAttached(args) {
     async start(pid) {
       perf = spawn('perf', [...args, '-p', String(pid)], { stdio: ['ignore', 'ignore', 'pipe'] });
       perf.stderr.on('data', (d) => { stderr += d; });
-      // perf attaches in well under this; what is measured starts after it.
+      // perf attaches in well under this; what is measured starts after it. A perf that exits
+      // meanwhile (no such event, no permission) fails here, not in a `stop` that would wait
+      // for an exit already past.
       await new Promise((resolve, reject) => {
+        const timer = setTimeout(resolve, 300);
         perf.once('error', reject);
-        setTimeout(resolve, 300);
+        perf.once('exit', (code) => {
+          clearTimeout(timer);
+          reject(new Error(`perf ${args[0]} exited (${code}) before the measurement: ${stderr.trim()}`));
+        });
       });
     },
     async stop() {
-      const exited = new Promise((resolve) => perf.once('exit', resolve));
-      perf.kill('SIGINT');
-      await exited;
+      if (perf.exitCode === null && perf.signalCode === null) {
+        const exited = new Promise((resolve) => perf.once('exit', resolve));
+        perf.kill('SIGINT');
+        await exited;
+      }
       return stderr;
     },
   };
