@@ -30,6 +30,10 @@ const PROBES = {
   headers: /^_ZN7workerd3api7HeadersC[12]ERNS_3jsg4Lock/,
   // … and JavaScript's `new Headers(…)` (with a Headers to copy, one of the above too).
   newHeaders: /^_ZN7workerd3api7Headers11constructorERNS_3jsg4Lock/,
+  // V8's global (persistent) handles made and released: the runtime holds each JavaScript
+  // value it keeps from C++ (a wrapper, a callback, a promise's continuation) through one.
+  globalHandles: /^_ZN2v88internal13GlobalHandles6CreateENS0_6TaggedINS0_6ObjectEEE$/,
+  globalHandlesReleased: /^_ZN2v88internal13GlobalHandles9NodeSpaceINS1_4NodeEE7ReleaseEPS3_$/,
   scavenges: /^_ZN2v88internal4Heap8ScavengeEv$/,
   majorCollections: /^_ZN2v88internal4Heap11MarkCompactEv$/,
 };
