@@ -63,6 +63,9 @@ const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) |
 // ---------------------------------------------------------------------------------------
 // The runtime's processes
 
+/** What a workerd process is called: itself, or under valgrind's callgrind (bench/instructions.mjs). */
+const WORKERD_NAMES = new Set(['workerd', 'callgrind-amd64']);
+
 /** The workerd processes of process group `pgid`: { pid, stat fields after the name }. */
 function workerdProcesses(pgid) {
   const found = [];
@@ -76,7 +79,7 @@ function workerdProcesses(pgid) {
     }
     const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (comm === 'workerd' && Number(fields[2]) === pgid) found.push({ pid, fields });
+    if (WORKERD_NAMES.has(comm) && Number(fields[2]) === pgid) found.push({ pid, fields });
   }
   return found;
 }
@@ -86,7 +89,7 @@ function workerdProcesses(pgid) {
  * over its threads. utime/stime are sampled at 10 ms ticks, which puts ±10% of noise on the
  * ~1 s a scenario costs; `stat` (ticks) is the fallback where schedstat is missing.
  */
-function processCpuMs(pid, statFields) {
+export function processCpuMs(pid, statFields) {
   try {
     let ns = 0;
     for (const tid of readdirSync(`/proc/${pid}/task`)) {

@@ -31,19 +31,32 @@ else
   cargo install --locked --force worker-build --version "$WORKER_BUILD_VERSION"
 fi
 
-# 4. Debian's chromium, for browser tests (playwright-core drives /usr/bin/chromium; npm's
-#    own browser download cannot work here). Not binaryen: Debian's wasm-opt 108 is too old
-#    for wasm-bindgen 0.2.129 output; npm binaryen@132 (package.json) is used instead.
-if command -v chromium >/dev/null 2>&1; then
-  step "apt: chromium present"
-elif [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-  step "apt: installing chromium (browser tests)"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
-else
-  warn "chromium missing and not root, so not installing: sudo apt-get install -y chromium"
-  warn "  (scripts/test.sh fails without it: the browser tests never skip)"
-fi
+# 4. Debian packages the tests need, installed when missing and running as root (else a
+#    warning: scripts/test.sh then fails at its gate for them).
+#    apt_package PACKAGE WHY COMMAND...: PACKAGE is present when every COMMAND is found.
+apt_package() {
+  local package="$1" why="$2"
+  shift 2
+  local cmd missing=0
+  for cmd in "$@"; do command -v "$cmd" >/dev/null 2>&1 || missing=1; done
+  if [[ "$missing" -eq 0 ]]; then
+    step "apt: $package present"
+  elif [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    step "apt: installing $package ($why)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$package" >/dev/null
+  else
+    warn "$package missing and not root, so not installing: sudo apt-get install -y $package"
+    warn "  (scripts/test.sh fails without it: $why)"
+  fi
+}
+# Chromium, for browser tests (playwright-core drives /usr/bin/chromium; npm's own browser
+# download cannot work here). Not binaryen: Debian's wasm-opt 108 is too old for wasm-bindgen
+# 0.2.129 output; npm binaryen@132 (package.json) is used instead.
+apt_package chromium "the browser tests, which never skip" chromium
+# valgrind, whose callgrind counts instructions for bench/instructions.mjs (this VM has no
+# hardware instruction counter for perf); tests/e2e/instructions.test.mjs checks that meter.
+apt_package valgrind "tests/e2e/instructions.test.mjs, the instruction meter's check" valgrind callgrind_control
 
 # 5. Node.js.
 command -v node >/dev/null 2>&1 || die "node not found: install Node.js >= $MIN_NODE_MAJOR (Debian: apt-get install nodejs npm)"

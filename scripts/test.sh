@@ -16,6 +16,9 @@ trap 'echo "test.sh: total time $(elapsed "$START")"' EXIT
 CHROMIUM="${CHROMIUM_BIN:-/usr/bin/chromium}"
 [[ -x "$CHROMIUM" ]] || die "no Chromium at $CHROMIUM: the browser tests (tests/browser/) need it and never skip. Install it (apt-get install chromium; scripts/setup.sh does when run as root) or point CHROMIUM_BIN at one."
 step "chromium: $CHROMIUM"
+# So is valgrind, for the instruction meter's own test (tests/e2e/instructions.test.mjs).
+command -v valgrind >/dev/null 2>&1 && command -v callgrind_control >/dev/null 2>&1 \
+  || die "no valgrind: tests/e2e/instructions.test.mjs needs it (callgrind counts bench/instructions.mjs's instructions). Install it (apt-get install valgrind; scripts/setup.sh does when run as root)."
 
 step "cargo fmt --check"
 cargo fmt --check || die "cargo fmt --check: run cargo fmt"
