@@ -61,7 +61,7 @@ const TRIVIAL = `export default { async fetch(req) {
   return new Response(readable, { headers: { 'content-type': 'text/event-stream' } });
 } };`;
 
-/** Events per counted stream, in --relay's windows. */
+/** Events per counted stream (the per-event windows). */
 const RELAY_CHUNKS = 200;
 
 /**
