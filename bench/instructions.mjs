@@ -21,7 +21,8 @@
 // time-driven round would come twenty times as often per delta, so rindle's time-driven
 // settings (checkpoint interval, lease, keep-alive) are stretched by the same factor: per delta,
 // the work is that of 100 deltas/s. (Reader pacing is not stretched: at 1 reader it never holds
-// a write back; at 10 readers and 5/s it does not either, where at 100/s it may merge some.)
+// a write back; at 10 readers how many deltas it merges follows the process's speed, which is
+// why a 10-reader count moved when another sitting ran beside it.)
 //
 // Options: those of bench/compare.mjs's load (--readers, --rate, --seconds, --warmup,
 // --warmup-rate, --plain, --var), --side LIST (default rindle,floor; rindle, floor, floorRs),
@@ -76,11 +77,19 @@ export const COLLECTOR = /MarkCompact|Scaveng|Sweep|Marking|MinorMS|Evacuat|GCTr
  */
 export const COMPILER = /compiler::|turboshaft|Turboshaft|maglev|Maglev|LiftoffCompiler|wasm::.*Compil/;
 
-/** The self instructions of `byFunction` in the functions that `pattern` names. */
-export function instructionsIn(byFunction, pattern) {
-  let n = 0;
-  for (const [fn, ir] of byFunction) if (pattern.test(fn)) n += ir;
-  return n;
+/**
+ * `byFunction`'s self instructions in three parts, each function in exactly one: the compilers
+ * (COMPILER), the collectors (COLLECTOR, but not a compiler's own pass whose name says
+ * "Marking", such as Maglev's `AnyUseMarkingProcessor`), and the steady rest.
+ */
+export function split(byFunction) {
+  const parts = { compiler: 0, collector: 0, steady: 0 };
+  for (const [fn, ir] of byFunction) {
+    if (COMPILER.test(fn)) parts.compiler += ir;
+    else if (COLLECTOR.test(fn)) parts.collector += ir;
+    else parts.steady += ir;
+  }
+  return parts;
 }
 
 /** The same pid's callgrind client, through vgdb: `callgrind_control ARGS pid`. */
@@ -234,8 +243,7 @@ async function main() {
         // against the runtime's own binary.
         generatedPerDelivery: Math.round((byObject.get('???') ?? 0) / r.deliveries),
         runtimePerDelivery: Math.round((byObject.get('workerd') ?? 0) / r.deliveries),
-        collectorPerDelivery: Math.round(instructionsIn(byFunction, COLLECTOR) / r.deliveries),
-        compilerPerDelivery: Math.round(instructionsIn(byFunction, COMPILER) / r.deliveries),
+        ...Object.fromEntries(Object.entries(split(byFunction)).map(([part, n]) => [`${part}PerDelivery`, Math.round(n / r.deliveries)])),
         // With --cache-sim: each simulated event per delivery (I1mr: first-level instruction
         // cache misses, ILmr/DLmr: last-level misses, Bcm/Bim: mispredicted branches, …).
         ...(SIMULATED ? { eventsPerDelivery: Object.fromEntries([...events].map(([name, n]) => [name, Math.round(n / r.deliveries)])) } : {}),
@@ -260,11 +268,25 @@ async function main() {
     }
   }
   const summary = Object.fromEntries(sides.map((s) => {
-    const steady = runs[s].filter((r) => !r.backlogged && !r.failed);
-    if (steady.length === 0) return [s, null]; // no run was complete and kept up: nothing to report
-    const per = steady.map((r) => r.instructionsPerDelivery);
-    const simulated = steady[0].eventsPerDelivery && Object.fromEntries(Object.keys(steady[0].eventsPerDelivery).map((name) => [name, median(steady.map((r) => r.eventsPerDelivery[name]))]));
-    return [s, { ...(simulated ? { eventsPerDelivery: simulated } : {}), median: median(per), min: Math.min(...per), max: Math.max(...per), generated: median(steady.map((r) => r.generatedPerDelivery)), runtime: median(steady.map((r) => r.runtimePerDelivery)), collector: median(steady.map((r) => r.collectorPerDelivery)), compiler: median(steady.map((r) => r.compilerPerDelivery)), steady: median(steady.map((r) => r.instructionsPerDelivery - r.collectorPerDelivery - r.compilerPerDelivery)), runs: steady.length, backlogged: runs[s].filter((r) => r.backlogged).length, failed: runs[s].filter((r) => r.failed).length }];
+    const kept = runs[s].filter((r) => !r.backlogged && !r.failed);
+    if (kept.length === 0) return [s, null]; // no run was complete and kept up: nothing to report
+    const per = kept.map((r) => r.instructionsPerDelivery);
+    const med = (figure) => median(kept.map(figure));
+    const simulated = kept[0].eventsPerDelivery && Object.fromEntries(Object.keys(kept[0].eventsPerDelivery).map((name) => [name, med((r) => r.eventsPerDelivery[name])]));
+    return [s, {
+      ...(simulated ? { eventsPerDelivery: simulated } : {}),
+      median: median(per),
+      min: Math.min(...per),
+      max: Math.max(...per),
+      generated: med((r) => r.generatedPerDelivery),
+      runtime: med((r) => r.runtimePerDelivery),
+      collector: med((r) => r.collectorPerDelivery),
+      compiler: med((r) => r.compilerPerDelivery),
+      steady: med((r) => r.steadyPerDelivery),
+      runs: kept.length,
+      backlogged: runs[s].filter((r) => r.backlogged).length,
+      failed: runs[s].filter((r) => r.failed).length,
+    }];
   }));
   const base = summary.floor ?? Object.values(summary).find(Boolean);
   const load1 = `${load.plain ? 'one POST per delta' : 'one streaming append'}, ${load.readers} reader(s), ${load.rate} deltas/s × ${load.seconds} s, ${reps} runs each`;

@@ -5,7 +5,7 @@
 // No figure of rindle-streams is judged here; the meter is.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { counted, readDump, serveUnderCallgrind } from '../../bench/instructions.mjs';
+import { counted, readDump, serveUnderCallgrind, split } from '../../bench/instructions.mjs';
 
 // Work of a known size per request: `n` turns of a loop the JIT cannot drop (its sum is answered).
 const WORKER = `export default { async fetch(req) {
@@ -49,4 +49,14 @@ test('instructions.mjs: a dump with simulated caches gives every event\'s total,
   assert.deepEqual(Object.fromEntries(dump.events), { Ir: 117, Dr: 8, Dw: 8, I1mr: 6, D1mr: 5 });
   assert.deepEqual(Object.fromEntries(dump.byFunction), { main: 10, helper: 100, '0x1234': 7 });
   assert.deepEqual(Object.fromEntries(dump.byObject), { workerd: 110, '???': 7 });
+});
+
+test('instructions.mjs: split puts each function\'s instructions in one part, a compiler\'s "Marking" pass among the compilers', () => {
+  const byFunction = new Map([
+    ['cppgc::internal::Sweeper::SweeperImpl::PerformSweepOnMutatorThread()', 40],
+    ['v8::internal::maglev::AnyUseMarkingProcessor::Process()', 30],
+    ['v8::internal::compiler::turboshaft::Assembler::Emit()', 20],
+    ['workerd::jsg::Wrappable::detachWrapper(bool)', 10],
+  ]);
+  assert.deepEqual(split(byFunction), { compiler: 50, collector: 40, steady: 10 });
 });
