@@ -10,6 +10,7 @@
 //   node bench/bench.mjs --only latency,d1   # a subset (latency, plain, ui, maxRate, d1, memory, variants)
 //   node bench/bench.mjs --pairs 3           # the latency and plain rows as medians of 3 alternating pairs
 //   node bench/bench.mjs --pairs 3 --warmup 20 --warmup-rate 1000   # the latency and plain rows after a heavier warm-up
+//   node bench/bench.mjs --bare     # every stack served by bench/bare-serve.mjs: no entry Worker or dev middleware per request
 //
 // Build the Worker first (scripts/build.sh; the test command does). Scenarios:
 //   latency   1 stream, R readers (1, 10, 100), 4-UTF-16-unit deltas at 100/s through one
@@ -157,6 +158,12 @@ function listeningPorts(pid) {
  * as the public one does. Falls back to the public URL.
  */
 export async function workerBase(stack) {
+  if (stack.bare) {
+    // bench/bare-serve.mjs: the public port is the Worker's own socket, and one workerd serves it.
+    const [worker, ...more] = workerdProcesses(stack.process.pgid);
+    if (!worker || more.length) throw new Error(`a bare stack runs one workerd, found ${more.length + (worker ? 1 : 0)}`);
+    return { base: stack.baseUrl, direct: true, pid: Number(worker.pid) };
+  }
   const probe = async (base) => {
     const r = await request(`${base}/streams/bench-probe/text`, { timeoutMs: 2000 });
     return `${r.status} ${r.raw}`;
@@ -828,8 +835,8 @@ const SIDES = {
  * measurement gets its own runtime, and only one runtime runs at a time: one that fell behind
  * keeps writing its backlog for a long while, which must not be billed to the next.
  */
-export async function onFreshStack(side, fn, { vars = {}, seen } = {}) {
-  const stack = await startStack(SIDES[side].stack(vars));
+export async function onFreshStack(side, fn, { vars = {}, seen, bare = false } = {}) {
+  const stack = await startStack({ ...SIDES[side].stack(vars), bare });
   try {
     const { base, direct, pid } = await workerBase(stack);
     if (seen) seen.direct = (seen.direct ?? true) && direct;
@@ -843,11 +850,11 @@ export async function onFreshStack(side, fn, { vars = {}, seen } = {}) {
 }
 
 /** The highest of `rates` one stream of `side` sustains with `readers` readers (p99 ≤ 100 ms, all delivered). */
-async function maxRate(side, { readers, rates, seconds, warmupSeconds, vars, seen }) {
+async function maxRate(side, { readers, rates, seconds, warmupSeconds, vars, seen, bare }) {
   const steps = [];
   let best = null;
   for (const rate of rates) {
-    const r = await onFreshStack(side, (t) => fanout(t, { readers, rate, seconds, warmupSeconds, warmupRate: rate }), { vars, seen });
+    const r = await onFreshStack(side, (t) => fanout(t, { readers, rate, seconds, warmupSeconds, warmupRate: rate }), { vars, seen, bare });
     const holds = r.complete && r.violations === 0 && r.p99 !== null && r.p99 <= 100 && r.achievedRate >= rate * 0.95;
     steps.push({ rate, holds, p50: r.p50, p99: r.p99, achievedRate: r.achievedRate, complete: r.complete, cpuMsPer1000Deliveries: r.cpuMsPer1000Deliveries });
     if (!holds) break;
@@ -880,7 +887,7 @@ function medianRun(runs) {
  * Runs the scenarios (`only`: a subset of latency, plain, ui, maxRate, d1, memory, variants; default
  * all); `smoke` shrinks each to seconds. `log` gets progress lines.
  */
-export async function runBench({ smoke = false, only, pairs = 1, warmup = {}, log = () => {} } = {}) {
+export async function runBench({ smoke = false, only, pairs = 1, warmup = {}, bare = false, log = () => {} } = {}) {
   const want = (name) => !only || only.includes(name);
   const commit = (() => {
     try {
@@ -893,7 +900,7 @@ export async function runBench({ smoke = false, only, pairs = 1, warmup = {}, lo
   report.wasm = wasmSize();
   log(`wasm ${report.wasm.raw} bytes, ${report.wasm.gzip} gzipped`);
   const seen = {};
-  const on = (side, fn, vars) => onFreshStack(side, fn, { vars, seen });
+  const on = (side, fn, vars) => onFreshStack(side, fn, { vars, seen, bare });
   const both = async (fn) => ({ floor: await on('floor', fn), rindle: await on('rindle', fn) });
   // --pairs N: N pairs, floor first in one and rindle first in the next, so that a machine's
   // drift falls on both sides alike; each side's figures are medians over its N runs.
@@ -950,7 +957,7 @@ export async function runBench({ smoke = false, only, pairs = 1, warmup = {}, lo
   if (report.uiD1) log(`ui d1: text ${report.uiD1.text.bytesPerTextByte} bytes per text byte, ui ${report.uiD1.ui.bytesPerTextByte}`);
 
   const rates = smoke ? [50] : [10, 25, 50, 100, 150, 200, 300];
-  const rateOptions = { readers: smoke ? 10 : 100, rates, seconds: smoke ? 1 : 6, warmupSeconds: light, seen };
+  const rateOptions = { readers: smoke ? 10 : 100, rates, seconds: smoke ? 1 : 6, warmupSeconds: light, seen, bare };
   if (want('maxRate')) {
     report.maxRate = { floor: await maxRate('floor', rateOptions), rindle: await maxRate('rindle', rateOptions) };
     log(`max rate: floor ${report.maxRate.floor.best}/s, rindle ${report.maxRate.rindle.best}/s`);
@@ -993,6 +1000,7 @@ export async function runBench({ smoke = false, only, pairs = 1, warmup = {}, lo
     }
   }
   report.direct = seen.direct ?? false;
+  report.bare = bare;
   return report;
 }
 
@@ -1000,7 +1008,7 @@ export async function runBench({ smoke = false, only, pairs = 1, warmup = {}, lo
 export function formatReport(r) {
   const ratio = (a, b) => (a === null || b === null || !b ? 'n/a' : `${Number((a / b).toPrecision(2))}×`);
   const lines = [];
-  lines.push(`machine: ${r.machine.cpus} × ${r.machine.model}, Node ${r.machine.node}, ${r.machine.date}, load average ${r.machine.loadAverage?.toFixed(1)} at the start, commit ${r.commit}${r.smoke ? ' (smoke run)' : ''}; load ${r.direct ? "on the Worker's own socket (past the dev proxy)" : 'through the dev proxy'}, inspector Network domain off${r.warmup ? `; warm-up ${r.warmup.seconds} s at ${r.warmup.rate}${typeof r.warmup.rate === 'number' ? '/s' : ''}${r.warmup.otherRows ? ` (the ui, max-rate and variants rows ${r.warmup.otherRows})` : ''}` : ''}`, '');
+  lines.push(`machine: ${r.machine.cpus} × ${r.machine.model}, Node ${r.machine.node}, ${r.machine.date}, load average ${r.machine.loadAverage?.toFixed(1)} at the start, commit ${r.commit}${r.smoke ? ' (smoke run)' : ''}; load ${r.bare ? 'on stacks served bare (bench/bare-serve.mjs: no entry Worker, dev middleware or dev proxy)' : r.direct ? "on the Worker's own socket (past the dev proxy)" : 'through the dev proxy'}, inspector Network domain off${r.warmup ? `; warm-up ${r.warmup.seconds} s at ${r.warmup.rate}${typeof r.warmup.rate === 'number' ? '/s' : ''}${r.warmup.otherRows ? ` (the ui, max-rate and variants rows ${r.warmup.otherRows})` : ''}` : ''}`, '');
   for (const [scenario, title] of [['latency', 'one streaming append'], ['plain', 'one POST per delta']]) {
     if (!r[scenario]?.length) continue;
     lines.push(`${title}, 4-unit deltas at 100/s offered:`, '');
@@ -1083,7 +1091,8 @@ async function main() {
   const pairs = pairsAt >= 0 ? Number(args[pairsAt + 1]) : 1;
   const { load } = loadFromArgs(args);
   const warmup = { seconds: load.warmupSeconds, rate: load.warmupRate };
-  const report = await runBench({ smoke, only, pairs, warmup, log: (line) => process.stderr.write(`bench: ${line}\n`) });
+  const bare = args.includes('--bare');
+  const report = await runBench({ smoke, only, pairs, warmup, bare, log: (line) => process.stderr.write(`bench: ${line}\n`) });
   process.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : `${formatReport(report)}\n`);
   const bad = problems(report);
   for (const p of bad) process.stderr.write(`bench: PROBLEM ${p}\n`);

@@ -16,7 +16,8 @@
 // @KEY=VALUE (--side floor,floor@FLOOR_CHECKPOINTS=1) runs with those variables. Other
 // options: --rate N (default 100), --seconds N (default 5), --var KEY=VALUE (repeatable, every
 // side); a root followed by @KEY=VALUE (repeatable: .@A=1@B=2) runs with those variables too.
-// --flush N measures the flush round trip instead (bench.mjs flushRoundTrip, N flushes).
+// --flush N measures the flush round trip instead (bench.mjs flushRoundTrip, N flushes). --bare
+// serves every side with bench/bare-serve.mjs (no entry Worker or dev middleware per request).
 import { execFileSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
@@ -43,12 +44,12 @@ export function snapshot(name) {
 const rootOf = (name) => (existsSync(join(SNAPSHOTS, name, 'build')) ? join(SNAPSHOTS, name) : resolve(name));
 
 /** One fan-out run in a child process (the harness reads its root at load time). */
-function runOnce(root, side, options) {
+function runOnce(root, side, options, { bare }) {
   const script = `
     const { fanout, flushRoundTrip, onFreshStack } = await import(${JSON.stringify(join(PROJECT, 'bench', 'bench.mjs'))});
     const o = ${JSON.stringify(options)};
     const run = (t) => (o.flushes ? flushRoundTrip(t, { flushes: o.flushes }) : fanout(t, o));
-    const r = await onFreshStack(${JSON.stringify(side)}, run, { vars: o.vars });
+    const r = await onFreshStack(${JSON.stringify(side)}, run, { vars: o.vars, bare: ${bare} });
     process.stdout.write(JSON.stringify({ ...r, latencies: r.latencies }));`;
   const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { env: { ...process.env, RINDLE_ROOT: root }, maxBuffer: 1 << 24 });
   return JSON.parse(out.toString());
@@ -84,10 +85,11 @@ async function main() {
     sides.unshift({ name: `floor-${body}`, root: PROJECT, side: 'floor', vars: { FLOOR_BODY: body } });
   }
   const reps = Number(values.reps ?? 5);
+  const bare = values.bare === true;
   const runs = Object.fromEntries(sides.map((s) => [s.name, []]));
   for (let i = 0; i < reps; i++) {
     for (const s of i % 2 ? [...sides].reverse() : sides) {
-      const r = runOnce(s.root, s.side, { ...options, vars: { ...options.vars, ...s.vars } });
+      const r = runOnce(s.root, s.side, { ...options, vars: { ...options.vars, ...s.vars } }, { bare });
       runs[s.name].push(r);
       if (options.flushes) {
         process.stderr.write(`compare: ${s.name} #${i + 1}: flush p50 ${r.p50} p99 ${r.p99}, D1 round trips per checkpoint ${r.d1RoundsPerCheckpoint ?? 'n/a'}\n`);
@@ -123,7 +125,7 @@ async function main() {
     }),
   );
   if (values.json) {
-    process.stdout.write(`${JSON.stringify({ options, reps, summary, runs }, null, 2)}\n`);
+    process.stdout.write(`${JSON.stringify({ options, reps, bare, summary, runs }, null, 2)}\n`);
     return;
   }
   const r1 = (x) => Math.round(x * 10) / 10;
@@ -134,7 +136,7 @@ async function main() {
     for (const [name, s] of Object.entries(summary)) process.stdout.write(`| ${name} | ${fmt(s.p50)} | ${fmt(s.p99)} |\n`);
     return;
   }
-  process.stdout.write(`${options.plain ? 'one POST per delta' : 'one streaming append'}, ${options.readers} readers, ${options.rate}/s × ${options.seconds} s, ${reps} runs each (median, range); load average ${os.loadavg()[0].toFixed(1)}\n`);
+  process.stdout.write(`${options.plain ? 'one POST per delta' : 'one streaming append'}, ${options.readers} readers, ${options.rate}/s × ${options.seconds} s, ${reps} runs each (median, range)${bare ? ', bare (bench/bare-serve.mjs)' : ''}; load average ${os.loadavg()[0].toFixed(1)}\n`);
   process.stdout.write('| build | CPU ms / 1k deliveries | of which the Worker\'s process | deltas/s | p50 ms | p99 ms | p99 ms, runs pooled | stalls | checkpoints | append answered p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|\n');
   for (const [name, s] of Object.entries(summary)) {
     process.stdout.write(`| ${name} | ${fmt(s.cpuMsPer1000Deliveries)} | ${fmt(s.workerCpuMsPer1000Deliveries)} | ${fmt(s.achievedRate)} | ${fmt(s.p50)} | ${fmt(s.p99)} | ${s.p99Pooled ?? 'n/a'} | ${fmt(s.stalls)} | ${fmt(s.checkpoints)} | ${fmt(s.appendP50)} / ${fmt(s.appendP99)} |\n`);

@@ -28,7 +28,8 @@
 // --warmup-rate, --plain, --var), --side LIST (default rindle,floor; rindle, floor, floorRs),
 // --reps N (default 3, alternating), --top N (the N largest self costs of each side's first
 // run, by function), --cache-sim (also simulated cache misses and branch mispredictions per
-// delivery; slower), --json. Needs valgrind (apt: valgrind).
+// delivery; slower), --bare (stacks served by bench/bare-serve.mjs: without the dev stack's ~1 M
+// instructions per request), --json. Needs valgrind (apt: valgrind).
 import { mkdtempSync, readFileSync, readdirSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
@@ -205,6 +206,7 @@ async function main() {
   const sides = (values.side ?? 'rindle,floor').split(',');
   const reps = Number(values.reps ?? 3);
   const top = Number(values.top ?? 0);
+  const bare = values.bare === true;
   const stretch = RATE_OF_RECORD / load.rate;
   const stretched = Object.fromEntries(TIME_DRIVEN.map((name) => [name, String(Math.round(configured(name) * stretch))]));
   const runs = Object.fromEntries(sides.map((s) => [s, []]));
@@ -221,7 +223,7 @@ async function main() {
         meter = counted();
         try {
           r = await onFreshStack(side, (target) =>
-            fanout(target, { ...load, during: { start: () => meter.during.start(target.stack.workerPid), stop: () => meter.during.stop() } }), { vars });
+            fanout(target, { ...load, during: { start: () => meter.during.start(target.stack.workerPid), stop: () => meter.during.stop() } }), { vars, bare });
           if (!r.complete) throw new Error(`the run did not deliver everything (${r.deliveries} of ${r.expectedDeliveries})`);
           break;
         } catch (e) {
@@ -289,9 +291,9 @@ async function main() {
     }];
   }));
   const base = summary.floor ?? Object.values(summary).find(Boolean);
-  const load1 = `${load.plain ? 'one POST per delta' : 'one streaming append'}, ${load.readers} reader(s), ${load.rate} deltas/s × ${load.seconds} s, ${reps} runs each`;
+  const load1 = `${load.plain ? 'one POST per delta' : 'one streaming append'}, ${load.readers} reader(s), ${load.rate} deltas/s × ${load.seconds} s, ${reps} runs each${bare ? ', bare (bench/bare-serve.mjs)' : ''}`;
   if (values.json) {
-    console.log(JSON.stringify({ load: { ...load, stretched }, summary, runs }, null, 2));
+    console.log(JSON.stringify({ load: { ...load, stretched, bare }, summary, runs }, null, 2));
     return;
   }
   console.log(`instructions per delivery (callgrind), ${load1}; rindle's ${TIME_DRIVEN.join(', ')} ×${stretch}`);

@@ -9,7 +9,9 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { formatReport, problems, runBench } from '../../bench/bench.mjs';
+import { fanout, formatReport, onFreshStack, problems, runBench, workerBase } from '../../bench/bench.mjs';
+import { mintToken, readSse, startStack } from './harness.mjs';
+import { newStream, rows } from './util.mjs';
 import { PERF_MAP_FLAGS, withV8Flags } from '../../bench/workerd-v8-flags.mjs';
 
 test('benchmark smoke run: floor and rindle-streams measured side by side, every scenario reported', { timeout: 240_000 }, async (t) => {
@@ -60,4 +62,39 @@ test('workerd-v8-flags: the flags land in the config as miniflare would encode t
   };
   assert.equal(run({ WORKERD_V8_FLAGS: PERF_MAP_FLAGS }), true, 'the flag reached V8');
   assert.equal(run({ WORKERD_V8_FLAGS: '' }), false, 'without flags the config passes unchanged');
+});
+
+// bench/bare-serve.mjs (`--bare`) serves a config without wrangler dev's entry Worker, middleware
+// and proxy. What it must not change is the Worker: the config's bindings (the Durable Object,
+// D1 on the harness's state), the vars given on top, the env file's secret; and the benchmark
+// must find one workerd to measure.
+test('bare-serve: the config served bare, with its bindings, the given vars and secret, by one workerd', { timeout: 120_000 }, async () => {
+  const stack = await startStack({ name: 'bare', bare: true, vars: { SSE_RETRY_MS: '1234' } });
+  try {
+    const { base, pid } = await workerBase(stack); // throws unless exactly one workerd serves it
+    assert.equal(base, stack.baseUrl, 'the public port is the Worker\'s own socket');
+    assert.ok(pid > 0);
+    const id = newStream(stack);
+    const url = (action) => `${base}/streams/${id}/${action}`;
+    const otherSecret = mintToken({ stream: id, scope: 'read write cancel' }, 'not-the-env-files-secret-0123456789');
+    const refused = await fetch(url('open'), { method: 'POST', headers: { authorization: `Bearer ${otherSecret}` } });
+    assert.equal(refused.status, 403, 'a token signed with another secret is refused');
+    const auth = { authorization: `Bearer ${stack.token(id)}` };
+    assert.equal((await fetch(url('open'), { method: 'POST', headers: auth })).status, 200, 'the env file\'s secret is the Worker\'s');
+    assert.equal((await fetch(url('append'), { method: 'POST', headers: auth, body: 'bare 😀' })).status, 200);
+    assert.equal((await fetch(url('close'), { method: 'POST', headers: auth })).status, 200);
+    const sse = await readSse(`${url('events')}?from=0&token=${encodeURIComponent(stack.token(id))}`);
+    await sse.done;
+    assert.deepEqual(sse.frames[0], { retry: 1234 }, 'the --var reached the Worker');
+    assert.equal(sse.frames.filter((f) => f.json?.type === 'chunk').map((f) => f.json.text).join(''), 'bare 😀');
+    const { row } = rows(stack, id);
+    assert.equal(row.body, 'bare 😀', 'sealed into the D1 file the harness reads');
+    assert.equal(row.status, 'complete');
+  } finally {
+    await stack.stop();
+  }
+  // The floor's config too, measured by the fan-out as bench.mjs --bare does.
+  const r = await onFreshStack('floor', (t) => fanout(t, { readers: 1, rate: 50, seconds: 1, warmupSeconds: 0 }), { bare: true });
+  assert.equal(r.deliveries, r.expectedDeliveries, 'every delta reached the floor\'s reader');
+  assert.ok(r.cpuMs > 0, 'the one workerd\'s CPU was read');
 });

@@ -36,6 +36,7 @@ export const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
 export const TEST_SECRET = 'e2e-test-secret-0123456789abcdef';
 
 const WRANGLER = join(ROOT, 'node_modules', '.bin', 'wrangler');
+const BARE_SERVE = join(ROOT, 'bench', 'bare-serve.mjs');
 const requireFromRoot = createRequire(join(ROOT, 'package.json'));
 const execFileP = promisify(execFile);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -356,6 +357,11 @@ function dotenv(values) {
 
 let stackCounter = 0;
 
+/** `args` without the flags `alone` and without each flag of `withValue` and the value after it. */
+function withoutFlags(args, alone, withValue) {
+  return args.filter((a, i) => !alone.includes(a) && !withValue.includes(a) && !withValue.includes(args[i - 1]));
+}
+
 /**
  * Start the Worker under `wrangler dev` on its own temp state.
  *
@@ -373,6 +379,9 @@ let stackCounter = 0;
  *              `vars` still go to rindle-streams; `chatVars` go to the example Worker.
  *   demo       also serve the demo page and the vendorable JavaScript (public/) at /, as
  *              scripts/run.sh does (`--assets public`); the deployed service has no assets.
+ *   bare       benchmarks only: serve the Worker with bench/bare-serve.mjs instead of `wrangler
+ *              dev` (the same config, miniflare and workerd, reached through a socket of its
+ *              own: no entry Worker, no dev middleware, no dev proxy); not with `chat` or `demo`.
  *
  * returns { baseUrl, port, inspectorPort, persistDir, secret, db, token(stream, scope?, claims?),
  *           stop(), kill(), restart(opts?), logs(), waitForLog(re, ms), process }
@@ -389,7 +398,9 @@ export async function startStack({
   chat = false,
   chatVars = {},
   demo = false,
+  bare = false,
 } = {}) {
+  if (bare && (chat || demo)) throw new Error('startStack: `bare` serves one Worker, without `chat` or `demo`');
   if (!haveBuild()) throw new Error(`${SHIM} is missing: run scripts/build.sh first`);
   installExitHooks();
   const id = `${process.pid}-${++stackCounter}`;
@@ -410,6 +421,7 @@ export async function startStack({
     port: port ?? (await freePort()),
     persistDir,
     secret,
+    bare,
     vars: { ...vars },
     chatVars: { ...chatVars },
     db: openDb(persistDir),
@@ -510,8 +522,12 @@ export async function startStack({
       args.push(...Object.entries(stack.vars).flatMap(asVar));
     }
     stack.logFile = join(ARTIFACTS, `${label}-${id}.log`);
-    writeFileSync(stack.logFile, `$ wrangler ${args.join(' ')}\n`, { flag: 'a' });
-    const proc = spawnGroup(WRANGLER, args, { logFile: stack.logFile, env });
+    // bare-serve.mjs refuses flags it does not know (a strict parseArgs); these do not apply to it.
+    const [command, commandArgs] = bare
+      ? [process.execPath, [BARE_SERVE, ...withoutFlags(args.slice(1), ['--show-interactive-dev-session=false', '--live-reload=false'], ['--log-level'])]]
+      : [WRANGLER, args];
+    writeFileSync(stack.logFile, `$ ${bare ? 'bare-serve' : 'wrangler'} ${commandArgs.join(' ')}\n`, { flag: 'a' });
+    const proc = spawnGroup(command, commandArgs, { logFile: stack.logFile, env });
     stack.process = proc;
     const end = Date.now() + timeoutMs;
     for (;;) {

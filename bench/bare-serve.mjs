@@ -1,0 +1,68 @@
+#!/usr/bin/env node
+// A Worker as `wrangler dev` would serve it, without the dev stack's cost of each request: the
+// same wrangler.toml read by wrangler itself (`unstable_getMiniflareWorkerOptions`: bindings,
+// Durable Objects, D1, vars), the same miniflare and workerd, the same persisted state, but the
+// load reaches the user's Worker through a socket of its own (miniflare's `unsafeDirectSockets`)
+// instead of through miniflare's entry Worker, and the bundle is not wrapped in wrangler's dev
+// middleware. bench/dev-overhead.mjs measured those two at ~1.04 M instructions and 550-620 us
+// of CPU per request, paid alike by both sides of a ratio, which pulls every one-POST-per-delta
+// ratio toward 1; production has neither. Used by the benchmarks with `--bare`
+// (tests/e2e/harness.mjs's startStack({ bare: true })), never by the tests of the product.
+//
+// Takes the subset of `wrangler dev`'s flags the harness passes:
+//   node bench/bare-serve.mjs --ip 127.0.0.1 --port P [--inspector-port I] --persist-to DIR
+//        [--env-file F] [--config wrangler.toml] [--var K:V ...]
+// and prints "Ready on http://IP:P" once the Worker answers there. The entry socket (through
+// miniflare's entry Worker) is on a port of the system's choosing and is not used.
+import { dirname, isAbsolute, join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { Log, LogLevel, Miniflare } from 'miniflare';
+import { unstable_getMiniflareWorkerOptions, unstable_readConfig } from 'wrangler';
+
+const { values } = parseArgs({
+  options: {
+    ip: { type: 'string', default: '127.0.0.1' },
+    port: { type: 'string' },
+    'inspector-port': { type: 'string' },
+    'persist-to': { type: 'string' },
+    'env-file': { type: 'string' },
+    config: { type: 'string', default: 'wrangler.toml' },
+    var: { type: 'string', multiple: true, default: [] },
+  },
+});
+if (!values.port || !values['persist-to']) throw new Error('bare-serve: --port and --persist-to are required');
+
+const configPath = resolve(values.config);
+const config = unstable_readConfig({ config: configPath });
+// The env file, when given, replaces .dev.vars, as `wrangler dev --env-file` does.
+const { workerOptions, main } = unstable_getMiniflareWorkerOptions(config, undefined, values['env-file'] ? { envFiles: [resolve(values['env-file'])] } : {});
+// `wrangler dev --var K:V` sets string bindings over the config's [vars].
+const cliVars = Object.fromEntries(values.var.map((kv) => [kv.slice(0, kv.indexOf(':')), kv.slice(kv.indexOf(':') + 1)]));
+
+const mf = new Miniflare({
+  host: values.ip,
+  port: 0,
+  ...(values['inspector-port'] ? { inspectorPort: Number(values['inspector-port']) } : {}),
+  defaultPersistRoot: join(resolve(values['persist-to']), 'v3'), // where `wrangler dev --persist-to` keeps it
+  log: new Log(LogLevel.INFO),
+  workers: [
+    {
+      ...workerOptions,
+      name: config.name,
+      bindings: { ...workerOptions.bindings, ...cliVars },
+      modules: true,
+      // worker-build's bundle is ES modules in .js files, which wrangler's default rules call
+      // CommonJS (wrangler dev bundles it with esbuild first, which does not care).
+      modulesRules: [{ type: 'ESModule', include: ['**/*.js'] }, ...workerOptions.modulesRules],
+      scriptPath: isAbsolute(main) ? main : resolve(dirname(configPath), main),
+      unsafeDirectSockets: [{ host: values.ip, port: Number(values.port) }],
+    },
+  ],
+});
+const url = await mf.unsafeGetDirectURL(config.name);
+console.log(`Ready on ${url.origin}`);
+
+const stop = () => mf.dispose().finally(() => process.exit(0));
+process.on('SIGTERM', stop);
+process.on('SIGINT', stop);
+
