@@ -357,11 +357,6 @@ function dotenv(values) {
 
 let stackCounter = 0;
 
-/** `args` without the flags `alone` and without each flag of `withValue` and the value after it. */
-function withoutFlags(args, alone, withValue) {
-  return args.filter((a, i) => !alone.includes(a) && !withValue.includes(a) && !withValue.includes(args[i - 1]));
-}
-
 /**
  * Start the Worker under `wrangler dev` on its own temp state.
  *
@@ -500,15 +495,11 @@ export async function startStack({
     const inspectorPort = await freePort();
     stack.inspectorPort = inspectorPort; // the V8 inspector of the Worker (bench/profile.mjs)
     const args = [
-      'dev',
       '--ip', '127.0.0.1',
       '--port', String(stack.port),
       '--inspector-port', String(inspectorPort),
       '--persist-to', stack.persistDir,
       '--env-file', envFile, // replaces .dev.vars, so a developer's .dev.vars never leaks in
-      '--show-interactive-dev-session=false',
-      '--live-reload=false',
-      '--log-level', 'log',
     ];
     if (config) args.push('--config', config);
     if (demo) args.push('--assets', join(ROOT, 'public'));
@@ -522,17 +513,19 @@ export async function startStack({
       args.push(...Object.entries(stack.vars).flatMap(asVar));
     }
     stack.logFile = join(ARTIFACTS, `${label}-${id}.log`);
-    // bare-serve.mjs refuses flags it does not know (a strict parseArgs); these do not apply to it.
-    const [command, commandArgs] = bare
-      ? [process.execPath, [BARE_SERVE, ...withoutFlags(args.slice(1), ['--show-interactive-dev-session=false', '--live-reload=false'], ['--log-level'])]]
-      : [WRANGLER, args];
-    writeFileSync(stack.logFile, `$ ${bare ? 'bare-serve' : 'wrangler'} ${commandArgs.join(' ')}\n`, { flag: 'a' });
+    // bare-serve.mjs takes the flags above and refuses others (a strict parseArgs); these are
+    // `wrangler dev`'s own.
+    const devOnly = ['--show-interactive-dev-session=false', '--live-reload=false', '--log-level', 'log'];
+    const [server, command, commandArgs] = bare
+      ? ['bare-serve', process.execPath, [BARE_SERVE, ...args]]
+      : ['wrangler dev', WRANGLER, ['dev', ...args, ...devOnly]];
+    writeFileSync(stack.logFile, `$ ${command} ${commandArgs.join(' ')}\n`, { flag: 'a' });
     const proc = spawnGroup(command, commandArgs, { logFile: stack.logFile, env });
     stack.process = proc;
     const end = Date.now() + timeoutMs;
     for (;;) {
       if (proc.child.exitCode !== null || proc.child.signalCode !== null) {
-        throw new Error(`wrangler dev exited before it was ready (log ${stack.logFile}):\n${proc.output.slice(-4000)}`);
+        throw new Error(`${server} exited before it was ready (log ${stack.logFile}):\n${proc.output.slice(-4000)}`);
       }
       if (/Ready on http/.test(proc.output)) {
         try {
