@@ -11,7 +11,7 @@
 //
 // Options: those of bench/compare.mjs's load (--readers, --rate, --seconds, --warmup, --plain,
 // --var), --side rindle|floor|floorRs, --out FILE (default $TMPDIR/rindle-<side>.perf.data), --freq Hz
-// (default 2000), --grep RE (print the inclusive share of the symbols matching RE), --jit-names
+// (default 2000), --bare (serve the stack with bench/bare-serve.mjs), --grep RE (print the inclusive share of the symbols matching RE), --jit-names
 // (V8 writes /tmp/perf-<pid>.map, so that `perf report` names the code it generated, rindle's
 // wasm functions and the JavaScript glue, instead of one "[JIT]" block: bench/workerd-v8-flags.sh).
 import { execFileSync } from 'node:child_process';
@@ -33,7 +33,7 @@ const out = values.out ?? join(os.tmpdir(), `rindle-${side}.perf.data`);
 const perf = perfAttached(['record', '-F', String(values.freq ?? 2000), '-g', '-o', out]);
 const result = await onFreshStack(side, (target) =>
   fanout(target, { ...load, during: { start: () => perf.start(target.stack.workerPid), stop: async () => { process.stderr.write(await perf.stop()); } } }),
-  { vars: load.vars });
+  { vars: load.vars, bare: values.bare === true });
 console.log(`${side}: ${result.deliveries} deliveries, ${result.cpuMsPer1000Deliveries ?? '?'} ms CPU / 1k deliveries; perf data in ${out}`);
 /** `perf report`'s lines of (share %, symbol), self samples or (`children`) inclusive. */
 const reportOf = (children) =>
