@@ -228,7 +228,7 @@ export function pooledPercentile(runs, p) {
   return round(percentile(runs.flatMap((r) => r.latencies).sort((a, b) => a - b), p));
 }
 
-const round = (x, digits = 1) => (x === null || x === undefined ? null : Math.round(x * 10 ** digits) / 10 ** digits);
+export const round = (x, digits = 1) => (x === null || x === undefined ? null : Math.round(x * 10 ** digits) / 10 ** digits);
 
 // ---------------------------------------------------------------------------------------
 // The two targets: the same load against either

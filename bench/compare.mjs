@@ -18,6 +18,7 @@
 // side); a root followed by @KEY=VALUE (repeatable: .@A=1@B=2) runs with those variables too.
 // --flush N measures the flush round trip instead (bench.mjs flushRoundTrip, N flushes). --bare
 // serves every side with bench/bare-serve.mjs (no entry Worker or dev middleware per request).
+// --pin runs the load on CPU 0 and the Worker's workerd, all its threads, on CPU 1 (taskset).
 import { execFileSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
@@ -47,8 +48,16 @@ const rootOf = (name) => (existsSync(join(SNAPSHOTS, name, 'build')) ? join(SNAP
 function runOnce(root, side, options, { bare }) {
   const script = `
     const { fanout, flushRoundTrip, onFreshStack } = await import(${JSON.stringify(join(PROJECT, 'bench', 'bench.mjs'))});
+    const { execFileSync } = await import('node:child_process');
     const o = ${JSON.stringify(options)};
-    const run = (t) => (o.flushes ? flushRoundTrip(t, { flushes: o.flushes }) : fanout(t, o));
+    // --pin: this process (the load, and what it starts) on CPU 0, the Worker's workerd on CPU 1.
+    const pin = (pid, cpu) => execFileSync('taskset', ['-a', '-p', '-c', String(cpu), String(pid)], { stdio: 'ignore' });
+    if (o.pin) pin(process.pid, 0);
+    const pinned = (t) => {
+      if (o.pin) pin(t.stack.workerPid, 1);
+      return t;
+    };
+    const run = (t) => (o.flushes ? flushRoundTrip(pinned(t), { flushes: o.flushes }) : fanout(pinned(t), o));
     const r = await onFreshStack(${JSON.stringify(side)}, run, { vars: o.vars, bare: ${bare} });
     process.stdout.write(JSON.stringify({ ...r, latencies: r.latencies }));`;
   const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { env: { ...process.env, RINDLE_ROOT: root }, maxBuffer: 1 << 24 });
@@ -58,6 +67,7 @@ function runOnce(root, side, options, { bare }) {
 async function main() {
   const { load: options, values } = loadFromArgs(process.argv.slice(2), { strings: ['roots', 'reps', 'side', 'snapshot', 'floor-bodies', 'flush'] });
   if (values.flush) options.flushes = Number(values.flush);
+  if (values.pin) options.pin = true;
   if (values.snapshot) {
     process.stdout.write(`${snapshot(values.snapshot)}\n`);
     return;

@@ -13,6 +13,7 @@ import { fanout, formatReport, onFreshStack, problems, runBench, workerBase } fr
 import { mintToken, readSse, startStack } from './harness.mjs';
 import { newStream, rows } from './util.mjs';
 import { PERF_MAP_FLAGS, withV8Flags } from '../../bench/workerd-v8-flags.mjs';
+import { kernelRun } from '../../bench/kernel.mjs';
 
 test('benchmark smoke run: floor and rindle-streams measured side by side, every scenario reported', { timeout: 240_000 }, async (t) => {
   const report = await runBench({ smoke: true, log: (line) => t.diagnostic(line) });
@@ -97,4 +98,17 @@ test('bare-serve: the config served bare, with its bindings, the given vars and 
   const r = await onFreshStack('floor', (t) => fanout(t, { readers: 1, rate: 50, seconds: 1, warmupSeconds: 0 }), { bare: true });
   assert.equal(r.deliveries, r.expectedDeliveries, 'every delta reached the floor\'s reader');
   assert.ok(r.cpuMs > 0, 'the one workerd\'s CPU was read');
+});
+
+// bench/kernel.mjs reads perf's software events and strace's system calls over a fan-out's
+// measured window. Checked against what a delivery must cost the kernel: each delta reaches
+// its one reader through a write to that reader's socket.
+test('kernel: the kernel\'s work per delivery, counted on the Worker\'s own workerd', { timeout: 120_000 }, async () => {
+  const r = await kernelRun('rindle', { readers: 1, rate: 50, seconds: 1, warmupSeconds: 0, vars: {} }, { bare: true, strace: true });
+  assert.equal(r.deliveries, 50, 'every delta delivered under the tracer');
+  const socketWrites = ['write', 'writev', 'sendmsg', 'sendto'].reduce((n, name) => n + (r.syscalls[name] ?? 0), 0);
+  assert.ok(socketWrites >= 0.9, `about one socket write per delivery at least: ${JSON.stringify(r.syscalls)}`);
+  assert.ok(r.syscallsTotal >= socketWrites, 'the total counts every call');
+  assert.ok(r.contextSwitches > 0 && r.taskClockMsPer1000Deliveries > 0, `perf's software events were read: ${JSON.stringify(r)}`);
+  assert.equal(typeof r.pageFaults, 'number');
 });
