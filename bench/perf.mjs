@@ -10,10 +10,11 @@
 //   node bench/perf.mjs --plain --readers 1 --out /tmp/r.data --grep 'CfProperty|Compil'
 //
 // Options: those of bench/compare.mjs's load (--readers, --rate, --seconds, --warmup, --plain,
-// --var), --side rindle|floor|floorRs, --out FILE (default $TMPDIR/rindle-<side>.perf.data), --freq Hz
-// (default 2000), --bare (serve the stack with bench/bare-serve.mjs), --grep RE (print the inclusive share of the symbols matching RE), --jit-names
-// (V8 writes /tmp/perf-<pid>.map, so that `perf report` names the code it generated, rindle's
-// wasm functions and the JavaScript glue, instead of one "[JIT]" block: bench/workerd-v8-flags.sh).
+// --var), --side rindle|floor|floorRs, --out FILE (default $TMPDIR/rindle-<side>.perf.data),
+// --freq Hz (default 2000), --bare (serve the stack with bench/bare-serve.mjs), --grep RE (print
+// the inclusive share of the symbols matching RE), --jit-names (V8 writes /tmp/perf-<pid>.map,
+// so that `perf report` names the code it generated, rindle's wasm functions and the JavaScript
+// glue, instead of one "[JIT]" block: bench/workerd-v8-flags.sh).
 import { execFileSync } from 'node:child_process';
 import os from 'node:os';
 import { join } from 'node:path';
