@@ -1,4 +1,4 @@
-//! Native micro-benchmark of the reader fan-out hot path (`src/core/live/readers.rs`).
+//! Native micro-benchmark of the reader fan-out hot path (`src/engine/live/readers.rs`).
 //!
 //! 1. Encoding: a frame is SSE-encoded once in `SharedFrame::new` and the same `Rc` is queued
 //!    for every reader ("encode once, share", the real `LiveStream`, every reader pulled after
@@ -17,10 +17,10 @@
 //! cargo run --release --example fanout -- --json   # a JSON object instead of the table
 //! ```
 
-use rindle_streams::core::config::{CheckpointMode, StreamConfig};
-use rindle_streams::core::frame::Frame;
-use rindle_streams::core::live::{LiveStream, Output, Producer, Pull, ReaderId, StoreReply, StreamState};
-use rindle_streams::core::{sse, utf16};
+use rindle_streams::engine::config::{CheckpointMode, StreamConfig};
+use rindle_streams::engine::frame::Frame;
+use rindle_streams::engine::live::{LiveStream, Output, Producer, Pull, ReaderId, StoreReply, StreamState};
+use rindle_streams::engine::{sse, utf16};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

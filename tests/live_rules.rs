@@ -3,15 +3,15 @@
 
 mod support;
 
-use rindle_streams::core::config::{CheckpointMode, StreamConfig};
-use rindle_streams::core::durable::{ColumnValue, OpenRefused, TableMapping};
-use rindle_streams::core::frame::{EndStatus, Frame};
-use rindle_streams::core::hook::{self, EventHook, InterruptCause, StreamNotice};
-use rindle_streams::core::live::lease::{self, Holding, HostColumn, LeaseDecision, Release};
-use rindle_streams::core::live::{
+use rindle_streams::engine::config::{CheckpointMode, StreamConfig};
+use rindle_streams::engine::durable::{ColumnValue, OpenRefused, TableMapping};
+use rindle_streams::engine::frame::{EndStatus, Frame};
+use rindle_streams::engine::hook::{self, EventHook, InterruptCause, StreamNotice};
+use rindle_streams::engine::live::lease::{self, Holding, HostColumn, LeaseDecision, Release};
+use rindle_streams::engine::live::{
     FlushError, OpenError, OpenOutcome, Producer, Pull, PushError, Settlement, StoreFailure, StoreOp, StoreReply, StreamEvent, StreamState,
 };
-use rindle_streams::core::ui::{BadChunk, ChunkFault, Format};
+use rindle_streams::engine::ui::{BadChunk, ChunkFault, Format};
 use support::driver::{Driver, UiEvent, STREAM, TOKEN};
 use support::{Fault, SqliteDb};
 
@@ -248,7 +248,10 @@ fn a_seal_requested_mid_round_goes_straight_to_compaction() {
     d.answer(Fault::FailBeforeCommit); // …and so does its read-back
     assert!(matches!(d.peek(), Some(StoreOp::Seal(_))), "no retry of the failing slice: {:?}", d.peek());
     d.answer(Fault::None);
-    assert_eq!(d.outcome(close), Some(&Ok(rindle_streams::core::live::SealReport { status: EndStatus::Complete, seq: 3, durable_seq: 3 })));
+    assert_eq!(
+        d.outcome(close),
+        Some(&Ok(rindle_streams::engine::live::SealReport { status: EndStatus::Complete, seq: 3, durable_seq: 3 }))
+    );
     assert_eq!(d.outcome(flush), Some(&Ok(3)), "the seal repaired the failed slice");
     assert_eq!(d.db.durable_text(STREAM), "abc");
     assert_eq!(d.db.status(STREAM), "complete");
@@ -1218,7 +1221,7 @@ fn a_sink_can_refuse_an_open_which_is_a_refusal_not_a_store_failure() {
 #[test]
 fn the_open_operation_carries_the_apps_meta_and_the_start_time() {
     let meta = serde_json::json!({"chat": "c1", "model": "m"});
-    let (stream, _) = rindle_streams::core::live::LiveStream::open(
+    let (stream, _) = rindle_streams::engine::live::LiveStream::open(
         STREAM,
         sink_cfg(),
         Producer { host_token: TOKEN.into(), meta: Some(meta.clone()) },
@@ -1242,7 +1245,7 @@ fn the_seal_write_carries_from_so_a_trimming_sink_writes_only_the_unsaved_tail()
     assert_eq!((write.from, write.body_from, write.seq), (10, 6, 13));
     let body = write.body.expect("a sink gets the retained text");
     assert_eq!(body, "6789abc");
-    let tail = rindle_streams::core::utf16::slice(&body, write.from - write.body_from, u64::MAX);
+    let tail = rindle_streams::engine::utf16::slice(&body, write.from - write.body_from, u64::MAX);
     assert_eq!(tail, "abc", "the unsaved tail");
 }
 

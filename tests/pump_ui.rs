@@ -7,8 +7,8 @@
 //! live API. That the chunks build the right message in the real `ai` package is proven end to
 //! end in `tests/e2e/pump.test.mjs`.
 
-use rindle_streams::core::pump::{Pump, PumpFailure, PumpStep, UpstreamFormat};
-use rindle_streams::core::ui::Format;
+use rindle_streams::engine::pump::{Pump, PumpFailure, PumpStep, UpstreamFormat};
+use rindle_streams::engine::ui::Format;
 use serde_json::{json, Value};
 
 /// The events of an SSE body: `(event name, data)`.

@@ -27,17 +27,17 @@
 
 mod support;
 
-use rindle_streams::core::config::StreamConfig;
-use rindle_streams::core::durable::ColumnValue;
-use rindle_streams::core::frame::{EndStatus, Frame};
-use rindle_streams::core::live::lease::{self, HostColumn, LeaseDecision, LeaseRow, Release};
-use rindle_streams::core::live::{
+use rindle_streams::engine::config::StreamConfig;
+use rindle_streams::engine::durable::ColumnValue;
+use rindle_streams::engine::frame::{EndStatus, Frame};
+use rindle_streams::engine::live::lease::{self, HostColumn, LeaseDecision, LeaseRow, Release};
+use rindle_streams::engine::live::{
     Dialect, LiveStream, OpenError, Output, Producer, Pull, PushError, ReaderId, SealOutcome, Settlement, StoreOp, StoreRequest,
     StreamState, Ticket,
 };
-use rindle_streams::core::reading::DurableText;
-use rindle_streams::core::ui::{Format, MAX_LINE_BYTES};
-use rindle_streams::core::utf16;
+use rindle_streams::engine::reading::DurableText;
+use rindle_streams::engine::ui::{Format, MAX_LINE_BYTES};
+use rindle_streams::engine::utf16;
 use std::collections::{HashMap, VecDeque};
 use support::driver::{parse_sse, parse_ui_sse, ticket_id, Settles};
 use support::{Fault, SqliteDb};

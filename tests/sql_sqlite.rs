@@ -3,9 +3,9 @@
 
 mod support;
 
-use rindle_streams::core::durable::{ColumnNames, ColumnValue, Dialect, MappedSql, RowState, TableMapping, Value};
-use rindle_streams::core::frame::EndStatus;
-use rindle_streams::core::live::{StoreOp, StoreReply};
+use rindle_streams::engine::durable::{ColumnNames, ColumnValue, Dialect, MappedSql, RowState, TableMapping, Value};
+use rindle_streams::engine::frame::EndStatus;
+use rindle_streams::engine::live::{StoreOp, StoreReply};
 use support::{Fault, SqliteDb};
 
 const ID: &str = "m1";

@@ -3,7 +3,7 @@
 
 use super::http::{self, unavailable};
 use super::setup::{dev_mode, var};
-use crate::core::api::ApiError;
+use crate::engine::api::ApiError;
 use serde_json::json;
 use worker::{Env, Request, Response};
 
@@ -28,7 +28,7 @@ async fn session(env: &Env) -> Result<Response, ApiError> {
     let stream_id = format!("demo-{now}-{}", (js_sys::Math::random() * 1e9) as u64);
     let db = env.d1("DB").map_err(|e| ApiError::misconfigured(format!("the D1 binding: {e}")))?;
     let table = var(env, "MESSAGE_TABLE").unwrap_or_else(|| "messages".into());
-    let table = crate::core::durable::Ident::new(&table).map_err(ApiError::misconfigured)?;
+    let table = crate::engine::durable::Ident::new(&table).map_err(ApiError::misconfigured)?;
     db.prepare(format!("INSERT INTO {table} (id, chat_id, role) VALUES (?1, ?2, 'assistant')"))
         .bind(&[stream_id.as_str().into(), "demo-chat".into()])
         .map_err(unavailable)?
@@ -37,7 +37,7 @@ async fn session(env: &Env) -> Result<Response, ApiError> {
         .map_err(ApiError::store_unavailable)?;
     let token = |scope: &str| {
         let claims = json!({"sub": "demo", "stream": stream_id, "scope": scope, "exp": now + DEV_TOKEN_SECS});
-        crate::core::auth::mint_hs256(&claims, secret.as_bytes()).map_err(unavailable)
+        crate::engine::auth::mint_hs256(&claims, secret.as_bytes()).map_err(unavailable)
     };
     http::json(
         200,

@@ -1,8 +1,8 @@
 //! Applies a [`FaultPlan`] around a D1 operation (test configurations only).
 
-use crate::core::faults::Fault;
-pub use crate::core::faults::FaultPlan;
-use crate::core::live::{StoreFailure, StoreOp, StoreReply};
+use crate::engine::faults::Fault;
+pub use crate::engine::faults::FaultPlan;
+use crate::engine::live::{StoreFailure, StoreOp, StoreReply};
 use std::future::Future;
 
 impl FaultPlan {

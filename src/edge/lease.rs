@@ -1,14 +1,14 @@
 //! The lease alarm (SPEC §7), performed. The stream asks for its lease to be armed before its
-//! row is marked ([`Output::ArmLease`](crate::core::live::Output::ArmLease)) and renewed while
+//! row is marked ([`Output::ArmLease`](crate::engine::live::Output::ArmLease)) and renewed while
 //! it is alive; what the alarm does when it fires is decided by
 //! [`lease::decide`] and only performed here.
 
 use super::object::{Object, StreamObject};
 use super::shell::log;
-use crate::core::config::CheckpointMode;
-use crate::core::hook::{InterruptCause, StreamNotice};
-use crate::core::live::lease::{self, Holding, HostColumn, LeaseDecision, LeaseRow, Release};
-use crate::core::live::{LiveStream, StoreFailure, StoreOp, StoreReply};
+use crate::engine::config::CheckpointMode;
+use crate::engine::hook::{InterruptCause, StreamNotice};
+use crate::engine::live::lease::{self, Holding, HostColumn, LeaseDecision, LeaseRow, Release};
+use crate::engine::live::{LiveStream, StoreFailure, StoreOp, StoreReply};
 use serde_json::json;
 use std::cell::RefCell;
 use std::time::Duration;

@@ -19,7 +19,7 @@ pub use object::StreamObject;
 pub use setup::{install_authorizer, install_checkpoint_sink, install_event_hook};
 pub use store::{CheckpointSink, D1Tables};
 
-use crate::core::api::{self, ApiError};
+use crate::engine::api::{self, ApiError};
 use wasm_bindgen::JsCast;
 use worker::{Env, Request, Response};
 

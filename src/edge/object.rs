@@ -8,10 +8,10 @@ use super::lease::LeaseStore;
 use super::setup::Setup;
 use super::shell::{log, now_ms, Shell};
 use super::sse::{self, ReaderSource};
-use crate::core::api::{self, Action, ApiError, OpenRequest, Route};
-use crate::core::auth::AuthRequest;
-use crate::core::config::StreamConfig;
-use crate::core::live::{Dialect, FlushError, LiveStream, OpenError, Producer, StreamState};
+use crate::engine::api::{self, Action, ApiError, OpenRequest, Route};
+use crate::engine::auth::AuthRequest;
+use crate::engine::config::StreamConfig;
+use crate::engine::live::{Dialect, FlushError, LiveStream, OpenError, Producer, StreamState};
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -138,7 +138,7 @@ impl StreamObject {
         let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
         let (stream, ticket) = LiveStream::open(&route.stream_id, cfg, Producer { host_token: random_token(), meta }, now_ms());
         let Some(settled) = o.shell.install(stream, ticket) else {
-            return Err(ApiError::open_refused(&route.stream_id, crate::core::durable::OpenRefused::AlreadyOpenHere));
+            return Err(ApiError::open_refused(&route.stream_id, crate::engine::durable::OpenRefused::AlreadyOpenHere));
         };
         self.remember_format(&route.stream_id, format).await;
         o.shell.feed(|_, _| ()); // performs the first request queued by `open`
@@ -179,7 +179,7 @@ impl StreamObject {
 }
 
 impl Object {
-    pub(super) fn settings(&self) -> &crate::core::config::Settings {
+    pub(super) fn settings(&self) -> &crate::engine::config::Settings {
         &self.setup.settings
     }
 
@@ -297,8 +297,8 @@ impl Object {
 #[derive(serde::Serialize)]
 struct TextAnswer<'a> {
     #[serde(flatten)]
-    durable: &'a crate::core::reading::DurableText,
-    format: crate::core::ui::Format,
+    durable: &'a crate::engine::reading::DurableText,
+    format: crate::engine::ui::Format,
 }
 
 /// A random claim token for the open CAS.

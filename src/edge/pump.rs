@@ -1,13 +1,13 @@
 //! `POST /streams/{id}/pump`: the object fetches an upstream model API itself and pushes its
-//! text deltas (on a `ui` stream, UI message chunks: `core::pump` decides which), so the
+//! text deltas (on a `ui` stream, UI message chunks: `engine::pump` decides which), so the
 //! producer's own request ends at once. The upstream's end closes the
 //! stream; an upstream error or a malformed event fails it; a cancel aborts the upstream.
 
 use super::http::unavailable;
 use super::shell::{log, Shell};
-use crate::core::api::ApiError;
-use crate::core::live::{LiveStream, PushError};
-use crate::core::pump::{Pump, PumpRequest, PumpStep};
+use crate::engine::api::ApiError;
+use crate::engine::live::{LiveStream, PushError};
+use crate::engine::pump::{Pump, PumpRequest, PumpStep};
 use eventsource_stream::Eventsource;
 use futures::future::{select, Either};
 use futures::StreamExt;

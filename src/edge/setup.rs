@@ -3,10 +3,10 @@
 
 use super::faults::FaultPlan;
 use super::store::{CheckpointSink, D1Tables};
-use crate::core::auth::{Authorizer, JwtAuthorizer};
-use crate::core::config::{ConfigError, Settings};
-use crate::core::durable::{Dialect, MappedSql};
-use crate::core::hook::EventHook;
+use crate::engine::auth::{Authorizer, JwtAuthorizer};
+use crate::engine::config::{ConfigError, Settings};
+use crate::engine::durable::{Dialect, MappedSql};
+use crate::engine::hook::EventHook;
 use std::cell::RefCell;
 use std::rc::Rc;
 use worker::Env;
@@ -72,7 +72,7 @@ pub fn install_checkpoint_sink(factory: impl Fn(&Env) -> Rc<dyn CheckpointSink> 
 }
 
 /// Installs a hook that receives every stream's notices (checkpoint failures, seal
-/// shortfalls, readers dropped as stale, interrupted seals; see [`crate::core::hook`], which
+/// shortfalls, readers dropped as stale, interrupted seals; see [`crate::engine::hook`], which
 /// also says what a panicking hook does). Call from the embedding Worker's start event.
 pub fn install_event_hook(hook: impl EventHook + 'static) {
     HOOK.with(|h| *h.borrow_mut() = Some(Rc::new(hook)));

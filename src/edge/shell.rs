@@ -4,8 +4,8 @@
 
 use super::lease::LeaseStore;
 use super::store::CheckpointSink;
-use crate::core::hook::{self, EventHook, StreamNotice};
-use crate::core::live::{
+use crate::engine::hook::{self, EventHook, StreamNotice};
+use crate::engine::live::{
     Dialect, FlushOutcome, LiveStream, Millis, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame, StoreRequest,
     StreamEvent, Ticket, Wire,
 };
@@ -389,7 +389,7 @@ impl Shell {
     }
 
     /// Tells the installed hook, if any. Runs while performing outputs, never with the state
-    /// borrowed; a panic is contained where the target unwinds (see [`crate::core::hook`]).
+    /// borrowed; a panic is contained where the target unwinds (see [`crate::engine::hook`]).
     pub fn notify(&self, notice: StreamNotice) {
         let Some(h) = &self.hook else { return };
         if let Err(e) = hook::notify(h.as_ref(), &notice) {

@@ -5,10 +5,10 @@
 //! is woken, and its pull answers `: ping`).
 
 use super::shell::Shell;
-use crate::core::api::ApiError;
-use crate::core::frame::Frame;
-use crate::core::live::{Dialect, ReaderId};
-use crate::core::{sse, ui};
+use crate::engine::api::ApiError;
+use crate::engine::frame::Frame;
+use crate::engine::live::{Dialect, ReaderId};
+use crate::engine::{sse, ui};
 use std::rc::Rc;
 use wasm_bindgen::prelude::wasm_bindgen;
 use worker::{Headers, Response, ResponseBody};

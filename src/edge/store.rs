@@ -1,11 +1,11 @@
 //! Where checkpoints go: the [`CheckpointSink`] trait, and its default, the app's mapped D1
-//! tables. D1 runs the statements planned by the core ([`MappedSql::plan`]); a batch is one
+//! tables. D1 runs the statements planned by the engine ([`MappedSql::plan`]); a batch is one
 //! transaction, and the read-back after it is the truth.
 
 use super::faults::FaultPlan;
-use crate::core::durable::{ColumnValue, MappedSql, Shape, Statement, StorePlan, Value};
-use crate::core::live::{StoreFailure, StoreOp, StoreReply};
-use crate::core::reading::{ChunkRow, DurableText};
+use crate::engine::durable::{ColumnValue, MappedSql, Shape, Statement, StorePlan, Value};
+use crate::engine::live::{StoreFailure, StoreOp, StoreReply};
+use crate::engine::reading::{ChunkRow, DurableText};
 use futures::future::LocalBoxFuture;
 use serde_json::Map;
 use std::cell::Cell;

@@ -6,10 +6,10 @@ use super::http::{self, unavailable};
 use super::object::{Object, StreamObject};
 use super::shell::log;
 use super::sse;
-use crate::core::api::{ApiError, Route};
-use crate::core::frame::EndStatus;
-use crate::core::live::{Dialect, LiveStream};
-use crate::core::ui::{self, Format};
+use crate::engine::api::{ApiError, Route};
+use crate::engine::frame::EndStatus;
+use crate::engine::live::{Dialect, LiveStream};
+use crate::engine::ui::{self, Format};
 use serde_json::json;
 use std::rc::Rc;
 use worker::{Request, Response};
@@ -53,7 +53,7 @@ impl StreamObject {
         let durable = o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
         let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
         let ended = EndStatus::parse(&durable.status).map(|status| (status, durable.error.as_deref()));
-        let body = format!("{}{}", crate::core::sse::preamble(o.settings().sse_retry_ms), ui::encode_durable(&durable.text, from, ended));
+        let body = format!("{}{}", crate::engine::sse::preamble(o.settings().sse_retry_ms), ui::encode_durable(&durable.text, from, ended));
         Response::from_bytes(body.into_bytes()).map(|r| r.with_headers(sse::headers(Dialect::Ui))).map_err(unavailable)
     }
 }

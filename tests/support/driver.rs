@@ -2,9 +2,9 @@
 //! store requests), but against SQLite and in virtual time, one step at a time.
 
 use super::{Fault, SqliteDb};
-use rindle_streams::core::config::StreamConfig;
-use rindle_streams::core::frame::Frame;
-use rindle_streams::core::live::{
+use rindle_streams::engine::config::StreamConfig;
+use rindle_streams::engine::frame::Frame;
+use rindle_streams::engine::live::{
     Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Producer, Pull, PushError, PushReceipt, ReaderId, SealOutcome, Settlement,
     StoreOp, StoreRequest, StreamEvent, Ticket,
 };
@@ -114,7 +114,7 @@ impl Driver {
     /// (a custom sink's answers); returns it.
     pub fn reply(
         &mut self,
-        result: Result<rindle_streams::core::live::StoreReply, rindle_streams::core::live::StoreFailure>,
+        result: Result<rindle_streams::engine::live::StoreReply, rindle_streams::engine::live::StoreFailure>,
     ) -> StoreRequest {
         let req = self.pending.pop_front().expect("a pending store request");
         self.stream.handle_store(req.id, result, self.now);

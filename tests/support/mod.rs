@@ -5,10 +5,10 @@
 
 pub mod driver;
 
-use rindle_streams::core::durable::{ColumnValue, Dialect, MappedSql, Shape, Statement, StorePlan, TableMapping, Value};
-use rindle_streams::core::live::lease::{HostColumn, LeaseRow};
-use rindle_streams::core::live::{StoreFailure, StoreReply};
-use rindle_streams::core::reading::{assemble_durable_text, ChunkRow, DurableText};
+use rindle_streams::engine::durable::{ColumnValue, Dialect, MappedSql, Shape, Statement, StorePlan, TableMapping, Value};
+use rindle_streams::engine::live::lease::{HostColumn, LeaseRow};
+use rindle_streams::engine::live::{StoreFailure, StoreReply};
+use rindle_streams::engine::reading::{assemble_durable_text, ChunkRow, DurableText};
 use rusqlite::{params_from_iter, Connection};
 use std::collections::HashMap;
 
@@ -139,7 +139,7 @@ impl SqliteDb {
         let exists = !self.query(&self.sql.read_row(id)).is_empty();
         let durable = exists.then(|| {
             let text = self.durable_text(id);
-            DurableText { seq: rindle_streams::core::utf16::len(&text), text, status: self.status(id), error: None }
+            DurableText { seq: rindle_streams::engine::utf16::len(&text), text, status: self.status(id), error: None }
         });
         let host = match (host_mapped, self.message_column(id, "host")) {
             (false, _) => HostColumn::Unmapped,

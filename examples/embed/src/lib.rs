@@ -15,12 +15,12 @@
 //! The `refuse`, `failAppends` and `panic-` switches are the test's, not a pattern to copy.
 #![cfg(target_arch = "wasm32")]
 
-use rindle_streams::core::auth::{AuthFuture, AuthRequest, Authorizer, Denied, Principal};
-use rindle_streams::core::durable::{Dialect, MappedSql, TableMapping};
-use rindle_streams::core::hook::{EventHook, StreamNotice};
-use rindle_streams::core::live::{StoreFailure, StoreOp, StoreReply};
-use rindle_streams::core::reading::DurableText;
 use rindle_streams::edge::{install_authorizer, install_checkpoint_sink, install_event_hook, CheckpointSink, D1Tables};
+use rindle_streams::engine::auth::{AuthFuture, AuthRequest, Authorizer, Denied, Principal};
+use rindle_streams::engine::durable::{Dialect, MappedSql, TableMapping};
+use rindle_streams::engine::hook::{EventHook, StreamNotice};
+use rindle_streams::engine::live::{StoreFailure, StoreOp, StoreReply};
+use rindle_streams::engine::reading::DurableText;
 use serde_json::json;
 use std::cell::RefCell;
 use std::collections::HashSet;

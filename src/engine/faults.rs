@@ -12,7 +12,7 @@
 //! - `ops` targets `before`, `lost` and `hold` at these operations (`probe`, `mark`,
 //!   `readhost`, `append`, `readstate`, `seal`); without it they break checkpoints and seals.
 
-use crate::core::live::StoreOp;
+use crate::engine::live::StoreOp;
 use std::cell::Cell;
 use thiserror::Error;
 

@@ -17,8 +17,8 @@
 //! in-flight round to settle and may cut a round's retries short.
 
 use super::stream::{Millis, OpId, StoreFailure, StoreReply};
-use crate::core::config::{CheckpointMode, StreamConfig};
-use crate::core::durable::RowState;
+use crate::engine::config::{CheckpointMode, StreamConfig};
+use crate::engine::durable::RowState;
 
 #[derive(Debug, Default)]
 pub(crate) struct Checkpointer {

@@ -1,6 +1,6 @@
 //! What the store answers, and the plane's verdicts on it.
 
-use crate::core::frame::{EndStatus, STATUS_STREAMING};
+use crate::engine::frame::{EndStatus, STATUS_STREAMING};
 use thiserror::Error;
 
 /// One column value as a store returns it (D1 returns JSON; SQLite returns typed values).
@@ -17,7 +17,7 @@ impl ColumnValue {
     pub fn as_offset(&self) -> Option<u64> {
         match *self {
             ColumnValue::Integer(n) => u64::try_from(n).ok(),
-            ColumnValue::Real(x) if x >= 0.0 && x.fract() == 0.0 && x <= crate::core::sse::MAX_OFFSET as f64 => Some(x as u64),
+            ColumnValue::Real(x) if x >= 0.0 && x.fract() == 0.0 && x <= crate::engine::sse::MAX_OFFSET as f64 => Some(x as u64),
             _ => None,
         }
     }

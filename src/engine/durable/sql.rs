@@ -5,7 +5,7 @@
 //! Postgres dialect differs only in placeholders and column types.
 
 use super::mapping::{Ident, TableMapping};
-use crate::core::frame::{EndStatus, STATUS_STREAMING};
+use crate::engine::frame::{EndStatus, STATUS_STREAMING};
 
 /// The SQL dialect of the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,7 +215,7 @@ impl MappedSql {
     /// capture, the row ends up right, so this also repairs an earlier failed checkpoint.
     pub fn compact(&self, stream_id: &str, body: &str, status: EndStatus, error: Option<&str>) -> [Statement; 2] {
         let m = &self.map;
-        let columns = vec![(&m.body, body.into()), (&m.seq, crate::core::utf16::len(body).into()), (&m.status, status.as_str().into())];
+        let columns = vec![(&m.body, body.into()), (&m.seq, crate::engine::utf16::len(body).into()), (&m.status, status.as_str().into())];
         [
             self.seal_update(stream_id, columns, error),
             Statement { sql: format!("DELETE FROM {} WHERE {} = {}", m.chunks, m.chunk_stream, self.p(1)), params: vec![stream_id.into()] },

@@ -5,11 +5,11 @@ use super::lease::Holding;
 use super::open::{Opener, Producer, Progress};
 use super::outbox::Outbox;
 use super::readers::{Dialect, Pacing, Pull, ReaderId, Readers};
-use crate::core::config::{CheckpointMode, StreamConfig};
-use crate::core::durable::{OpenProbe, OpenRefused, RowState};
-use crate::core::frame::{EndStatus, Frame};
-use crate::core::text::TextBuffer;
-use crate::core::ui::{BadChunk, Format, LineAssembler};
+use crate::engine::config::{CheckpointMode, StreamConfig};
+use crate::engine::durable::{OpenProbe, OpenRefused, RowState};
+use crate::engine::frame::{EndStatus, Frame};
+use crate::engine::text::TextBuffer;
+use crate::engine::ui::{BadChunk, Format, LineAssembler};
 use std::marker::PhantomData;
 use thiserror::Error;
 
@@ -79,7 +79,7 @@ pub struct StoreRequest {
 }
 
 /// What the store is asked to do. In tables mode each maps to the statements of
-/// [`crate::core::durable::MappedSql`]; a sink interprets them itself.
+/// [`crate::engine::durable::MappedSql`]; a sink interprets them itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreOp {
     /// Read the row's length and status for the open verdict. Reply: [`StoreReply::Probe`].

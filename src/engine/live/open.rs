@@ -19,8 +19,8 @@
 
 use super::outbox::Outbox;
 use super::stream::{Millis, OpId, OpenError, OpenOutcome, Output, StoreFailure, StoreOp, StoreReply, Ticket};
-use crate::core::config::{CheckpointMode, StreamConfig};
-use crate::core::durable::{judge_host, judge_probe, OpenRefused};
+use crate::engine::config::{CheckpointMode, StreamConfig};
+use crate::engine::durable::{judge_host, judge_probe, OpenRefused};
 
 /// The producer that opens a stream, as the stream knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,8 +21,8 @@
 //! (SPEC §3): the stream's one timer serves every reader's keep-alive.
 
 use super::stream::Millis;
-use crate::core::frame::Frame;
-use crate::core::{sse, ui};
+use crate::engine::frame::Frame;
+use crate::engine::{sse, ui};
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -508,10 +508,10 @@ fn merge_wire(frames: &[Rc<SharedFrame>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::frame::EndStatus;
+    use crate::engine::frame::EndStatus;
 
     fn chunk(from: u64, text: &str) -> Frame {
-        Frame::Chunk { from, seq: from + crate::core::utf16::len(text), text: text.into() }
+        Frame::Chunk { from, seq: from + crate::engine::utf16::len(text), text: text.into() }
     }
 
     const NO_PACING: Pacing = Pacing { per_reader_us: 0, max_ms: 0, burst: 1 };

@@ -4,7 +4,7 @@
 
 use super::rows::{ColumnValue, OpenProbe, RowState};
 use super::sql::{MappedSql, Statement};
-use crate::core::live::{SealWrite, StoreFailure, StoreOp, StoreReply};
+use crate::engine::live::{SealWrite, StoreFailure, StoreOp, StoreReply};
 
 /// What an executor must run for one operation.
 #[derive(Debug, Clone, PartialEq)]

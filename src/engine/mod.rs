@@ -1,4 +1,4 @@
-//! The pure core: everything in the specification that is logic rather than I/O.
+//! The pure engine: everything in the specification that is logic rather than I/O.
 //!
 //! ```text
 //!   producer ──push──▶ ┌──────────── LiveStream (live/) ───────────┐ ──frames──▶ readers

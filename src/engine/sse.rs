@@ -113,7 +113,7 @@ pub fn join_offset(last_event_id: Option<&str>, from_query: Option<&str>) -> u64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::frame::EndStatus;
+    use crate::engine::frame::EndStatus;
 
     #[test]
     fn only_open_and_chunk_carry_an_id_line() {

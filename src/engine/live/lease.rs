@@ -25,9 +25,9 @@
 //! deployment marks rows too (map a host column then).
 
 use super::stream::SealWrite;
-use crate::core::config::StreamConfig;
-use crate::core::frame::{EndStatus, STATUS_STREAMING};
-use crate::core::reading::DurableText;
+use crate::engine::config::StreamConfig;
+use crate::engine::frame::{EndStatus, STATUS_STREAMING};
+use crate::engine::reading::DurableText;
 
 /// The error sentence of a row sealed by the lease.
 pub const INTERRUPTED: &str =

@@ -1,8 +1,8 @@
 //! Settings: the live stream's policy and the service's configuration (SPEC §8), parsed from
 //! the Worker's string vars and refused with a clear message when wrong.
 
-use crate::core::durable::{ColumnNames, MappingError, TableMapping};
-use crate::core::ui::Format;
+use crate::engine::durable::{ColumnNames, MappingError, TableMapping};
+use crate::engine::ui::Format;
 use thiserror::Error;
 
 /// How a checkpoint is confirmed and how a stream opens.
