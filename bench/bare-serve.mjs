@@ -4,10 +4,11 @@
 // Durable Objects, D1, vars), the same miniflare and workerd, the same persisted state, but the
 // load reaches the user's Worker through a socket of its own (miniflare's `unsafeDirectSockets`)
 // instead of through miniflare's entry Worker, and the bundle is not wrapped in wrangler's dev
-// middleware. bench/dev-overhead.mjs measured those two at ~1.04 M instructions and 550-620 us
-// of CPU per request, paid alike by both sides of a ratio, which pulls every one-POST-per-delta
-// ratio toward 1; production has neither. Used by the benchmarks with `--bare`
-// (tests/e2e/harness.mjs's startStack({ bare: true })), never by the tests of the product.
+// middleware. Those two cost ~1.04 M instructions and 550-620 us of CPU per request (the
+// archived dev-overhead.mjs: BENCHMARKS.md, "The research tools"), paid alike by both sides of
+// a ratio, which pulls every one-POST-per-delta ratio toward 1; production has neither. Used by
+// the benchmarks with `--bare` (tests/e2e/harness.mjs's startStack({ bare: true })), never by
+// the tests of the product.
 //
 // Takes the subset of `wrangler dev`'s flags the harness passes:
 //   node bench/bare-serve.mjs --ip 127.0.0.1 --port P [--inspector-port I] --persist-to DIR

@@ -64,8 +64,8 @@ const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) |
 // ---------------------------------------------------------------------------------------
 // The runtime's processes
 
-/** What a workerd process is called: itself, or under valgrind's callgrind (bench/instructions.mjs). */
-const WORKERD_NAMES = new Set(['workerd', 'callgrind-amd64']);
+/** What a workerd process is called. */
+const WORKERD_NAMES = new Set(['workerd']);
 
 /** The workerd processes of process group `pgid`: { pid, stat fields after the name }. */
 function workerdProcesses(pgid) {

@@ -54,13 +54,6 @@ apt_package() {
 # download cannot work here). Not binaryen: Debian's wasm-opt 108 is too old for wasm-bindgen
 # 0.2.129 output; npm binaryen@132 (package.json) is used instead.
 apt_package chromium "the browser tests, which never skip" chromium
-# valgrind, whose callgrind counts instructions for bench/instructions.mjs (this VM has no
-# hardware instruction counter for perf); tests/e2e/instructions.test.mjs checks that meter.
-apt_package valgrind "tests/e2e/instructions.test.mjs, the instruction meter's check" valgrind callgrind_control
-# strace and perf, which bench/kernel.mjs attaches to workerd (system calls; the kernel's software
-# events); tests/e2e/bench.test.mjs checks that meter.
-apt_package strace "tests/e2e/bench.test.mjs, the kernel meter's check" strace
-apt_package linux-perf "tests/e2e/bench.test.mjs, the kernel meter's check" perf
 
 # 5. Node.js.
 command -v node >/dev/null 2>&1 || die "node not found: install Node.js >= $MIN_NODE_MAJOR (Debian: apt-get install nodejs npm)"

@@ -16,13 +16,6 @@ trap 'echo "test.sh: total time $(elapsed "$START")"' EXIT
 CHROMIUM="${CHROMIUM_BIN:-/usr/bin/chromium}"
 [[ -x "$CHROMIUM" ]] || die "no Chromium at $CHROMIUM: the browser tests (tests/browser/) need it and never skip. Install it (apt-get install chromium; scripts/setup.sh does when run as root) or point CHROMIUM_BIN at one."
 step "chromium: $CHROMIUM"
-# So is valgrind, for the instruction meter's own test (tests/e2e/instructions.test.mjs).
-command -v valgrind >/dev/null 2>&1 && command -v callgrind_control >/dev/null 2>&1 \
-  || die "no valgrind: tests/e2e/instructions.test.mjs needs it (callgrind counts bench/instructions.mjs's instructions). Install it (apt-get install valgrind; scripts/setup.sh does when run as root)."
-# And strace and perf, for the kernel meter's (tests/e2e/bench.test.mjs): perf must count the
-# kernel's software events here (root, or perf_event_paranoid <= 1).
-command -v strace >/dev/null 2>&1 && perf stat -e task-clock true >/dev/null 2>&1 \
-  || die "no strace, or perf cannot count here: tests/e2e/bench.test.mjs needs both (bench/kernel.mjs attaches them to workerd). Install them (apt-get install strace linux-perf; scripts/setup.sh does when run as root) and run as root."
 
 step "cargo fmt --check"
 cargo fmt --check || die "cargo fmt --check: run cargo fmt"
