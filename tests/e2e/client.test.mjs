@@ -127,7 +127,7 @@ test('/text recovery from a terminal row: after a kill the reader ends with the 
 
 // ---- the AI SDK transport's reader (chat-transport.js)
 
-/** The `error` ending of a reader shown lines past the durable length (README, "Endings"). */
+/** The `error` ending of a reader shown lines past the durable length (docs/API.md, "The `ui` format and `GET /ui`"). */
 const unsaved = ({ status, durable, shown, error }) => ({
   type: 'error',
   errorText: `only part of the answer shown was saved (${durable} of ${shown} UTF-16 units): the stream ended ${status}${error ? `: ${error}` : ''}; reload to see the saved answer`,

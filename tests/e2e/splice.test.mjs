@@ -315,7 +315,7 @@ test('a small tail becomes durable by the interval cadence alone (no flush)', { 
 test('a streaming append that goes over MAX_APPEND_BYTES is refused 413 at the end of its body, keeping what fit', { timeout: 30_000 }, async () => {
   // The object stops pushing at the limit, reads the rest of the body without keeping it, and
   // answers when the producer ends it: answering while the client is still sending breaks the
-  // client's connection under wrangler dev's proxy (README, "Streaming appends").
+  // client's connection under wrangler dev's proxy (docs/API.md, "Appends").
   const id = newStream(stack, 'pipe-413');
   const s = api(stack, id);
   ok(await s.open(), 'open');
