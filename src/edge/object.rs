@@ -47,10 +47,8 @@ impl DurableObject for StreamObject {
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
         // The same JavaScript request object (not `Request.clone()`, which would tee the body).
         let raw = <web_sys::Request as Clone>::clone(req.inner());
-        let (answer, _awake) = match self.handle(req).await {
-            (Ok(response), awake) => (Ok(response), awake),
-            (Err(e), awake) => (error(&e), awake),
-        };
+        let (answer, _awake) = self.handle(req).await;
+        let answer = answer.or_else(|e| error(&e));
         discard_unread(&raw).await;
         answer
     }
