@@ -3,6 +3,7 @@
 //! it is alive; what the alarm does when it fires is decided by
 //! [`lease::decide`] and only performed here.
 
+use super::meter::Meter;
 use super::object::{Object, StreamObject};
 use super::shell::log;
 use crate::engine::config::CheckpointMode;
@@ -11,6 +12,7 @@ use crate::engine::live::lease::{self, Holding, HostColumn, LeaseDecision, Lease
 use crate::engine::live::{LiveStream, StoreFailure, StoreOp, StoreReply};
 use serde_json::json;
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::Duration;
 use worker::State;
 
@@ -25,17 +27,18 @@ pub struct LeaseStore {
     lease: Duration,
     /// The last arming (its host token) and what it replaced, so a refused open can undo it.
     armed_over: RefCell<Option<(String, Stored)>>,
+    meter: Rc<Meter>,
 }
 
 /// What a lease stores for its alarm: the stream id and the host token.
 type Stored = (Option<String>, Option<String>);
 
 impl LeaseStore {
-    pub fn new(state: &State, lease_ms: u64) -> Self {
+    pub fn new(state: &State, lease_ms: u64, meter: Rc<Meter>) -> Self {
         // A second handle on the same JavaScript state object (`State` itself is not `Clone`).
         let raw: &wasm_bindgen::JsValue = state.as_raw().as_ref();
         let state = State::from(wasm_bindgen::JsCast::unchecked_into::<worker::worker_sys::DurableObjectState>(raw.clone()));
-        Self { state, lease: Duration::from_millis(lease_ms), armed_over: RefCell::new(None) }
+        Self { state, lease: Duration::from_millis(lease_ms), armed_over: RefCell::new(None), meter }
     }
 
     /// Stores what the alarm needs and sets it one lease from now. The open waits for this
@@ -44,9 +47,10 @@ impl LeaseStore {
         let previous = self.stored().await;
         *self.armed_over.borrow_mut() = Some((host_token.to_owned(), previous));
         let storage = self.state.storage();
+        self.meter.storage(|s| s.puts += 2);
         storage.put(STREAM_ID_KEY, stream_id).await?;
         storage.put(HOST_TOKEN_KEY, host_token).await?;
-        storage.set_alarm(self.lease).await
+        self.renew().await
     }
 
     /// Undoes the arming with `host_token` (its open was refused without marking the row):
@@ -60,8 +64,14 @@ impl LeaseStore {
         let storage = self.state.storage();
         for (key, value) in [(STREAM_ID_KEY, stream_id), (HOST_TOKEN_KEY, previous_token)] {
             match value {
-                Some(v) => storage.put(key, v).await?,
-                None => storage.delete(key).await.map(drop)?,
+                Some(v) => {
+                    self.meter.storage(|s| s.puts += 1);
+                    storage.put(key, v).await?
+                }
+                None => {
+                    self.meter.storage(|s| s.deletes += 1);
+                    storage.delete(key).await.map(drop)?
+                }
             }
         }
         Ok(())
@@ -69,12 +79,14 @@ impl LeaseStore {
 
     /// Sets the alarm one lease from now.
     pub async fn renew(&self) -> worker::Result<()> {
+        self.meter.storage(|s| s.set_alarms += 1);
         self.state.storage().set_alarm(self.lease).await
     }
 
     /// The stream id and host token the last armed lease stored.
     async fn stored(&self) -> Stored {
         let storage = self.state.storage();
+        self.meter.storage(|s| s.gets += 2);
         let stream_id = storage.get::<String>(STREAM_ID_KEY).await.ok().flatten();
         let token = storage.get::<String>(HOST_TOKEN_KEY).await.ok().flatten();
         (stream_id, token)

@@ -7,6 +7,7 @@ mod faults;
 mod heap;
 mod http;
 mod lease;
+mod meter;
 mod object;
 mod pump;
 mod setup;

@@ -5,6 +5,7 @@
 use super::append::discard_unread;
 use super::http::{self, error, unavailable};
 use super::lease::LeaseStore;
+use super::meter::{Hold, Meter};
 use super::setup::Setup;
 use super::shell::{log, now_ms, Shell};
 use super::sse::{self, ReaderSource};
@@ -23,6 +24,8 @@ pub struct StreamObject {
     env: Env,
     setup: RefCell<Option<Rc<Setup>>>,
     pub(super) object: RefCell<Option<Rc<Object>>>,
+    /// What this object is billed for, counted (`/stats`, bench/cost.mjs).
+    pub(super) meter: Rc<Meter>,
 }
 
 /// An object that knows its stream.
@@ -38,21 +41,20 @@ const MAX_PUMP_BODY_BYTES: usize = 1 << 20;
 
 impl DurableObject for StreamObject {
     fn new(state: State, env: Env) -> Self {
-        Self { state, env, setup: RefCell::new(None), object: RefCell::new(None) }
+        Self { state, env, setup: RefCell::new(None), object: RefCell::new(None), meter: Rc::default() }
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
         // The same JavaScript request object (not `Request.clone()`, which would tee the body).
         let raw = <web_sys::Request as Clone>::clone(req.inner());
-        let answer = match self.handle(req).await {
-            Ok(response) => Ok(response),
-            Err(e) => error(&e),
-        };
+        let (answer, _awake) = self.handle(req).await;
+        let answer = answer.or_else(|e| error(&e));
         discard_unread(&raw).await;
         answer
     }
 
     async fn alarm(&self) -> worker::Result<Response> {
+        let _awake = self.meter.alarm();
         self.lease_expired().await?;
         Response::ok("")
     }
@@ -73,7 +75,7 @@ impl StreamObject {
     /// The lease's storage and alarm.
     pub(super) fn lease_store(&self) -> worker::Result<LeaseStore> {
         let setup = self.setup().map_err(|e| worker::Error::RustError(e.message))?;
-        Ok(LeaseStore::new(&self.state, setup.settings.stream.lease_ms))
+        Ok(LeaseStore::new(&self.state, setup.settings.stream.lease_ms, Rc::clone(&self.meter)))
     }
 
     pub(super) fn object(&self, stream_id: &str) -> Result<Rc<Object>, ApiError> {
@@ -81,17 +83,31 @@ impl StreamObject {
             return Ok(Rc::clone(o));
         }
         let setup = self.setup()?;
-        let lease = LeaseStore::new(&self.state, setup.settings.stream.lease_ms);
-        let shell = Shell::new(stream_id.to_owned(), Rc::clone(&setup.sink), lease, setup.hook.clone());
+        let lease = LeaseStore::new(&self.state, setup.settings.stream.lease_ms, Rc::clone(&self.meter));
+        let shell = Shell::new(stream_id.to_owned(), Rc::clone(&setup.sink), lease, setup.hook.clone(), Rc::clone(&self.meter));
         let object = Rc::new(Object { setup, shell, pumping: std::cell::Cell::new(false) });
         *self.object.borrow_mut() = Some(Rc::clone(&object));
         Ok(object)
     }
 
-    async fn handle(&self, mut req: Request) -> Result<Response, ApiError> {
+    /// Answers a request, and holds the object awake (in the meter's count) from its routing
+    /// until the caller has read the rest of its body. A request the front Worker would not
+    /// have routed here is not counted.
+    async fn handle(&self, req: Request) -> (Result<Response, ApiError>, Option<Hold>) {
         let target = http::Target::of(&req);
-        let prefix = self.setup()?.settings.path_prefix.clone();
-        let route = api::route(&prefix, req.method().as_ref(), &target.path)?.ok_or_else(|| ApiError::not_found(&target.path))?;
+        let routed = self.setup().and_then(|setup| {
+            api::route(&setup.settings.path_prefix, req.method().as_ref(), &target.path)?.ok_or_else(|| ApiError::not_found(&target.path))
+        });
+        match routed {
+            Ok(route) => {
+                let awake = self.meter.request(route.action);
+                (self.answer(req, target, route).await, awake)
+            }
+            Err(e) => (Err(e), None),
+        }
+    }
+
+    async fn answer(&self, mut req: Request, target: http::Target, route: Route) -> Result<Response, ApiError> {
         let o = self.object(&route.stream_id)?;
         // Authorization comes before anything that could reveal whether the stream exists.
         let token = http::token(&req, &target, route.action.token_in_query());
@@ -126,7 +142,7 @@ impl StreamObject {
             Action::Ui => self.ui(&o, &req, &target, &route).await,
             Action::Text => self.text(&o, &route).await,
             Action::Cancel => o.cancel(&route).await,
-            Action::Stats => o.stats(&route),
+            Action::Stats => o.stats(&route, &self.meter),
             Action::Pump => self.pump(&o, &route, &mut req).await,
         };
         r
@@ -170,7 +186,9 @@ impl StreamObject {
             return Err(ApiError::new(409, "pump_running", format!("stream {} is already pumping an upstream", route.stream_id)));
         }
         let object = Rc::clone(o);
+        let awake = self.meter.hold();
         self.state.wait_until(async move {
+            let _awake = awake;
             super::pump::run(Rc::clone(&object.shell), pump, upstream).await;
             object.pumping.set(false);
         });
@@ -266,30 +284,36 @@ impl Object {
         http::json(200, &json!({"cancelled": true, "live": live})).map_err(unavailable)
     }
 
-    fn stats(&self, route: &Route) -> Result<Response, ApiError> {
-        let stats = self
-            .shell
-            .inspect(|s| {
-                let st = s.stats();
-                json!({
-                    "state": format!("{:?}", s.state()),
-                    "seq": s.seq(),
-                    "durableSeq": s.durable_seq(),
-                    "readers": s.reader_count(),
-                    "checkpoints": st.checkpoints,
-                    "failures": st.failures,
-                    "retries": st.retries,
-                    "bytesWritten": st.bytes_written,
-                    "readerWrites": st.reader_writes,
-                    "readerPacingMs": s.reader_pacing_ms(),
-                    "retainedBytes": s.retained_bytes(),
-                    "faultsInjected": self.setup.faults.as_ref().map(|f| f.injected()),
-                    "d1": self.setup.sink.counters(),
-                    "wasmHeap": super::heap::wasm_heap(),
-                })
+    /// The live stream's counters, and the object's billing counts and D1 traffic. With no
+    /// stream held here (never opened, or retired after its linger) the answer is 404
+    /// `not_open`, still carrying the object's counts.
+    fn stats(&self, route: &Route, meter: &Meter) -> Result<Response, ApiError> {
+        let stats = self.shell.inspect(|s| {
+            let st = s.stats();
+            json!({
+                "state": format!("{:?}", s.state()),
+                "seq": s.seq(),
+                "durableSeq": s.durable_seq(),
+                "readers": s.reader_count(),
+                "checkpoints": st.checkpoints,
+                "failures": st.failures,
+                "retries": st.retries,
+                "bytesWritten": st.bytes_written,
+                "readerWrites": st.reader_writes,
+                "readerPacingMs": s.reader_pacing_ms(),
+                "retainedBytes": s.retained_bytes(),
+                "faultsInjected": self.setup.faults.as_ref().map(|f| f.injected()),
+                "d1": self.setup.sink.counters(),
+                "meter": meter.snapshot(),
+                "wasmHeap": super::heap::wasm_heap(),
             })
-            .ok_or_else(|| ApiError::not_open(&route.stream_id))?;
-        http::json(200, &stats).map_err(unavailable)
+        });
+        match stats {
+            Some(stats) => http::json(200, &stats).map_err(unavailable),
+            None => Err(ApiError::not_open(&route.stream_id)
+                .with("d1", serde_json::to_value(self.setup.sink.counters()).unwrap_or_default())
+                .with("meter", meter.snapshot())),
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! wake readers, settle waiting requests, arm the timer).
 
 use super::lease::LeaseStore;
+use super::meter::{Hold, Meter};
 use super::store::CheckpointSink;
 use crate::engine::hook::{self, EventHook, StreamNotice};
 use crate::engine::live::{
@@ -95,15 +96,17 @@ struct ReaderBody {
     /// (its `pull`, which the stream calls exactly when its queue has room again). Kept here
     /// instead of asking the body's `desiredSize`, a call into JavaScript per write.
     has_room: Cell<bool>,
+    /// An open body keeps the object awake (billed) until it ends.
+    _awake: Hold,
 }
 
 impl ReaderBody {
     /// A body, registered as open outside the instance (see [`super::sse::body_opened`]) until
     /// it is dropped: whichever way it leaves the shell (written to its end, its client gone,
     /// the stream retired), it is no longer this instance's to end.
-    fn new(controller: web_sys::ReadableStreamDefaultController) -> Self {
+    fn new(controller: web_sys::ReadableStreamDefaultController, awake: Hold) -> Self {
         super::sse::body_opened(&controller);
-        Self { controller, has_room: Cell::new(true) }
+        Self { controller, has_room: Cell::new(true), _awake: awake }
     }
 }
 
@@ -136,10 +139,18 @@ pub struct Shell {
     timer_generation: Cell<u64>,
     /// The last frame written whole, as JavaScript bytes: the readers woken for it get this copy.
     last_frame: Cell<Option<FrameCopy>>,
+    /// The object's billing counts: reader bodies, timers and store calls hold it awake.
+    meter: Rc<Meter>,
 }
 
 impl Shell {
-    pub fn new(stream_id: String, sink: Rc<dyn CheckpointSink>, lease: LeaseStore, hook: Option<Rc<dyn EventHook>>) -> Rc<Self> {
+    pub fn new(
+        stream_id: String,
+        sink: Rc<dyn CheckpointSink>,
+        lease: LeaseStore,
+        hook: Option<Rc<dyn EventHook>>,
+        meter: Rc<Meter>,
+    ) -> Rc<Self> {
         Rc::new(Self {
             stream_id,
             sink,
@@ -152,6 +163,7 @@ impl Shell {
             timer_at: Cell::new(None),
             timer_generation: Cell::new(0),
             last_frame: Cell::new(None),
+            meter,
         })
     }
 
@@ -223,7 +235,7 @@ impl Shell {
 
     /// Takes a reader's body and writes its first bytes (`preamble`, then the replay).
     pub fn attach_body(self: &Rc<Self>, reader: ReaderId, controller: web_sys::ReadableStreamDefaultController, preamble: &str) {
-        let body = Rc::new(ReaderBody::new(controller));
+        let body = Rc::new(ReaderBody::new(controller, self.meter.hold()));
         self.bodies.borrow_mut().insert(reader, Rc::clone(&body));
         self.write_body(reader, &body, preamble, now_ms());
     }
@@ -324,7 +336,9 @@ impl Shell {
                 Output::ArmLease { host_token } => wasm_bindgen_futures::spawn_local(Rc::clone(self).arm_lease(host_token)),
                 Output::DisarmLease { host_token } => {
                     let shell = Rc::clone(self);
+                    let awake = self.meter.hold();
                     wasm_bindgen_futures::spawn_local(async move {
+                        let _awake = awake;
                         if let Err(e) = shell.lease.disarm(&host_token).await {
                             log("error", "lease_disarm_failed", &shell.stream_id, json!({"error": e.to_string()}));
                         }
@@ -332,7 +346,9 @@ impl Shell {
                 }
                 Output::RenewLease => {
                     let shell = Rc::clone(self);
+                    let awake = self.meter.hold();
                     wasm_bindgen_futures::spawn_local(async move {
+                        let _awake = awake;
                         if let Err(e) = shell.lease.renew().await {
                             log("error", "lease_renewal_failed", &shell.stream_id, json!({"error": e.to_string()}));
                         }
@@ -345,6 +361,7 @@ impl Shell {
     }
 
     async fn arm_lease(self: Rc<Self>, host_token: String) {
+        let _awake = self.meter.hold();
         let result = self.lease.arm(&self.stream_id, &host_token).await.map_err(|e| e.to_string());
         if let Err(e) = &result {
             log("error", "lease_failed", &self.stream_id, json!({"error": e}));
@@ -353,6 +370,7 @@ impl Shell {
     }
 
     async fn run_store(self: Rc<Self>, request: StoreRequest) {
+        let _awake = self.meter.hold();
         let result = self.sink.run(&self.stream_id, &request.op).await;
         self.feed(|s, now| s.handle_store(request.id, result, now));
     }
@@ -378,7 +396,10 @@ impl Shell {
         self.timer_generation.set(generation);
         self.timer_at.set(Some(at));
         let shell = Rc::clone(self);
+        // A pending timer keeps the object from hibernating: billed awake until it fires.
+        let awake = self.meter.hold();
         wasm_bindgen_futures::spawn_local(async move {
+            let _awake = awake;
             worker::Delay::from(Duration::from_millis(at.saturating_sub(now))).await;
             if shell.timer_generation.get() == generation {
                 shell.timer_at.set(None);

@@ -41,8 +41,10 @@ pub struct StoreCounters {
     pub statements: u64,
     /// Statements sent in write batches.
     pub write_statements: u64,
-    /// Rows written, as D1 reports them.
+    /// Rows written, as D1 reports them (`meta.rows_written`: what D1 bills).
     pub rows_written: u64,
+    /// Rows read, as D1 reports them (`meta.rows_read`: what D1 bills).
+    pub rows_read: u64,
     /// Bytes bound to write statements (text as UTF-8, numbers as 8).
     pub bytes_bound: u64,
 }
@@ -64,6 +66,15 @@ impl D1Tables {
         let mut c = self.counters.get();
         f(&mut c);
         self.counters.set(c);
+    }
+
+    /// Adds the rows one statement read and wrote, as D1 reports them.
+    fn count_rows(&self, meta: Option<&worker::D1ResultMeta>) {
+        let (read, written) = meta.map_or((0, 0), |m| (m.rows_read.unwrap_or(0), m.rows_written.unwrap_or(0)));
+        self.count(|c| {
+            c.rows_read += read as u64;
+            c.rows_written += written as u64;
+        });
     }
 
     fn prepare(&self, s: &Statement) -> Result<worker::D1PreparedStatement, StoreFailure> {
@@ -97,10 +108,12 @@ impl D1Tables {
                 return Err(StoreFailure(e));
             }
         }
-        for r in &results[..writes.len().min(results.len())] {
+        for (i, r) in results.iter().enumerate() {
             let meta = r.meta().ok().flatten();
-            self.count(|c| c.rows_written += meta.as_ref().and_then(|m| m.rows_written).unwrap_or(0) as u64);
-            changes.push(meta.and_then(|m| m.changes).unwrap_or(0));
+            self.count_rows(meta.as_ref());
+            if i < writes.len() {
+                changes.push(meta.and_then(|m| m.changes).unwrap_or(0));
+            }
         }
         let rows = match (read, results.get(writes.len())) {
             (Some(_), Some(r)) => r.results::<Map<String, serde_json::Value>>().map_err(failure)?,
@@ -120,6 +133,7 @@ impl D1Tables {
         if let Some(e) = result.error() {
             return Err(StoreFailure(e));
         }
+        self.count_rows(result.meta().ok().flatten().as_ref());
         result.results::<Map<String, serde_json::Value>>().map_err(failure)
     }
 

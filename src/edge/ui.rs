@@ -21,6 +21,7 @@ impl StreamObject {
     /// Remembers the format of the stream opening here. A failure is logged: the live stream
     /// still knows its format, only a read after it retired would not.
     pub(super) async fn remember_format(&self, stream_id: &str, format: Format) {
+        self.meter.storage(|s| s.puts += 1);
         if let Err(e) = self.state.storage().put(FORMAT_KEY, format.as_str()).await {
             log("error", "format_not_stored", stream_id, json!({"format": format.as_str(), "error": e.to_string()}));
         }
@@ -32,6 +33,7 @@ impl StreamObject {
         if let Some(format) = o.shell.inspect(LiveStream::format) {
             return Ok(Some(format));
         }
+        self.meter.storage(|s| s.gets += 1);
         let stored = self.state.storage().get::<String>(FORMAT_KEY).await.map_err(ApiError::store_unavailable)?;
         Ok(stored.as_deref().and_then(Format::parse))
     }

@@ -24,21 +24,40 @@ pub enum Action {
 }
 
 impl Action {
+    /// Every route, in declaration order (`action as usize` indexes it).
+    pub const ALL: [Action; 11] = [
+        Action::Open,
+        Action::Append,
+        Action::Flush,
+        Action::Close,
+        Action::Fail,
+        Action::Events,
+        Action::Ui,
+        Action::Text,
+        Action::Cancel,
+        Action::Pump,
+        Action::Stats,
+    ];
+
+    /// The route's path segment.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Open => "open",
+            Action::Append => "append",
+            Action::Flush => "flush",
+            Action::Close => "close",
+            Action::Fail => "fail",
+            Action::Events => "events",
+            Action::Ui => "ui",
+            Action::Text => "text",
+            Action::Cancel => "cancel",
+            Action::Pump => "pump",
+            Action::Stats => "stats",
+        }
+    }
+
     fn parse(segment: &str) -> Option<Self> {
-        Some(match segment {
-            "open" => Action::Open,
-            "append" => Action::Append,
-            "flush" => Action::Flush,
-            "close" => Action::Close,
-            "fail" => Action::Fail,
-            "events" => Action::Events,
-            "ui" => Action::Ui,
-            "text" => Action::Text,
-            "cancel" => Action::Cancel,
-            "pump" => Action::Pump,
-            "stats" => Action::Stats,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|a| a.name() == segment)
     }
 
     /// The one method each route answers.

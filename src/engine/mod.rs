@@ -22,6 +22,7 @@ pub mod frame;
 pub mod hook;
 pub mod jwt;
 pub mod live;
+pub mod meter;
 pub mod pump;
 pub mod reading;
 pub mod sse;
