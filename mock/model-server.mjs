@@ -6,13 +6,38 @@
 //   import { startMockServer } from './mock/model-server.mjs';
 //   const mock = await startMockServer({ port: 0 });  // → { url, close() }
 //
-// Endpoints (any request body is accepted and recorded; the answer is always a stream):
+// Endpoints (any request body is accepted and recorded; a create is answered with a stream):
 //   POST /v1/chat/completions   OpenAI Chat Completions, `data: {chunk}` lines, then `data: [DONE]`
 //   POST /v1/responses          OpenAI Responses, `event: response.*` events
 //   POST /v1/messages           Anthropic Messages, `event: message_start` … `message_stop`, pings
-//   GET  /_mock/requests        every request so far: [{ id, path, query, authorization,
-//                               tokensSent, completed, aborted, fail, body }]
+//   GET  /_mock/requests        every request so far: [{ id, kind (create, reattach, retrieve,
+//                               cancel), path, query, authorization, credential (the SHA-256 hex
+//                               of the authorization or x-api-key header, so a test can check
+//                               which key arrived), responseId, tokensSent, completed, aborted,
+//                               fail, body }]
 //   POST /_mock/reset           forget them
+//
+// Background mode (OpenAI Responses, `"background": true` in the body, as the real API): the
+// generation runs on the server whether or not anyone listens, every event numbered by
+// `sequence_number` and kept. With `"stream": true` the create request streams it; without, it
+// answers the queued response object at once.
+//   GET  /v1/responses/{id}?stream=true[&starting_after=N]   re-attach: the kept events after
+//                               N (all without it), then the live ones; 404 once expired
+//   GET  /v1/responses/{id}     the stored response: status (queued, in_progress, completed,
+//                               failed, cancelled) and, once completed, its output
+//   POST /v1/responses/{id}/cancel   stops the generation (its streams end); idempotent
+//   GET  /_mock/responses       every background response: [{ id, tag, status, stream,
+//                               textTokens, sequence (the last event's number), text, holdAt,
+//                               perturbAt, expired, creates, reattaches: [{ startingAfter,
+//                               perturbed } | { startingAfter, refused }], retrieves, cancels,
+//                               listeners }]
+//   POST /_mock/release?tag=T[&until=K]   a held generation goes on, to text token K (not
+//                               included) or to its end. `id=` names a response instead of `tag=`
+//   POST /_mock/perturb?tag=T&at=K        re-attaches from now on get different text from text
+//                               token K on (each delta prefixed with ≠): a replay that does not
+//                               match what was first sent
+//   POST /_mock/expire?tag=T[&what=stream|response]   re-attaching is refused 404 (`stream`),
+//                               or the response is gone altogether (`response`)
 //
 // Query options (the caller controls the mock through the upstream URL it hands the Worker):
 //   tokens=120   how many text tokens (the answer is mockAnswer(…) from ./mock-text.mjs)
@@ -34,12 +59,19 @@
 //                stall     sending stops at failAt and the connection stays open
 //                http500   a 500 with the API's JSON error body, at once
 //   failAt=      text token index of the failure (default: half of `tokens`)
+//   holdAt=K     background only: the generation stops before text token K until a release
+//                (the test paces it, never the clock); rate= still paces what runs
+//   perturbAt=K  background only: as POST /_mock/perturb from the start
+//
+// In background mode `drop` cuts only the create request's socket (the generation goes on, as
+// the real one does), `stall` stops the generation, `error` fails it (status `failed`), and
+// `malformed` is not injected.
 //
 // `aborted` is true when the CLIENT closed the connection before the end: that is how a test
 // proves a cancel reached the upstream. A `drop` is the server's doing and is not an abort.
 
 import { createServer } from 'node:http';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { mockAnswer } from './mock-text.mjs';
 
@@ -101,9 +133,15 @@ const FORMATS = {
   })(),
 
   '/v1/responses': (() => {
-    const ev = (ctx, type, fields) => sse(type, { type, sequence_number: ctx.sequence++, ...fields });
+    // Every Responses event is numbered; a background generation also keeps it (`ctx.onEvent`)
+    // to serve it again to a re-attaching client.
+    const ev = (ctx, type, fields) => {
+      const data = { type, sequence_number: ctx.sequence++, ...fields };
+      ctx.onEvent?.(type, data);
+      return sse(type, data);
+    };
     const response = (ctx, status) => ({
-      id: ctx.id, object: 'response', created_at: ctx.created, status, error: null, incomplete_details: null,
+      id: ctx.id, object: 'response', created_at: ctx.created, status, background: ctx.background, error: null, incomplete_details: null,
       model: MODEL.openai, output: status === 'completed' ? items(ctx) : [], usage: status === 'completed' ? {
         input_tokens: 12, input_tokens_details: { cached_tokens: 0 },
         output_tokens: ctx.outputTokens, output_tokens_details: { reasoning_tokens: ctx.reasoningTokens }, total_tokens: 12 + ctx.outputTokens,
@@ -129,8 +167,12 @@ const FORMATS = {
     const fc = (ctx) => ({ item_id: ctx.tool.itemId, output_index: out(ctx) + 1 });
     return {
       idPrefix: 'resp_',
+      // A background response is queued first, as the real API reports it.
       start: (ctx) => [
-        ev(ctx, 'response.created', { response: response(ctx, 'in_progress') }),
+        ...(ctx.background ? [
+          ev(ctx, 'response.created', { response: response(ctx, 'queued') }),
+          ev(ctx, 'response.queued', { response: response(ctx, 'queued') }),
+        ] : [ev(ctx, 'response.created', { response: response(ctx, 'in_progress') })]),
         ev(ctx, 'response.in_progress', { response: response(ctx, 'in_progress') }),
       ],
       // Reasoning summaries: sent when the request asks `reasoning.summary` of a reasoning model.
@@ -161,6 +203,8 @@ const FORMATS = {
         ev(ctx, 'response.output_item.done', { output_index: out(ctx) + 1, item: call(ctx, 'completed') }),
       ],
       end: (ctx) => [ev(ctx, 'response.completed', { response: response(ctx, 'completed') })],
+      // The stored response object (`GET /v1/responses/{id}`), for background mode.
+      stored: (ctx, status) => response(ctx, status),
       error: (ctx) => ev(ctx, 'error', { code: 'server_error', message: 'The server had an error while processing your request.', param: null }),
       malformed: 'event: response.output_text.delta\ndata: {"type": "response.output_text.delta", "delta": \n\n',
       http500: { error: { message: 'The server had an error while processing your request.', type: 'server_error', param: null, code: 'server_error' } },
@@ -229,18 +273,23 @@ async function readBody(req) {
   }
 }
 
-/** Stream one model response, token by token, honouring the answer and failure options. */
-function streamResponse(format, record, res) {
+/**
+ * One response's plan: its context and its steps, the failure options read. A `paced` step
+ * (one token of reasoning, text or tool input) waits one interval after the previous one; the
+ * structure between them goes out at once, as the real APIs send it. A text token's step knows
+ * its index (`token`). Failures strike before text token `failAt` (at `failAt = tokens`: after
+ * the last one): `failStep` is the step they strike before.
+ */
+function plan(format, record, { background = false } = {}) {
   const q = record.query;
   const n = intParam(q, 'tokens', 120);
-  const rate = intParam(q, 'rate', 40);
   const fail = FAILS.has(q.fail) ? q.fail : null;
   const failAt = Math.min(intParam(q, 'failAt', Math.floor(n / 2)), n);
   const answer = mockAnswer({ seed: intParam(q, 'seed', 1), tokens: n, reasoning: intParam(q, 'reasoning', 0), tool: q.tool || null });
   const uid = () => randomUUID().replaceAll('-', '');
   const ctx = {
     id: `${format.idPrefix}${uid()}`, msgId: `msg_${uid()}`, rsId: `rs_${uid()}`, created: Math.floor(Date.now() / 1000),
-    text: '', reasoning: '', n, sent: 0, sequence: 0,
+    text: '', reasoning: '', n, sent: 0, sequence: 0, background,
     reasoningTokens: answer.reasoningTokens.length,
     outputTokens: answer.reasoningTokens.length + n + (answer.tool ? answer.tool.pieces.length : 0),
     tool: answer.tool && {
@@ -250,17 +299,8 @@ function streamResponse(format, record, res) {
     usage: q.usage === '1' || record.body?.stream_options?.include_usage === true,
   };
 
-  if (fail === 'http500') {
-    record.fail = fail;
-    return json(res, 500, format.http500);
-  }
-
-  // The response as a list of steps. A `paced` step (one token of reasoning, text or tool input)
-  // waits one interval after the previous one; the structure between them goes out at once, as
-  // the real APIs send it. Failures strike before text token `failAt` (at `failAt = tokens`:
-  // after the last one).
   const steps = [];
-  const add = (write, paced) => steps.push({ write, paced });
+  const add = (write, paced, token) => steps.push({ write, paced, token });
   const bundle = (events) => events.join('');
   add(() => bundle(format.start(ctx)), false);
   answer.reasoningTokens.forEach((token, i) => add(() => {
@@ -269,13 +309,13 @@ function streamResponse(format, record, res) {
   }, true));
   if (answer.reasoningTokens.length) add(() => bundle(format.reasoningEnd(ctx)), false);
   add(() => bundle(format.textStart(ctx)), false);
-  const tokenSteps = answer.textTokens.map((token) => add(() => {
+  const tokenSteps = answer.textTokens.map((token, i) => add(() => {
     const event = format.delta(ctx, token);
     ctx.text += token;
     ctx.sent += 1;
     record.tokensSent = ctx.sent;
     return event;
-  }, true) - 1);
+  }, true, i) - 1);
   const failStep = failAt < n ? tokenSteps[failAt] : add(() => bundle(format.textEnd(ctx)), false) - 1;
   if (failAt < n) add(() => bundle(format.textEnd(ctx)), false);
   if (answer.tool) {
@@ -286,82 +326,328 @@ function streamResponse(format, record, res) {
     add(() => bundle(format.toolEnd(ctx)), false);
   }
   add(() => bundle(format.end(ctx)), false);
+  return { ctx, steps, fail, failStep, rate: intParam(q, 'rate', 40) };
+}
 
-  let timer = null;
-  let dropped = false;
-  res.on('close', () => {
-    clearTimeout(timer);
-    clearImmediate(timer);
-    if (!res.writableFinished && !dropped) record.aborted = true;
-  });
-
-  res.writeHead(200, {
-    'content-type': 'text/event-stream; charset=utf-8',
-    'cache-control': 'no-cache',
-    connection: 'keep-alive',
-  });
-  res.socket?.setNoDelay(true);
-
+/**
+ * Runs `steps` one at a time: the first paced step goes at once, every later one an interval
+ * (1000 / `rate` ms) after the step before; 0 runs them as fast as the event loop turns.
+ * `run(step, index)` performs one and says whether to go on; `held(step)` may stop before one
+ * (until `resume()`). Returns { resume(), stop() }.
+ */
+function pacer(steps, rate, run, held = () => false) {
   let next = 0;
   let pacedYet = false;
-  const step = () => {
-    if (res.destroyed) return;
-    if (fail && next === failStep) {
+  let timer = null;
+  let stopped = false;
+  const fire = () => {
+    timer = null;
+    if (stopped) return;
+    if (!run(steps[next], next)) return void (stopped = true);
+    next += 1;
+    schedule();
+  };
+  const schedule = () => {
+    if (stopped || timer || next >= steps.length || held(steps[next])) return;
+    const wait = steps[next].paced && pacedYet && rate > 0;
+    pacedYet ||= steps[next].paced;
+    timer = wait ? setTimeout(fire, 1000 / rate) : setImmediate(fire);
+  };
+  return {
+    resume: schedule,
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+      clearImmediate(timer);
+    },
+  };
+}
+
+const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache',
+  connection: 'keep-alive',
+};
+
+/** Stream one model response on its own socket, token by token, honouring the answer and failure options. */
+function streamResponse(format, record, res) {
+  const { ctx, steps, fail, failStep, rate } = plan(format, record);
+  if (fail === 'http500') {
+    record.fail = fail;
+    return json(res, 500, format.http500);
+  }
+  let dropped = false;
+  const run = (step, index) => {
+    if (res.destroyed) return false;
+    if (fail && index === failStep) {
       record.fail = fail;
-      if (fail === 'error') return res.end(format.error(ctx));
+      if (fail === 'error') return void res.end(format.error(ctx));
       if (fail === 'drop') {
         dropped = true;
-        return res.socket.destroy();
+        return void res.socket.destroy();
       }
-      if (fail === 'stall') return;
+      if (fail === 'stall') return false;
       if (fail === 'malformed') res.write(format.malformed);
     }
-    res.write(steps[next].write());
-    next += 1;
-    if (next === steps.length) {
+    res.write(step.write());
+    if (index === steps.length - 1) {
       record.completed = true;
-      return res.end();
+      return void res.end();
     }
-    // The first paced step goes at once, every later one an interval after the step before.
-    if (steps[next].paced && pacedYet && rate > 0) {
-      timer = setTimeout(step, 1000 / rate);
-    } else {
-      pacedYet ||= steps[next].paced;
-      timer = setImmediate(step);
-    }
+    return true;
   };
-  step();
+  const pace = pacer(steps, rate, run);
+  res.on('close', () => {
+    pace.stop();
+    if (!res.writableFinished && !dropped) record.aborted = true;
+  });
+  res.writeHead(200, SSE_HEADERS);
+  res.socket?.setNoDelay(true);
+  pace.resume();
+}
+
+/** An OpenAI-shaped error body. */
+const openAiError = (message, type = 'invalid_request_error') => ({ error: { message, type, param: null, code: null } });
+
+/**
+ * A background response (OpenAI Responses with `background: true`): the generation runs on
+ * the server whether or not any socket listens. Every event is kept with its sequence number;
+ * the create request (when it asked `stream: true`) and each re-attach (`GET
+ * /v1/responses/{id}?stream=true&starting_after=N`) are subscribers that get the kept events
+ * after their cursor, then the live ones.
+ *
+ * Test controls, none of them a clock: `holdAt` (text token K is not produced until a release),
+ * `perturbAt` (a re-attach gets different text from token K on: a replay that does not match
+ * what was first sent), `expired` (`stream`: re-attaching is refused 404 while the stored
+ * response is still served; `response`: both are 404).
+ */
+class Generation {
+  constructor(format, record) {
+    const { ctx, steps, fail, failStep, rate } = plan(format, record, { background: true });
+    const q = record.query;
+    Object.assign(this, { format, record, ctx, steps, fail, failStep });
+    this.id = ctx.id;
+    this.tag = q.tag ?? null;
+    this.status = 'queued';
+    /** Every event produced: { type, data, token (a text delta's token index, else null) }. */
+    this.events = [];
+    this.subscribers = new Set();
+    this.holdAt = intParam(q, 'holdAt', Infinity);
+    this.perturbAt = intParam(q, 'perturbAt', null);
+    this.expired = null;
+    this.reattaches = [];
+    this.retrieves = 0;
+    this.cancels = 0;
+    ctx.onEvent = (type, data) => this.events.push({ type, data, token: type === 'response.output_text.delta' ? ctx.sent : null });
+    this.pace = pacer(steps, rate, (step, index) => this.run(step, index), (step) => step.token !== undefined && step.token >= this.holdAt);
+  }
+
+  get done() {
+    return !['queued', 'in_progress'].includes(this.status);
+  }
+
+  run(step, index) {
+    if (this.fail && index === this.failStep) {
+      this.record.fail = this.fail;
+      if (this.fail === 'stall') return false;
+      if (this.fail === 'drop') {
+        // Only the create request's socket dies: the generation goes on without it.
+        for (const sub of this.subscribers) if (sub.create) sub.drop();
+      }
+      if (this.fail === 'error') {
+        this.format.error(this.ctx);
+        return this.finish('failed');
+      }
+    }
+    step.write();
+    this.status = 'in_progress';
+    if (index === this.steps.length - 1) return this.finish('completed');
+    this.broadcast();
+    return true;
+  }
+
+  finish(status) {
+    this.status = status;
+    this.record.completed = status === 'completed';
+    this.broadcast();
+    for (const sub of this.subscribers) sub.res.end();
+    return false;
+  }
+
+  /** The event as a subscriber gets it: a perturbed replay changes the text from `perturbAt` on. */
+  render({ type, data, token }, replay) {
+    const perturb = replay && this.perturbAt !== null && token !== null && token >= this.perturbAt;
+    return sse(type, perturb ? { ...data, delta: `≠${data.delta}` } : data);
+  }
+
+  broadcast() {
+    for (const sub of this.subscribers) {
+      while (sub.next < this.events.length) sub.res.write(this.render(this.events[sub.next++], sub.replay));
+    }
+  }
+
+  /** Serves the events after sequence number `after` (-1: all), then the live ones, on `res`. */
+  subscribe(res, { after = -1, create = false } = {}) {
+    let dropped = false;
+    const sub = {
+      res, create, replay: !create, next: this.events.findIndex((e) => e.data.sequence_number > after),
+      drop() {
+        dropped = true;
+        res.socket.destroy();
+      },
+    };
+    if (sub.next < 0) sub.next = this.events.length;
+    res.writeHead(200, SSE_HEADERS);
+    res.socket?.setNoDelay(true);
+    this.subscribers.add(sub);
+    res.on('close', () => {
+      this.subscribers.delete(sub);
+      if (create && !res.writableFinished && !dropped) this.record.aborted = true;
+    });
+    this.broadcast();
+    if (this.done) res.end();
+  }
+
+  release(until) {
+    this.holdAt = until ?? Infinity;
+    this.pace.resume();
+  }
+
+  /** `POST /v1/responses/{id}/cancel`: stops the generation; the subscribers' streams end. */
+  cancel() {
+    this.cancels += 1;
+    if (this.done) return;
+    this.pace.stop();
+    this.finish('cancelled');
+  }
+
+  /** The stored response object, as `GET /v1/responses/{id}` answers it. */
+  stored() {
+    return this.format.stored(this.ctx, this.status);
+  }
+
+  view() {
+    return {
+      id: this.id, tag: this.tag, status: this.status, stream: this.record.body?.stream === true,
+      textTokens: this.ctx.sent, sequence: this.events.length - 1, text: this.ctx.text,
+      holdAt: Number.isFinite(this.holdAt) ? this.holdAt : null, perturbAt: this.perturbAt, expired: this.expired,
+      creates: 1, reattaches: this.reattaches, retrieves: this.retrieves, cancels: this.cancels,
+      listeners: this.subscribers.size,
+    };
+  }
+}
+
+/** The credential a request carried, hashed (SHA-256, hex): a test can check it without the mock keeping the key. */
+function credentialHash(req) {
+  const value = req.headers.authorization ?? req.headers['x-api-key'];
+  return value ? createHash('sha256').update(value).digest('hex') : null;
 }
 
 /** Start the mock. `port: 0` picks a free port. Resolves once it is listening. */
 export function startMockServer({ port = 0, host = '127.0.0.1' } = {}) {
   let requests = [];
   let nextId = 1;
+  /** Background responses by id. */
+  const generations = new Map();
+  const responsesFormat = FORMATS['/v1/responses'];
+  /** The background response a control request names by `id`, or by `tag` (the latest so tagged). */
+  const named = (url) => {
+    const id = url.searchParams.get('id');
+    const tag = url.searchParams.get('tag');
+    return id ? generations.get(id) : [...generations.values()].filter((g) => g.tag === tag).at(-1);
+  };
+  const controls = {
+    '/_mock/release': (g, q) => g.release(intParam(q, 'until', undefined)),
+    '/_mock/perturb': (g, q) => void (g.perturbAt = intParam(q, 'at', 0)),
+    '/_mock/expire': (g, q) => void (g.expired = q.what === 'response' ? 'response' : 'stream'),
+  };
+
   const server = createServer(async (req, res) => {
     const url = new URL(req.url, 'http://mock.invalid');
     const path = url.pathname;
     if (req.method === 'GET' && path === '/_mock/requests') return json(res, 200, requests);
+    if (req.method === 'GET' && path === '/_mock/responses') return json(res, 200, [...generations.values()].map((g) => g.view()));
     if (req.method === 'POST' && path === '/_mock/reset') {
+      for (const g of generations.values()) g.pace.stop();
+      generations.clear();
       requests = [];
       return json(res, 200, { ok: true });
     }
-    const format = FORMATS[path];
-    if (!format) return json(res, 404, { error: { message: `no mock at ${req.method} ${path}`, type: 'not_found' } });
-    if (req.method !== 'POST') return json(res, 405, { error: { message: 'use POST', type: 'invalid_request_error' } });
+    if (req.method === 'POST' && controls[path]) {
+      const g = named(url);
+      if (!g) return json(res, 404, { error: `no background response named by ${url.search}` });
+      controls[path](g, Object.fromEntries(url.searchParams));
+      return json(res, 200, g.view());
+    }
     const record = {
       id: nextId++,
+      kind: 'create',
       path,
       query: Object.fromEntries(url.searchParams),
       authorization: Boolean(req.headers.authorization || req.headers['x-api-key']),
+      credential: credentialHash(req),
+      responseId: null,
       tokensSent: 0,
       completed: false,
       aborted: false,
       fail: null,
       body: null,
     };
+
+    // Background responses by id: re-attach (stream), retrieve, cancel.
+    const byId = /^\/v1\/responses\/([^/]+)(\/cancel)?$/.exec(path);
+    if (byId) {
+      const [, id, cancel] = byId;
+      const g = generations.get(id);
+      record.responseId = id;
+      record.path = '/v1/responses/{id}' + (cancel ?? '');
+      requests.push(record);
+      await readBody(req);
+      const notFound = () => json(res, 404, openAiError(`Response with id '${id}' not found.`));
+      if (cancel) {
+        record.kind = 'cancel';
+        if (req.method !== 'POST') return json(res, 405, openAiError('use POST'));
+        if (!g) return notFound();
+        g.cancel();
+        return json(res, 200, g.stored());
+      }
+      if (req.method !== 'GET') return json(res, 405, openAiError('use GET'));
+      const stream = url.searchParams.get('stream') === 'true';
+      record.kind = stream ? 'reattach' : 'retrieve';
+      if (!g || g.expired === 'response' || (stream && g.expired)) {
+        if (g && stream) g.reattaches.push({ startingAfter: url.searchParams.get('starting_after'), refused: 404 });
+        return notFound();
+      }
+      if (!stream) {
+        g.retrieves += 1;
+        return json(res, 200, g.stored());
+      }
+      const raw = url.searchParams.get('starting_after');
+      if (raw !== null && !/^\d{1,15}$/.test(raw)) return json(res, 400, openAiError(`Invalid 'starting_after': ${JSON.stringify(raw)}.`));
+      const after = raw === null ? -1 : Number(raw);
+      g.reattaches.push({ startingAfter: raw === null ? null : after, perturbed: g.perturbAt !== null });
+      return g.subscribe(res, { after });
+    }
+
+    const format = FORMATS[path];
+    if (!format) return json(res, 404, { error: { message: `no mock at ${req.method} ${path}`, type: 'not_found' } });
+    if (req.method !== 'POST') return json(res, 405, { error: { message: 'use POST', type: 'invalid_request_error' } });
     requests.push(record);
     record.body = await readBody(req);
-    streamResponse(format, record, res);
+    if (format !== responsesFormat || record.body?.background !== true) return streamResponse(format, record, res);
+
+    // Background mode: the generation outlives this request.
+    if (record.body.store === false) return json(res, 400, openAiError('Background mode requires `store` to be true.'));
+    if (record.query.fail === 'http500') {
+      record.fail = 'http500';
+      return json(res, 500, format.http500);
+    }
+    const g = new Generation(format, record);
+    generations.set(g.id, g);
+    record.responseId = g.id;
+    if (record.body.stream === true) g.subscribe(res, { create: true });
+    else json(res, 200, g.stored());
+    g.pace.resume();
   });
   // Streams must not be cut by Node's default request/keep-alive timeouts during slow tests.
   server.requestTimeout = 0;

@@ -21,7 +21,7 @@ use worker::{durable_object, DurableObject, Env, Request, Response, State};
 #[durable_object]
 pub struct StreamObject {
     pub(super) state: State,
-    env: Env,
+    pub(super) env: Env,
     setup: RefCell<Option<Rc<Setup>>>,
     pub(super) object: RefCell<Option<Rc<Object>>>,
     /// What this object is billed for, counted (`/stats`, bench/cost.mjs).
@@ -33,7 +33,7 @@ pub(super) struct Object {
     pub(super) setup: Rc<Setup>,
     pub(super) shell: Rc<Shell>,
     /// An upstream pump is running (one at a time: two would interleave their text).
-    pumping: std::cell::Cell<bool>,
+    pub(super) pumping: std::cell::Cell<bool>,
 }
 
 /// The largest pump request body (upstream URL, headers and request body).
@@ -141,7 +141,13 @@ impl StreamObject {
             Action::Events => o.events(&req, &target),
             Action::Ui => self.ui(&o, &req, &target, &route).await,
             Action::Text => self.text(&o, &route).await,
-            Action::Cancel => o.cancel(&route).await,
+            Action::Cancel => {
+                let answer = o.cancel(&route).await;
+                if answer.is_ok() && !o.pumping.get() {
+                    self.cancel_stored_pump(&o);
+                }
+                answer
+            }
             Action::Stats => o.stats(&route, &self.meter),
             Action::Pump => self.pump(&o, &route, &mut req).await,
         };
@@ -181,15 +187,16 @@ impl StreamObject {
         if body.len() > MAX_PUMP_BODY_BYTES {
             return Err(ApiError::too_large(MAX_PUMP_BODY_BYTES));
         }
-        let (pump, upstream) = super::pump::upstream_request(&body)?;
+        let (pump, upstream) = super::pump::upstream_request(&body, &o.setup.settings.pump_secrets, &self.env)?;
         if o.pumping.replace(true) {
             return Err(ApiError::new(409, "pump_running", format!("stream {} is already pumping an upstream", route.stream_id)));
         }
         let object = Rc::clone(o);
+        let run = super::pump::PumpRun::new(Rc::clone(&o.shell), &self.state, self.env.clone(), Rc::clone(&self.meter));
         let awake = self.meter.hold();
         self.state.wait_until(async move {
             let _awake = awake;
-            super::pump::run(Rc::clone(&object.shell), pump, upstream).await;
+            super::pump::run(run, pump, upstream).await;
             object.pumping.set(false);
         });
         http::json(202, &json!({"streamId": route.stream_id, "pumping": true})).map_err(unavailable)

@@ -2,6 +2,7 @@
 //! the Worker's string vars and refused with a clear message when wrong.
 
 use crate::engine::durable::{ColumnNames, MappingError, TableMapping};
+use crate::engine::pump::{PumpSecrets, SecretsError};
 use crate::engine::ui::Format;
 use thiserror::Error;
 
@@ -158,6 +159,8 @@ pub enum ConfigError {
     Invalid { name: &'static str, reason: String },
     #[error("configuration COLUMNS/MESSAGE_TABLE/CHUNK_TABLE: {0}")]
     Mapping(#[from] MappingError),
+    #[error("configuration PUMP_SECRETS: {0}")]
+    PumpSecrets(#[from] SecretsError),
 }
 
 impl ConfigError {
@@ -174,6 +177,8 @@ pub struct Settings {
     pub sse_retry_ms: u64,
     pub max_append_bytes: usize,
     pub mapping: TableMapping,
+    /// The secrets a pump request may name as its credential (`PUMP_SECRETS`), each set.
+    pub pump_secrets: PumpSecrets,
 }
 
 impl Settings {
@@ -228,12 +233,20 @@ impl Settings {
         if !path_prefix.starts_with('/') || path_prefix.ends_with('/') || path_prefix.contains("//") {
             return Err(ConfigError::invalid("PATH_PREFIX", format!("{path_prefix:?} must start with '/' and not end with '/'")));
         }
+        let pump_secrets = PumpSecrets::parse(&var("PUMP_SECRETS").unwrap_or_default())?;
+        if let Some(unset) = pump_secrets.names().find(|name| var(name).is_none()) {
+            return Err(ConfigError::invalid(
+                "PUMP_SECRETS",
+                format!("names {unset}, which is not set (a secret: `wrangler secret put {unset}`, or .dev.vars locally)"),
+            ));
+        }
         Ok(Settings {
             stream,
             path_prefix,
             sse_retry_ms: number("SSE_RETRY_MS", 1000, 0, 600_000)?,
             max_append_bytes: number("MAX_APPEND_BYTES", 1 << 20, 1, 64 << 20)? as usize,
             mapping,
+            pump_secrets,
         })
     }
 }
@@ -290,5 +303,19 @@ mod tests {
         let c = StreamConfig::default();
         let delays: Vec<_> = (1..=4).map(|n| c.retry_delay(n)).collect();
         assert_eq!(delays, vec![Some(50), Some(100), Some(200), None]);
+    }
+
+    #[test]
+    fn pump_secrets_are_an_allow_list_of_set_secrets() {
+        assert_eq!(settings(&[]).unwrap().pump_secrets, PumpSecrets::default());
+        let s = settings(&[("PUMP_SECRETS", "OPENAI_API_KEY=https://api.openai.com"), ("OPENAI_API_KEY", "sk-x")]).unwrap();
+        assert_eq!(s.pump_secrets.names().collect::<Vec<_>>(), ["OPENAI_API_KEY"]);
+        let unset = settings(&[("PUMP_SECRETS", "OPENAI_API_KEY")]).unwrap_err();
+        assert_eq!(
+            unset.to_string(),
+            "configuration PUMP_SECRETS: names OPENAI_API_KEY, which is not set (a secret: `wrangler secret put OPENAI_API_KEY`, or .dev.vars locally)"
+        );
+        assert!(matches!(settings(&[("PUMP_SECRETS", "STREAM_JWT_SECRET")]), Err(ConfigError::PumpSecrets(SecretsError::Reserved))));
+        assert!(matches!(settings(&[("PUMP_SECRETS", "KEY=ftp://x")]), Err(ConfigError::PumpSecrets(SecretsError::Malformed(_)))));
     }
 }

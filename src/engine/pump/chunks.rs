@@ -7,7 +7,7 @@
 //! settled before `finish-step` and `finish`.
 
 use super::upstream::{FinishReason, ModelEvent, PartKind, Usage};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 /// One UI message chunk as the AI SDK 7 defines it (`UIMessageChunk` in `ai`), for the types
@@ -72,14 +72,14 @@ enum UiChunk<'a> {
 }
 
 /// A part or tool call that has started and not yet ended.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Open {
     /// The upstream's key for it.
     key: String,
     what: OpenPart,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum OpenPart {
     /// A text or reasoning part and the chunk id this writer gave it.
     Part { kind: PartKind, id: String },
@@ -104,8 +104,10 @@ pub enum Written {
 pub struct OutOfOrder(pub String);
 
 /// Writes one response's UI message chunks. Part ids are `text-N` / `reasoning-N`, numbered
-/// in order of appearance: unique within the message, and the same on every replay.
-#[derive(Debug)]
+/// in order of appearance: unique within the message, and the same on every replay. Its state
+/// between events is serializable (a background pump's replay mark keeps it); the lines not yet
+/// taken are not part of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UiWriter {
     message_id: String,
     started: bool,
@@ -113,6 +115,7 @@ pub struct UiWriter {
     open: Vec<Open>,
     usage: Option<Usage>,
     finish: Option<FinishReason>,
+    #[serde(skip)]
     out: String,
 }
 

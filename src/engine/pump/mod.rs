@@ -7,34 +7,43 @@
 //!                                                                chunks as NDJSON lines (SPEC §9)
 //! ```
 //!
-//! The shell feeds [`Pump::handle_event`] one upstream event at a time, pushes
-//! [`Pump::take_push`] into the stream, and ends the stream as the returned [`PumpStep`] says.
-//! Nothing here performs I/O.
+//! The shell feeds [`Relay::handle_event`] one upstream event at a time, pushes
+//! [`Relay::take_push`] into the stream, and ends the stream as the returned [`PumpStep`] says.
+//! A [`Relay`] is a [`Pump`] plus, for an `openai-responses` pump in background mode, what
+//! re-attaching to the response needs ([`background`]). The credential is named, never given
+//! ([`secrets`]). Nothing here performs I/O.
 
+pub mod background;
 mod chunks;
+pub mod secrets;
 mod upstream;
 
-pub use upstream::{MalformedEvent, UpstreamFormat};
+pub use background::{BackgroundRecord, CallMethod, Interruption, Mark, Reattach, ReattachNext, Relay, Retrieve, Retrieved, UpstreamCall};
+pub use secrets::{PumpSecrets, SecretsError};
+pub use upstream::{Cursor, MalformedEvent, UpstreamFormat};
 
 use super::ui::Format;
 use chunks::{UiWriter, Written};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use thiserror::Error;
 use upstream::{truncate, Detail, ModelEvent, PartKind, UpstreamParser};
 
-/// One pump's conversion of an upstream response into stream text.
-#[derive(Debug)]
+/// One pump's conversion of an upstream response into stream text. Between events its state
+/// is serializable: a background pump keeps it with its replay mark.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pump {
     parser: UpstreamParser,
     sink: Sink,
     /// Scratch for one event's model events (kept to reuse its allocation).
+    #[serde(skip)]
     events: Vec<ModelEvent>,
+    #[serde(skip)]
     push: String,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum Sink {
     /// A `text` stream: the answer's text as it comes.
     Text,
@@ -51,6 +60,8 @@ pub enum PumpStep {
     Complete,
     /// The upstream failed: fail the stream with this error.
     Failed(PumpFailure),
+    /// A re-attached pump cannot go on without a seam: seal `interrupted` at the durable text.
+    Interrupted(Interruption),
 }
 
 /// Why a pump failed, as the stream's error says it.
@@ -106,6 +117,16 @@ impl Pump {
         PumpStep::Failed(PumpFailure::EndedEarly)
     }
 
+    /// Where an OpenAI Responses stream stands (`None` for the other formats).
+    pub fn cursor(&self) -> Option<&Cursor> {
+        self.parser.cursor()
+    }
+
+    /// Whether this pump writes UI message chunks (a `ui` stream).
+    pub fn writes_ui(&self) -> bool {
+        matches!(self.sink, Sink::Ui(_))
+    }
+
     /// What to push into the stream now: text, or whole NDJSON lines.
     pub fn take_push(&mut self) -> String {
         match &mut self.sink {
@@ -156,6 +177,17 @@ pub struct PumpRequest {
     /// Sent as JSON.
     #[serde(default)]
     pub body: Option<Value>,
+    /// The credential by name: a Worker secret on the `PUMP_SECRETS` allow-list, whose value the
+    /// shell sends in the format's credential header at each call ([`secrets`]).
+    #[serde(default)]
+    pub auth: Option<PumpAuth>,
+}
+
+/// `{"secret": "OPENAI_API_KEY"}`: the name of the Worker secret holding the credential.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PumpAuth {
+    pub secret: String,
 }
 
 /// Why a pump request was refused.
@@ -164,7 +196,8 @@ pub struct PumpRequest {
 pub struct BadPump(pub String);
 
 impl PumpRequest {
-    pub fn parse(json: &[u8]) -> Result<Self, BadPump> {
+    /// Parses and validates a pump request; `secrets` is the allow-list its `auth` may name.
+    pub fn parse(json: &[u8], secrets: &PumpSecrets) -> Result<Self, BadPump> {
         let req: PumpRequest = serde_json::from_slice(json).map_err(|e| BadPump(e.to_string()))?;
         let scheme_ok = req.url.starts_with("https://") || req.url.starts_with("http://");
         if !scheme_ok || req.url.len() > 4096 || req.url.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -181,7 +214,31 @@ impl PumpRequest {
                 return Err(BadPump(format!("header {name:?} is not a valid header")));
             }
         }
+        let credential_in_headers = req.headers.keys().find(|name| secrets::is_credential_header(name));
+        if let Some(auth) = &req.auth {
+            secrets.permit(&auth.secret, &req.url)?;
+            if let Some(name) = credential_in_headers {
+                return Err(BadPump(format!("auth.secret names the credential: header {name:?} may not carry another")));
+            }
+        }
+        if req.background() {
+            if req.body.as_ref().and_then(|b| b.get("stream")) != Some(&Value::Bool(true)) {
+                return Err(BadPump("a background pump streams its response: the body must have \"stream\": true".into()));
+            }
+            if let Some(name) = credential_in_headers {
+                return Err(BadPump(format!(
+                    "a background pump names its credential with auth.secret (it re-attaches after a reset and stores no key), not in header {name:?}"
+                )));
+            }
+        }
         Ok(req)
+    }
+
+    /// Background mode: an `openai-responses` request whose body asks `"background": true`. The
+    /// response then runs on at the provider without our connection, and the pump can re-attach
+    /// to it ([`background`]).
+    pub fn background(&self) -> bool {
+        self.format == UpstreamFormat::OpenAiResponses && self.body.as_ref().and_then(|b| b.get("background")) == Some(&Value::Bool(true))
     }
 
     /// The upstream named without its query (which may carry a key), for logs.
@@ -289,7 +346,7 @@ mod tests {
     #[test]
     fn pump_requests_are_validated() {
         let ok = br#"{"format":"anthropic","url":"http://127.0.0.1:8788/v1/messages?k=secret","headers":{"x-api-key":"k"},"body":{"stream":true}}"#;
-        let req = PumpRequest::parse(ok).unwrap();
+        let req = PumpRequest::parse(ok, &PumpSecrets::default()).unwrap();
         assert_eq!(req.redacted_url(), "http://127.0.0.1:8788/v1/messages");
         for bad in [
             &br#"{"format":"gemini","url":"http://x"}"#[..],
@@ -300,7 +357,7 @@ mod tests {
             br#"{"format":"anthropic","url":"http://x","extra":1}"#,
             b"not json",
         ] {
-            assert!(PumpRequest::parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+            assert!(PumpRequest::parse(bad, &PumpSecrets::default()).is_err(), "{}", String::from_utf8_lossy(bad));
         }
     }
 }

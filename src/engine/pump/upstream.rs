@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 /// The upstream API's streaming format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum UpstreamFormat {
     /// OpenAI-compatible chat completions: `choices[].delta.content`, then `[DONE]`.
     #[serde(rename = "openai-chat")]
@@ -26,7 +26,7 @@ pub enum UpstreamFormat {
 }
 
 /// How much of the upstream a parser reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Detail {
     /// The answer's text, its end and errors (a `text` stream).
     Text,
@@ -35,7 +35,7 @@ pub enum Detail {
 }
 
 /// A text or reasoning part of the answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PartKind {
     Text,
     Reasoning,
@@ -75,7 +75,7 @@ pub enum ModelEvent {
 pub struct MalformedEvent(pub String);
 
 /// Why the model stopped, in the AI SDK's terms (`FinishReason` of `ai`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FinishReason {
     Stop,
@@ -87,7 +87,7 @@ pub enum FinishReason {
 
 /// Token usage in the shape of the AI SDK's `LanguageModelUsage`; a count the upstream did not
 /// report is left out. `raw` is the upstream's own usage object.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -101,7 +101,7 @@ pub struct Usage {
     pub raw: Value,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InputTokenDetails {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -112,7 +112,7 @@ pub struct InputTokenDetails {
     pub cache_write_tokens: Option<u64>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OutputTokenDetails {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -152,20 +152,22 @@ impl Usage {
     }
 }
 
-/// The per-response state a format needs to interpret its events.
-#[derive(Debug)]
+/// The per-response state a format needs to interpret its events. It is serializable: a
+/// background pump keeps it with its replay mark (see `super::background`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum FormatState {
     /// Which part the chat deltas are writing (chat parts have no explicit ends) and which tool
     /// call indexes have started.
     OpenAiChat { writing: Option<PartKind>, tools: Vec<u64> },
-    /// Whether a function call was seen (`response.completed` has no finish reason of its own).
-    OpenAiResponses { tool_called: bool },
+    /// Whether a function call was seen (`response.completed` has no finish reason of its own),
+    /// and where the response's events stand.
+    OpenAiResponses { tool_called: bool, cursor: Cursor },
     /// The kind of each content block, and the usage of `message_start` and `message_delta`
     /// merged (the latter only carries what changed).
     Anthropic { blocks: Vec<(u64, AnthropicBlock)>, usage: Map<String, Value> },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum AnthropicBlock {
     Text,
     Reasoning,
@@ -174,8 +176,17 @@ enum AnthropicBlock {
     Other,
 }
 
+/// Where an OpenAI Responses stream stands: the response's id (from the first event that
+/// names it) and the `sequence_number` of the last event read. Re-attaching to a background
+/// response needs both.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cursor {
+    pub response_id: Option<String>,
+    pub sequence: Option<u64>,
+}
+
 /// Interprets one upstream response's events, one at a time.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpstreamParser {
     detail: Detail,
     state: FormatState,
@@ -185,10 +196,18 @@ impl UpstreamParser {
     pub fn new(format: UpstreamFormat, detail: Detail) -> Self {
         let state = match format {
             UpstreamFormat::OpenAiChat => FormatState::OpenAiChat { writing: None, tools: Vec::new() },
-            UpstreamFormat::OpenAiResponses => FormatState::OpenAiResponses { tool_called: false },
+            UpstreamFormat::OpenAiResponses => FormatState::OpenAiResponses { tool_called: false, cursor: Cursor::default() },
             UpstreamFormat::Anthropic => FormatState::Anthropic { blocks: Vec::new(), usage: Map::new() },
         };
         UpstreamParser { detail, state }
+    }
+
+    /// An OpenAI Responses stream's cursor (`None` for the other formats).
+    pub fn cursor(&self) -> Option<&Cursor> {
+        match &self.state {
+            FormatState::OpenAiResponses { cursor, .. } => Some(cursor),
+            _ => None,
+        }
     }
 
     /// Interprets one SSE event (`event` is its `event:` name, if any) into `out`.
@@ -202,6 +221,9 @@ impl UpstreamParser {
             return Ok(());
         }
         let v: Value = serde_json::from_str(data).map_err(|e| MalformedEvent(format!("{e} in {:?}", truncate(data, 120))))?;
+        if let FormatState::OpenAiResponses { cursor, .. } = &mut self.state {
+            cursor.read(&v);
+        }
         if let Some(message) = error_message(&v) {
             out.push(ModelEvent::Error(message));
             return Ok(());
@@ -210,7 +232,7 @@ impl UpstreamParser {
         let full = self.detail == Detail::Full;
         match &mut self.state {
             FormatState::OpenAiChat { writing, tools } => chat(&v, data, full, writing, tools, out),
-            FormatState::OpenAiResponses { tool_called } => responses(kind, &v, full, tool_called, out),
+            FormatState::OpenAiResponses { tool_called, .. } => responses(kind, &v, full, tool_called, out),
             FormatState::Anthropic { blocks, usage } => anthropic(kind, &v, full, blocks, usage, out),
         }
     }
@@ -369,6 +391,19 @@ fn responses(kind: &str, v: &Value, full: bool, tool_called: &mut bool, out: &mu
         _ => {}
     }
     Ok(())
+}
+
+impl Cursor {
+    /// Takes the event's sequence number and, the first time one appears, the response's id
+    /// (`response.created` carries it; background mode also `response.queued`).
+    fn read(&mut self, v: &Value) {
+        if let Some(n) = v.get("sequence_number").and_then(Value::as_u64) {
+            self.sequence = Some(n);
+        }
+        if self.response_id.is_none() {
+            self.response_id = v.pointer("/response/id").and_then(Value::as_str).map(str::to_owned);
+        }
+    }
 }
 
 fn responses_usage(v: &Value, out: &mut Vec<ModelEvent>) {
