@@ -38,6 +38,8 @@
 //                               match what was first sent
 //   POST /_mock/expire?tag=T[&what=stream|response]   re-attaching is refused 404 (`stream`),
 //                               or the response is gone altogether (`response`)
+//   POST /_mock/drop?tag=T      destroys the create request's socket now (after fail=stall: the
+//                               client then re-attaches when the test says, not the clock)
 //
 // Query options (the caller controls the mock through the upstream URL it hands the Worker):
 //   tokens=120   how many text tokens (the answer is mockAnswer(…) from ./mock-text.mjs)
@@ -63,9 +65,10 @@
 //                (the test paces it, never the clock); rate= still paces what runs
 //   perturbAt=K  background only: as POST /_mock/perturb from the start
 //
-// In background mode `drop` cuts only the create request's socket (the generation goes on, as
-// the real one does), `stall` stops the generation, `error` fails it (status `failed`), and
-// `malformed` is not injected.
+// In background mode the failures strike the create request's socket, never the generation,
+// which goes on as the real one does: `drop` destroys the socket, `stall` sends it nothing more
+// (it stays open; POST /_mock/drop destroys it later). `error` fails the generation (status
+// `failed`); `malformed` is not injected.
 //
 // `aborted` is true when the CLIENT closed the connection before the end: that is how a test
 // proves a cancel reached the upstream. A `drop` is the server's doing and is not an abort.
@@ -449,11 +452,9 @@ class Generation {
   run(step, index) {
     if (this.fail && index === this.failStep) {
       this.record.fail = this.fail;
-      if (this.fail === 'stall') return false;
-      if (this.fail === 'drop') {
-        // Only the create request's socket dies: the generation goes on without it.
-        for (const sub of this.subscribers) if (sub.create) sub.drop();
-      }
+      // Only the create request's socket fails: the generation goes on without it.
+      if (this.fail === 'drop') this.dropCreate();
+      if (this.fail === 'stall') for (const sub of this.subscribers) if (sub.create) sub.muted = true;
       if (this.fail === 'error') {
         this.format.error(this.ctx);
         return this.finish('failed');
@@ -470,7 +471,7 @@ class Generation {
     this.status = status;
     this.record.completed = status === 'completed';
     this.broadcast();
-    for (const sub of this.subscribers) sub.res.end();
+    for (const sub of this.subscribers) if (!sub.muted) sub.res.end();
     return false;
   }
 
@@ -482,8 +483,13 @@ class Generation {
 
   broadcast() {
     for (const sub of this.subscribers) {
-      while (sub.next < this.events.length) sub.res.write(this.render(this.events[sub.next++], sub.replay));
+      while (!sub.muted && sub.next < this.events.length) sub.res.write(this.render(this.events[sub.next++], sub.replay));
     }
+  }
+
+  /** Destroys the create request's socket (`fail=drop`, or `POST /_mock/drop` after a stall). */
+  dropCreate() {
+    for (const sub of this.subscribers) if (sub.create) sub.drop();
   }
 
   /** Serves the events after sequence number `after` (-1: all), then the live ones, on `res`. */
@@ -560,6 +566,7 @@ export function startMockServer({ port = 0, host = '127.0.0.1' } = {}) {
     '/_mock/release': (g, q) => g.release(intParam(q, 'until', undefined)),
     '/_mock/perturb': (g, q) => void (g.perturbAt = intParam(q, 'at', 0)),
     '/_mock/expire': (g, q) => void (g.expired = q.what === 'response' ? 'response' : 'stream'),
+    '/_mock/drop': (g) => g.dropCreate(),
   };
 
   const server = createServer(async (req, res) => {

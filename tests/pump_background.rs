@@ -151,6 +151,15 @@ impl Sim {
     }
 }
 
+/// A background pump into a new stream of `format`, fed `events` (checkpointing after every
+/// `every`-th) without reaching their end.
+fn pumped(format: Format, events: &[Event], every: usize) -> (Sim, Relay) {
+    let mut sim = Sim::default();
+    let mut relay = Relay::new(&background_request(), format, "msg-1", 0);
+    assert_eq!(sim.run(&mut relay, events, every), None, "the events end before the response does");
+    (sim, relay)
+}
+
 /// The events a re-attach after `mark.after` gets.
 fn after(events: &[Event], mark: Option<u64>) -> &[Event] {
     &events[mark.map_or(0, |n| n as usize + 1)..]
@@ -301,9 +310,7 @@ fn two_resets_in_a_row_one_during_the_replay_still_give_the_uninterrupted_answer
     for format in [Format::Text, Format::Ui] {
         let whole = uninterrupted(format, &events);
         for (first, second) in [(20, 5), (40, 1), (60, 30), (100, 2)] {
-            let mut sim = Sim::default();
-            let mut relay = Relay::new(&background_request(), format, "msg-1", 0);
-            sim.run(&mut relay, &events[..first], 3);
+            let (mut sim, _) = pumped(format, &events[..first], 3);
             sim.reset();
             let record = sim.record.clone().unwrap();
             let mut relay = relay_of(Reattach::after_reset(record.clone(), 0, &sim.text).unwrap().handle_answer(200));
@@ -321,9 +328,7 @@ fn two_resets_in_a_row_one_during_the_replay_still_give_the_uninterrupted_answer
 #[test]
 fn nothing_is_pushed_until_the_replay_has_reproduced_the_durable_text() {
     let events = responses_events(&[], &tokens(9, 120), &[]);
-    let mut sim = Sim::default();
-    let mut relay = Relay::new(&background_request(), Format::Text, "msg-1", 0);
-    sim.run(&mut relay, &events[..80], 10);
+    let (mut sim, _) = pumped(Format::Text, &events[..80], 10);
     sim.reset();
     let record = sim.record.clone().unwrap();
     assert!(record.mark.after.is_some() && record.mark.offset + REPLAY_OVERLAP_UNITS <= sim.durable);
@@ -344,9 +349,7 @@ fn nothing_is_pushed_until_the_replay_has_reproduced_the_durable_text() {
 #[test]
 fn a_replay_that_differs_from_the_durable_text_is_interrupted_at_the_first_difference_and_never_spliced() {
     let events = responses_events(&[], &tokens(11, 100), &[]);
-    let mut sim = Sim::default();
-    let mut relay = Relay::new(&background_request(), Format::Text, "msg-1", 0);
-    sim.run(&mut relay, &events[..90], 7);
+    let (mut sim, _) = pumped(Format::Text, &events[..90], 7);
     sim.reset();
     let record = sim.record.clone().unwrap();
     let after_mark = record.mark.after.unwrap() as usize;
@@ -385,9 +388,7 @@ fn a_replay_that_differs_from_the_durable_text_is_interrupted_at_the_first_diffe
 #[test]
 fn a_replay_with_a_gap_or_that_ends_short_is_interrupted() {
     let events = responses_events(&[], &tokens(13, 60), &[]);
-    let mut sim = Sim::default();
-    let mut relay = Relay::new(&background_request(), Format::Text, "msg-1", 0);
-    sim.run(&mut relay, &events[..50], 5);
+    let (mut sim, _) = pumped(Format::Text, &events[..50], 5);
     sim.reset();
     let record = sim.record.clone().unwrap();
     let mark = record.mark.after;
@@ -416,9 +417,7 @@ fn a_replay_with_a_gap_or_that_ends_short_is_interrupted() {
 #[test]
 fn a_record_that_cannot_be_checked_against_the_durable_text_is_interrupted() {
     let events = responses_events(&[], &tokens(17, 120), &[]);
-    let mut sim = Sim::default();
-    let mut relay = Relay::new(&background_request(), Format::Text, "msg-1", 0);
-    sim.run(&mut relay, &events[..100], 5);
+    let (mut sim, _) = pumped(Format::Text, &events[..100], 5);
     sim.reset();
     let record = sim.record.clone().unwrap();
     let mark = record.mark.offset;
@@ -445,9 +444,7 @@ fn a_lost_connection_reattaches_in_place_checking_everything_this_relay_wrote() 
     for format in [Format::Text, Format::Ui] {
         let whole = uninterrupted(format, &events);
         for cut in [1, 2, 15, 40, 77, events.len() - 1] {
-            let mut sim = Sim::default();
-            let mut relay = Relay::new(&background_request(), format, "msg-1", 0);
-            sim.run(&mut relay, &events[..cut], 6);
+            let (mut sim, relay) = pumped(format, &events[..cut], 6);
             let record = sim.record.clone().unwrap();
             let reattach = relay.reattach().expect("a background relay with a known id re-attaches");
             assert_eq!(reattach.record().mark, record.mark);
@@ -480,9 +477,7 @@ fn in_place_the_replay_must_match_what_readers_were_given_not_only_the_durable_t
 #[test]
 fn re_attaching_gives_up_after_three_that_bring_nothing_new_and_counts_again_after_new_text() {
     let events = responses_events(&[], &tokens(23, 30), &[]);
-    let mut sim = Sim::default();
-    let mut relay = Relay::new(&background_request(), Format::Text, "msg-1", 0);
-    sim.run(&mut relay, &events[..10], 1000);
+    let (mut sim, mut relay) = pumped(Format::Text, &events[..10], 1000);
     let mark = sim.record.as_ref().unwrap().mark.after.map_or(0, |n| n as usize + 1);
     for _ in 0..MAX_REATTACHES {
         relay = relay_of(relay.reattach().expect("within the limit").handle_answer(200));
@@ -509,9 +504,7 @@ fn re_attaching_gives_up_after_three_that_bring_nothing_new_and_counts_again_aft
 #[test]
 fn a_refused_reattach_is_retried_with_backoff_then_interrupted_and_a_denial_at_once() {
     let events = responses_events(&[], &tokens(29, 10), &[]);
-    let mut sim = Sim::default();
-    let mut relay = Relay::new(&background_request(), Format::Text, "msg-1", 0);
-    sim.run(&mut relay, &events[..5], 1);
+    let (sim, _) = pumped(Format::Text, &events[..5], 1);
     let record = sim.record.clone().unwrap();
     let mut reattach = Reattach::after_reset(record.clone(), 0, &sim.text).unwrap();
     let mut delays = Vec::new();
@@ -549,9 +542,7 @@ fn stored(status: &str, text: &str) -> Vec<u8> {
 
 fn retrieve_after_expiry(format: Format, cut: usize, status: u16) -> (Sim, rindle_streams::engine::pump::Retrieve, Vec<Event>) {
     let events = responses_events(&[], &tokens(31, 120), &[]);
-    let mut sim = Sim::default();
-    let mut relay = Relay::new(&background_request(), format, "msg-1", 0);
-    sim.run(&mut relay, &events[..cut], 9);
+    let (mut sim, _) = pumped(format, &events[..cut], 9);
     sim.reset();
     let record = sim.record.clone().unwrap();
     match Reattach::after_reset(record, 0, &sim.text).unwrap().handle_answer(status) {

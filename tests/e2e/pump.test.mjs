@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { existsSync, readFileSync } from 'node:fs';
 import { startMock, startStack } from './harness.mjs';
+import { accepted, openWithReader as openPumpStream, pump } from './pump-helpers.mjs';
 import { api, call, checkFrames, isError, newStream, ok, rows, until, untilEnd } from './util.mjs';
 import { DefaultChatTransport, readUIMessageStream } from 'ai';
 import { mockAnswer, mockText, mockTokens } from '../../mock/mock-text.mjs';
@@ -61,30 +62,7 @@ function pumpBody(format, query, extra = {}) {
   };
 }
 
-/** POST /pump with a JSON body (or a raw string); returns call()'s { status, raw, json }. */
-function pump(s, body, token = s.token) {
-  return call(s.url('pump'), {
-    method: 'POST',
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: typeof body === 'string' ? body : JSON.stringify(body),
-  });
-}
-
-/** A fresh, open stream with a reader attached from 0 before anything is pumped. */
-async function openWithReader(prefix) {
-  const id = newStream(stack, prefix);
-  const s = api(stack, id);
-  ok(await s.open(), 'open');
-  const reader = await s.events(0);
-  assert.equal(reader.status, 200, 'events');
-  await reader.next((f) => f.json?.type === 'open');
-  return { id, s, reader };
-}
-
-function accepted(res, id) {
-  assert.equal(res.status, 202, `pump: ${res.status} ${res.raw}`);
-  assert.deepEqual(res.json, { streamId: id, pumping: true });
-}
+const openWithReader = (prefix) => openPumpStream(stack, prefix);
 
 let tagCounter = 0;
 const newTag = (what) => `${what}-${++tagCounter}`;

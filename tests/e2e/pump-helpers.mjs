@@ -1,0 +1,29 @@
+// Helpers the pump suites share (pump.test.mjs, pump-background.test.mjs).
+import assert from 'node:assert/strict';
+import { api, call, newStream, ok } from './util.mjs';
+
+/** POST /pump with a JSON body (or a raw string); returns call()'s { status, raw, json }. */
+export function pump(s, body, token = s.token) {
+  return call(s.url('pump'), {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+/** A fresh, open stream on `stack` with a reader attached from 0 before anything is pumped. */
+export async function openWithReader(stack, prefix) {
+  const id = newStream(stack, prefix);
+  const s = api(stack, id);
+  ok(await s.open(), 'open');
+  const reader = await s.events(0);
+  assert.equal(reader.status, 200, 'events');
+  await reader.next((f) => f.json?.type === 'open');
+  return { id, s, reader };
+}
+
+/** The pump was accepted: 202 `{streamId, pumping: true}`. */
+export function accepted(res, id) {
+  assert.equal(res.status, 202, `pump: ${res.status} ${res.raw}`);
+  assert.deepEqual(res.json, { streamId: id, pumping: true });
+}
