@@ -110,7 +110,7 @@ impl Store for PgDb {
     }
 
     fn query(&self, statement: &Statement) -> Vec<Row> {
-        query(&mut *self.client.borrow_mut(), statement).unwrap_or_else(|e| panic!("{}: {}", statement.sql, e.0))
+        query(&mut self.client.borrow_mut(), statement).unwrap_or_else(|e| panic!("{}: {}", statement.sql, e.0))
     }
 
     fn exec(&self, sql: &str) {
