@@ -33,3 +33,35 @@ wasm_bindgen_version() {
 # Current time in seconds (with fractions) for timing reports.
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1fs", b - a }'; }
+
+# PostgreSQL (the Postgres backend; scripts/pg.sh). The throwaway cluster's role, password and
+# database: local only, never a secret.
+PG_ROLE="rindle"
+PG_PASSWORD="rindle"
+PG_DATABASE="rindle"
+
+# The directory of PostgreSQL's server binaries: Debian keeps initdb and pg_ctl off the PATH,
+# in /usr/lib/postgresql/<major>/bin (the newest major wins); elsewhere they are on the PATH.
+pg_bindir() {
+  local dir
+  dir="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)"
+  if [[ -n "$dir" && -x "$dir/initdb" && -x "$dir/pg_ctl" ]]; then
+    printf '%s\n' "$dir"
+  elif command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+    dirname "$(command -v initdb)"
+  else
+    return 1
+  fi
+}
+
+# Where scripts/pg.sh keeps its cluster: $PG_DIR (default .wrangler/pg), as an absolute path.
+# As root the cluster runs as `postgres`, which must reach it: a checkout under a private home
+# (/root is 0700) gets its cluster in /tmp instead, one per checkout.
+pg_state_dir() {
+  local dir="${PG_DIR:-$ROOT/.wrangler/pg}"
+  [[ "$dir" = /* ]] || dir="$ROOT/$dir"
+  if [[ "$(id -u)" -eq 0 ]] && getent passwd postgres >/dev/null && ! runuser -u postgres -- test -x "$ROOT"; then
+    dir="${TMPDIR:-/tmp}/rindle-pg-$(printf '%s' "$dir" | cksum | cut -d' ' -f1)"
+  fi
+  printf '%s\n' "$dir"
+}

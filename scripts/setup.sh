@@ -54,6 +54,25 @@ apt_package() {
 # download cannot work here). Not binaryen: Debian's wasm-opt 108 is too old for wasm-bindgen
 # 0.2.129 output; npm binaryen@132 (package.json) is used instead.
 apt_package chromium "the browser tests, which never skip" chromium
+# PostgreSQL's server, for the Postgres backend's tests (scripts/pg.sh runs a throwaway cluster
+# of the project's own). Debian keeps initdb off the PATH, so presence is pg_bindir's. Debian's
+# package would create and start a system cluster ("main") at install: a createcluster.d file
+# turns that off first, so nothing runs as a service.
+if PG_BIN="$(pg_bindir)"; then
+  step "postgres: server binaries in $PG_BIN"
+elif [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+  step "apt: installing postgresql (the Postgres backend's tests; no system cluster is created)"
+  mkdir -p /etc/postgresql-common/createcluster.d
+  printf '# scripts/setup.sh (rindle-streams): its tests run their own cluster (scripts/pg.sh)\ncreate_main_cluster = false\n' \
+    >/etc/postgresql-common/createcluster.d/rindle-no-main-cluster.conf
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+  PG_BIN="$(pg_bindir)" || die "postgresql installed, but no initdb/pg_ctl found under /usr/lib/postgresql"
+  step "postgres: server binaries in $PG_BIN"
+else
+  warn "postgresql missing and not root, so not installing: sudo apt-get install -y postgresql"
+  warn "  (scripts/test.sh fails without it: the Postgres backend's tests never skip there)"
+fi
 
 # 5. Node.js.
 command -v node >/dev/null 2>&1 || die "node not found: install Node.js >= $MIN_NODE_MAJOR (Debian: apt-get install nodejs npm)"

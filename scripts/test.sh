@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # The project's test command (README "test", and .ci/run): setup, then the gates, cheapest
 # first so a broken change fails in seconds rather than after the long steps: Chromium present,
-# rustfmt, clippy (native and wasm32, warnings denied), native Rust tests, the embedding build,
+# rustfmt, clippy (native and wasm32, warnings denied), native Rust tests (with a PostgreSQL of
+# their own, scripts/pg.sh, stopped at exit), the embedding build,
 # the Worker build and its bundle size, then the Node tests (tests/client/, tests/ai/, tests/e2e/,
 # tests/browser/) against the real Worker.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 START="$(now)"
-trap 'echo "test.sh: total time $(elapsed "$START")"' EXIT
+# The Postgres cluster this command starts (below) is stopped however the command ends; INT and
+# TERM become exits so the EXIT trap runs for them too.
+export PG_DIR="${PG_DIR:-target/pg}"
+trap '"$SCRIPTS_DIR/pg.sh" stop || true; echo "test.sh: total time $(elapsed "$START")"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 "$SCRIPTS_DIR/setup.sh"
 
@@ -39,6 +45,13 @@ step "cargo doc (wasm32-unknown-unknown, -D warnings)"
 T="$(now)"
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --target wasm32-unknown-unknown
 step "cargo doc: $(elapsed "$T")"
+
+# A real PostgreSQL for the Postgres backend's tests: a throwaway cluster in target/pg. With
+# RINDLE_PG_URL set they run or fail; they never skip here.
+T="$(now)"
+RINDLE_PG_URL="$("$SCRIPTS_DIR/pg.sh" start)" || die "could not start PostgreSQL (scripts/pg.sh start): the Postgres tests need it"
+export RINDLE_PG_URL
+step "postgres: $RINDLE_PG_URL ($(elapsed "$T"))"
 
 step "cargo test (native)"
 T="$(now)"

@@ -13,7 +13,7 @@ use rindle_streams::engine::live::{
 };
 use rindle_streams::engine::ui::{BadChunk, ChunkFault, Format};
 use support::driver::{Driver, UiEvent, STREAM, TOKEN};
-use support::{Fault, SqliteDb};
+use support::{Fault, SqliteDb, Store};
 
 fn cfg() -> StreamConfig {
     StreamConfig { checkpoint_chars: 8, ..StreamConfig::default() }

@@ -23,7 +23,12 @@
 //! the end of every schedule the alarm must leave no row `streaming` and never touch a row
 //! already sealed. A seal that could not commit is repaired the way the alarm does it.
 //!
-//! `SIM_SCHEDULES=n` changes the number of schedules (default 2000); `SIM_SEED=s` replays one.
+//! The store is a parameter: the same schedules run on SQLite (the D1 dialect, 2000 schedules)
+//! and on a real PostgreSQL (the Postgres dialect, 1000 schedules; the cluster of
+//! `scripts/pg.sh`, see tests/sql_postgres.rs for when it is there).
+//!
+//! `SIM_SCHEDULES=n` changes the number of schedules of both; `SIM_SEED=s` replays one;
+//! `SIM_BACKEND=sqlite|postgres` runs only that store (a failure names its seed and store).
 
 mod support;
 
@@ -40,7 +45,8 @@ use rindle_streams::engine::ui::{Format, MAX_LINE_BYTES};
 use rindle_streams::engine::utf16;
 use std::collections::{HashMap, VecDeque};
 use support::driver::{parse_sse, parse_ui_sse, ticket_id, Settles};
-use support::{Fault, SqliteDb};
+use support::pg::PgDb;
+use support::{Fault, SqliteDb, Store};
 
 const STREAM: &str = "sim";
 
@@ -94,8 +100,14 @@ const TOKENS: &[&str] = &[
     "'; DROP TABLE messages; --",
 ];
 
+thread_local! {
+    /// The store the schedules on this thread run on, for the replay line of a failure.
+    static BACKEND: std::cell::Cell<&'static str> = const { std::cell::Cell::new("sqlite") };
+}
+
 fn die(seed: u64, what: String) -> ! {
-    panic!("seed {seed}: {what} (rerun with SIM_SEED={seed})")
+    let backend = BACKEND.get();
+    panic!("seed {seed} on {backend}: {what} (rerun with SIM_BACKEND={backend} SIM_SEED={seed})")
 }
 
 struct Reader {
@@ -224,7 +236,7 @@ struct Sim {
     seed: u64,
     stream: LiveStream,
     cfg: StreamConfig,
-    db: SqliteDb,
+    db: Box<dyn Store>,
     now: u64,
     in_flight: VecDeque<(u64, StoreRequest)>,
     /// The stream asked for its lease (answered at the time given).
@@ -257,7 +269,8 @@ struct Sim {
 }
 
 impl Sim {
-    fn new(seed: u64) -> Self {
+    /// A schedule on `db`, whose tables it empties first.
+    fn new(seed: u64, db: Box<dyn Store>) -> Self {
         let mut rng = Rng(seed);
         let checkpoint_chars = rng.pick(&[1, 8, 64, 512]);
         let cfg = StreamConfig {
@@ -280,7 +293,7 @@ impl Sim {
             (LineProducer { bad_rate, line: Vec::new(), sent: 0 }, ReferenceLines::default())
         });
         let cfg = StreamConfig { format: if ui.is_some() { Format::Ui } else { Format::Text }, ..cfg };
-        let db = SqliteDb::new();
+        db.reset();
         db.insert_message(STREAM);
         let (stream, _) = LiveStream::open(STREAM, cfg.clone(), Producer { host_token: "sim-host".into(), meta: None }, 0);
         let mut sim = Sim {
@@ -360,7 +373,7 @@ impl Sim {
 
     fn answer_next(&mut self) {
         let (_, req) = self.in_flight.pop_front().unwrap();
-        let plan = self.db.sql.plan(STREAM, &req.op);
+        let plan = self.db.sql().plan(STREAM, &req.op);
         let fault = self.fault();
         let result = self.db.run(&plan, fault);
         self.store_ops += 1;
@@ -682,7 +695,10 @@ impl Sim {
                     self.stream.detach(self.readers[i].id);
                     self.readers.swap_remove(i);
                 }
-                98 => self.db.exec("UPDATE messages SET cancel = 1 WHERE id = 'sim'"),
+                98 => {
+                    let cancel = self.db.sql().request_cancel(STREAM).expect("the example maps a cancel column");
+                    self.db.batch(&[cancel]).expect("the cancel flag is set");
+                }
                 _ => self.stream.cancel(),
             }
         }
@@ -729,7 +745,7 @@ impl Sim {
     fn crash(&mut self) {
         for (_, req) in std::mem::take(&mut self.in_flight) {
             if self.rng.chance(0.5) {
-                let plan = self.db.sql.plan(STREAM, &req.op);
+                let plan = self.db.sql().plan(STREAM, &req.op);
                 let _ = self.db.run(&plan, Fault::None);
             }
         }
@@ -761,7 +777,7 @@ impl Sim {
             while let Some(o) = again.poll_output() {
                 match o {
                     Output::Store(r) => {
-                        let plan = self.db.sql.plan(STREAM, &r.op);
+                        let plan = self.db.sql().plan(STREAM, &r.op);
                         let result = self.db.run(&plan, Fault::None);
                         again.handle_store(r.id, result, self.now);
                     }
@@ -790,7 +806,7 @@ impl Sim {
                 }
                 LeaseDecision::RepairSeal(write) | LeaseDecision::SealInterrupted(write) => write,
             };
-            let plan = self.db.sql.plan(STREAM, &StoreOp::Seal(write));
+            let plan = self.db.sql().plan(STREAM, &StoreOp::Seal(write));
             let fault = self.fault();
             self.store_ops += 1;
             let committed = self.db.run(&plan, fault).is_ok();
@@ -888,35 +904,108 @@ impl Sim {
     }
 }
 
-#[test]
-fn contracts_s_and_p_hold_over_random_faulty_schedules() {
-    let schedules: u64 = std::env::var("SIM_SCHEDULES").ok().and_then(|s| s.parse().ok()).unwrap_or(2000);
+/// What a run of schedules exercised, summed over its threads.
+#[derive(Default)]
+struct Totals {
+    schedules: u64,
+    ops: u64,
+    readers: usize,
+    sealed_short: u64,
+    repaired: u64,
+    interrupted: u64,
+    ui_schedules: u64,
+    ui_readers: usize,
+    bad_lines: u64,
+    unsaved_endings: u64,
+}
+
+impl Totals {
+    fn add(&mut self, sim: &Sim) {
+        self.schedules += 1;
+        self.ops += sim.store_ops;
+        self.readers += sim.readers.len();
+        self.sealed_short += u64::from(matches!(sim.seal_outcome(), Some(Err(_))));
+        self.repaired += u64::from(sim.repaired);
+        self.interrupted += u64::from(sim.interrupted);
+        self.ui_schedules += u64::from(sim.ui.is_some());
+        self.ui_readers += sim.ui_readers.len();
+        self.bad_lines += sim.bad_lines;
+        self.unsaved_endings += sim.unsaved_endings;
+    }
+
+    fn merge(&mut self, other: Totals) {
+        self.schedules += other.schedules;
+        self.ops += other.ops;
+        self.readers += other.readers;
+        self.sealed_short += other.sealed_short;
+        self.repaired += other.repaired;
+        self.interrupted += other.interrupted;
+        self.ui_schedules += other.ui_schedules;
+        self.ui_readers += other.ui_readers;
+        self.bad_lines += other.bad_lines;
+        self.unsaved_endings += other.unsaved_endings;
+    }
+}
+
+/// Runs the schedules on `backend`, split over `threads` threads, each on its own store from
+/// `open` (`None`: the store is not there, said loudly by `open`). A schedule is a function of
+/// its seed alone, so the split changes nothing but the time. Nothing runs when `SIM_BACKEND`
+/// names the other store.
+fn run_schedules(backend: &'static str, default_schedules: u64, threads: u64, open: impl Fn() -> Option<Box<dyn Store>> + Sync) {
+    if std::env::var("SIM_BACKEND").is_ok_and(|b| b != backend) {
+        return;
+    }
+    let schedules: u64 = std::env::var("SIM_SCHEDULES").ok().and_then(|s| s.parse().ok()).unwrap_or(default_schedules);
     let seeds: Vec<u64> = match std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => vec![seed],
         None => (1..=schedules).collect(),
     };
-    let (mut ops, mut readers, mut sealed_short, mut repaired, mut interrupted) = (0, 0, 0, 0, 0);
-    let (mut ui_schedules, mut ui_readers, mut bad_lines, mut unsaved_endings) = (0, 0, 0, 0);
-    for seed in &seeds {
-        let mut sim = Sim::new(*seed);
-        sim.run();
-        ops += sim.store_ops;
-        readers += sim.readers.len();
-        if matches!(sim.seal_outcome(), Some(Err(_))) {
-            sealed_short += 1;
-        }
-        repaired += u64::from(sim.repaired);
-        interrupted += u64::from(sim.interrupted);
-        ui_schedules += u64::from(sim.ui.is_some());
-        ui_readers += sim.ui_readers.len();
-        bad_lines += sim.bad_lines;
-        unsaved_endings += sim.unsaved_endings;
+    let started = std::time::Instant::now();
+    let mut totals = Totals::default();
+    let parts: Vec<Option<Totals>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (seeds, open) = (&seeds, &open);
+                scope.spawn(move || {
+                    BACKEND.set(backend);
+                    let mut db = open()?;
+                    let mut totals = Totals::default();
+                    for seed in seeds.iter().skip(t as usize).step_by(threads as usize) {
+                        let mut sim = Sim::new(*seed, db);
+                        sim.run();
+                        totals.add(&sim);
+                        db = sim.db;
+                    }
+                    Some(totals)
+                })
+            })
+            .collect();
+        // A failing schedule's panic (its seed and store) is the test's failure.
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    });
+    for part in parts {
+        let Some(part) = part else { return };
+        totals.merge(part);
     }
+    let Totals { schedules, ops, readers, sealed_short, repaired, interrupted, ui_schedules, ui_readers, bad_lines, unsaved_endings } =
+        totals;
     println!(
-        "{} schedules ({ui_schedules} ui streams), {ops} store operations, {readers} readers and {ui_readers} /ui readers, \
+        "{backend}: {schedules} schedules ({ui_schedules} ui streams) on {threads} threads in {:.1} s, {ops} store operations, {readers} readers and {ui_readers} /ui readers, \
          {bad_lines} bad lines refused, {unsaved_endings} /ui endings saying the lines shown were not all saved, {sealed_short} seals short ({repaired} repaired by the lease), \
          {interrupted} rows sealed interrupted by the lease",
-        seeds.len()
+        started.elapsed().as_secs_f64()
     );
-    assert!(ops > seeds.len() as u64, "the simulator exercised the store");
+    assert_eq!(schedules, seeds.len() as u64);
+    assert!(ops > schedules, "the simulator exercised the store");
+}
+
+#[test]
+fn contracts_s_and_p_hold_over_random_faulty_schedules() {
+    run_schedules("sqlite", 2000, 1, || Some(Box::new(SqliteDb::new())));
+}
+
+#[test]
+fn contracts_s_and_p_hold_over_random_faulty_schedules_on_postgres() {
+    // Four connections: a schedule on Postgres waits on round trips, not on the CPU.
+    run_schedules("postgres", 1000, 4, || PgDb::new("simulator").map(|db| Box::new(db) as Box<dyn Store>));
 }

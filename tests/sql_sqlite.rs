@@ -3,10 +3,10 @@
 
 mod support;
 
-use rindle_streams::engine::durable::{ColumnNames, ColumnValue, Dialect, MappedSql, RowState, TableMapping, Value};
+use rindle_streams::engine::durable::{ColumnNames, ColumnValue, Dialect, MappedSql, RowState, TableMapping};
 use rindle_streams::engine::frame::EndStatus;
 use rindle_streams::engine::live::{StoreOp, StoreReply};
-use support::{Fault, SqliteDb};
+use support::{Fault, SqliteDb, Store};
 
 const ID: &str = "m1";
 
@@ -26,17 +26,6 @@ fn the_chunk_migration_is_exactly_the_generated_ddl() {
         MappedSql::new(TableMapping::example(), Dialect::Sqlite).chunk_table_ddl().iter().map(|s| format!("{s};\n")).collect();
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/0002_message_chunks.sql");
     assert_eq!(std::fs::read_to_string(path).unwrap(), generated);
-}
-
-#[test]
-fn the_postgres_dialect_differs_only_in_placeholders_and_types() {
-    let pg = MappedSql::new(TableMapping::example(), Dialect::Postgres);
-    let ddl = pg.chunk_table_ddl();
-    assert!(ddl[0].contains("\"seq\" bigint NOT NULL") && ddl[0].contains("\"text\" text NOT NULL"), "{}", ddl[0]);
-    let [insert, cas] = pg.append(ID, 0, 5, "hello");
-    assert!(insert.sql.contains("$1, $2, $3, $4") && insert.sql.contains("= $5"), "{}", insert.sql);
-    assert_eq!(cas.sql, r#"UPDATE "messages" SET "seq" = $1 WHERE "id" = $2 AND "seq" = $3"#);
-    assert_eq!(pg.request_cancel(ID).unwrap().params[0], Value::Bool(true));
 }
 
 #[test]
@@ -151,11 +140,11 @@ fn a_seal_in_place_keeps_the_chunks_as_the_durable_text() {
 fn values_are_bound_never_spliced() {
     let mut db = example();
     let hostile = "'); DROP TABLE messages; -- \"quoted\" ?1 $1";
-    let [insert, cas] = db.sql.append(ID, 0, hostile.len() as u64, hostile);
-    for s in [&insert, &cas] {
+    let batch = db.sql.append(ID, 0, hostile.len() as u64, hostile);
+    for s in &batch {
         assert!(!s.sql.contains("DROP") && !s.sql.contains(ID), "{}", s.sql);
     }
-    db.batch(&[insert, cas]).unwrap();
+    db.batch(&batch).unwrap();
     assert_eq!(db.durable_text(ID), hostile);
 }
 
@@ -194,7 +183,7 @@ fn every_statement_is_far_under_d1s_statement_limit() {
     let names = ColumnNames { body: Some(long.clone()), ..Default::default() };
     let sql = MappedSql::new(TableMapping::new(&long, &long, &names).unwrap(), Dialect::Sqlite);
     let big = "y".repeat(200_000);
-    let mut all = sql.append(ID, 0, 1, &big).to_vec();
+    let mut all = sql.append(ID, 0, 1, &big);
     all.extend(sql.compact(ID, &big, EndStatus::Complete, Some("e")));
     all.push(sql.probe_open(ID));
     all.push(sql.read_state(ID));

@@ -1,7 +1,7 @@
 //! Drives one `LiveStream` the way the Worker shell does (feed an input, drain outputs, run
 //! store requests), but against SQLite and in virtual time, one step at a time.
 
-use super::{Fault, SqliteDb};
+use super::{Fault, SqliteDb, Store};
 use rindle_streams::engine::config::StreamConfig;
 use rindle_streams::engine::frame::Frame;
 use rindle_streams::engine::live::{

@@ -38,7 +38,7 @@ impl MappedSql {
                 None => StorePlan::Batch(vec![]),
             },
             StoreOp::Append { from, to, text } => {
-                StorePlan::BatchThenQuery(self.append(stream_id, *from, *to, text).into(), self.read_state(stream_id), Shape::State)
+                StorePlan::BatchThenQuery(self.append(stream_id, *from, *to, text), self.read_state(stream_id), Shape::State)
             }
             StoreOp::ReadState => StorePlan::Query(self.read_state(stream_id), Shape::State),
             StoreOp::Seal(SealWrite { status, error, body, .. }) => StorePlan::Batch(match body {

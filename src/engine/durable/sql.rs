@@ -2,7 +2,8 @@
 //!
 //! Values are always bound, never spliced into the text; identifiers come from a validated
 //! [`TableMapping`] and are double-quoted. The D1/SQLite dialect is the one deployed; the
-//! Postgres dialect differs only in placeholders and column types.
+//! Postgres dialect differs in placeholders, column types and the checkpoint's statement (see
+//! [`MappedSql::append`]), and runs on a real server in `tests/sql_postgres.rs`.
 
 use super::mapping::{Ident, TableMapping};
 use crate::engine::frame::{EndStatus, STATUS_STREAMING};
@@ -17,7 +18,8 @@ pub enum Dialect {
 }
 
 impl Dialect {
-    fn placeholder(self, n: usize) -> String {
+    /// The `n`th parameter's placeholder (from 1).
+    pub fn placeholder(self, n: usize) -> String {
         match self {
             Dialect::Sqlite => format!("?{n}"),
             Dialect::Postgres => format!("${n}"),
@@ -109,6 +111,10 @@ impl MappedSql {
         Self { map, dialect }
     }
 
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
     fn p(&self, n: usize) -> String {
         self.dialect.placeholder(n)
     }
@@ -176,27 +182,59 @@ impl MappedSql {
         })
     }
 
-    /// One checkpoint, run as ONE transaction: insert the slice `[from, to)` as a chunk row,
-    /// then compare-and-swap the row's length from `from` to `to`. Both are gated on
-    /// `seq = from`, so a replay or a stale re-cover after a lost ack changes nothing; which
-    /// case happened is decided by [`Self::read_state`], never assumed.
-    pub fn append(&self, stream_id: &str, from: u64, to: u64, text: &str) -> [Statement; 2] {
+    /// One checkpoint, run as ONE transaction: compare-and-swap the row's length from `from` to
+    /// `to`, and insert the slice `[from, to)` as a chunk row only where that swap happened. A
+    /// replay or a stale re-cover after a lost ack changes nothing; which case happened is decided
+    /// by [`Self::read_state`], never assumed.
+    ///
+    /// SQLite (D1) runs one writer at a time, so there the insert is guarded by `seq = from` and
+    /// absorbs a replay with `ON CONFLICT DO NOTHING`, then the swap follows: two statements.
+    /// PostgreSQL runs writers side by side, and in its default isolation (read committed) a
+    /// guard read in a subquery sees the row as it was when the statement began, not what a
+    /// concurrent writer is about to commit: two hosts racing from the same `from` would both
+    /// land a chunk. There the swap comes first, in a data-modifying `WITH` whose `UPDATE` waits
+    /// for the row lock and re-checks `seq = from` against the committed row, and the chunk is
+    /// inserted from its result: one statement, one round trip. Each value has its own
+    /// placeholder, so the app's key column may be of another type than the chunk's text column
+    /// (a `uuid` key).
+    pub fn append(&self, stream_id: &str, from: u64, to: u64, text: &str) -> Vec<Statement> {
         let m = &self.map;
         let p = |n| self.p(n);
-        [
-            Statement {
+        match self.dialect {
+            Dialect::Sqlite => vec![
+                Statement {
+                    sql: format!(
+                        "INSERT INTO {} ({}, {}, {}, {}) SELECT {}, {}, {}, {} WHERE EXISTS (SELECT 1 FROM {} WHERE {} = {} AND {} = {}) ON CONFLICT DO NOTHING",
+                        m.chunks, m.chunk_key, m.chunk_stream, m.chunk_seq, m.chunk_text,
+                        p(1), p(2), p(3), p(4), m.message, m.key, p(2), m.seq, p(5)
+                    ),
+                    params: vec![chunk_id(stream_id, to).into(), stream_id.into(), to.into(), text.into(), from.into()],
+                },
+                Statement {
+                    sql: format!("UPDATE {} SET {} = {} WHERE {} = {} AND {} = {}", m.message, m.seq, p(1), m.key, p(2), m.seq, p(3)),
+                    params: vec![to.into(), stream_id.into(), from.into()],
+                },
+            ],
+            // No `ON CONFLICT` here: when the swap happened no chunk can end at `to` yet, and
+            // one that does means the row and its chunks disagree, which fails the checkpoint
+            // (rolled back whole) rather than advancing the row past a slice it did not store.
+            Dialect::Postgres => vec![Statement {
                 sql: format!(
-                    "INSERT INTO {} ({}, {}, {}, {}) SELECT {}, {}, {}, {} WHERE EXISTS (SELECT 1 FROM {} WHERE {} = {} AND {} = {}) ON CONFLICT DO NOTHING",
-                    m.chunks, m.chunk_key, m.chunk_stream, m.chunk_seq, m.chunk_text,
-                    p(1), p(2), p(3), p(4), m.message, m.key, p(2), m.seq, p(5)
+                    "WITH \"swapped\" AS (UPDATE {} SET {} = {} WHERE {} = {} AND {} = {} RETURNING 1) INSERT INTO {} ({}, {}, {}, {}) SELECT {}, {}, {}, {} FROM \"swapped\"",
+                    m.message, m.seq, p(1), m.key, p(2), m.seq, p(3),
+                    m.chunks, m.chunk_key, m.chunk_stream, m.chunk_seq, m.chunk_text, p(4), p(5), p(6), p(7)
                 ),
-                params: vec![chunk_id(stream_id, to).into(), stream_id.into(), to.into(), text.into(), from.into()],
-            },
-            Statement {
-                sql: format!("UPDATE {} SET {} = {} WHERE {} = {} AND {} = {}", m.message, m.seq, p(1), m.key, p(2), m.seq, p(3)),
-                params: vec![to.into(), stream_id.into(), from.into()],
-            },
-        ]
+                params: vec![
+                    to.into(),
+                    stream_id.into(),
+                    from.into(),
+                    chunk_id(stream_id, to).into(),
+                    stream_id.into(),
+                    to.into(),
+                    text.into(),
+                ],
+            }],
+        }
     }
 
     /// The read-back after every checkpoint: the stored length (the only thing that advances

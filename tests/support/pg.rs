@@ -1,0 +1,219 @@
+//! The plan on a real PostgreSQL: the cluster `scripts/pg.sh` starts (its URL in
+//! `RINDLE_PG_URL`), one schema per database handle, so tests run side by side.
+//!
+//! Values are bound as the Worker's executor binds them: through tokio-postgres (here its blocking
+//! facade, the `postgres` crate), with `query_typed`/`execute_typed` (one round trip per statement,
+//! no named prepared statement, which Hyperdrive does not keep across its pooled connections),
+//! every value in text format and its type left to the server (`unknown`), as node-postgres does.
+//! So a mapped column of the app's own type (`uuid` key, `integer` length, `varchar` or enum
+//! status) takes the value the way a literal would.
+
+use super::{migrations_in, Row, Store};
+use bytes::BytesMut;
+use postgres::types::{Format, FromSql, IsNull, Kind, ToSql, Type};
+use postgres::{Client, NoTls, Transaction};
+use rindle_streams::engine::durable::{ColumnValue, Dialect, MappedSql, Statement, TableMapping, Value};
+use rindle_streams::engine::live::StoreFailure;
+use std::cell::RefCell;
+use std::error::Error;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where the test command's cluster listens (`scripts/test.sh` sets it from `scripts/pg.sh url`).
+pub const URL_VAR: &str = "RINDLE_PG_URL";
+
+/// The example schema in the Postgres dialect (`migrations/postgres/*.sql`).
+pub fn migration_sql() -> String {
+    migrations_in(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres"))
+}
+
+/// The cluster's URL, or `None` after saying loudly, past the test harness's capture, that the
+/// Postgres tests did not run. `scripts/test.sh` always sets it, so there they never skip.
+pub fn url_or_skip(test: &str) -> Option<String> {
+    match std::env::var(URL_VAR) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n!!! SKIPPED {test}: no PostgreSQL ({URL_VAR} is not set). scripts/test.sh starts one; by hand: \
+                 export {URL_VAR}=$(scripts/pg.sh start)\n"
+            );
+            None
+        }
+    }
+}
+
+/// Connects to the test cluster. Panics (the test fails) when the URL is set and the server
+/// does not answer: a configured Postgres that is down is a failure, never a skip.
+pub fn connect(url: &str) -> Client {
+    Client::connect(url, NoTls).unwrap_or_else(|e| panic!("cannot connect to PostgreSQL at {URL_VAR}={url}: {e}"))
+}
+
+/// A database handle on its own schema of the test cluster.
+pub struct PgDb {
+    pub client: RefCell<Client>,
+    pub sql: MappedSql,
+    pub schema: String,
+    pub url: String,
+}
+
+impl PgDb {
+    /// A fresh schema with the example migrations applied; `None` (after a loud note) when no
+    /// cluster is configured.
+    pub fn new(test: &str) -> Option<Self> {
+        Self::with_schema(test, &migration_sql(), TableMapping::example())
+    }
+
+    pub fn with_schema(test: &str, schema_sql: &str, mapping: TableMapping) -> Option<Self> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let url = url_or_skip(test)?;
+        let schema = format!(
+            "t_{}_{}_{}",
+            test.replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let schema: String = schema.chars().rev().take(63).collect::<Vec<_>>().into_iter().rev().collect();
+        let mut client = connect(&url);
+        client
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE; CREATE SCHEMA \"{schema}\"; SET search_path TO \"{schema}\";"
+            ))
+            .unwrap();
+        client.batch_execute(schema_sql).unwrap_or_else(|e| panic!("the schema: {e}"));
+        Some(Self { client: RefCell::new(client), sql: MappedSql::new(mapping, Dialect::Postgres), schema, url })
+    }
+
+    /// A second connection on the same schema: another host, or the test's own observer.
+    pub fn connect_again(&self) -> Client {
+        let mut client = connect(&self.url);
+        client.batch_execute(&format!("SET search_path TO \"{}\"", self.schema)).unwrap();
+        client
+    }
+}
+
+impl Drop for PgDb {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = self.client.get_mut().batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema));
+        }
+    }
+}
+
+impl Store for PgDb {
+    fn sql(&self) -> &MappedSql {
+        &self.sql
+    }
+
+    fn transact(&mut self, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreFailure> {
+        transact(self.client.get_mut(), writes, read)
+    }
+
+    fn query(&self, statement: &Statement) -> Vec<Row> {
+        query(&mut self.client.borrow_mut(), statement).unwrap_or_else(|e| panic!("{}: {}", statement.sql, e.0))
+    }
+
+    fn exec(&self, sql: &str) {
+        self.client.borrow_mut().batch_execute(sql).unwrap_or_else(|e| panic!("{sql}: {}", fail(e).0));
+    }
+}
+
+/// Runs `writes`, then `read`, as one transaction on `client` (any connection: a second host's).
+pub fn transact(client: &mut Client, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreFailure> {
+    let mut tx = client.transaction().map_err(fail)?;
+    let result = transact_in(&mut tx, writes, read)?;
+    tx.commit().map_err(fail)?;
+    Ok(result)
+}
+
+/// Runs `writes`, then `read`, inside the open transaction `tx`.
+pub fn transact_in(tx: &mut Transaction<'_>, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreFailure> {
+    let mut changes = Vec::new();
+    for s in writes {
+        changes.push(with_bound(&s.params, |p| tx.execute_typed(&s.sql, p)).map_err(fail)?);
+    }
+    let rows = match read {
+        Some(r) => with_bound(&r.params, |p| tx.query_typed(&r.sql, p)).map_err(fail)?.iter().map(row).collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
+    Ok((changes, rows))
+}
+
+/// Runs one statement outside a transaction and reads its rows.
+pub fn query(client: &mut Client, statement: &Statement) -> Result<Vec<Row>, StoreFailure> {
+    with_bound(&statement.params, |p| client.query_typed(&statement.sql, p)).map_err(fail)?.iter().map(row).collect()
+}
+
+/// A plan value as a parameter: text format, type `unknown` (the server infers it from where the
+/// placeholder stands).
+#[derive(Debug)]
+struct Bound<'a>(&'a Value);
+
+impl ToSql for Bound<'_> {
+    fn to_sql(&self, _: &Type, out: &mut BytesMut) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+        match self.0 {
+            Value::Text(s) => out.extend_from_slice(s.as_bytes()),
+            Value::Int(n) => out.extend_from_slice(n.to_string().as_bytes()),
+            // `1`/`0`: the input of a boolean and of an integer flag column alike.
+            Value::Bool(b) => out.extend_from_slice(if *b { b"1" } else { b"0" }),
+            Value::Null => return Ok(IsNull::Yes),
+        }
+        Ok(IsNull::No)
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    fn encode_format(&self, _: &Type) -> Format {
+        Format::Text
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+/// Calls `f` with `params` bound.
+fn with_bound<R>(params: &[Value], f: impl FnOnce(&[(&(dyn ToSql + Sync), Type)]) -> R) -> R {
+    let owned: Vec<Bound<'_>> = params.iter().map(Bound).collect();
+    let typed: Vec<(&(dyn ToSql + Sync), Type)> = owned.iter().map(|b| (b as &(dyn ToSql + Sync), Type::UNKNOWN)).collect();
+    f(&typed)
+}
+
+/// One column read back as the plan's [`ColumnValue`].
+struct Cell(ColumnValue);
+
+impl<'a> FromSql<'a> for Cell {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
+        Ok(Cell(match *ty {
+            Type::INT2 => ColumnValue::Integer(i16::from_sql(ty, raw)?.into()),
+            Type::INT4 => ColumnValue::Integer(i32::from_sql(ty, raw)?.into()),
+            Type::INT8 => ColumnValue::Integer(i64::from_sql(ty, raw)?),
+            Type::BOOL => ColumnValue::Integer(bool::from_sql(ty, raw)?.into()),
+            Type::FLOAT4 => ColumnValue::Real(f32::from_sql(ty, raw)?.into()),
+            Type::FLOAT8 => ColumnValue::Real(f64::from_sql(ty, raw)?),
+            _ if matches!(ty.kind(), Kind::Enum(_)) || <&str as FromSql>::accepts(ty) => {
+                ColumnValue::Text(std::str::from_utf8(raw)?.to_owned())
+            }
+            _ => return Err(format!("a column of type {ty} is not one the plan reads").into()),
+        }))
+    }
+
+    fn from_sql_null(_: &Type) -> Result<Self, Box<dyn Error + Sync + Send>> {
+        Ok(Cell(ColumnValue::Null))
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+fn row(r: &postgres::Row) -> Result<Row, StoreFailure> {
+    r.columns().iter().enumerate().map(|(i, c)| Ok((c.name().to_owned(), r.try_get::<_, Cell>(i).map_err(fail)?.0))).collect()
+}
+
+fn fail(e: postgres::Error) -> StoreFailure {
+    StoreFailure(match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    })
+}
