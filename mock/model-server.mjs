@@ -11,8 +11,12 @@
 //   POST /v1/responses          OpenAI Responses, `event: response.*` events
 //   POST /v1/messages           Anthropic Messages, `event: message_start` … `message_stop`, pings
 //   GET  /_mock/requests        every request so far: [{ id, path, query, authorization,
-//                               tokensSent, completed, aborted, fail, body }]
+//                               tokensSent, completed, aborted, fail, held, body }]
 //   POST /_mock/reset           forget them
+//   POST /_mock/hold?seed=S&at=N  the next requests with seed=S stop before text token N and
+//                               wait (`held: true`) until POST /_mock/release?seed=S: a test
+//                               holds the answer mid-way for as long as it needs (the demo page
+//                               builds its upstream URL itself, so the hold is keyed by seed)
 //
 // Query options (the caller controls the mock through the upstream URL it hands the Worker):
 //   tokens=120   how many text tokens (the answer is mockAnswer(…) from ./mock-text.mjs)
@@ -229,8 +233,8 @@ async function readBody(req) {
   }
 }
 
-/** Stream one model response, token by token, honouring the answer and failure options. */
-function streamResponse(format, record, res) {
+/** Stream one model response, token by token, honouring the answer, failure and hold options. */
+function streamResponse(format, record, res, hold) {
   const q = record.query;
   const n = intParam(q, 'tokens', 120);
   const rate = intParam(q, 'rate', 40);
@@ -302,10 +306,19 @@ function streamResponse(format, record, res) {
   });
   res.socket?.setNoDelay(true);
 
+  const holdStep = hold ? tokenSteps[Math.min(hold.at, n - 1)] : -1;
   let next = 0;
   let pacedYet = false;
   const step = () => {
     if (res.destroyed) return;
+    if (next === holdStep && !hold.released) {
+      record.held = true;
+      hold.waiting.push(() => {
+        record.held = false;
+        step();
+      });
+      return;
+    }
     if (fail && next === failStep) {
       record.fail = fail;
       if (fail === 'error') return res.end(format.error(ctx));
@@ -337,12 +350,27 @@ function streamResponse(format, record, res) {
 export function startMockServer({ port = 0, host = '127.0.0.1' } = {}) {
   let requests = [];
   let nextId = 1;
+  const holds = new Map(); // seed → { at, released, waiting: [resume] }
   const server = createServer(async (req, res) => {
     const url = new URL(req.url, 'http://mock.invalid');
     const path = url.pathname;
     if (req.method === 'GET' && path === '/_mock/requests') return json(res, 200, requests);
     if (req.method === 'POST' && path === '/_mock/reset') {
       requests = [];
+      return json(res, 200, { ok: true });
+    }
+    if (req.method === 'POST' && (path === '/_mock/hold' || path === '/_mock/release')) {
+      const seed = url.searchParams.get('seed');
+      if (!seed) return json(res, 400, { error: { message: 'seed= is required', type: 'invalid_request_error' } });
+      if (path === '/_mock/hold') holds.set(seed, { at: intParam(Object.fromEntries(url.searchParams), 'at', 0), released: false, waiting: [] });
+      else {
+        const hold = holds.get(seed);
+        holds.delete(seed);
+        if (hold) {
+          hold.released = true;
+          for (const resume of hold.waiting.splice(0)) resume();
+        }
+      }
       return json(res, 200, { ok: true });
     }
     const format = FORMATS[path];
@@ -357,11 +385,12 @@ export function startMockServer({ port = 0, host = '127.0.0.1' } = {}) {
       completed: false,
       aborted: false,
       fail: null,
+      held: false,
       body: null,
     };
     requests.push(record);
     record.body = await readBody(req);
-    streamResponse(format, record, res);
+    streamResponse(format, record, res, holds.get(record.query.seed ?? '1'));
   });
   // Streams must not be cut by Node's default request/keep-alive timeouts during slow tests.
   server.requestTimeout = 0;
