@@ -550,7 +550,7 @@ describe('mock model server', () => {
     const log = await until(async () => {
       const l = await requests();
       return l[0]?.aborted && l;
-    }, 'the mock to record the abort', 2000);
+    }, 'the mock to record the abort', 10_000);
     assert.equal(log[0].completed, false);
     assert.ok(log[0].tokensSent < 200);
     const sent = log[0].tokensSent;

@@ -257,7 +257,7 @@ test('pump: a cancel mid-pump aborts the upstream request and seals cancelled', 
   const up = await until(async () => {
     const r = await mockRequest(tag);
     return r.aborted ? r : null;
-  }, 'the mock to see its request aborted', 5000);
+  }, 'the mock to see its request aborted', 15_000);
   assert.equal(up.aborted, true, 'the Worker closed the upstream connection');
   assert.equal(up.completed, false);
   assert.equal(up.tokensSent, 15, 'the upstream sent 15 tokens, then waited');
@@ -503,7 +503,7 @@ test('pump into a ui stream: a cancel aborts the upstream, and the /ui reader ge
   const up = await until(async () => {
     const r = await mockRequest(tag);
     return r.aborted ? r : null;
-  }, 'the mock to see its request aborted', 5000);
+  }, 'the mock to see its request aborted', 15_000);
   assert.equal(up.completed, false);
 });
 

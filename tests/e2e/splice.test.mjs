@@ -160,7 +160,7 @@ test('a streaming append whose pieces split multibyte characters arrives piecewi
   ok(await s.open(), 'open');
   ok(await s.append('>'), 'plain append first');
   const reader = await s.events(0);
-  const nextChunk = () => reader.next((f) => f.json?.type === 'chunk', 5000);
+  const nextChunk = () => reader.next((f) => f.json?.type === 'chunk', 15_000);
   assert.equal((await nextChunk()).json.text, '>');
 
   const enc = (str) => [...Buffer.from(str, 'utf8')];
@@ -277,7 +277,7 @@ test('a cancel ends a streaming append early with cancelled: true while its body
   const post = openPost(s.url('append'), { authorization: `Bearer ${s.token}`, 'content-type': 'text/plain' });
   try {
     await post.send('partial 🚧');
-    const first = await reader.next((f) => f.json?.type === 'chunk', 5000);
+    const first = await reader.next((f) => f.json?.type === 'chunk', 15_000);
     assert.equal(first.json.text, 'partial 🚧');
     ok(await s.cancel(), 'cancel');
     // The body never ends by itself: any answer at all is the cancel's doing.

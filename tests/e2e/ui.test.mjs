@@ -123,7 +123,7 @@ async function readUi(c, from, headers = {}) {
     return { status: sse.status, headers: sse.headers };
   }
   await sse.next((f) => f.data === '[DONE]', 20_000).catch(() => {}); // a body may also just end
-  await withTimeout(sse.done, 5_000, 'the /ui body did not end after [DONE]');
+  await withTimeout(sse.done, 15_000, 'the /ui body did not end after [DONE]');
   return { status: sse.status, headers: sse.headers, events: events(sse.frames), records: sse.frames };
 }
 
@@ -152,7 +152,7 @@ test('a ui stream serves /ui live: each complete line once, id at its end, then 
 
   const [first] = ui.frames;
   await ui.next((f) => f.data === '[DONE]', 20_000);
-  await withTimeout(ui.done, 5_000, 'the body ends after [DONE]');
+  await withTimeout(ui.done, 15_000, 'the body ends after [DONE]');
   assert.equal(first.retry, 1000, 'the answer starts with a retry: line');
   assert.deepEqual(events(ui.frames), [...expectedLines(produced), ENDING.finish, ENDING.done], `seed ${r.seed}`);
 
@@ -205,7 +205,7 @@ test('every status has its ending on /ui, live and from D1', { timeout: 60_000 }
     await action(c);
     if (name !== 'error') ok(await c.close(), `${name}: close`);
     await live.next((f) => f.data === '[DONE]', 20_000);
-    await withTimeout(live.done, 5_000, `${name}: the live body did not end`);
+    await withTimeout(live.done, 15_000, `${name}: the live body did not end`);
     const expected = [...expectedLines(text), ...ending, ENDING.done];
     assert.deepEqual(events(live.frames), expected, `${name}: live`);
     await retired(c);
@@ -328,7 +328,7 @@ test('/ui: 409 on a text stream, 404 on a stream never opened, HEAD without a re
   isError(await call(api(stack, uniqueId('ui-norow')).uiUrl(0)), 404, 'no_stream', '/ui without a row');
 
   const c = await openUi('ui-head');
-  const head = await rawRequest(stack.baseUrl, { method: 'HEAD', path: `/streams/${c.id}/ui?token=${encodeURIComponent(c.token)}`, timeoutMs: 5000 });
+  const head = await rawRequest(stack.baseUrl, { method: 'HEAD', path: `/streams/${c.id}/ui?token=${encodeURIComponent(c.token)}`, timeoutMs: 15_000 });
   assert.equal(head.status, 200);
   assert.equal(head.headers['x-vercel-ai-ui-message-stream'], 'v1');
   assert.equal(ok(await c.stats(), 'stats').readers, 0, 'a HEAD attaches no reader');
