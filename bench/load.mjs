@@ -98,9 +98,18 @@ export async function pastTheProxy(stack) {
 }
 
 /**
+ * What a run at the full size should meet (BENCHMARKS.md); formatReport says whether it did.
+ * Timing, so a benchmark's business: tests/e2e/load.test.mjs checks correctness only.
+ */
+export const LATENCY_TARGETS_MS = { p50: 1000, p99: 5000 };
+
+/**
  * Runs the load against a stack ({ baseUrl, token(id), db, logs() }); returns the report.
  * Options: streams, readers, rate (deltas/s per stream), seconds, mode ('streaming'|'plain'),
- * slow (bool), slowDeltaBytes, slowReaders, seed, log (function for progress lines).
+ * deltas (each producer stops after this many instead of at the end of `seconds`: the load
+ * then does not depend on how fast the machine keeps the pace), slow (bool), slowRate (the
+ * slow stream's deltas/s, default `rate`), slowDeltaBytes, slowReaders, seed, log (function
+ * for progress lines).
  */
 export async function runLoad(stack, opts = {}) {
   const cfg = {
@@ -110,7 +119,6 @@ export async function runLoad(stack, opts = {}) {
   cfg.seed ??= (Math.random() * 2 ** 32) >>> 0;
   const log = cfg.log ?? (() => {});
   const base = stack.baseUrl;
-  const tickMs = 1000 / cfg.rate;
   const violations = [];
   const errors = [];
   const violation = (s) => {
@@ -346,7 +354,7 @@ export async function runLoad(stack, opts = {}) {
     s.sentAt.push(performance.now());
     s.bytes += Buffer.byteLength(text);
   };
-  const startProducer = (s, gen, until, mode = cfg.mode) => {
+  const startProducer = (s, gen, until, mode = cfg.mode, tickMs = 1000 / cfg.rate) => {
     const { hostname, port } = new URL(base);
     if (mode === 'plain') {
       s.finished = (async () => {
@@ -420,9 +428,10 @@ export async function runLoad(stack, opts = {}) {
       cfg.onAbort?.(aborted); // e.g. kill the stack before its log fills the disk
     }
   }, 500);
+  const producerDone = (s) => (cfg.deltas ? s.deltas.length >= cfg.deltas : performance.now() >= runEnd);
   for (const [k, s] of streams.entries()) {
     const sr = rng(cfg.seed + 1 + k);
-    startProducer(s, () => delta(sr), () => aborted !== null || performance.now() >= runEnd);
+    startProducer(s, () => delta(sr), () => aborted !== null || producerDone(s));
   }
   let slowStop = null;
   if (slow) {
@@ -434,7 +443,7 @@ export async function runLoad(stack, opts = {}) {
     // came at ~0.1 MB/s, and a run's worth did not fill the buffers.
     let n = 0;
     const slowRng = rng(cfg.seed + 999_999);
-    startProducer(slow, () => (marks.pausedAt !== null ? slowPool[n++ % slowPool.length] : delta(slowRng)), () => aborted !== null || (slowStop !== null && performance.now() >= slowStop), 'plain');
+    startProducer(slow, () => (marks.pausedAt !== null ? slowPool[n++ % slowPool.length] : delta(slowRng)), () => aborted !== null || (slowStop !== null && performance.now() >= slowStop), 'plain', 1000 / (cfg.slowRate ?? cfg.rate));
   }
 
   // ---- stats poller
@@ -589,7 +598,7 @@ export async function runLoad(stack, opts = {}) {
   const deltasSent = streams.reduce((a, s) => a + s.deltas.length, 0);
   const healthyReaders = streams.reduce((a, s) => a + s.readers.length, 0);
   return {
-    config: { streams: cfg.streams, readers: cfg.readers, rate: cfg.rate, seconds: cfg.seconds, mode: cfg.mode, slow: cfg.slow, slowDeltaBytes: cfg.slowDeltaBytes, seed: cfg.seed },
+    config: { streams: cfg.streams, readers: cfg.readers, rate: cfg.rate, seconds: cfg.seconds, deltas: cfg.deltas ?? null, mode: cfg.mode, slow: cfg.slow, slowRate: cfg.slowRate ?? cfg.rate, slowDeltaBytes: cfg.slowDeltaBytes, seed: cfg.seed },
     wallSeconds: Math.round(((performance.now() - t0) / 1000) * 10) / 10,
     aborted,
     produced: {
@@ -608,6 +617,7 @@ export async function runLoad(stack, opts = {}) {
       expectedDeltaReceipts: streams.reduce((a, s) => a + s.deltas.length * s.readers.filter((rd) => rd.measure).length, 0),
     },
     latencyMs: latAll.summary(),
+    latencyTargetsMet: latAll.n ? { p50: latAll.pct(50) < LATENCY_TARGETS_MS.p50, p99: latAll.pct(99) < LATENCY_TARGETS_MS.p99 } : null,
     latencyWindowsMs,
     slowStream: slow ? { ...slowReport, healthyReaderLatencyMs: latSlowHealthy.summary(), units: slow.seq, mb: Math.round((slow.bytes / 1e6) * 10) / 10 } : null,
     memory: {
@@ -647,6 +657,7 @@ const HELP = `node bench/load.mjs [flags]
   --readers N            readers per stream (default 10)
   --rate N               deltas per second per stream (default 50)
   --seconds N            run time (default 60)
+  --deltas N             each producer stops after N deltas instead (the run lasts as long as that takes)
   --mode streaming|plain one streaming append per stream (default) or one POST per delta
   --max-queued-frames N  MAX_QUEUED_FRAMES of the stack started here (default 64)
   --slow-delta-bytes N   delta size on the slow stream with the paused reader (default 65536)
@@ -687,6 +698,7 @@ async function main() {
       readers: Number(a.readers ?? 10),
       rate: Number(a.rate ?? 50),
       seconds: Number(a.seconds ?? 60),
+      deltas: a.deltas !== undefined ? Number(a.deltas) : undefined,
       mode: a.mode ?? 'streaming',
       slow: !a.noSlow,
       slowDeltaBytes: Number(a.slowDeltaBytes ?? 64 * 1024),
@@ -708,10 +720,13 @@ export function formatReport(r) {
   const fmtLat = (x) => (x.n ? `p50 ${x.p50} ms, p90 ${x.p90} ms, p99 ${x.p99} ms, max ${x.max} ms (n=${x.n})` : 'n/a');
   return [
     ...(r.aborted ? [`ABORTED: ${r.aborted}`] : []),
-    `load: ${r.config.streams} streams × ${r.config.readers} readers × ${r.config.rate} deltas/s × ${r.config.seconds} s, ${r.config.mode} appends (seed ${r.config.seed}); wall ${r.wallSeconds} s`,
+    `load: ${r.config.streams} streams × ${r.config.readers} readers × ${r.config.rate} deltas/s × ${r.config.deltas ? `${r.config.deltas} deltas each` : `${r.config.seconds} s`}, ${r.config.mode} appends (seed ${r.config.seed}); wall ${r.wallSeconds} s`,
     `produced: ${r.produced.deltas} deltas (${r.produced.deltasPerSec}/s of ${r.produced.targetDeltasPerSec}/s target), ${r.produced.units} UTF-16 units, ${(r.produced.bytes / 1e6).toFixed(2)} MB`,
     `delivered: ${r.delivered.chunkFrames} chunk frames (${r.delivered.framesPerSec}/s) to ${r.delivered.readers} readers; delta receipts ${r.delivered.deltaReceipts} (from-0 readers expected ${r.delivered.expectedDeltaReceipts})`,
     `latency send→receipt: ${fmtLat(l)}`,
+    ...(r.latencyTargetsMet
+      ? [`  targets p50 < ${LATENCY_TARGETS_MS.p50} ms: ${r.latencyTargetsMet.p50 ? 'met' : 'MISSED'}, p99 < ${LATENCY_TARGETS_MS.p99} ms: ${r.latencyTargetsMet.p99 ? 'met' : 'MISSED'}`]
+      : []),
     ...(w
       ? [
           `  10 s before the reader paused (at ${w.pausedAtS} s): ${fmtLat(w.baseline)}`,

@@ -14,8 +14,12 @@
 //                               cancel), path, query, authorization, credential (the SHA-256 hex
 //                               of the authorization or x-api-key header, so a test can check
 //                               which key arrived), responseId, tokensSent, completed, aborted,
-//                               fail, body }]
+//                               fail, held, body }]
 //   POST /_mock/reset           forget them
+//   POST /_mock/hold?seed=S&at=N  the next requests with seed=S stop before text token N and
+//                               wait (`held: true`) until POST /_mock/release?seed=S: a test
+//                               holds the answer mid-way for as long as it needs (the demo page
+//                               builds its upstream URL itself, so the hold is keyed by seed)
 //
 // Background mode (OpenAI Responses, `"background": true` in the body, as the real API): the
 // generation runs on the server whether or not anyone listens, every event numbered by
@@ -372,9 +376,24 @@ const SSE_HEADERS = {
   connection: 'keep-alive',
 };
 
-/** Stream one model response on its own socket, token by token, honouring the answer and failure options. */
-function streamResponse(format, record, res) {
+/**
+ * Stream one model response on its own socket, token by token, honouring the answer, failure and
+ * hold options (`hold`: stop before text token `hold.at` until the test releases it).
+ */
+function streamResponse(format, record, res, hold) {
   const { ctx, steps, fail, failStep, rate } = plan(format, record);
+  const lastToken = Math.max(0, intParam(record.query, 'tokens', 120) - 1);
+  const held = (step) => {
+    if (!hold || hold.released || step.token === undefined || step.token < Math.min(hold.at, lastToken)) return false;
+    if (!record.held) {
+      record.held = true;
+      hold.waiting.push(() => {
+        record.held = false;
+        pace.resume();
+      });
+    }
+    return true;
+  };
   if (fail === 'http500') {
     record.fail = fail;
     return json(res, 500, format.http500);
@@ -399,7 +418,7 @@ function streamResponse(format, record, res) {
     }
     return true;
   };
-  const pace = pacer(steps, rate, run);
+  const pace = pacer(steps, rate, run, held);
   res.on('close', () => {
     pace.stop();
     if (!res.writableFinished && !dropped) record.aborted = true;
@@ -569,6 +588,7 @@ export function startMockServer({ port = 0, host = '127.0.0.1' } = {}) {
     '/_mock/drop': (g) => g.dropCreate(),
   };
 
+  const holds = new Map(); // seed → { at, released, waiting: [resume] }
   const server = createServer(async (req, res) => {
     const url = new URL(req.url, 'http://mock.invalid');
     const path = url.pathname;
@@ -578,6 +598,20 @@ export function startMockServer({ port = 0, host = '127.0.0.1' } = {}) {
       for (const g of generations.values()) g.pace.stop();
       generations.clear();
       requests = [];
+      return json(res, 200, { ok: true });
+    }
+    if (req.method === 'POST' && (path === '/_mock/hold' || (path === '/_mock/release' && url.searchParams.has('seed')))) {
+      const seed = url.searchParams.get('seed');
+      if (!seed) return json(res, 400, { error: { message: 'seed= is required', type: 'invalid_request_error' } });
+      if (path === '/_mock/hold') holds.set(seed, { at: intParam(Object.fromEntries(url.searchParams), 'at', 0), released: false, waiting: [] });
+      else {
+        const hold = holds.get(seed);
+        holds.delete(seed);
+        if (hold) {
+          hold.released = true;
+          for (const resume of hold.waiting.splice(0)) resume();
+        }
+      }
       return json(res, 200, { ok: true });
     }
     if (req.method === 'POST' && controls[path]) {
@@ -598,6 +632,7 @@ export function startMockServer({ port = 0, host = '127.0.0.1' } = {}) {
       completed: false,
       aborted: false,
       fail: null,
+      held: false,
       body: null,
     };
 
@@ -641,7 +676,7 @@ export function startMockServer({ port = 0, host = '127.0.0.1' } = {}) {
     if (req.method !== 'POST') return json(res, 405, { error: { message: 'use POST', type: 'invalid_request_error' } });
     requests.push(record);
     record.body = await readBody(req);
-    if (format !== responsesFormat || record.body?.background !== true) return streamResponse(format, record, res);
+    if (format !== responsesFormat || record.body?.background !== true) return streamResponse(format, record, res, holds.get(record.query.seed ?? '1'));
 
     // Background mode: the generation outlives this request.
     if (record.body.store === false) return json(res, 400, openAiError('Background mode requires `store` to be true.'));

@@ -121,17 +121,26 @@ export const tools = {
 
 /**
  * A mock model that plays `steps` (one per call), one part every `delayMs`. It stops when the
- * call is aborted or its stream cancelled, and says so through `onStop(reason)`.
+ * call is aborted or its stream cancelled, and says so through `onStop(reason)`. `holdEnd`, a
+ * function returning a promise, holds the last step before its last two parts (the text's end
+ * and the finish) until that promise settles (or the call is aborted): a test holds the answer
+ * open until it has done what it must mid-answer, instead of racing the model's clock.
  */
-export function scriptedModel(steps, { delayMs = 0, onStop } = {}) {
+export function scriptedModel(steps, { delayMs = 0, onStop, holdEnd } = {}) {
   let call = 0;
   return new MockLanguageModelV4({
     doStream: async ({ abortSignal }) => {
-      const parts = steps[Math.min(call++, steps.length - 1)];
+      const step = Math.min(call++, steps.length - 1);
+      const parts = steps[step];
+      const holdAt = holdEnd && step === steps.length - 1 ? parts.length - 2 : -1;
       let i = 0;
       const stream = new ReadableStream({
         async pull(controller) {
           if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
+          if (i === holdAt && !abortSignal?.aborted) {
+            const aborted = new Promise((resolve) => abortSignal?.addEventListener('abort', resolve, { once: true }));
+            await Promise.race([holdEnd(), aborted]);
+          }
           if (abortSignal?.aborted) {
             onStop?.('aborted');
             return controller.error(abortSignal.reason);
@@ -148,10 +157,10 @@ export function scriptedModel(steps, { delayMs = 0, onStop } = {}) {
   });
 }
 
-/** `streamText` of the scripted answer (what the example's producer runs). */
-export function streamAnswer({ seed, kind = 'full', words, delayMs = 0, abortSignal, onStop, prompt = 'What is the weather?' }) {
+/** `streamText` of the scripted answer (what the example's producer runs); `holdEnd` as in scriptedModel. */
+export function streamAnswer({ seed, kind = 'full', words, delayMs = 0, abortSignal, onStop, holdEnd, prompt = 'What is the weather?' }) {
   return streamText({
-    model: scriptedModel(answerScript({ seed, kind, words }), { delayMs, onStop }),
+    model: scriptedModel(answerScript({ seed, kind, words }), { delayMs, onStop, holdEnd }),
     prompt,
     tools,
     stopWhen: stepCountIs(3),

@@ -96,6 +96,9 @@ async function startAnswer(request, env, ctx) {
     prompt: text || 'Hello',
     abortSignal: stream.signal, // a reader's cancel stops the model call
     onStop: (why) => console.log(`model_stopped ${answerId} ${why}`),
+    // Tests only (unset otherwise): the mock model holds the answer before its end until this
+    // URL answers, so a test acts mid-answer by the answer's state, not by the model's clock.
+    holdEnd: env.MOCK_HOLD_URL ? () => fetch(`${env.MOCK_HOLD_URL}/${answerId}`, { signal: stream.signal }).then((res) => res.arrayBuffer()) : undefined,
   });
   ctx.waitUntil(
     stream.pipe(result.toUIMessageStream(uiStreamOptions(answerId))).then(

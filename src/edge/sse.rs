@@ -11,6 +11,7 @@ use crate::engine::live::{Dialect, ReaderId};
 use crate::engine::{sse, ui};
 use std::rc::Rc;
 use wasm_bindgen::prelude::wasm_bindgen;
+use wasm_bindgen::{JsCast, JsValue};
 use worker::{Headers, Response, ResponseBody};
 
 /// The headers of every SSE answer; a `/ui` answer also tells the AI SDK what it carries.
@@ -92,24 +93,44 @@ impl ReaderSource {
 /// it again or close it, not even a keep-alive, and a client (a native `EventSource`) would
 /// wait on it forever. The new instance's start ends each one with an error, so its client
 /// rejoins as after an eviction (and finds the stream gone, then the lease's seal).
-#[wasm_bindgen(inline_js = r#"
-const open = new Set();
-export function body_opened(body) { open.add(body); }
-export function body_ended(body) { open.delete(body); }
-export function end_orphaned_bodies() {
-  const orphans = [...open];
-  open.clear();
-  for (const body of orphans) {
-    try { body.error(new Error('the stream was lost with its WebAssembly instance: rejoin')); } catch {}
-  }
-  return orphans.length;
+///
+/// The set lives on the global object, which the isolate keeps across instances. (It is not an
+/// `inline_js` module: wasm-bindgen 0.2.129 names such a module once per function imported from
+/// it in its glue's import object, and esbuild warns of each duplicate key.)
+fn open_bodies() -> js_sys::Set {
+    let global = js_sys::global();
+    let key = JsValue::from_str("__rindleOpenReaderBodies");
+    match js_sys::Reflect::get(&global, &key) {
+        Ok(set) if set.is_instance_of::<js_sys::Set>() => set.unchecked_into(),
+        _ => {
+            let set = js_sys::Set::new(&JsValue::UNDEFINED);
+            let _ = js_sys::Reflect::set(&global, &key, &set);
+            set
+        }
+    }
 }
-"#)]
-extern "C" {
-    /// Registers an open reader body.
-    pub fn body_opened(body: &web_sys::ReadableStreamDefaultController);
-    /// Forgets a reader body that ended (written to its end, or its client gone).
-    pub fn body_ended(body: &web_sys::ReadableStreamDefaultController);
-    /// Ends, with an error, every body a previous instance left open; how many there were.
-    pub fn end_orphaned_bodies() -> u32;
+
+/// Registers an open reader body.
+pub fn body_opened(body: &web_sys::ReadableStreamDefaultController) {
+    open_bodies().add(body);
+}
+
+/// Forgets a reader body that ended (written to its end, or its client gone).
+pub fn body_ended(body: &web_sys::ReadableStreamDefaultController) {
+    open_bodies().delete(body);
+}
+
+/// Ends, with an error, every body a previous instance left open; how many there were.
+pub fn end_orphaned_bodies() -> u32 {
+    let open = open_bodies();
+    let orphans = js_sys::Array::from(&open);
+    open.clear();
+    let error = js_sys::Error::new("the stream was lost with its WebAssembly instance: rejoin");
+    for body in orphans.iter() {
+        // A body the runtime already closed refuses the error; there is nothing left to end.
+        if let Ok(end) = js_sys::Reflect::get(&body, &JsValue::from_str("error")) {
+            let _ = end.unchecked_into::<js_sys::Function>().call1(&body, &error);
+        }
+    }
+    orphans.length()
 }

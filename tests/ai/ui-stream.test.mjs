@@ -4,7 +4,9 @@
 // example's scripted mock model → toUIMessageStream → public/producer.js, one streaming append
 // over Node's fetch), keeping the producer's own chunks. The answer is read with
 // public/chat-transport.js (RindleChatTransport.sendMessages) through a proxy that cuts the
-// connection at seeded random points, at least 5 times per answer.
+// connection exactly 5 times, at seeded places on the wire (after event k, half of them inside
+// the next event), while the model holds the answer's end until every cut was made: the cuts
+// depend on the seed alone, never on how fast the model, the runtime or the reader go.
 //
 // For text-only, reasoning + text, and tool call + tool result + text answers (each with emoji,
 // CJK, a ZWJ sequence and a skin-tone modifier): the chunks the reader gets are exactly the
@@ -14,18 +16,22 @@
 // a streaming body), close.
 // Then the endings: cancel (abort, the model stops), an upstream error, a UI error chunk, a text
 // stream read as ui (409), a bad token (403), and an unreachable stream API (give-up).
-// Replay a failure with E2E_SEED=<seed>.
+// Each test prints its seed; E2E_SEED=<seed> replays the cuts (and the answers).
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { freePort, startStack } from '../e2e/harness.mjs';
-import { newStream, rng, rows, seedFromEnv, startProxy, uiMessageOf } from '../e2e/util.mjs';
+import { newStream, planCuts, rng, rows, seedFromEnv, startProxy, uiMessageOf, withTimeout } from '../e2e/util.mjs';
 import { openStream, signStreamToken } from '../../public/producer.js';
 import { RindleChatTransport, readUIStream } from '../../public/chat-transport.js';
 import { seedOf, streamAnswer, uiStreamOptions } from '../../examples/chat/answer.js';
 
 const SEED = seedFromEnv();
 const CUTS = 5;
-const PACE_MS = 6; // one model stream part every 6 ms: an answer lasts ~1 s, long enough to cut it 5+ times
+// One model stream part every 6 ms, so the reader reads some of the answer live and some as a
+// replay; the cuts and the assertions do not depend on it.
+const PACE_MS = 6;
+/** The UI chunks of an answer after the model's hold (scriptedModel's `holdEnd`): text-end, finish-step, finish. */
+const AFTER_HOLD = 3;
 
 let stack;
 test.before(async () => {
@@ -101,74 +107,47 @@ const ask = (transport, chatId, abortSignal) =>
     messages: [{ id: `${chatId}-q`, role: 'user', parts: [{ type: 'text', text: 'Weather in Tokyo? 東京 👍🏽' }] }],
   });
 
-/**
- * Read `stream` to its end, cutting `proxy`'s connections after the chunk counts in `cutAt`
- * (ascending), calling `onFirstChunk()` when the first arrives. Returns { chunks, cuts }, cuts
- * counting those that dropped a live connection (a cut that found none is tried again after the
- * next chunk).
- */
-async function readWithCuts(stream, proxy, cutAt, r, onFirstChunk = () => {}) {
-  const chunks = [];
-  let cuts = 0;
-  let next = 0;
-  for await (const chunk of stream) {
-    chunks.push(chunk);
-    if (chunks.length === 1) onFirstChunk();
-    if (next < cutAt.length && chunks.length >= cutAt[next]) {
-      // A random moment after this chunk, so some cuts land between SSE events and some inside one.
-      if (r.chance(0.5)) await new Promise((resolve) => setImmediate(resolve));
-      // A chunk the dead connection had already delivered finds no live one to cut (cut points a
-      // chunk apart): the cut stays due until a chunk of the reconnect arrives.
-      if (proxy.cut() > 0) {
-        cuts += 1;
-        next += 1;
-      }
-    }
-  }
-  return { chunks, cuts };
-}
-
-/** `n` distinct ascending chunk counts in (5%, 85%) of `total`. */
-function cutPoints(r, total, n) {
-  const lo = Math.max(1, Math.floor(total * 0.05));
-  const hi = Math.floor(total * 0.85);
-  const set = new Set();
-  while (set.size < n) set.add(r.int(lo, hi));
-  return [...set].sort((a, b) => a - b);
-}
-
 for (const kind of ['text', 'reasoning', 'tool']) {
-  test(`${kind} answer: the transport's chunks are the producer's, and readUIMessageStream builds the same message, across ${CUTS}+ cuts`, async () => {
+  test(`${kind} answer: the transport's chunks are the producer's, and readUIMessageStream builds the same message, across exactly ${CUTS} cuts`, async (t) => {
     const seed = (SEED ^ seedOf(kind)) >>> 0;
-    const r = rng(seed);
-    const label = `seed ${seed}`;
-    const proxy = await startProxy(stack.baseUrl);
+    t.diagnostic(`seed ${SEED} (E2E_SEED=${SEED} replays the answer and its cuts)`);
+    const label = `E2E_SEED=${SEED}`;
+    // How many chunks the answer has: the script is deterministic, so count it offline.
+    const total = (await drain(streamAnswer({ seed, kind }).toUIMessageStream(uiStreamOptions('count')))).length;
+    const plan = planCuts(rng(seed), { cuts: CUTS, budget: total - AFTER_HOLD });
+    const proxy = await startProxy(stack.baseUrl, { cuts: plan });
     const reconnects = [];
-    const { fetch: appFetch, answers } = app(scripted({ seed, kind, delayMs: PACE_MS }));
+    // The model holds the answer's end until every planned cut was made.
+    const { fetch: appFetch, answers } = app(scripted({ seed, kind, delayMs: PACE_MS, holdEnd: () => proxy.allCut }));
     const transport = new RindleChatTransport({ api: API, streamsUrl: proxy.url, fetch: appFetch, onReconnect: (e) => reconnects.push(e) });
     try {
       const stream = await ask(transport, `chat-${kind}`);
       const [{ id, produced, ended, calls }] = answers;
-      // How many chunks the answer has: the script is deterministic, so count it offline.
-      const total = (await drain(streamAnswer({ seed, kind }).toUIMessageStream(uiStreamOptions(id)))).length;
+      const chunks = [];
       let appendOpenAtFirstChunk;
-      const firstChunk = () => { appendOpenAtFirstChunk = calls.map((c) => [c.action, c.answered]); };
-      const { chunks, cuts } = await readWithCuts(stream, proxy, cutPoints(r, total, CUTS + 2), r, firstChunk);
+      const read = (async () => {
+        for await (const chunk of stream) {
+          if (chunks.push(chunk) === 1) appendOpenAtFirstChunk = calls.map((c) => [c.action, c.answered]);
+        }
+      })();
+      await withTimeout(read, 60_000, () => `${label}: the answer did not end; ${proxy.cuts} of ${CUTS} cuts made (${JSON.stringify(plan)}), ${chunks.length} chunks read`);
       assert.equal((await ended).status, 'complete', label);
       // The whole answer went as ONE append, still open (unanswered) when the reader got its first chunk.
       assert.deepEqual(calls.map((c) => c.action), ['open', 'append', 'close'], `${label}: the producer's calls`);
       assert.deepEqual(appendOpenAtFirstChunk, [['open', true], ['append', false]], `${label}: one streaming append`);
-      assert.ok(cuts >= CUTS, `${label}: only ${cuts} cuts hit a live connection`);
-      assert.ok(reconnects.length >= cuts, `${label}: ${reconnects.length} reconnects for ${cuts} cuts`);
-      assert.ok(reconnects.every((e) => e.streamId === id && e.from > 0), `${label}: resumed mid-stream ${JSON.stringify(reconnects)}`);
-      // On the wire: the first read from 0, every reconnect from where the last one got to.
+      // Exactly the planned cuts, each followed by one reconnect from the last event it got whole.
+      assert.equal(proxy.cuts, CUTS, `${label}: cuts made`);
+      assert.deepEqual(proxy.cutLog.map((c) => c.events), plan.map((c) => c.afterEvent), `${label}: each cut after its planned event`);
+      const resumedFrom = proxy.cutLog.map((c) => Number(c.lastId));
+      assert.deepEqual(reconnects.map((e) => [e.streamId, e.from]), resumedFrom.map((from) => [id, from]), `${label}: one reconnect per cut, each from the last id it got`);
+      // On the wire: the first read from 0, every reconnect from where the cut left it.
       const froms = proxy.requests.filter((q) => q.url.includes('/ui?')).map((q) => Number(new URL(q.url, proxy.url).searchParams.get('from')));
-      assert.equal(froms[0], 0, label);
-      assert.ok(froms.length > cuts, `${label}: ${froms.length} reads for ${cuts} cuts`);
-      assert.ok(froms.slice(1).every((f, i) => f > 0 && f >= froms[i]), `${label}: resumed from ${froms}`);
+      assert.deepEqual(froms, [0, ...resumedFrom], `${label}: the reads' from`);
+      assert.ok(resumedFrom.every((f, i) => f > (resumedFrom[i - 1] ?? 0)), `${label}: every connection delivered something: ${resumedFrom}`);
       // Exactly the producer's chunks, in order: no gap, no repeat. (Its own `finish` is in the
       // text, so the server adds no ending of its own.)
       const source = await produced;
+      assert.equal(source.length, total, `${label}: the producer sent the answer counted offline`);
       assert.deepEqual(chunks, source, `${label}: chunks differ`);
       const want = await uiMessageOf(source);
       const got = await uiMessageOf(chunks);
@@ -192,14 +171,18 @@ for (const kind of ['text', 'reasoning', 'tool']) {
 }
 
 test('reconnectToStream mid-answer replays it whole from the start; with no answer streaming it is null', async () => {
-  const { fetch: appFetch, answers } = app(scripted({ seed: SEED, kind: 'full', delayMs: PACE_MS }));
+  // The model holds the answer's end until the replay has started: it is mid-answer for certain.
+  let release;
+  const replayStarted = new Promise((resolve) => (release = resolve));
+  const { fetch: appFetch, answers } = app(scripted({ seed: SEED, kind: 'full', delayMs: PACE_MS, holdEnd: () => replayStarted }));
   const transport = new RindleChatTransport({ api: API, streamsUrl: stack.baseUrl, fetch: appFetch });
   assert.equal(transport.resumeStreamIsReplay, true);
   const first = await ask(transport, 'chat-replay');
   const reader = first.getReader();
-  for (let i = 0; i < 10; i++) await reader.read(); // mid-answer
+  for (let i = 0; i < 10; i++) await reader.read();
   const replay = await transport.reconnectToStream({ chatId: 'chat-replay' });
   assert.ok(replay, 'the app named the streaming answer');
+  release();
   const firstDone = (async () => {
     while (!(await reader.read()).done);
   })();
@@ -214,7 +197,8 @@ test('reconnectToStream mid-answer replays it whole from the start; with no answ
 test('stop() (the abort signal) cancels the answer: the model stops, the row ends `cancelled`, other readers get `abort`', async () => {
   let stopped;
   const modelStopped = new Promise((resolve) => { stopped = resolve; });
-  const { fetch: appFetch, answers } = app(scripted({ seed: SEED, kind: 'full', words: 400, delayMs: 10, onStop: stopped }));
+  // The model holds the answer's end for ever: only the stop can end it.
+  const { fetch: appFetch, answers } = app(scripted({ seed: SEED, kind: 'full', delayMs: PACE_MS, onStop: stopped, holdEnd: () => new Promise(() => {}) }));
   const transport = new RindleChatTransport({ api: API, streamsUrl: stack.baseUrl, fetch: appFetch });
   const controller = new AbortController();
   const mine = (await ask(transport, 'chat-stop', controller.signal)).getReader();
@@ -231,7 +215,7 @@ test('stop() (the abort signal) cancels the answer: the model stops, the row end
   const seen = await other;
   assert.deepEqual(seen.at(-1), { type: 'abort' }, 'the other reader ends with abort');
   assert.equal(seen.filter((c) => c.type === 'abort').length, 1);
-  const full = await drain(streamAnswer({ seed: SEED, kind: 'full', words: 400 }).toUIMessageStream(uiStreamOptions(id)));
+  const full = await drain(streamAnswer({ seed: SEED, kind: 'full' }).toUIMessageStream(uiStreamOptions(id)));
   assert.ok(seen.length < full.length, `stopped before the end (${seen.length} of ${full.length} chunks)`);
 });
 

@@ -1,46 +1,59 @@
 // The example chat (examples/chat/) in headless Chromium: React 19 + `useChat` from
 // @ai-sdk/react + public/chat-transport.js, against the real local runtime (one wrangler dev
 // running the example's producer Worker — AI SDK streamText on the scripted mock model, the
-// producer helpers — and rindle-streams, one local D1). The pages load through a proxy the test
-// can cut. The source of truth is the scripted answer itself: the test runs the same
-// streamText + toUIMessageStream in Node and builds the message with readUIMessageStream.
+// producer helpers — and rindle-streams, one local D1). The pages load through a proxy that
+// cuts the answer's SSE connection at seeded places on the wire. The source of truth is the
+// scripted answer itself: the test runs the same streamText + toUIMessageStream in Node and
+// builds the message with readUIMessageStream.
+//
+// The model holds every answer before its end (MOCK_HOLD_URL, a hold of this test's) until the
+// test lets it go, so "mid-answer" is a state the test waits for, never a moment on the model's
+// clock: the cuts, the reload, the second tab, the stops and the kill all happen while the
+// answer is still streaming, whatever the machine's speed.
 //
 // In every case the rendered message's parts equal the source's (no duplicated text or
-// reasoning, no lost tool call): a plain send; the SSE connection cut twice mid-answer; a reload
-// mid-answer; a second tab opened mid-answer. Then `stop()` mid-answer ends with the row
-// `cancelled` (the model stops) and the page not streaming, also on an answer resumed after a
-// reload; and killing the runtime mid-answer
-// leaves the page not streaming, with an error, within the lease (and the row `interrupted`
-// once the runtime is back; a reload then shows exactly the saved answer, the message of the
-// row's durable lines). Screenshots: test-artifacts/chat*.png.
+// reasoning, no lost tool call): a plain send; the SSE connection cut exactly twice mid-answer
+// (E2E_SEED=<seed> replays where); a reload mid-answer; a second tab opened mid-answer. Then
+// `stop()` mid-answer ends with the row `cancelled` (the model stops) and the page not
+// streaming, also on an answer resumed after a reload; and killing the runtime mid-answer
+// leaves the page not streaming, with an error, once the transport's reconnect budget is spent
+// (and the row `interrupted` once the runtime is back; a reload then shows exactly the saved
+// answer, the message of the row's durable lines). Screenshots: test-artifacts/chat*.png.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { readUIMessageStream } from 'ai';
 import { ROOT, browserSession, startStack } from '../e2e/harness.mjs';
-import { durableFromDb, startProxy, uiChunksOf, uiMessageOf, until } from '../e2e/util.mjs';
+import {
+  durableFromDb, planCuts, rng, seedFromEnv, startHold, startProxy, uiChunksOf, uiMessageOf, until, withTimeout,
+} from '../e2e/util.mjs';
 import { seedOf, streamAnswer, uiStreamOptions } from '../../examples/chat/answer.js';
 
 const SHOTS = join(ROOT, 'test-artifacts');
 const LEASE_MS = 3000;
 const WORDS = 40;
+const SEED = seedFromEnv();
+/** The UI chunks of an answer after the model's hold: text-end, finish-step, finish. */
+const AFTER_HOLD = 3;
 
 let stack;
 let proxy;
+let hold;
 let session;
 let context;
 let pageErrors = [];
 
 test.before(async () => {
   mkdirSync(SHOTS, { recursive: true });
+  hold = await startHold();
   stack = await startStack({
     chat: true,
     name: 'browser-chat',
     // SSE_RETRY_MS: the transport's first reconnect after a cut waits at most this long.
     vars: { LEASE_MS: String(LEASE_MS), SSE_RETRY_MS: '100' },
-    // ~130 model parts at 30 ms: an answer streams for about 4 s.
-    chatVars: { MOCK_DELAY_MS: '30', MOCK_WORDS: String(WORDS) },
+    // ~130 model parts, one every 10 ms, then the hold until the test releases the answer.
+    chatVars: { MOCK_DELAY_MS: '10', MOCK_WORDS: String(WORDS), MOCK_HOLD_URL: hold.url },
   });
   proxy = await startProxy(stack.baseUrl);
   session = await browserSession({ viewport: { width: 900, height: 1000 } });
@@ -49,17 +62,27 @@ test.before(async () => {
 test.after(async () => {
   await session?.close();
   await proxy?.close();
+  await hold?.close();
   await stack?.stop();
 });
 
 // ---------------------------------------------------------------------------------------
 // The source: the scripted answer to `question`, as the producer sends it.
 
+const sourceStream = (answerId, question) =>
+  streamAnswer({ seed: seedOf(question), kind: 'full', words: WORDS, prompt: question }).toUIMessageStream(uiStreamOptions(answerId));
+
 async function sourceMessage(answerId, question) {
-  const result = streamAnswer({ seed: seedOf(question), kind: 'full', words: WORDS, prompt: question });
   let message;
-  for await (const snapshot of readUIMessageStream({ stream: result.toUIMessageStream(uiStreamOptions(answerId)) })) message = snapshot;
+  for await (const snapshot of readUIMessageStream({ stream: sourceStream(answerId, question) })) message = snapshot;
   return message;
+}
+
+/** How many UI chunks the answer to `question` has. */
+async function sourceChunkCount(question) {
+  let n = 0;
+  for await (const _ of sourceStream('count', question)) n += 1;
+  return n;
 }
 
 /** What the page renders of a part (see Part in examples/chat/page/main.jsx). */
@@ -90,12 +113,15 @@ async function ask(page, question) {
   return article.getAttribute('data-id');
 }
 
-/** A new page on a chat (a fresh one by default) that asks `question` and waits until mid-answer. */
+/**
+ * A new page on a chat (a fresh one by default) that asks `question`; resolves once the model
+ * holds the answer before its end (mid-answer, until the test calls hold.release(answerId)).
+ */
 async function startAnswer(question, { chatId = newChatId(), query = '' } = {}) {
   const page = await context.newPage();
   await openChat(page, chatId, query);
   const answerId = await ask(page, question);
-  await waitMidAnswer(page);
+  await withTimeout(hold.held(answerId), 30_000, `the model of ${answerId} to reach its hold`);
   return { page, chatId, answerId };
 }
 
@@ -104,10 +130,6 @@ function shownLength() {
   const shown = document.querySelectorAll('article[data-role="assistant"] [data-type="reasoning"] .text, article[data-role="assistant"] [data-type="text"]');
   return [...shown].reduce((n, el) => n + el.textContent.length, 0);
 }
-
-/** Wait until the answer is visibly mid-way: its reasoning has started rendering. */
-const waitMidAnswer = (page) =>
-  page.waitForFunction(() => (document.querySelector('article[data-role="assistant"] [data-type="reasoning"] .text')?.textContent.length ?? 0) >= 10, null, { polling: 20 });
 
 /** Wait until the page is no longer streaming and shows the finished text part. */
 const waitAnswered = (page) =>
@@ -170,7 +192,8 @@ test('chat: send a message: the answer renders reasoning, a tool call with its r
   await openChat(page, newChatId());
   const question = 'Weather in Tokyo? 東京の天気 👍🏽';
   const answerId = await ask(page, question);
-  assert.match(await statusOf(page), /submitted|streaming/);
+  assert.match(await statusOf(page), /submitted|streaming/, 'answering (the model holds its end)');
+  hold.release(answerId);
   await waitAnswered(page);
   await waitRow(answerId, 'complete');
   await assertShowsAnswer(page, { question, answerId }, 'send');
@@ -187,28 +210,27 @@ test('chat: send a message: the answer renders reasoning, a tool call with its r
   await page.close();
 });
 
-test('chat: the SSE connection cut twice mid-answer: the transport resumes it, the parts equal the source', { timeout: 60_000 }, async () => {
+test('chat: the SSE connection cut exactly twice mid-answer: the transport resumes it from the last event it got, the parts equal the source', { timeout: 60_000 }, async (t) => {
+  t.diagnostic(`seed ${SEED} (E2E_SEED=${SEED} replays where the connection is cut)`);
   const question = 'Weather in Zürich, with a cut connection?';
+  // Two cuts of the answer's /ui connections, by wire position; the model holds the answer's
+  // end until both were made (the events before the hold are the cuts' budget).
+  const plan = planCuts(rng(SEED), { cuts: 2, budget: (await sourceChunkCount(question)) - AFTER_HOLD });
+  const earlier = proxy.cuts;
+  const allCut = proxy.plan(plan);
   const { page, answerId } = await startAnswer(question);
-  for (const nth of ['first', 'second']) {
-    // Cut while the answer streams over the current connection, then wait for the transport's
-    // reconnect (?from= the last id it delivered), for its response to start and for the answer
-    // to move on. The response must have started before the next cut: Chromium silently re-sends
-    // a request whose reused connection closes before any answer byte (no new request event, so
-    // the test would wait for a reconnect the page never needed). The page may still be rendering
-    // chunks of the cut connection, so the new one may not have delivered yet; its reconnect then
-    // resumes from the same id.
-    const reconnected = page.waitForRequest((req) => /\/ui\?from=[1-9]/.test(req.url()));
-    const before = await page.evaluate(shownLength);
-    assert.ok(proxy.cut() > 0, `the ${nth} cut dropped a live connection`);
-    const response = await (await reconnected).response();
-    assert.equal(response?.status(), 200, `the ${nth} reconnect was answered`);
-    await page.waitForFunction(`(${shownLength})() > ${before}`, null, { polling: 20 });
-  }
+  await withTimeout(allCut, 30_000, () => `the planned cuts ${JSON.stringify(plan)} (made: ${proxy.cuts - earlier}; reconnects so far: ${proxy.requests.filter((q) => q.url.includes('/ui?')).length - 1})`);
+  hold.release(answerId);
   await waitAnswered(page);
+  const cuts = proxy.cutLog.slice(earlier);
+  assert.equal(cuts.length, 2, `E2E_SEED=${SEED}: cuts made`);
+  assert.ok(cuts.every((c) => c.url.startsWith(`/streams/${answerId}/ui?`)), `the cuts fell on the answer's connections: ${JSON.stringify(cuts)}`);
   const reconnects = await page.evaluate(() => window.rindleReconnects);
-  assert.ok(reconnects.length >= 2, `the transport reconnected after each cut: ${JSON.stringify(reconnects)}`);
-  assert.ok(reconnects.every((r) => r.streamId === answerId && r.from > 0), `resumed mid-stream: ${JSON.stringify(reconnects)}`);
+  assert.deepEqual(
+    reconnects.map((r) => [r.streamId, r.from]),
+    cuts.map((c) => [answerId, Number(c.lastId)]),
+    `E2E_SEED=${SEED}: one reconnect per cut, from the last event it got whole (${JSON.stringify(plan)})`,
+  );
   assert.equal(await page.$('#error'), null, 'no error shown');
   await assertShowsAnswer(page, { question, answerId }, 'cut');
   await page.close();
@@ -218,7 +240,9 @@ test('chat: a reload mid-answer replays the answer whole, once, into the fresh p
   const { page, answerId } = await startAnswer(question);
   await page.reload();
   await page.waitForSelector(`article[data-id="${answerId}"]`);
-  assert.ok(['submitted', 'streaming'].includes(await statusOf(page)) || rowOf(answerId).status === 'streaming', 'resumed while the answer was still streaming');
+  await page.waitForFunction(() => document.getElementById('status').dataset.status === 'streaming', null, { polling: 20 });
+  assert.equal(rowOf(answerId).status, 'streaming', 'resumed while the answer was still streaming');
+  hold.release(answerId);
   await waitAnswered(page);
   await waitRow(answerId, 'complete');
   await assertShowsAnswer(page, { question, answerId }, 'reload');
@@ -232,6 +256,7 @@ test('chat: a second tab opened mid-answer shows the same answer; both end equal
   await openChat(second, chatId);
   await second.waitForSelector(`article[data-id="${answerId}"] [data-type="reasoning"]`);
   assert.equal(rowOf(answerId).status, 'streaming', 'the second tab joined while the answer was streaming');
+  hold.release(answerId);
   await Promise.all([waitAnswered(page), waitAnswered(second)]);
   await assertShowsAnswer(page, { question, answerId }, 'first tab');
   await assertShowsAnswer(second, { question, answerId }, 'second tab');
@@ -262,6 +287,7 @@ for (const resumed of [false, true]) {
     const [, answer] = await renderedMessages(page);
     assert.equal(answer.id, answerId);
     if (!resumed) {
+      // The model held the answer before its text's end: the stop came first.
       assert.equal(answer.parts.some((p) => p.type === 'text' && p.state === 'done'), false, 'the answer stopped before its text was done');
       await page.screenshot({ path: join(SHOTS, 'chat-stopped.png'), fullPage: true });
     }
@@ -270,13 +296,16 @@ for (const resumed of [false, true]) {
 }
 
 // Last: it kills the runtime.
-test('chat: killing the runtime mid-answer leaves the page not streaming, with an error, within the lease; back up, a reload shows exactly the saved answer', { timeout: 90_000 }, async () => {
+test('chat: killing the runtime mid-answer leaves the page not streaming, with an error, once the reconnect budget is spent; back up, a reload shows exactly the saved answer', { timeout: 90_000 }, async () => {
   // The transport gives up after LEASE_MS without getting anything through.
   const { page, answerId } = await startAnswer('Weather in Tokyo, before the crash?', { query: `&giveUpAfterMs=${LEASE_MS}` });
   // Kill once a checkpoint holds part of the answer, so the reload below has something to show.
   await until(() => durableFromDb(stack.db, answerId).text.includes('\n'), 'a checkpoint of the answer');
+  const killedAt = Date.now();
   await stack.kill();
-  await page.waitForFunction(() => document.getElementById('status').dataset.status === 'error', null, { polling: 50, timeout: LEASE_MS + 5000 });
+  // The budget's own clock decides; the wait only bounds a page that never gives up.
+  await page.waitForFunction(() => document.getElementById('status').dataset.status === 'error', null, { polling: 50, timeout: LEASE_MS + 30_000 });
+  assert.ok(Date.now() - killedAt >= LEASE_MS, 'the transport kept trying for its whole budget');
   assert.match(await page.textContent('#error'), /gave up reconnecting/);
   assert.equal(await page.isDisabled('#stop'), true, 'not streaming');
   await page.screenshot({ path: join(SHOTS, 'chat-killed.png'), fullPage: true });

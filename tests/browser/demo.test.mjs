@@ -3,6 +3,9 @@
 // drop the page's connection mid-stream, open the reader tab mid-stream, and check every view
 // ends with exactly mockText({ seed, tokens }) — the text the page asked the mock for — and that
 // the read-back from D1 agrees; then Stop a second response and check it ends `cancelled`.
+// "Mid-stream" is a state, not a moment: the mock holds each response before a given token
+// (POST /_mock/hold, keyed by the response's seed) until the test releases it, so the drop, the
+// reader tab and the Stop happen before the response's end, however slow the machine.
 // Screenshots: test-artifacts/demo.png (the finished response), demo-reader.png, demo-cancelled.png.
 import test from 'node:test';
 import assert from 'node:assert/strict';
@@ -11,6 +14,7 @@ import { join } from 'node:path';
 import {
   ROOT, browserSession, startMock, startStack,
 } from '../e2e/harness.mjs';
+import { until } from '../e2e/util.mjs';
 import { mockText, mockTokens } from '../../mock/mock-text.mjs';
 
 const SHOTS = join(ROOT, 'test-artifacts');
@@ -128,6 +132,7 @@ const rowOf = (id) => stack.db.get('SELECT status, body, seq, error FROM message
 test('demo: a response survives "Drop connection", a reader tab joins mid-stream, both end with exactly the mock text, and the D1 read-back matches', { timeout: 90_000 }, async () => {
   const choice = { format: 'anthropic', tokens: 300, rate: 50, seed: 7 };
   const expected = mockText(choice);
+  await mock.hold(choice.seed, 200); // until the drop and the reader tab are done
   const page = await context.newPage();
   await page.goto(`${stack.baseUrl}/`);
   assert.equal(await statusOf(page), 'idle');
@@ -160,6 +165,7 @@ test('demo: a response survives "Drop connection", a reader tab joins mid-stream
   assert.equal(await reader.isVisible('#role'), true, 'a reader tab says it is a reader');
   assert.equal(await reader.isHidden('#stop'), true, 'a reader cannot stop the response');
 
+  await mock.release(choice.seed);
   await waitStatus(page, TERMINAL);
   await waitStatus(reader, TERMINAL);
 
@@ -210,21 +216,22 @@ test('demo: a response survives "Drop connection", a reader tab joins mid-stream
 
 test('demo: Stop cancels a response mid-stream: it ends cancelled, the upstream is aborted, the D1 read-back matches the text shown', { timeout: 60_000 }, async () => {
   const choice = { format: 'openai-chat', tokens: 400, rate: 60, seed: 8 };
-  const full = mockText(choice);
+  const HELD_AT = 40;
+  // The mock holds the response before token 40 (and never lets it go): the Stop comes mid-stream.
+  const beforeHold = mockTokens(choice).slice(0, HELD_AT).join('');
+  await mock.hold(choice.seed, HELD_AT);
   const page = await context.newPage();
   await page.goto(`${stack.baseUrl}/`);
   const { streamId } = await startResponse(page, choice);
   await waitStatus(page, ['streaming']);
-  await waitSeq(page, 150);
+  await waitSeq(page, beforeHold.length);
   assert.equal(await page.isEnabled('#stop'), true, 'Stop is enabled while streaming');
   await page.click('#stop');
   await waitStatus(page, TERMINAL);
 
   assert.equal(await statusOf(page), 'cancelled', await page.textContent('#status-detail'));
   const shown = await liveText(page);
-  assert.ok(shown.length >= 150, `text before the stop (${shown.length} units)`);
-  assert.ok(shown.length < full.length, `stopped before the end (${shown.length} of ${full.length})`);
-  assert.ok(full.startsWith(shown), 'what is shown is a prefix of the mock text');
+  assert.equal(shown, beforeHold, 'the page shows exactly the text sent before the stop');
   const back = await readBack(page);
   assert.equal(back.match, 'true', `read-back: ${back.label}`);
   assert.equal(back.text, shown);
@@ -235,10 +242,13 @@ test('demo: Stop cancels a response mid-stream: it ends cancelled, the upstream 
   const row = rowOf(streamId);
   assert.equal(row.status, 'cancelled');
   assert.equal(row.body, shown, 'D1 holds exactly the text the page shows');
-  const up = await mockRequest(choice.seed);
-  assert.equal(up.aborted, true, 'Stop aborted the upstream request');
+  const up = await until(async () => {
+    const r = await mockRequest(choice.seed);
+    return r.aborted && r;
+  }, 'the mock to see Stop abort its request');
   assert.equal(up.completed, false);
-  assert.ok(up.tokensSent < choice.tokens, `${up.tokensSent} of ${choice.tokens} tokens sent`);
+  assert.equal(up.tokensSent, HELD_AT, 'the upstream sent nothing after the hold');
+  await mock.release(choice.seed);
 
   await page.screenshot({ path: join(SHOTS, 'demo-cancelled.png'), fullPage: true });
   await page.close();

@@ -550,7 +550,7 @@ describe('mock model server', () => {
     const log = await until(async () => {
       const l = await requests();
       return l[0]?.aborted && l;
-    }, 'the mock to record the abort', 2000);
+    }, 'the mock to record the abort', 10_000);
     assert.equal(log[0].completed, false);
     assert.ok(log[0].tokensSent < 200);
     const sent = log[0].tokensSent;
@@ -558,6 +558,23 @@ describe('mock model server', () => {
     // times since, so a producer that kept going would have sent more.
     await readSse(await post('/v1/chat/completions', 'tokens=5&rate=50'));
     assert.equal((await requests())[0].tokensSent, sent, 'the mock stops producing once the client is gone');
+  });
+
+  test('a hold stops the answer before text token `at` until released; other seeds are not held', async () => {
+    await fetch(`${mock.url}/_mock/reset`, { method: 'POST' });
+    assert.equal((await fetch(`${mock.url}/_mock/hold?seed=31&at=12`, { method: 'POST' })).status, 200);
+    const held = await post('/v1/messages', 'tokens=30&rate=0&seed=31');
+    const other = await readSse(await post('/v1/messages', 'tokens=30&rate=0&seed=32'));
+    assert.equal(textOf('/v1/messages', other.events), mockText({ seed: 32, tokens: 30 }), 'another seed runs through');
+    const record = await until(async () => (await requests()).find((r) => r.query.seed === '31' && r.held), 'the seed-31 request to reach its hold');
+    assert.equal(record.tokensSent, 12, 'stopped before text token 12');
+    assert.equal(record.completed, false);
+    assert.equal((await fetch(`${mock.url}/_mock/release?seed=31`, { method: 'POST' })).status, 200);
+    const { events, error } = await readSse(held);
+    assert.equal(error, null);
+    assert.equal(textOf('/v1/messages', events), mockText({ seed: 31, tokens: 30 }), 'after the release the answer goes on to its end');
+    const after = (await requests()).find((r) => r.query.seed === '31');
+    assert.deepEqual([after.held, after.completed, after.tokensSent], [false, true, 30]);
   });
 
   test('unknown paths are a JSON 404', async () => {

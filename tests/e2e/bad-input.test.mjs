@@ -481,7 +481,7 @@ test('HEAD /events on a live stream answers at once and attaches no reader', {
   ok(await c.open(), 'open');
   ok(await c.append('abc'), 'append');
   const readersBefore = ok(await c.stats(), 'stats').readers;
-  const head = await req({ method: 'HEAD', path: `/streams/${id}/events?token=${encodeURIComponent(c.token)}`, timeoutMs: 5000 });
+  const head = await req({ method: 'HEAD', path: `/streams/${id}/events?token=${encodeURIComponent(c.token)}`, timeoutMs: 15_000 });
   const readersAfter = ok(await c.stats(), 'stats').readers;
   ok(await c.close(), 'close'); // ends the stuck subscription, whatever happened
   assert.equal(head.status, 200, `HEAD /events: ${head.status} ${head.error ?? ''}`);

@@ -134,7 +134,7 @@ test('a reader joining within the linger window gets the tail and end', { timeou
 
   // After close, from the middle: tail + end, and the server ends the body (read whole).
   const f = 10;
-  const late = await readWholeSse(s.eventsUrl(f), 5000);
+  const late = await readWholeSse(s.eventsUrl(f), 15_000);
   assert.equal(late.status, 200);
   assert.equal(late.frames[0].retry, 1000, 'retry first');
   const got = checkFrames(late.frames, 'late reader');
@@ -145,12 +145,12 @@ test('a reader joining within the linger window gets the tail and end', { timeou
   assert.equal(late.frames.filter((x) => x.data !== undefined).at(-1).json.type, 'end', 'end is the last frame');
 
   // Joining at the end, still within the window: no text, just end.
-  const mid = await readWholeSse(s.eventsUrl(produced.length), 5000);
+  const mid = await readWholeSse(s.eventsUrl(produced.length), 15_000);
   const midGot = checkFrames(mid.frames, 'mid-linger reader');
   assert.equal(midGot.text, '', 'joining at the end replays no text');
   assert.equal(midGot.end?.status, 'complete');
 
-  const earlyGot = checkFrames(await untilEnd(early, 5000), 'early reader');
+  const earlyGot = checkFrames(await untilEnd(early, 15_000), 'early reader');
   assert.ok(earlyGot.text === produced);
   assert.equal(earlyGot.end.seq, produced.length);
 });
@@ -161,7 +161,7 @@ test('after the linger window a join gets absent, and only absent; /text has the
   ok(await s.close(), 'close');
   // The window closes on the object's own timer (LINGER_MS): poll until a join says so.
   const absent = await until(async () => {
-    const r = await readWholeSse(s.eventsUrl(0), 5000);
+    const r = await readWholeSse(s.eventsUrl(0), 15_000);
     const data = r.frames.filter((x) => x.data !== undefined);
     if (data[0]?.json?.type === 'absent') return { frames: data, all: r.frames };
     checkFrames(r.frames, 'a join within the window'); // until then: the tail and end
@@ -181,7 +181,7 @@ test('fail seals the stream with status error: readers get end with the error, t
   const res = ok(await s.fail('upstream model timed out'), 'fail');
   assert.equal(res.status, 'error');
   assert.equal(res.seq, 'partial answer 🙈'.length);
-  const got = checkFrames(await untilEnd(reader, 5000), 'reader');
+  const got = checkFrames(await untilEnd(reader, 15_000), 'reader');
   assert.deepEqual(got.end, { type: 'end', seq: 'partial answer 🙈'.length, status: 'error', error: 'upstream model timed out' });
   const { row, chunks } = rows(stack, s.id);
   assert.equal(row.status, 'error');
@@ -206,7 +206,7 @@ test('cancel reaches the producer on its next append, and close then seals cance
   assert.equal(rows(stack, s.id).row.status, 'cancelled');
 });
 
-test('SSE wire: headers, retry first, open/chunk ids only, Last-Event-ID wins over from, bad from means 0, : ping when idle', { timeout: 20_000 }, async () => {
+test('SSE wire: headers, retry first, open/chunk ids only, Last-Event-ID wins over from, bad from means 0, : ping when idle', { timeout: 60_000 }, async () => {
   const s = await produce('wire', 'hello 🌍 world');
   // Raw bytes: the body starts with the retry line.
   const res = await fetch(s.eventsUrl(0));
@@ -250,7 +250,7 @@ test('SSE wire: headers, retry first, open/chunk ids only, Last-Event-ID wins ov
   assert.equal(live.id, '15');
   // And idle again after a live frame, it is pinged again: the interval restarts at every
   // write, whichever write it was.
-  const again = await resumed.next((f) => f.comment !== undefined, KEEPALIVE_MS * 5);
+  const again = await resumed.next((f) => f.comment !== undefined, KEEPALIVE_MS * 25);
   assert.equal(again.comment, 'ping');
   resumed.close();
   ok(await s.close(), 'close');

@@ -51,7 +51,7 @@ test("the embedding Worker's own authorizer decides, and sees the reader's join 
   // A join reads only the answer's first bytes: an allowed one is an SSE stream that never ends.
   const join = (from, headers) => {
     const url = new URL(c.eventsUrl(from));
-    return rawRequest(stack.baseUrl, { path: url.pathname + url.search, headers, timeoutMs: 5000, until: () => true });
+    return rawRequest(stack.baseUrl, { path: url.pathname + url.search, headers, timeoutMs: 15_000, until: () => true });
   };
   isError(await join(3, { 'x-deny-from': '3' }), 403, 'forbidden', 'a join at 3 with x-deny-from: 3');
   isError(await join(undefined, { 'x-deny-from': '7', 'last-event-id': '7' }), 403, 'forbidden', 'a join at Last-Event-ID 7 with x-deny-from: 7');

@@ -392,15 +392,15 @@ test('a refusal that leaves the body unread does not disturb the next request (4
     for (let i = 0; i < 8; i++) {
       const refused = await refuse();
       assert.ok(refused.status >= 400 && refused.status < 500, `${kind}: ${refused.status} ${refused.raw}`);
-      const t0 = Date.now();
+      // The bug made the next request hang for good (or fail at once): the bound only ends the wait.
       let next;
       try {
-        const res = await fetch(s.url('stats'), { headers: { authorization: `Bearer ${s.token}` }, signal: AbortSignal.timeout(2000) });
+        const res = await fetch(s.url('stats'), { headers: { authorization: `Bearer ${s.token}` }, signal: AbortSignal.timeout(15_000) });
         next = { status: res.status, body: (await res.text()).slice(0, 120) };
       } catch (e) {
-        next = { status: 'no answer within 2 s', body: String(e) };
+        next = { status: 'no answer within 15 s', body: String(e) };
       }
-      if (next.status !== 200) failures.push({ kind, iteration: i, ms: Date.now() - t0, ...next });
+      if (next.status !== 200) failures.push({ kind, iteration: i, ...next });
     }
   }
   assert.deepEqual(failures, [], 'the request after a refusal failed');

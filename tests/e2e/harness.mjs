@@ -569,10 +569,18 @@ export async function startMock({ port, timeoutMs = 15_000, args = [] } = {}) {
     }
     await sleep(50);
   }
+  const url = `http://127.0.0.1:${port}`;
+  const control = async (path) => {
+    const res = await fetch(`${url}${path}`, { method: 'POST' });
+    if (res.status !== 200) throw new Error(`mock model server: POST ${path} answered ${res.status} ${await res.text()}`);
+  };
   return {
     port,
-    url: `http://127.0.0.1:${port}`,
+    url,
     logs: () => proc.output,
+    /** The responses of `seed` stop before text token `at` until release(seed): mid-stream for as long as a test needs. */
+    hold: (seed, at) => control(`/_mock/hold?seed=${seed}&at=${at}`),
+    release: (seed) => control(`/_mock/release?seed=${seed}`),
     stop: () => proc.terminate(),
     kill: () => proc.kill(),
   };

@@ -78,10 +78,13 @@ for (const format of Object.keys(FORMATS)) {
     const tag = newTag(format);
     const { id, s, reader } = await openWithReader(`pump-${format}`);
 
+    // The mock holds the answer half-way until the second reader has joined: mid-stream for certain.
+    await mock.hold(seed, tokens / 2);
     accepted(await pump(s, pumpBody(format, { tokens, rate: 300, seed, tag })), id);
-    // A second reader joins from 0 once some text exists, while the upstream is still going.
     await reader.next((f) => f.json?.type === 'chunk');
     const late = await s.events(0);
+    assert.equal(late.frames.find((f) => f.json?.type === 'open').json.ended, false, 'the second reader joined while the pump ran');
+    await mock.release(seed);
     const [early, joined] = await Promise.all([untilEnd(reader), untilEnd(late)]);
 
     const a = checkFrames(early, 'reader from the start');
@@ -219,9 +222,11 @@ test('pump: a cancel mid-pump aborts the upstream request and seals cancelled', 
   const full = mockText({ seed, tokens });
   const { id, s, reader } = await openWithReader('cancel');
 
-  accepted(await pump(s, pumpBody('anthropic', { tokens, rate: 50, seed, tag })), id);
-  // The pump is accepted before the object's upstream request lands: wait for it to appear.
-  await until(async () => (await mockRequests()).find((r) => r.query.tag === tag)?.tokensSent >= 15, 'the upstream to send 15 tokens');
+  // The upstream stops after 15 tokens and waits (fail=stall): the cancel comes mid-pump.
+  const sent = mockTokens({ seed, tokens }).slice(0, 15).join('');
+  accepted(await pump(s, pumpBody('anthropic', { tokens, rate: 50, seed, tag, fail: 'stall', failAt: 15 })), id);
+  let shown = '';
+  await reader.next((f) => f.json?.type === 'chunk' && (shown += f.json.text).length >= sent.length);
   const cancelled = await fetch(s.url('cancel'), { method: 'POST', headers: { authorization: `Bearer ${stack.token(id, 'cancel')}` } });
   assert.equal(cancelled.status, 200, await cancelled.text());
 
@@ -230,16 +235,15 @@ test('pump: a cancel mid-pump aborts the upstream request and seals cancelled', 
   const up = await until(async () => {
     const r = await mockRequest(tag);
     return r.aborted ? r : null;
-  }, 'the mock to see its request aborted', 5000);
+  }, 'the mock to see its request aborted', 15_000);
   assert.equal(up.aborted, true, 'the Worker closed the upstream connection');
   assert.equal(up.completed, false);
-  assert.ok(up.tokensSent < tokens, `fewer tokens sent than requested (${up.tokensSent} of ${tokens})`);
+  assert.equal(up.tokensSent, 15, 'the upstream sent 15 tokens, then waited');
 
   const { row, chunks } = rows(stack, id);
   assert.equal(row.status, 'cancelled');
-  assert.ok(row.body.length > 0, 'some text was produced before the cancel');
-  assert.ok(row.body.length < full.length, 'but not all of it');
-  assert.ok(full.startsWith(row.body), 'the body is a prefix of the mock text');
+  assert.equal(row.body, sent, 'the body is the text sent before the cancel');
+  assert.ok(row.body.length < full.length && full.startsWith(row.body), 'a prefix of the mock text');
   assert.equal(row.seq, row.body.length);
   assert.equal(seen.text, row.body, 'the reader got exactly the sealed text');
   assert.deepEqual(chunks, []);
@@ -281,10 +285,11 @@ test('pump refusals: 400 bad_upstream for bad bodies (the stream stays usable), 
   assert.equal(seen.end?.status, 'complete');
   assert.equal(seen.text, mockText({ seed: 5, tokens: 60 }));
 
-  // 409 pump_running: a slow pump is still running when the second arrives.
+  // 409 pump_running: a pump whose upstream waits after its first token (fail=stall) is still
+  // running when the second arrives, and until the cancel.
   const slow = await openWithReader('refuse-409');
   const slowTag = newTag('slow');
-  accepted(await pump(slow.s, pumpBody('anthropic', { tokens: 200, rate: 100, seed: 6, tag: slowTag })), slow.id);
+  accepted(await pump(slow.s, pumpBody('anthropic', { tokens: 200, rate: 100, seed: 6, tag: slowTag, fail: 'stall', failAt: 1 })), slow.id);
   isError(await pump(slow.s, pumpBody('openai-chat', { tokens: 5, seed: 6, tag: newTag('second') })), 409, 'pump_running', 'second pump');
   // The refusals below are answered before the body would be read (the object then discards
   // it; the last test of this file checks that a refused body breaks nothing).
@@ -464,7 +469,8 @@ test('pump into a ui stream: a cancel aborts the upstream, and the /ui reader ge
   const tag = newTag('ui-cancel');
   const { id, s } = await openUi('ui-cancel');
   const live = await readUi(s);
-  accepted(await pump(s, pumpBody('anthropic', { tokens: 400, rate: 50, seed: 73, reasoning: 5, tag })), id);
+  // The upstream waits after 10 text tokens (fail=stall): the cancel comes mid-pump.
+  accepted(await pump(s, pumpBody('anthropic', { tokens: 400, rate: 50, seed: 73, reasoning: 5, tag, fail: 'stall', failAt: 10 })), id);
   await until(async () => (await mockRequests()).find((r) => r.query.tag === tag)?.tokensSent >= 10, 'the upstream to send 10 text tokens');
   ok(await s.cancel(), 'cancel');
   const seen = await live.done;
@@ -475,7 +481,7 @@ test('pump into a ui stream: a cancel aborts the upstream, and the /ui reader ge
   const up = await until(async () => {
     const r = await mockRequest(tag);
     return r.aborted ? r : null;
-  }, 'the mock to see its request aborted', 5000);
+  }, 'the mock to see its request aborted', 15_000);
   assert.equal(up.completed, false);
 });
 

@@ -1,12 +1,17 @@
 // A real EventSource client (the `eventsource` package) is cut off mid-stream by a proxy
 // that destroys its socket, and must resume BY ITSELF with Last-Event-ID (SPEC §3: `open`
 // and `chunk` carry `id:` lines, Last-Event-ID wins over `from`), ending with exactly the
-// produced text, then close itself on `end`.
+// produced text, then close itself on `end`. The cuts fall at seeded places on the wire (after
+// event k, half of them inside the next event), exactly 3 of them; the test is the producer and
+// appends in step with the client, so every cut is reached before the stream is closed.
+// E2E_SEED=<seed> replays the text, its pieces and the cuts.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { EventSource } from 'eventsource';
 import { startStack } from './harness.mjs';
-import { api, emojiText, newStream, ok, rng, seedFromEnv, sleep, splitCodePoints, startProxy, until, withTimeout } from './util.mjs';
+import { api, emojiText, newStream, ok, planCuts, rng, seedFromEnv, splitCodePoints, startProxy, until, withTimeout } from './util.mjs';
+
+const CUTS = 3;
 
 let stack;
 
@@ -63,9 +68,10 @@ function eventSourceReader(url) {
   return state;
 }
 
-test('EventSource cut off mid-stream reconnects by itself with Last-Event-ID and ends with exactly the produced text', { timeout: 60_000 }, async (t) => {
+test(`EventSource cut off mid-stream exactly ${CUTS} times reconnects by itself with Last-Event-ID and ends with exactly the produced text`, { timeout: 60_000 }, async (t) => {
   const seed = seedFromEnv();
-  t.diagnostic(`seed ${seed} (E2E_SEED=${seed} replays the text, the pieces and the join points)`);
+  t.diagnostic(`seed ${seed} (E2E_SEED=${seed} replays the text, the pieces and the cuts)`);
+  const why = (msg) => `${msg} (E2E_SEED=${seed})`;
   const r = rng(seed);
   const id = newStream(stack, 'es');
   const s = api(stack, id);
@@ -74,34 +80,24 @@ test('EventSource cut off mid-stream reconnects by itself with Last-Event-ID and
   const produced = emojiText(r, 3000);
   const pieces = splitCodePoints(produced, r, 5, 60);
   assert.ok(pieces.length >= 60, `${pieces.length} pieces`);
+  // Every piece is at least one event of the connection it arrives on: half of them cover the cuts.
+  const plan = planCuts(r, { cuts: CUTS, budget: Math.floor(pieces.length / 2) });
 
-  const proxy = await startProxy(stack.baseUrl);
+  const proxy = await startProxy(stack.baseUrl, { cuts: plan });
   try {
     // from=0 stays in the URL on every reconnect: only Last-Event-ID can put the client right.
     const reader = eventSourceReader(`${proxy.url}/streams/${id}/events?from=0&token=${encodeURIComponent(s.token)}`);
 
-    // Phase A: the client reads live. Phase B: it is cut off and the producer keeps going.
-    // Phase C: after the EventSource has reconnected on its own, the rest arrives live.
-    const third = Math.floor(pieces.length / 3);
+    // The test is the producer: each piece goes once the client holds everything before it
+    // (after a cut, once the EventSource has reconnected by itself and caught up).
     let sent = 0;
-    const push = async (i) => {
-      const rec = ok(await s.append(pieces[i]), `append ${i}`);
-      sent += pieces[i].length;
+    for (const [i, piece] of pieces.entries()) {
+      const rec = ok(await s.append(piece), `append ${i}`);
+      sent += piece.length;
       assert.equal(rec.seq, sent, 'append seq is the produced UTF-16 length');
-      await sleep(10);
-    };
-    let i = 0;
-    for (; i < third; i++) await push(i);
-    // Let the client catch up with at least a few chunks before the cut.
-    await until(() => reader.text.length >= sent && reader.chunks >= 5, () => `the client to catch up before the cut (${reader.chunks} chunks)`);
-    // The last id the client saw: a `durable` frame carries none (the eventsource package
-    // gives such a message an empty lastEventId, while the connection keeps the chunk's).
-    const cutAt = { held: reader.text.length, lastId: reader.lastEventIds.filter(Boolean).at(-1), sent };
-    assert.ok(proxy.cut() >= 1, 'the client had a live connection to cut');
-    for (; i < 2 * third; i++) await push(i);
-    await until(() => reader.opens.length >= 2, () => `the EventSource to reconnect (requests ${proxy.requests.length}, errors ${reader.errors})`, 15_000);
-    for (; i < pieces.length; i++) await push(i);
-    assert.equal(sent, produced.length);
+      await until(() => reader.text.length === sent, () => why(`the client to hold the ${sent} units sent (it holds ${reader.text.length}; cuts ${proxy.cuts}, requests ${proxy.requests.length}, errors ${reader.errors})`), 15_000);
+    }
+    assert.equal(proxy.cuts, CUTS, why(`cuts made before the close (plan ${JSON.stringify(plan)})`));
     const closed = ok(await s.close(), 'close');
     assert.equal(closed.status, 'complete');
     assert.equal(closed.seq, produced.length);
@@ -112,22 +108,22 @@ test('EventSource cut off mid-stream reconnects by itself with Last-Event-ID and
       () => `no end within 20 s; client holds ${reader.text.length}/${produced.length}, requests ${proxy.requests.length}`,
     );
 
-    assert.deepEqual(result.problems, [], `seed ${seed}`);
-    assert.ok(result.errors >= 1, 'the EventSource saw its connection drop');
+    assert.deepEqual(result.problems, [], why('problems'));
+    assert.equal(result.errors, CUTS, 'the EventSource saw each cut');
     assert.equal(result.es.readyState, EventSource.CLOSED, 'the client closed itself on end');
-    assert.ok(proxy.requests.length >= 2, `the EventSource reconnected (requests: ${proxy.requests.length})`);
+    assert.equal(proxy.requests.length, CUTS + 1, 'one reconnect per cut');
     assert.equal(proxy.requests[0].headers['last-event-id'], undefined, 'the first request has no Last-Event-ID');
-    const resumed = proxy.requests[1];
-    assert.equal(resumed.headers['last-event-id'], cutAt.lastId, 'the reconnect carries the last id the client saw');
-    assert.equal(resumed.headers['last-event-id'], String(cutAt.held), 'that id is exactly the UTF-16 length the client held');
-    assert.match(resumed.url, /[?&]from=0(&|$)/, 'the reconnect URL still says from=0 (Last-Event-ID must win)');
+    for (const [i, cut] of proxy.cutLog.entries()) {
+      const resumed = proxy.requests[i + 1];
+      assert.equal(resumed.headers['last-event-id'], cut.lastId, why(`reconnect ${i + 1} carries the id of the last event the client got whole (${JSON.stringify(cut)})`));
+      assert.match(resumed.url, /[?&]from=0(&|$)/, 'the reconnect URL still says from=0 (Last-Event-ID must win)');
+      assert.equal(result.opens[i + 1].from, Number(cut.lastId), why(`subscription ${i + 2} starts where the client left off`));
+    }
     assert.equal(result.opens.length, proxy.requests.length, 'one open frame per connection');
-    assert.equal(result.opens[1].from, cutAt.held, 'the second subscription starts where the client left off');
     assert.equal(result.end.seq, produced.length);
     assert.equal(result.end.status, 'complete');
-    assert.equal(result.text.length, produced.length, `seed ${seed}: length`);
-    assert.ok(result.text === produced, `seed ${seed}: the rebuilt text differs from the produced text`);
-
+    assert.equal(result.text.length, produced.length, why('length'));
+    assert.ok(result.text === produced, why('the rebuilt text differs from the produced text'));
   } finally {
     await proxy.close();
   }

@@ -56,14 +56,14 @@ test('readers joining at random offsets and times rebuild exactly the produced e
   })();
 
   // Readers: each reads /text, picks f in [0, durable length] (some deliberately inside a
-  // surrogate pair, some at the ends), subscribes from f, and reads to `end`.
+  // surrogate pair, some at the ends), subscribes from f, and reads to `end`. Each joins before
+  // the piece the seed chose is appended (the producer waits for it), so E2E_SEED replays where.
   const readers = [];
   /** Starts reader n; resolves once it is attached (its open frame arrived), or has failed. */
   const startReader = (n) => {
     let attached;
     const joined = new Promise((resolve) => (attached = resolve));
     const p = (async () => {
-      await sleep(r.int(0, 30));
       const d = await readDurable(`reader ${n}`);
       let f;
       const mode = n % 5;
@@ -104,7 +104,7 @@ test('readers joining at random offsets and times rebuild exactly the produced e
   while (joinAt.size < 24) joinAt.add(r.int(0, pieces.length - 1));
   let n = 0;
   for (const [i, piece] of pieces.entries()) {
-    if (joinAt.has(i)) startReader(n++);
+    if (joinAt.has(i)) await startReader(n++);
     const rec = ok(await s.append(piece), `append ${i}`);
     sent += piece.length;
     assert.equal(rec.seq, sent, why(`append ${i}: seq`));
@@ -112,7 +112,7 @@ test('readers joining at random offsets and times rebuild exactly the produced e
     assert.ok(rec.durableSeq <= rec.seq, why(`append ${i}: durableSeq ${rec.durableSeq} > seq ${rec.seq}`));
     assert.ok(rec.durableSeq >= lastReceipt.durableSeq, why(`append ${i}: durableSeq went backwards`));
     lastReceipt = rec;
-    if (r() < 0.05) await sleep(r.int(1, 20)); // uneven pacing, so joins land at varied moments
+    if (r() < 0.05) await sleep(r.int(1, 20)); // uneven pacing: the interval cadence commits at varied points
   }
   producing = false;
   await watcher;
@@ -160,7 +160,7 @@ test('a streaming append whose pieces split multibyte characters arrives piecewi
   ok(await s.open(), 'open');
   ok(await s.append('>'), 'plain append first');
   const reader = await s.events(0);
-  const nextChunk = () => reader.next((f) => f.json?.type === 'chunk', 5000);
+  const nextChunk = () => reader.next((f) => f.json?.type === 'chunk', 15_000);
   assert.equal((await nextChunk()).json.text, '>');
 
   const enc = (str) => [...Buffer.from(str, 'utf8')];
@@ -277,15 +277,14 @@ test('a cancel ends a streaming append early with cancelled: true while its body
   const post = openPost(s.url('append'), { authorization: `Bearer ${s.token}`, 'content-type': 'text/plain' });
   try {
     await post.send('partial 🚧');
-    const first = await reader.next((f) => f.json?.type === 'chunk', 5000);
+    const first = await reader.next((f) => f.json?.type === 'chunk', 15_000);
     assert.equal(first.json.text, 'partial 🚧');
     ok(await s.cancel(), 'cancel');
-    const t0 = Date.now();
-    const res = await withTimeout(post.answer, 3000, 'the streaming append did not answer within 3 s of the cancel (its body is still open)');
+    // The body never ends by itself: any answer at all is the cancel's doing.
+    const res = await withTimeout(post.answer, 30_000, 'the streaming append did not answer after the cancel (its body is still open)');
     assert.equal(res.status, 200, res.text);
     const out = JSON.parse(res.text);
     assert.deepEqual({ seq: out.seq, cancelled: out.cancelled }, { seq: 'partial 🚧'.length, cancelled: true });
-    assert.ok(Date.now() - t0 < 3000);
   } finally {
     post.destroy();
   }
@@ -302,11 +301,10 @@ test('a small tail becomes durable by the interval cadence alone (no flush)', { 
   const s = api(stack, id);
   ok(await s.open(), 'open');
   const reader = await s.events(0);
-  const t0 = Date.now();
-  ok(await s.append('tiny 🐜'), 'append'); // 7 units, far below CHECKPOINT_CHARS
-  const durable = await reader.next((f) => f.json?.type === 'durable', 5000);
+  const appended = ok(await s.append('tiny 🐜'), 'append'); // 7 units, far below CHECKPOINT_CHARS
+  assert.equal(appended.durableSeq, 0, 'not committed by the append itself');
+  const durable = await reader.next((f) => f.json?.type === 'durable', 15_000);
   assert.equal(durable.json.seq, 7);
-  assert.ok(Date.now() - t0 >= 300, 'not committed at once (the interval is 750 ms)');
   assert.equal(rows(stack, id).row.seq, 7);
   ok(await s.close(), 'close');
   reader.close();

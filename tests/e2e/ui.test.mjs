@@ -1,10 +1,11 @@
 // The `ui` format against the real runtime (SPEC §9): a `ui` stream's text is NDJSON UI
 // message chunks; `GET /ui` serves each complete line as one SSE event whose `id:` is the
 // UTF-16 offset just after it, live from the object and, once the stream retired, from D1;
-// a reconnecting EventSource resumes at an exact line end; every status has its ending; a
-// streaming append may split a line (and a UTF-8 sequence) anywhere. The expected events are
-// computed here from the produced text (JavaScript string lengths), independently of the
-// Worker's encoder, and parsed with `eventsource-parser` and the `eventsource` package.
+// an EventSource cut at seeded places on the wire resumes at an exact line end each time;
+// every status has its ending; a streaming append may split a line (and a UTF-8 sequence)
+// anywhere. The expected events are computed here from the produced text (JavaScript string
+// lengths), independently of the Worker's encoder, and parsed with `eventsource-parser` and
+// the `eventsource` package. E2E_SEED=<seed> replays a test's texts and cuts.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { EventSource } from 'eventsource';
@@ -20,6 +21,7 @@ import {
   newStream,
   ok,
   openPost,
+  planCuts,
   rawRequest,
   rng,
   seedFromEnv,
@@ -121,7 +123,7 @@ async function readUi(c, from, headers = {}) {
     return { status: sse.status, headers: sse.headers };
   }
   await sse.next((f) => f.data === '[DONE]', 20_000).catch(() => {}); // a body may also just end
-  await withTimeout(sse.done, 5_000, 'the /ui body did not end after [DONE]');
+  await withTimeout(sse.done, 15_000, 'the /ui body did not end after [DONE]');
   return { status: sse.status, headers: sse.headers, events: events(sse.frames), records: sse.frames };
 }
 
@@ -150,7 +152,7 @@ test('a ui stream serves /ui live: each complete line once, id at its end, then 
 
   const [first] = ui.frames;
   await ui.next((f) => f.data === '[DONE]', 20_000);
-  await withTimeout(ui.done, 5_000, 'the body ends after [DONE]');
+  await withTimeout(ui.done, 15_000, 'the body ends after [DONE]');
   assert.equal(first.retry, 1000, 'the answer starts with a retry: line');
   assert.deepEqual(events(ui.frames), [...expectedLines(produced), ENDING.finish, ENDING.done], `seed ${r.seed}`);
 
@@ -203,7 +205,7 @@ test('every status has its ending on /ui, live and from D1', { timeout: 60_000 }
     await action(c);
     if (name !== 'error') ok(await c.close(), `${name}: close`);
     await live.next((f) => f.data === '[DONE]', 20_000);
-    await withTimeout(live.done, 5_000, `${name}: the live body did not end`);
+    await withTimeout(live.done, 15_000, `${name}: the live body did not end`);
     const expected = [...expectedLines(text), ...ending, ENDING.done];
     assert.deepEqual(events(live.frames), expected, `${name}: live`);
     await retired(c);
@@ -211,17 +213,22 @@ test('every status has its ending on /ui, live and from D1', { timeout: 60_000 }
   }));
 });
 
-test('a real EventSource cut off mid-answer resumes by itself at the exact line end', { timeout: 60_000 }, async (t) => {
+test('a real EventSource cut off mid-answer exactly 3 times resumes by itself at the exact line end each time', { timeout: 60_000 }, async (t) => {
   const r = seeded(t);
   const c = await openUi('ui-es');
   const produced = answer(r);
   const lines = expectedLines(produced);
-  const proxy = await startProxy(stack.baseUrl);
+  // Cuts at seeded places on the wire (after line event k, half of them inside the next one);
+  // the test appends in step with the client, so every cut is reached before the close.
+  const plan = planCuts(r, { cuts: 3, budget: Math.floor(lines.length / 2) });
+  const proxy = await startProxy(stack.baseUrl, { cuts: plan });
   const got = [];
   let es;
+  let errors = 0;
   const done = new Promise((resolve) => {
     // from=0 stays in the URL on every reconnect: only Last-Event-ID can put the client right.
     es = new EventSource(`${proxy.url}/streams/${c.id}/ui?from=0&token=${encodeURIComponent(c.token)}`);
+    es.addEventListener('error', () => (errors += 1));
     es.addEventListener('message', (e) => {
       got.push({ data: e.data, lastEventId: e.lastEventId });
       if (e.data === '[DONE]') {
@@ -231,23 +238,24 @@ test('a real EventSource cut off mid-answer resumes by itself at the exact line 
     });
   });
   try {
-    const pieces = splitCodePoints(produced, r, 20, 120);
-    const third = Math.floor(pieces.length / 3);
-    let i = 0;
-    for (; i < third; i++) ok(await c.append(pieces[i]), 'append');
-    await until(() => got.length >= 3, 'the client to see 3 lines before the cut');
-    const heldAtCut = got.length;
-    assert.ok(proxy.cut() >= 1, 'the client had a live connection to cut');
-    for (; i < 2 * third; i++) ok(await c.append(pieces[i]), 'append');
-    await until(() => proxy.requests.length >= 2, 'the EventSource to reconnect', 15_000);
-    for (; i < pieces.length; i++) ok(await c.append(pieces[i]), 'append');
+    let sent = '';
+    for (const piece of splitCodePoints(produced, r, 20, 120)) {
+      ok(await c.append(piece), 'append');
+      sent += piece;
+      const complete = expectedLines(sent).length;
+      await until(() => got.length === complete, () => `the client to hold the ${complete} lines sent (it holds ${got.length}; cuts ${proxy.cuts}, seed ${r.seed})`, 15_000);
+    }
+    assert.equal(proxy.cuts, 3, `cuts made before the close (plan ${JSON.stringify(plan)}, seed ${r.seed})`);
     ok(await c.close(), 'close');
     await withTimeout(done, 20_000, () => `no [DONE] within 20 s; the client holds ${got.length} of ${lines.length} lines`);
 
-    assert.ok(proxy.requests.length >= 2, 'the EventSource reconnected');
-    const resumedAt = proxy.requests[1].headers['last-event-id'];
-    assert.ok(lines.some((l) => l.id === resumedAt), `the reconnect resumes at a line end (${resumedAt})`);
-    assert.ok(Number(resumedAt) >= Number(lines[heldAtCut - 1].id), 'at the last line the client had seen');
+    assert.equal(errors, 3, 'the EventSource saw each cut');
+    assert.equal(proxy.requests.length, 4, 'one reconnect per cut');
+    for (const [i, cut] of proxy.cutLog.entries()) {
+      const resumedAt = proxy.requests[i + 1].headers['last-event-id'];
+      assert.ok(lines.some((l) => l.id === resumedAt), `reconnect ${i + 1} resumes at a line end (${resumedAt})`);
+      assert.equal(resumedAt, cut.lastId, `reconnect ${i + 1} resumes after the last line the client got whole (${JSON.stringify(cut)}, seed ${r.seed})`);
+    }
     assert.deepEqual(got.slice(-2).map((e) => e.data), [ENDING.finish.data, '[DONE]'], 'the ending, then [DONE]');
     const lineEvents = got.slice(0, -2);
     assert.deepEqual(lineEvents.map((e) => e.data), lines.map((l) => l.data), `every line exactly once (seed ${r.seed})`);
@@ -320,7 +328,7 @@ test('/ui: 409 on a text stream, 404 on a stream never opened, HEAD without a re
   isError(await call(api(stack, uniqueId('ui-norow')).uiUrl(0)), 404, 'no_stream', '/ui without a row');
 
   const c = await openUi('ui-head');
-  const head = await rawRequest(stack.baseUrl, { method: 'HEAD', path: `/streams/${c.id}/ui?token=${encodeURIComponent(c.token)}`, timeoutMs: 5000 });
+  const head = await rawRequest(stack.baseUrl, { method: 'HEAD', path: `/streams/${c.id}/ui?token=${encodeURIComponent(c.token)}`, timeoutMs: 15_000 });
   assert.equal(head.status, 200);
   assert.equal(head.headers['x-vercel-ai-ui-message-stream'], 'v1');
   assert.equal(ok(await c.stats(), 'stats').readers, 0, 'a HEAD attaches no reader');

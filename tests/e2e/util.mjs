@@ -1,8 +1,10 @@
 // The one family of e2e helpers (tests/e2e/*.test.mjs, bench/): randomness and emoji-heavy
 // text, stream ids with their message rows, D1 reads, an API client over fetch and a raw
-// one-connection request, the strict frame checker (SPEC §3 and contract S), and a cuttable
-// HTTP proxy. Everything here talks to the real Worker started by harness.mjs; nothing is
-// mocked. SSE is parsed by harness.mjs's `sseParser` (the `eventsource-parser` package).
+// one-connection request, the strict frame checker (SPEC §3 and contract S), a proxy that
+// cuts SSE answers at planned places on the wire, and a hold that keeps a producer running
+// elsewhere from ending until the test lets it. Everything here talks to the real Worker
+// started by harness.mjs; nothing is mocked. SSE is parsed by harness.mjs's `sseParser` (the
+// `eventsource-parser` package).
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { jsonOrUndefined, readSse, sseParser } from './harness.mjs';
@@ -443,63 +445,198 @@ export function checkFrames(frames, opts = {}) {
 }
 
 // ---------------------------------------------------------------------------------------
-// A cuttable HTTP proxy (node:http), to drop a client's connection for real.
+// A cutting HTTP proxy (node:http): drops a reader's connection for real, at a planned place
+// on the wire, whatever the clocks of the producer and the reader do.
 
 /**
- * Forwards every request to `target` (http://host:port), streaming both ways. Records each
- * request's url and headers in `requests`. `cut()` destroys every open client socket (and
- * its upstream request) mid-response: the client sees its connection die.
+ * A seeded plan of `cuts` cuts of a reader's SSE answers, for a reader sent at least `budget`
+ * events (lines with `data:`) before the producer ends. Cut i falls on the i-th connection
+ * that reaches it: after its `afterEvent`-th event (1 or more, so every connection delivers
+ * something and the reader's resume position moves on), and with probability `midEvent`
+ * `intoNext` bytes further, inside the next block (else 0: right at the event's end). The
+ * `afterEvent`s add up to at most `budget`, so every cut is reached while the producer is held.
  */
-export async function startProxy(target) {
+export function planCuts(r, { cuts, budget, midEvent = 0.5 }) {
+  const most = Math.floor(budget / cuts);
+  assert.ok(most >= 1, `a budget of ${budget} events cannot hold ${cuts} cuts`);
+  return Array.from({ length: cuts }, () => ({ afterEvent: r.int(1, most), intoNext: r.chance(midEvent) ? r.int(1, 64) : 0 }));
+}
+
+/**
+ * Follows one SSE answer's bytes: how many events (blocks with a `data:` line; `retry:` and
+ * `: ping` blocks do not count) it has carried, the `id:` of the last one, and the bytes since
+ * it. `find(bytes, cut)` returns where in `bytes` the planned `cut` falls (the number of bytes
+ * to forward before it), or -1 when it falls beyond them (their events are then counted).
+ */
+function sseWire() {
+  const wire = { events: 0, lastId: undefined, sinceEvent: 0 };
+  let line = '';
+  let data = false;
+  let id;
+  wire.find = (bytes, cut) => {
+    for (let i = 0; i < bytes.length; i++) {
+      const b = bytes[i];
+      const due = cut && wire.events === cut.afterEvent && cut.intoNext > 0;
+      // Inside the block after the planned event: cut `intoNext` bytes in, or before the block's
+      // last byte if it is shorter, so the client never gets that block whole.
+      if (due && b === 0x0a && line === '' && wire.sinceEvent > 0) return i;
+      wire.sinceEvent += 1;
+      if (due && wire.sinceEvent === cut.intoNext) return i + 1;
+      if (b === 0x0d) continue; // the Worker ends lines with \n; a \r changes nothing here
+      if (b !== 0x0a) {
+        if (line.length < 80) line += String.fromCharCode(b);
+        continue;
+      }
+      if (line === '') {
+        if (data) {
+          wire.events += 1;
+          wire.lastId = id ?? wire.lastId;
+          wire.sinceEvent = 0;
+          if (cut && wire.events === cut.afterEvent && cut.intoNext === 0) return i + 1;
+        }
+        data = false;
+        id = undefined;
+      } else if (line === 'data' || line.startsWith('data:')) data = true;
+      else if (line.startsWith('id:')) id = line.slice(3).replace(/^ /, '');
+      line = '';
+    }
+    return -1;
+  };
+  return wire;
+}
+
+/**
+ * Forwards every request to `target` (http://host:port), streaming both ways, and records each
+ * one's method, url and headers in `requests`. `cuts` (from planCuts, or `plan(cuts)` later)
+ * cut the SSE answers (`text/event-stream`) it forwards: each cut forwards exactly the bytes up
+ * to its place, then destroys the client's socket and the upstream request. `cuts` counts the
+ * planned cuts made so far; `cutLog` has one { url, afterEvent, intoNext, events, lastId } per
+ * cut (`lastId`: the `id:` of the last event the client got whole on that connection).
+ */
+export async function startProxy(target, { cuts = [] } = {}) {
   const requests = [];
   const live = new Set();
+  let plan = [];
+  let made = 0;
+  const cutLog = [];
+  let allCut;
+  const drop = (entry) => {
+    entry.req.socket.destroy();
+    entry.up.destroy();
+    live.delete(entry);
+  };
   const server = http.createServer((req, res) => {
     requests.push({ method: req.method, url: req.url, headers: { ...req.headers }, at: Date.now() });
-    const up = http.request(new URL(req.url, target), { method: req.method, headers: { ...req.headers, host: new URL(target).host } }, (upRes) => {
+    const entry = { req, res, up: null, cutting: false };
+    entry.up = http.request(new URL(req.url, target), { method: req.method, headers: { ...req.headers, host: new URL(target).host } }, (upRes) => {
       res.writeHead(upRes.statusCode, upRes.headers);
       res.flushHeaders();
-      upRes.on('data', (c) => res.write(c));
+      const wire = /^text\/event-stream/.test(upRes.headers['content-type'] ?? '') ? sseWire() : null;
+      // Settles once the last bytes forwarded were handed to the kernel.
+      let flushed = Promise.resolve();
+      const forward = (bytes) => {
+        flushed = new Promise((resolve) => res.write(bytes, resolve));
+      };
+      upRes.on('data', (bytes) => {
+        if (entry.cutting) return;
+        const cut = wire && made < plan.length ? plan[made] : undefined;
+        const at = cut ? wire.find(bytes, cut) : -1;
+        if (at < 0) {
+          if (wire && !cut) wire.find(bytes); // keep counting
+          forward(bytes);
+          return;
+        }
+        entry.cutting = true;
+        made += 1;
+        cutLog.push({ url: req.url, ...cut, events: wire.events, lastId: wire.lastId });
+        if (made === plan.length) allCut.resolve();
+        if (at > 0) forward(bytes.subarray(0, at));
+        // Destroying the socket drops what it has not written yet: the client gets every byte
+        // before the cut, then its connection dies.
+        flushed.then(() => drop(entry));
+      });
       upRes.on('end', () => {
-        entry.ended = true;
-        res.end();
+        if (!entry.cutting) res.end();
       });
       upRes.on('error', () => res.destroy());
     });
-    const entry = { req, res, up, ended: false };
     live.add(entry);
-    const forget = () => live.delete(entry);
     res.on('close', () => {
-      forget();
-      up.destroy();
+      live.delete(entry);
+      entry.up.destroy();
     });
-    up.on('error', () => res.destroy());
-    req.pipe(up);
+    entry.up.on('error', () => res.destroy());
+    req.pipe(entry.up);
   });
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
   const { port } = server.address();
-  return {
+  const proxy = {
     url: `http://127.0.0.1:${port}`,
     requests,
-    get open() {
-      return live.size;
+    cutLog,
+    /** How many planned cuts were made. */
+    get cuts() {
+      return made;
     },
     /**
-     * Cuts every proxied connection; returns how many were still delivering (their upstream
-     * answer not yet ended). One whose answer the server had already sent in full (a reconnect's
-     * replay that reached the end) is cut too but not counted: its client has everything and
-     * has no reason to reconnect.
+     * Plans `cuts` (from planCuts) from here on; resolves once all of them were made: what a
+     * held producer waits for.
      */
-    cut() {
-      const n = [...live].filter((e) => !e.ended).length;
-      for (const { req, up } of live) {
-        req.socket.destroy();
-        up.destroy();
-      }
-      live.clear();
-      return n;
+    plan(more) {
+      plan = [...plan.slice(0, made), ...more];
+      let resolve;
+      allCut = { promise: new Promise((r) => (resolve = r)), resolve };
+      if (made === plan.length) resolve();
+      return allCut.promise;
+    },
+    /** Resolves once every planned cut was made. */
+    get allCut() {
+      return allCut.promise;
     },
     async close() {
-      this.cut();
+      for (const entry of [...live]) drop(entry);
+      server.closeAllConnections?.();
+      await new Promise((r) => server.close(r));
+    },
+  };
+  proxy.plan(cuts);
+  return proxy;
+}
+
+/**
+ * A hold for a producer that runs elsewhere (the example chat's model, in the Worker: its
+ * MOCK_HOLD_URL): a local server whose `GET /<key>` is answered only once the test calls
+ * `release(key)`. `held(key)` resolves once the producer waits there. So a test acts
+ * mid-answer on the answer's state, never on the producer's clock.
+ */
+export async function startHold() {
+  const keys = new Map(); // key → { arrived, reached(), released, res }
+  const entry = (key) => {
+    if (!keys.has(key)) {
+      let reached;
+      const arrived = new Promise((resolve) => (reached = resolve));
+      keys.set(key, { arrived, reached, released: false, res: null });
+    }
+    return keys.get(key);
+  };
+  const server = http.createServer((req, res) => {
+    const e = entry(decodeURIComponent(new URL(req.url, 'http://hold.invalid').pathname.slice(1)));
+    e.res = res;
+    e.reached();
+    if (e.released) res.end('released');
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    /** Resolves once the producer of `key` waits at the hold. */
+    held: (key) => entry(key).arrived,
+    /** Lets the producer of `key` go on (now, or as soon as it arrives). */
+    release(key) {
+      const e = entry(key);
+      e.released = true;
+      e.res?.end('released');
+    },
+    async close() {
       server.closeAllConnections?.();
       await new Promise((r) => server.close(r));
     },
