@@ -122,8 +122,13 @@ export function encodeUIChunk(chunk: UIMessageChunk): string;
 export function signStreamToken(options: {
   /** STREAM_JWT_SECRET: at least 16 characters. */
   secret: string;
-  /** An exact stream id, or a prefix ending in `*`. */
-  stream: string;
+  /** An exact stream id, or a prefix ending in `*`. Required unless `chat` is given. */
+  stream?: string;
+  /**
+   * An exact chat id, or a prefix ending in `*`: reads of that chat's answers (the message
+   * table's chat column mapped), e.g. the resume GET `{prefix}/chats/{chat}/stream`.
+   */
+  chat?: string;
   scope: string | Array<'read' | 'write' | 'cancel'>;
   /** Default 3600. Make it outlive the longest answer plus reconnects. */
   ttlSeconds?: number;

@@ -286,13 +286,16 @@ const b64urlJson = (value) => b64url(encoder.encode(JSON.stringify(value)));
 
 /**
  * An HS256 token for the stream API (SPEC §4), signed with WebCrypto (Workers, browsers' server
- * side, Node ≥ 20). `stream` is an exact stream id or a prefix ending in `*`; `scope` is a
- * space-separated string or an array of `read`, `write`, `cancel`.
+ * side, Node ≥ 20). `stream` is an exact stream id or a prefix ending in `*`; `chat` (reads only,
+ * with the chat column mapped) lets it read the answers of that chat, such as the stock AI SDK
+ * transport's resume GET `{prefix}/chats/{chat}/stream`; `scope` is a space-separated string or
+ * an array of `read`, `write`, `cancel`.
  */
-export async function signStreamToken({ secret, stream, scope, ttlSeconds = 3600, sub = 'app', now = Date.now() }) {
+export async function signStreamToken({ secret, stream, chat, scope, ttlSeconds = 3600, sub = 'app', now = Date.now() }) {
   if (typeof secret !== 'string' || secret.length < 16) throw new TypeError('signStreamToken: the secret must be a string of at least 16 characters');
-  if (typeof stream !== 'string' || stream === '') throw new TypeError('signStreamToken: `stream` is required');
-  const claims = { sub, stream, scope: Array.isArray(scope) ? scope.join(' ') : scope, exp: Math.floor(now / 1000) + ttlSeconds };
+  const named = (v) => typeof v === 'string' && v !== '';
+  if (!named(stream) && !named(chat)) throw new TypeError('signStreamToken: `stream` or `chat` is required');
+  const claims = { sub, ...(named(stream) ? { stream } : {}), ...(named(chat) ? { chat } : {}), scope: Array.isArray(scope) ? scope.join(' ') : scope, exp: Math.floor(now / 1000) + ttlSeconds };
   const input = `${b64urlJson({ alg: 'HS256', typ: 'JWT' })}.${b64urlJson(claims)}`;
   const key = await crypto.subtle.importKey('raw', encoder.encode(secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
   const sig = new Uint8Array(await crypto.subtle.sign('HMAC', key, encoder.encode(input)));

@@ -21,8 +21,11 @@ import { fileURLToPath } from 'node:url';
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 export const TABLE_FILE = join(ROOT, 'src', 'engine', 'ui_chunks.json');
 
-/** The zod schema behind `uiMessageChunkSchema`, caught as the SDK builds it. */
-async function sdkChunkSchema() {
+/** The zod schema behind `uiMessageChunkSchema`, caught as the SDK builds it (once per process). */
+let caught;
+const sdkChunkSchema = () => (caught ??= catchChunkSchema());
+
+async function catchChunkSchema() {
   const { uiMessageChunkSchema } = await import('ai');
   const built = [];
   Object.defineProperty(Object.prototype, '_zod', {

@@ -121,17 +121,21 @@ export const tools = {
 
 /**
  * A mock model that plays `steps` (one per call), one part every `delayMs`. It stops when the
- * call is aborted or its stream cancelled, and says so through `onStop(reason)`.
+ * call is aborted or its stream cancelled, and says so through `onStop(reason)`. With `hold`
+ * (`{ step, part, until }`), it waits for the promise `until` before part `part` of step `step`:
+ * a test holds an answer mid-way until it has done what it does mid-answer.
  */
-export function scriptedModel(steps, { delayMs = 0, onStop } = {}) {
+export function scriptedModel(steps, { delayMs = 0, onStop, hold } = {}) {
   let call = 0;
   return new MockLanguageModelV4({
     doStream: async ({ abortSignal }) => {
-      const parts = steps[Math.min(call++, steps.length - 1)];
+      const step = Math.min(call++, steps.length - 1);
+      const parts = steps[step];
       let i = 0;
       const stream = new ReadableStream({
         async pull(controller) {
           if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
+          if (hold && step === hold.step && i === hold.part) await hold.until;
           if (abortSignal?.aborted) {
             onStop?.('aborted');
             return controller.error(abortSignal.reason);
@@ -148,10 +152,22 @@ export function scriptedModel(steps, { delayMs = 0, onStop } = {}) {
   });
 }
 
+/**
+ * Where an answer held mid-way waits (see `scriptedModel`): in the last step (the text), at a
+ * part drawn from the seed in its middle half, so the page shows reasoning, the tool call and
+ * some text, and the rest of the text is still to come.
+ */
+export function holdPoint({ seed, kind = 'full', words = 40 }) {
+  const steps = answerScript({ seed, kind, words });
+  const last = steps.length - 1;
+  const n = steps[last].length;
+  return { step: last, part: Math.floor(n / 4) + (seed % Math.max(1, Math.floor(n / 2))) };
+}
+
 /** `streamText` of the scripted answer (what the example's producer runs). */
-export function streamAnswer({ seed, kind = 'full', words, delayMs = 0, abortSignal, onStop, prompt = 'What is the weather?' }) {
+export function streamAnswer({ seed, kind = 'full', words, delayMs = 0, abortSignal, onStop, hold, prompt = 'What is the weather?' }) {
   return streamText({
-    model: scriptedModel(answerScript({ seed, kind, words }), { delayMs, onStop }),
+    model: scriptedModel(answerScript({ seed, kind, words }), { delayMs, onStop, hold }),
     prompt,
     tools,
     stopWhen: stepCountIs(3),
