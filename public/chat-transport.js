@@ -476,7 +476,8 @@ export class RindleChatTransport {
         cleanup();
         return inner.cancel();
       },
-    });
+      // Nothing is pulled before the SDK reads (so `onFirstRead` is its first read).
+    }, { highWaterMark: 0 });
   }
 
   /** POST …/cancel (needs `cancel` scope); keepalive lets it outlive a closing page. */

@@ -60,6 +60,7 @@ impl StreamObject {
         }
         let (opened, wait) = futures::channel::oneshot::channel();
         self.awaiting_open.borrow_mut().push(opened);
+        log("info", "reader_awaits_open", &route.stream_id, json!({"atMostMs": o.settings().stream.lease_ms}));
         let bound = worker::Delay::from(Duration::from_millis(o.settings().stream.lease_ms));
         futures::pin_mut!(bound);
         let _ = futures::future::select(wait, bound).await;
