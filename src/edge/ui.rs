@@ -73,21 +73,15 @@ impl StreamObject {
     /// no `[DONE]`: the client reconnects and finds the ending once the lease sealed the row. A
     /// client that already got the ending (`Last-Event-ID: done`) gets 204.
     pub(super) async fn ui(&self, o: &Rc<Object>, req: &Request, target: &http::Target, route: &Route) -> Result<Response, ApiError> {
-        if saw_ending(req) {
-            return no_content();
+        match self.join_ui(o, req, target, route).await? {
+            UiJoin::Answered(response) => Ok(response),
+            UiJoin::NeverOpened => Err(ApiError::no_stream(&route.stream_id)),
+            UiJoin::NoLiveStream { from } => {
+                let durable = o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+                let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
+                self.durable_ui(o, &durable, from)
+            }
         }
-        match self.format_or_await_open(o, route).await? {
-            Some(Format::Ui) => {}
-            Some(other) => return Err(ApiError::wrong_format(&route.stream_id, other)),
-            None => return Err(ApiError::no_stream(&route.stream_id)),
-        }
-        let from = match o.subscribe(Dialect::Ui, req, target) {
-            sse::Subscription::Answered(response) => return with_lease(response, o),
-            sse::Subscription::NoLiveStream { from } => from,
-        };
-        let durable = o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
-        let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
-        self.durable_ui(o, &durable, from)
     }
 
     /// `GET /stream`, the resume GET of the stock AI SDK transport (SPEC §9): 204 when no answer
@@ -97,24 +91,35 @@ impl StreamObject {
     /// answer that ended but still lingers here is served with its ending: a page that learned
     /// of it while it ran and reconnects just after does not miss it.
     pub(super) async fn resume(&self, o: &Rc<Object>, req: &Request, target: &http::Target, route: &Route) -> Result<Response, ApiError> {
+        match self.join_ui(o, req, target, route).await? {
+            UiJoin::Answered(response) => Ok(response),
+            UiJoin::NeverOpened => no_content(),
+            // Not held here: active only while the row is still `streaming` (the object was lost
+            // and the lease has not sealed it yet).
+            UiJoin::NoLiveStream { from } => {
+                match o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)? {
+                    Some(durable) if durable.status == STATUS_STREAMING => self.durable_ui(o, &durable, from),
+                    _ => no_content(),
+                }
+            }
+        }
+    }
+
+    /// What `/ui` and `/stream` share: 204 for a client that got the ending already, the format
+    /// check (waiting for an open about to come), and a live reader when the stream is here.
+    async fn join_ui(&self, o: &Rc<Object>, req: &Request, target: &http::Target, route: &Route) -> Result<UiJoin, ApiError> {
         if saw_ending(req) {
-            return no_content();
+            return no_content().map(UiJoin::Answered);
         }
         match self.format_or_await_open(o, route).await? {
             Some(Format::Ui) => {}
             Some(other) => return Err(ApiError::wrong_format(&route.stream_id, other)),
-            None => return no_content(),
+            None => return Ok(UiJoin::NeverOpened),
         }
-        let from = match o.subscribe(Dialect::Ui, req, target) {
-            sse::Subscription::Answered(response) => return with_lease(response, o),
-            sse::Subscription::NoLiveStream { from } => from,
-        };
-        // Not held here: active only while the row is still `streaming` (the object was lost
-        // and the lease has not sealed it yet).
-        match o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)? {
-            Some(durable) if durable.status == STATUS_STREAMING => self.durable_ui(o, &durable, from),
-            _ => no_content(),
-        }
+        Ok(match o.subscribe(Dialect::Ui, req, target) {
+            sse::Subscription::Answered(response) => UiJoin::Answered(with_lease(response, o)?),
+            sse::Subscription::NoLiveStream { from } => UiJoin::NoLiveStream { from },
+        })
     }
 
     /// The `/ui` answer of a stream no live stream holds here, from its durable text.
@@ -124,6 +129,16 @@ impl StreamObject {
         let response = Response::from_bytes(body.into_bytes()).map(|r| r.with_headers(sse::headers(Dialect::Ui))).map_err(unavailable);
         with_lease(response, o)
     }
+}
+
+/// Where a `/ui` or `/stream` request stands once the checks they share are done.
+enum UiJoin {
+    /// Answered already: 204, or a live reader's SSE.
+    Answered(Response),
+    /// The stream was never opened here (and no open came while it waited).
+    NeverOpened,
+    /// No live stream here: read the durable text from `from`.
+    NoLiveStream { from: u64 },
 }
 
 /// The client got the ending already (an `EventSource` that did not close at `[DONE]`).

@@ -229,11 +229,13 @@ impl<'de> DeserializeSeed<'de> for Check<'_> {
             Ty::Optional(inner) => Check(inner).deserialize(d),
             Ty::Object(fields) => ObjectCheck { fields, skip: None }.deserialize(d),
             Ty::Union(options) => {
-                // Rare and small (citations, steering parts): read the value, try each option.
-                let value = serde_json::Value::deserialize(d)?;
+                // Rare and small (citations, steering parts): read the value, try each option on
+                // its text (one deserializer for every check keeps the wasm small).
+                let text = serde_json::Value::deserialize(d)?.to_string();
                 let mut faults = Vec::with_capacity(options.len());
                 for option in options {
-                    match Check(option).deserialize(&value) {
+                    let mut de = serde_json::Deserializer::from_str(&text);
+                    match Check(option).deserialize(&mut de) {
                         Ok(Ok(())) => return Ok(Ok(())),
                         Ok(Err(fault)) => faults.push(fault),
                         Err(e) => return Err(de::Error::custom(e)),
