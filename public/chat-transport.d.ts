@@ -2,6 +2,8 @@
 // `ai` is referenced for its types only; the module itself imports nothing.
 import type { ChatRequestOptions, ChatTransport, UIMessage, UIMessageChunk } from 'ai';
 
+export { readUIMessage, uiChunksOf, type MessageRow, type ReadUIMessageOptions } from './ui-message.js';
+
 /** How the transport reconnects a dropped `/ui` connection. */
 export interface RetryOptions {
   /**
@@ -14,8 +16,10 @@ export interface RetryOptions {
   maxDelayMs?: number;
   /**
    * Give up when no attempt has delivered anything for this long: the stream then ends with an
-   * `error` chunk. Default 10000 (the server's default LEASE_MS: by then a lost stream is sealed
-   * `interrupted` and a reconnect would deliver its `error` ending anyway).
+   * `error` chunk. Default: twice the server's LEASE_MS plus 5 s (it says it in
+   * `x-rindle-lease-ms`; 25 s with the default 10 s lease), else 30000. A stream whose object was
+   * lost is sealed within about LEASE_MS, and its own ending (saying how much was saved) then
+   * reaches the page, so keep this above LEASE_MS.
    */
   giveUpAfterMs?: number;
 }
@@ -52,6 +56,7 @@ export interface RindleChatTransportOptions<UI_MESSAGE extends UIMessage = UIMes
   headers?: Resolvable<HeadersValue>;
   /** Extra JSON fields of the POST to the app's endpoint. */
   body?: Resolvable<object>;
+  /** For every request: the app's endpoint, the `/ui` reads and the cancel (a function is called each time). */
   credentials?: Resolvable<RequestCredentials>;
   /** Used for every request: the app's endpoint and the stream API. Default: the global fetch. */
   fetch?: typeof globalThis.fetch;
@@ -103,7 +108,11 @@ export class ChatTransportError extends Error {
 
 export class RindleChatTransport<UI_MESSAGE extends UIMessage = UIMessage> implements ChatTransport<UI_MESSAGE> {
   constructor(options?: RindleChatTransportOptions<UI_MESSAGE>);
-  /** Always true: `reconnectToStream` replays the answer from its start. */
+  /**
+   * Always true: `reconnectToStream` replays the answer from its start, and the SDK (ai >=
+   * 7.0.137) starts the message over at the replay's `start` chunk. The transport warns once
+   * when the SDK that resumed did not read it.
+   */
   readonly resumeStreamIsReplay: true;
   sendMessages(
     options: {
@@ -134,7 +143,8 @@ export interface ReadUIStreamOptions extends StreamRef {
 
 /**
  * Read a `ui` stream (GET …/ui) from `from` to its ending across dropped connections: every
- * chunk once and in order, ending with `finish`, `abort` or `error`. Cancel it to stop reading.
+ * chunk once and in order, ending with `finish`, `abort` or `error`. It reads the network only
+ * as fast as it is read (backpressure). Cancel it to stop reading.
  */
 export function readUIStream(options: ReadUIStreamOptions): ReadableStream<UIMessageChunk>;
 

@@ -1,5 +1,12 @@
-// rindle-streams ChatTransport for the AI SDK's `useChat` (ai 5+), with no dependencies. Vendor
-// this file, or load it from the Worker at `/chat-transport.js`. Types: chat-transport.d.ts.
+// rindle-streams ChatTransport for the AI SDK's `useChat`, with no dependencies. Vendor this file
+// (with ui-message.js and client.js, which it imports), or load it from the Worker at
+// `/chat-transport.js`. Types: chat-transport.d.ts.
+//
+// AI SDK versions: the transport works with ai 5 and later; a replay after a reload or in a second
+// tab is free of duplicated parts with ai >= 7.0.137, which reads the transport's
+// `resumeStreamIsReplay` and starts the message over at the replay's `start` chunk (7.0.61-7.0.136
+// replace the message only when it is the page's last one; earlier versions replay onto a copy of
+// it). The transport warns once, in the console, when the SDK that resumed did not read it.
 //
 //   import { useChat } from '@ai-sdk/react';
 //   import { RindleChatTransport } from './chat-transport.js';
@@ -22,8 +29,19 @@
 //     stops and every reader gets `abort`;
 //   * `reconnectToStream` replays the active answer from offset 0 (`resumeStreamIsReplay`).
 
-const TERMINAL = new Set(['finish', 'abort', 'error']);
-const DEFAULT_RETRY = { initialDelayMs: 250, maxDelayMs: 4000, giveUpAfterMs: 10_000 };
+export { readUIMessage, uiChunksOf } from './ui-message.js';
+
+/** The `id:` of a `/ui` ending's first event (not an offset: the ending is not part of the text). */
+const ENDED_ID = 'done';
+/**
+ * Give up after this long without getting anything through, when the server did not say its
+ * LEASE_MS; when it did (`x-rindle-lease-ms`), twice that plus 5 s, so a stream whose object was
+ * lost is sealed and its ending ("only part of the answer shown was saved …") reaches the page
+ * before the transport gives up.
+ */
+const DEFAULT_GIVE_UP_MS = 30_000;
+const giveUpAfterLease = (leaseMs) => 2 * leaseMs + 5_000;
+const DEFAULT_RETRY = { initialDelayMs: 250, maxDelayMs: 4000 };
 
 /** The app's chat endpoint or the stream API answered with an error. */
 export class ChatTransportError extends Error {
@@ -118,91 +136,126 @@ export function readUIStream({
   const stop = new AbortController(); // the consumer cancelled
   let position = from; // the `id:` of the last chunk delivered: where a reconnect resumes
   let serverRetryMs;
+  let serverLeaseMs; // the server's LEASE_MS, from its first answer
   let ended = false;
+  let roomAvailable; // resolves the wait for room in the queue (see `room`)
 
   return new ReadableStream({
-    async start(controller) {
-      let failures = 0;
-      let disconnectedAt; // when the current run of failed attempts began
-      let lastProblem = '';
-      // An ending chunk without an SSE `id:` is the server's (or our) ending: nothing follows.
-      const deliver = (chunk, sseId) => {
-        if (ended) return;
-        controller.enqueue(chunk);
-        if (TERMINAL.has(chunk.type) && sseId === undefined) ended = true;
-      };
-
-      while (!ended && !stop.signal.aborted) {
-        let progressed = false;
+    // The read loop runs on its own: a stream calls `pull` (which makes room) only once `start`
+    // has returned.
+    start(controller) {
+      run(controller).catch((err) => {
         try {
-          const url = `${base}?from=${position}${token == null ? '' : `&token=${encodeURIComponent(token)}`}`;
-          const res = await doFetch(url, { headers: { accept: 'text/event-stream' }, credentials, signal: stop.signal, cache: 'no-store' });
-          if (!res.ok) {
-            const detail = await errorDetail(res);
-            const message = `stream ${streamId}: ${res.status} ${detail.code ?? ''} ${detail.message ?? ''}`.replace(/\s+/g, ' ').trim();
-            // 408, 429 and 5xx are worth another try; anything else will not change.
-            if (res.status !== 408 && res.status !== 429 && res.status < 500) {
-              deliver({ type: 'error', errorText: message });
-              break;
-            }
-            throw new ChatTransportError(message, { status: res.status, code: detail.code, url: base });
-          }
-          if (!res.body) throw new ChatTransportError(`stream ${streamId}: the response has no body`, { url: base });
-          const done = await readEvents(res.body, stop.signal, (event) => {
-            if (event.retry !== undefined) serverRetryMs = event.retry;
-            if (event.data === undefined) return false;
-            if (event.data === '[DONE]') return true;
-            let chunk;
-            try {
-              chunk = JSON.parse(event.data);
-            } catch {
-              return false; // the server validates every line; skip anything else
-            }
-            if (event.id !== undefined) {
-              const at = Number(event.id);
-              if (!(at > position)) return false; // already delivered (never expected: belt and braces)
-              position = at;
-            }
-            progressed = true;
-            failures = 0;
-            disconnectedAt = undefined;
-            deliver(chunk, event.id);
-            return ended;
-          });
-          if (done) ended = true;
-          lastProblem = 'the connection closed before the stream ended';
-        } catch (err) {
-          if (stop.signal.aborted) break;
-          lastProblem = err?.message ?? String(err);
+          controller.error(err);
+        } catch {
+          // already closed or cancelled
         }
-        if (ended || stop.signal.aborted) break;
-        // Reconnect from `position`: the first time after a connection that delivered something
-        // within [0, initial) ms, then with exponential backoff (jittered) while attempts fail.
-        if (!progressed) failures += 1;
-        disconnectedAt ??= Date.now();
-        const waited = Date.now() - disconnectedAt;
-        if (waited >= policy.giveUpAfterMs) {
-          deliver({ type: 'error', errorText: `stream ${streamId}: gave up reconnecting after ${Math.round(waited / 1000)} s (${lastProblem})` });
-          break;
-        }
-        const initial = retry.initialDelayMs ?? serverRetryMs ?? policy.initialDelayMs;
-        const ceiling = Math.min(policy.maxDelayMs, initial * 2 ** failures);
-        const jittered = failures === 0 ? Math.random() * initial : ceiling / 2 + (Math.random() * ceiling) / 2;
-        const delay = Math.min(jittered, policy.giveUpAfterMs - waited);
-        onReconnect?.({ streamId, from: position, attempt: failures, delayMs: delay, reason: lastProblem });
-        await sleep(delay, stop.signal);
-      }
-      if (!stop.signal.aborted) controller.close();
+      });
+    },
+    pull() {
+      roomAvailable?.();
+      roomAvailable = undefined;
     },
     cancel(reason) {
       ended = true;
       stop.abort(reason);
+      roomAvailable?.();
     },
   });
+
+  async function run(controller) {
+    let failures = 0;
+    let disconnectedAt; // when the current run of failed attempts began
+    let lastProblem = '';
+    const deliver = (chunk) => {
+      if (!ended) controller.enqueue(chunk);
+    };
+    // Backpressure: read the next piece of the body only once the consumer has room for
+    // more, so a slow consumer holds the network, not this stream's queue.
+    const room = () =>
+      controller.desiredSize > 0 || stop.signal.aborted ? undefined : new Promise((resolve) => (roomAvailable = resolve));
+
+    while (!ended && !stop.signal.aborted) {
+      let progressed = false;
+      try {
+        const url = `${base}?from=${position}${token == null ? '' : `&token=${encodeURIComponent(token)}`}`;
+        const res = await doFetch(url, { headers: { accept: 'text/event-stream' }, credentials, signal: stop.signal, cache: 'no-store' });
+        if (res.status === 204) {
+          // Nothing more to read (the server says this reader has the ending already).
+          ended = true;
+          break;
+        }
+        if (!res.ok) {
+          const detail = await errorDetail(res);
+          const message = `stream ${streamId}: ${res.status} ${detail.code ?? ''} ${detail.message ?? ''}`.replace(/\s+/g, ' ').trim();
+          // 408, 429 and 5xx are worth another try; anything else will not change.
+          if (res.status !== 408 && res.status !== 429 && res.status < 500) {
+            deliver({ type: 'error', errorText: message });
+            break;
+          }
+          throw new ChatTransportError(message, { status: res.status, code: detail.code, url: base });
+        }
+        if (!res.body) throw new ChatTransportError(`stream ${streamId}: the response has no body`, { url: base });
+        const lease = Number(res.headers.get('x-rindle-lease-ms'));
+        if (lease > 0) serverLeaseMs = lease;
+        const done = await readEvents(res.body, stop.signal, room, (event) => {
+          if (event.retry !== undefined) serverRetryMs = event.retry;
+          if (event.data === undefined) return false;
+          // The ending's first event carries `id: done`; `[DONE]` closes the answer.
+          const ending = event.id === ENDED_ID;
+          if (event.data === '[DONE]') return true;
+          let chunk;
+          try {
+            chunk = JSON.parse(event.data);
+          } catch {
+            return false; // the server validates every line; skip anything else
+          }
+          if (!ending && event.id !== undefined) {
+            const at = Number(event.id);
+            if (!(at > position)) return false; // already delivered (never expected: belt and braces)
+            position = at;
+          }
+          progressed = true;
+          failures = 0;
+          disconnectedAt = undefined;
+          deliver(chunk);
+          if (ending) ended = true;
+          return ended;
+        });
+        if (done) ended = true;
+        lastProblem = 'the connection closed before the stream ended';
+      } catch (err) {
+        if (stop.signal.aborted) break;
+        lastProblem = err?.message ?? String(err);
+      }
+      if (ended || stop.signal.aborted) break;
+      // Reconnect from `position`: the first time after a connection that delivered something
+      // within [0, initial) ms, then with exponential backoff (jittered) while attempts fail.
+      if (!progressed) failures += 1;
+      disconnectedAt ??= Date.now();
+      const waited = Date.now() - disconnectedAt;
+      const giveUpAfterMs = retry.giveUpAfterMs ?? (serverLeaseMs ? giveUpAfterLease(serverLeaseMs) : DEFAULT_GIVE_UP_MS);
+      if (waited >= giveUpAfterMs) {
+        deliver({ type: 'error', errorText: `stream ${streamId}: gave up reconnecting after ${Math.round(waited / 1000)} s (${lastProblem})` });
+        break;
+      }
+      const initial = retry.initialDelayMs ?? serverRetryMs ?? policy.initialDelayMs;
+      const ceiling = Math.min(policy.maxDelayMs, initial * 2 ** failures);
+      const jittered = failures === 0 ? Math.random() * initial : ceiling / 2 + (Math.random() * ceiling) / 2;
+      const delay = Math.min(jittered, giveUpAfterMs - waited);
+      onReconnect?.({ streamId, from: position, attempt: failures, delayMs: delay, reason: lastProblem });
+      await sleep(delay, stop.signal);
+    }
+    ended = true;
+    if (!stop.signal.aborted) controller.close();
+  }
 }
 
-/** Read SSE events from `body` until `onEvent` returns true (→ true) or the body ends (→ false). */
-async function readEvents(body, signal, onEvent) {
+/**
+ * Read SSE events from `body` until `onEvent` returns true (→ true) or the body ends (→ false),
+ * reading each next piece only once `room()` (a promise, or nothing when there is room) settles.
+ */
+async function readEvents(body, signal, room, onEvent) {
   const reader = body.pipeThrough(new TextDecoderStream()).getReader();
   let finished = false;
   const parser = createSseParser((event) => {
@@ -212,6 +265,8 @@ async function readEvents(body, signal, onEvent) {
   signal.addEventListener('abort', release, { once: true });
   try {
     while (!finished) {
+      await room();
+      if (signal.aborted) break;
       const { done, value } = await reader.read();
       if (done) break;
       parser.push(value);
@@ -254,12 +309,23 @@ async function failure(res, url, what) {
 const asHeaders = (h) => (h instanceof Headers ? Object.fromEntries(h.entries()) : { ...(h ?? {}) });
 const resolveValue = async (v) => (typeof v === 'function' ? v() : v);
 
+let warnedReplayUnread = false;
+
 /** The AI SDK `ChatTransport` over rindle-streams (see the header comment). */
 export class RindleChatTransport {
-  /** `reconnectToStream` replays the answer from its start: the SDK resets its message state. */
-  resumeStreamIsReplay = true;
-
   #options;
+  /** The SDK read `resumeStreamIsReplay` since the last `reconnectToStream` (see its getter). */
+  #replayRead = false;
+
+  /**
+   * `reconnectToStream` replays the answer from its start: the SDK resets its message state. A
+   * getter, so the transport learns whether the SDK that resumed reads it (ai >= 7.0.137).
+   */
+  get resumeStreamIsReplay() {
+    this.#replayRead = true;
+    return true;
+  }
+
   #readers = new Set();
   #cancelled = new Set(); // stream ids already cancelled (the abort can be seen twice)
 
@@ -319,7 +385,7 @@ export class RindleChatTransport {
     } else {
       ref = await started;
     }
-    return this.#follow(ref, abortSignal);
+    return this.#follow(ref, abortSignal, credentials);
   }
 
   async reconnectToStream({ chatId, abortSignal, headers, body, metadata }) {
@@ -342,7 +408,15 @@ export class RindleChatTransport {
     // An abort before this point is never a user's stop (the chat was not streaming yet; React
     // StrictMode's double mount does it): nothing to cancel. After it, it is `stop()`.
     if (abortSignal?.aborted) throw abortError(abortSignal.reason);
-    return this.#follow(ref, abortSignal);
+    this.#replayRead = false;
+    return this.#follow(ref, abortSignal, credentials, () => {
+      // The SDK reads `resumeStreamIsReplay` before it reads the stream, if it reads it at all.
+      if (this.#replayRead || warnedReplayUnread) return;
+      warnedReplayUnread = true;
+      console.warn(
+        'rindle-streams: the AI SDK that resumed this chat does not read the transport\'s resumeStreamIsReplay; its replay of the answer may show parts twice. Use ai >= 7.0.137.',
+      );
+    });
   }
 
   /** Stop every reader this transport started (without cancelling the answers). */
@@ -351,14 +425,18 @@ export class RindleChatTransport {
     this.#readers.clear();
   }
 
-  #follow(ref, abortSignal) {
+  /**
+   * The answer's chunks for the SDK. `credentials`: the option, resolved for this request (it may
+   * be a function); `onFirstRead`: called once, when the SDK first reads.
+   */
+  #follow(ref, abortSignal, credentials, onFirstRead) {
     if (abortSignal?.aborted) {
       this.#cancel(ref);
       throw abortError(abortSignal.reason);
     }
     const o = this.#options;
     const stream = readUIStream({
-      ...ref, streamsUrl: o.streamsUrl, prefix: o.prefix, fetch: o.fetch, credentials: o.credentials, retry: o.retry, onReconnect: o.onReconnect,
+      ...ref, streamsUrl: o.streamsUrl, prefix: o.prefix, fetch: o.fetch, credentials, retry: o.retry, onReconnect: o.onReconnect,
     });
     // Our own reader over it, so close() and the abort can stop it; the SDK reads the outer stream.
     const inner = stream.getReader();
@@ -376,6 +454,8 @@ export class RindleChatTransport {
     abortSignal?.addEventListener('abort', onAbort, { once: true });
     return new ReadableStream({
       async pull(controller) {
+        onFirstRead?.();
+        onFirstRead = undefined;
         let next;
         try {
           next = await inner.read();
@@ -396,7 +476,8 @@ export class RindleChatTransport {
         cleanup();
         return inner.cancel();
       },
-    });
+      // Nothing is pulled before the SDK reads (so `onFirstRead` is its first read).
+    }, { highWaterMark: 0 });
   }
 
   /** POST …/cancel (needs `cancel` scope); keepalive lets it outlive a closing page. */
@@ -405,11 +486,10 @@ export class RindleChatTransport {
     if (!o.cancelOnStop || this.#cancelled.has(streamId)) return;
     this.#cancelled.add(streamId);
     const url = `${String(o.streamsUrl).replace(/\/+$/, '')}${o.prefix}/${encodeURIComponent(streamId)}/cancel`;
-    this.#fetch(url, {
-      method: 'POST',
-      headers: token == null ? {} : { authorization: `Bearer ${token}` },
-      credentials: o.credentials,
-      keepalive: true,
-    }).then((res) => res.body?.cancel(), () => {});
+    resolveValue(o.credentials)
+      .then((credentials) =>
+        this.#fetch(url, { method: 'POST', headers: token == null ? {} : { authorization: `Bearer ${token}` }, credentials, keepalive: true }),
+      )
+      .then((res) => res.body?.cancel(), () => {});
   }
 }

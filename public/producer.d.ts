@@ -2,6 +2,8 @@
 // `ai` is referenced for its types only; the module itself imports nothing.
 import type { UIMessageChunk } from 'ai';
 
+export { readUIMessage, uiChunksOf, type MessageRow, type ReadUIMessageOptions } from './ui-message.js';
+
 /** Something with a `fetch`, such as a service binding (`env.RINDLE`). */
 export interface Fetcher {
   fetch(request: Request): Promise<Response>;
@@ -32,6 +34,12 @@ export interface AppendResult {
   cancelled: boolean;
 }
 
+/** The flush answer: everything below `durableSeq` is committed. */
+export interface FlushResult {
+  seq: number;
+  durableSeq: number;
+}
+
 export interface EndResult {
   status: 'complete' | 'cancelled' | 'error' | 'interrupted';
   seq: number;
@@ -51,10 +59,14 @@ export interface ProducerStream<F extends StreamFormat = 'text'> {
    */
   readonly signal: AbortSignal;
   readonly cancelled: boolean;
-  /** One plain append: a string (`text`), or a chunk or an array of chunks (`ui`). */
+  /**
+   * One plain append: a string (`text`), or a chunk or an array of chunks (`ui`). On a `ui`
+   * stream a `start` chunk's `messageId` is the stream id: set when missing, refused
+   * (`BadChunkError`) when it is another.
+   */
   append(value: F extends 'ui' ? UIMessageChunk | UIMessageChunk[] : string): Promise<AppendResult>;
   /** Resolves once everything appended so far is committed to D1 (503 `checkpoint_failed` otherwise). */
-  flush(): Promise<AppendResult>;
+  flush(): Promise<FlushResult>;
   /** Seal the stream. */
   close(): Promise<EndResult>;
   /** Seal the stream as `error` with this message (`cancelled` when a reader's cancel was seen first). */
@@ -67,6 +79,12 @@ export interface ProducerStream<F extends StreamFormat = 'text'> {
    * seen first (its early answer can cut the append's connection): then it resolves `cancelled`.
    */
   pipe(source: ReadableStream<Piece<F>>): Promise<EndResult>;
+  /**
+   * `pipe` for the copy of the SSE that the AI SDK's `toUIMessageStreamResponse({ consumeSseStream })`
+   * hands over, so a route handler that answers the browser itself also writes through rindle:
+   * `consumeSseStream: (sse) => ctx.waitUntil(stream.consumeSseStream(sse))`. `ui` streams only.
+   */
+  consumeSseStream(sse: { stream: ReadableStream<string> }): Promise<EndResult>;
 }
 
 /** Open a stream and return its producer handle. Rejects with a `RindleError` on a refusal. */
@@ -104,8 +122,13 @@ export function encodeUIChunk(chunk: UIMessageChunk): string;
 export function signStreamToken(options: {
   /** STREAM_JWT_SECRET: at least 16 characters. */
   secret: string;
-  /** An exact stream id, or a prefix ending in `*`. */
-  stream: string;
+  /** An exact stream id, or a prefix ending in `*`. Required unless `chat` is given. */
+  stream?: string;
+  /**
+   * An exact chat id, or a prefix ending in `*`: reads of that chat's answers (the message
+   * table's chat column mapped), e.g. the resume GET `{prefix}/chats/{chat}/stream`.
+   */
+  chat?: string;
   scope: string | Array<'read' | 'write' | 'cancel'>;
   /** Default 3600. Make it outlive the longest answer plus reconnects. */
   ttlSeconds?: number;

@@ -7,11 +7,22 @@
 //   const result = streamText({ model, messages, abortSignal: stream.signal });   // a cancel stops the model
 //   ctx.waitUntil(stream.pipe(result.toUIMessageStream({ generateMessageId: () => messageId })));
 //
+// Or, where the route handler already answers the browser with the AI SDK's own response (the
+// way `resumable-stream` plugs in), a copy of that response's SSE goes through rindle too:
+//   return result.toUIMessageStreamResponse({
+//     generateMessageId: () => messageId,
+//     consumeSseStream: (sse) => ctx.waitUntil(stream.consumeSseStream(sse)),
+//   });
+//
 // `pipe` sends the whole answer as ONE streaming append (the fast path), NDJSON-encoded for a
 // `ui` stream, then closes the stream; an upstream that throws, or a UI `error` chunk, ends it
 // with `fail` instead, so the row is never left `streaming`. A cancel (POST …/cancel from any
 // reader) answers the streaming append at once with `cancelled: true`: `pipe` then stops reading
 // the upstream, fires `stream.signal`, and closes (the row ends `cancelled`).
+//
+// Ids by construction: on a `ui` stream the `start` chunk's `messageId` is the stream id (the
+// message row's id), so a replay replaces the message it belongs to instead of adding one. A
+// `start` chunk without one gets it; one with another id is refused (`BadChunkError`).
 
 /** A non-2xx answer of the stream API: `status`, the SPEC §4 `code` and its `message`. */
 export class RindleError extends Error {
@@ -33,6 +44,10 @@ export class BadChunkError extends TypeError {
   }
 }
 
+import { createSseParser } from './chat-transport.js';
+
+export { readUIMessage } from './ui-message.js';
+
 const encoder = new TextEncoder();
 
 /** One NDJSON line for a UI message chunk: a JSON object whose `type` is a string. */
@@ -43,6 +58,46 @@ export function encodeUIChunk(chunk) {
   if (typeof chunk.type !== 'string') throw new BadChunkError('a UI message chunk needs a string `type`', chunk);
   return `${JSON.stringify(chunk)}\n`;
 }
+
+/**
+ * The encoder of a `ui` stream's chunks: `encodeUIChunk`, with the `start` chunk's `messageId`
+ * set to the stream id when missing, and refused when it is another.
+ */
+function uiChunkEncoder(streamId) {
+  return (chunk) => {
+    if (chunk?.type === 'start') {
+      if (chunk.messageId == null) return encodeUIChunk({ ...chunk, messageId: streamId });
+      if (chunk.messageId !== streamId) {
+        throw new BadChunkError(
+          `the start chunk's messageId ${JSON.stringify(chunk.messageId)} is not the stream id ${JSON.stringify(streamId)}: a replay would add a second message (toUIMessageStream({ generateMessageId: () => streamId }))`,
+          chunk,
+        );
+      }
+    }
+    return encodeUIChunk(chunk);
+  };
+}
+
+/** The UI message chunks of the SSE text `toUIMessageStreamResponse` writes (its `consumeSseStream` copy). */
+function chunksOfSse(sse) {
+  let parser;
+  return sse.pipeThrough(
+    new TransformStream({
+      start(controller) {
+        parser = createSseParser(({ data }) => {
+          if (data === undefined || data === '[DONE]') return;
+          controller.enqueue(JSON.parse(data)); // the SDK wrote it with JSON.stringify
+        });
+      },
+      transform(piece) {
+        parser.push(typeof piece === 'string' ? piece : decoder.decode(piece, { stream: true }));
+      },
+    }),
+  );
+}
+
+const decoder = new TextDecoder();
+let warnedNoMessageId = false;
 
 /**
  * The stream API of one rindle-streams deployment: through a service binding (`service`, a
@@ -85,7 +140,7 @@ export async function openStream({ streamId, token, format = 'text', meta, ...wh
     if (reply?.cancelled || reply?.status === 'cancelled') cancel.abort(new CancelledError(streamId));
     return reply;
   };
-  const encode = format === 'ui' ? encodeUIChunk : encodeText;
+  const encode = format === 'ui' ? uiChunkEncoder(streamId) : encodeText;
 
   const stream = {
     streamId,
@@ -102,8 +157,8 @@ export async function openStream({ streamId, token, format = 'text', meta, ...wh
       const text = Array.isArray(value) && format === 'ui' ? value.map(encode).join('') : encode(value);
       return post('append', text, { 'content-type': 'text/plain; charset=utf-8' }).then(learn);
     },
-    /** Resolves once everything appended so far is committed to D1. */
-    flush: () => post('flush').then(learn),
+    /** Resolves once everything appended so far is committed to D1: `{ seq, durableSeq }`. */
+    flush: () => post('flush'),
     /** Seal the stream: `{ status, seq, durableSeq }` (`cancelled` when a cancel was seen). */
     close: () => post('close').then(learn),
     /** Seal the stream as `error` with this message (`cancelled` when a cancel was seen). */
@@ -166,6 +221,29 @@ export async function openStream({ streamId, token, format = 'text', meta, ...wh
       if (upstreamError !== undefined && !appended.cancelled) return stream.fail(upstreamError);
       return stream.close();
     },
+
+    /**
+     * `pipe` for the copy of the SSE that `toUIMessageStreamResponse({ consumeSseStream })`
+     * hands over (`{ stream }`): its chunks go through rindle while the browser reads the
+     * response. Keep the Worker alive for it: `(sse) => ctx.waitUntil(stream.consumeSseStream(sse))`.
+     */
+    consumeSseStream({ stream: sse }) {
+      if (format !== 'ui') throw new TypeError('consumeSseStream: open the stream with format "ui"');
+      const chunks = chunksOfSse(sse).pipeThrough(
+        new TransformStream({
+          transform(chunk, controller) {
+            // The browser's copy of a start chunk without a messageId gets a client-made id, and
+            // rindle's replay would then be a second message: say so once.
+            if (chunk?.type === 'start' && chunk.messageId == null && !warnedNoMessageId) {
+              warnedNoMessageId = true;
+              console.warn(`rindle-streams: the start chunk of ${streamId} has no messageId; pass toUIMessageStreamResponse({ generateMessageId: () => streamId }) so a resumed replay replaces the message instead of adding one`);
+            }
+            controller.enqueue(chunk);
+          },
+        }),
+      );
+      return stream.pipe(chunks);
+    },
   };
   return stream;
 }
@@ -208,13 +286,16 @@ const b64urlJson = (value) => b64url(encoder.encode(JSON.stringify(value)));
 
 /**
  * An HS256 token for the stream API (SPEC §4), signed with WebCrypto (Workers, browsers' server
- * side, Node ≥ 20). `stream` is an exact stream id or a prefix ending in `*`; `scope` is a
- * space-separated string or an array of `read`, `write`, `cancel`.
+ * side, Node ≥ 20). `stream` is an exact stream id or a prefix ending in `*`; `chat` (reads only,
+ * with the chat column mapped) lets it read the answers of that chat, such as the stock AI SDK
+ * transport's resume GET `{prefix}/chats/{chat}/stream`; `scope` is a space-separated string or
+ * an array of `read`, `write`, `cancel`.
  */
-export async function signStreamToken({ secret, stream, scope, ttlSeconds = 3600, sub = 'app', now = Date.now() }) {
+export async function signStreamToken({ secret, stream, chat, scope, ttlSeconds = 3600, sub = 'app', now = Date.now() }) {
   if (typeof secret !== 'string' || secret.length < 16) throw new TypeError('signStreamToken: the secret must be a string of at least 16 characters');
-  if (typeof stream !== 'string' || stream === '') throw new TypeError('signStreamToken: `stream` is required');
-  const claims = { sub, stream, scope: Array.isArray(scope) ? scope.join(' ') : scope, exp: Math.floor(now / 1000) + ttlSeconds };
+  const named = (v) => typeof v === 'string' && v !== '';
+  if (!named(stream) && !named(chat)) throw new TypeError('signStreamToken: `stream` or `chat` is required');
+  const claims = { sub, ...(named(stream) ? { stream } : {}), ...(named(chat) ? { chat } : {}), scope: Array.isArray(scope) ? scope.join(' ') : scope, exp: Math.floor(now / 1000) + ttlSeconds };
   const input = `${b64urlJson({ alg: 'HS256', typ: 'JWT' })}.${b64urlJson(claims)}`;
   const key = await crypto.subtle.importKey('raw', encoder.encode(secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
   const sig = new Uint8Array(await crypto.subtle.sign('HMAC', key, encoder.encode(input)));

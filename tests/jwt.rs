@@ -74,8 +74,16 @@ fn tokens_agree_with_jsonwebtoken_and_its_process_wide_provider_is_left_to_the_e
     let ours = jwt::sign(&claims(), SECRET).unwrap();
     assert_eq!(jwt::verify::<Claims>(&ours, SECRET), Ok(claims()));
     let authorizer = JwtAuthorizer::new(SECRET).unwrap();
-    let request =
-        AuthRequest { token: Some(&ours), stream_id: "m1", scope: Scope::Write, from: None, headers: &[], meta: None, now_secs: 1 };
+    let request = AuthRequest {
+        token: Some(&ours),
+        stream_id: "m1",
+        chat: None,
+        scope: Scope::Write,
+        from: None,
+        headers: &[],
+        meta: None,
+        now_secs: 1,
+    };
     assert_eq!(authorizer.check(&request), Ok(Principal { sub: "u1".into() }));
 
     // 2. …installed no provider: the embedding Worker's choice is still open.

@@ -745,7 +745,7 @@ fn a_line_split_at_every_byte_even_inside_a_utf8_sequence_arrives_once_whole() {
     d.answer_all();
     assert!(matches!(d.outcome(close), Some(Ok(_))));
     assert_eq!(d.db.durable_text(STREAM), text, "checkpoints and compaction store the NDJSON as it is");
-    assert_eq!(d.read_ui(ui), Some(vec![UiEvent::added("[DONE]")]), "the text's own finish ends the message");
+    assert_eq!(d.read_ui(ui), Some(vec![UiEvent::ending("[DONE]")]), "the text's own finish ends the message");
 }
 
 #[test]
@@ -810,7 +810,7 @@ fn a_close_keeps_an_unfinished_line_in_the_text_and_it_never_surfaces_as_a_chunk
     assert!(frames.contains(&Frame::Chunk { from: units(&line), seq: total, text: fragment.into() }), "{frames:?}");
     assert_eq!(frames.last(), Some(&Frame::End { seq: total, status: EndStatus::Complete, error: None }));
     let mut expected = ui_lines(0, &[&line]);
-    expected.extend([UiEvent::added(r#"{"type":"finish"}"#), UiEvent::added("[DONE]")]);
+    expected.extend([UiEvent::ending(r#"{"type":"finish"}"#), UiEvent::added("[DONE]")]);
     assert_eq!(d.read_ui(ui), Some(expected));
 }
 
@@ -826,30 +826,30 @@ fn a_ui_reader_gets_the_ending_of_each_status() {
         let mut events = d.read_ui(ui).unwrap();
         assert_eq!(events.remove(0), UiEvent::line(units(&line), line.trim_end()));
         assert_eq!(events.pop(), Some(UiEvent::added("[DONE]")));
-        events.into_iter().map(|e| (e.id, e.data)).collect::<Vec<_>>()
+        events.into_iter().map(|e| (e.ending, e.data)).collect::<Vec<_>>()
     };
     assert_eq!(
         ending(&|d| {
             let _ = d.close();
         }),
-        vec![(None, r#"{"type":"finish"}"#.to_owned())]
+        vec![(true, r#"{"type":"finish"}"#.to_owned())]
     );
     assert_eq!(
         ending(&|d| {
             d.stream.cancel();
             let _ = d.close();
         }),
-        vec![(None, r#"{"type":"abort"}"#.to_owned())]
+        vec![(true, r#"{"type":"abort"}"#.to_owned())]
     );
     assert_eq!(
         ending(&|d| {
             let _ = d.stream.fail("the model said \"no\"", d.now);
         }),
-        vec![(None, r#"{"type":"error","errorText":"the model said \"no\""}"#.to_owned())]
+        vec![(true, r#"{"type":"error","errorText":"the model said \"no\""}"#.to_owned())]
     );
     assert_eq!(
         ending(&|d| d.advance(5_000)),
-        vec![(None, r#"{"type":"error","errorText":"the producer sent nothing for 5 s"}"#.to_owned())]
+        vec![(true, r#"{"type":"error","errorText":"the producer sent nothing for 5 s"}"#.to_owned())]
     );
 }
 
@@ -871,7 +871,7 @@ fn a_ui_reader_shown_lines_past_a_short_seal_ends_with_an_error_that_says_what_w
 
     let (durable, shown) = (units(&kept), units(&kept) + units(&lost));
     let mut expected = ui_lines(0, &[&kept, &lost]);
-    expected.push(UiEvent::added(&format!(
+    expected.push(UiEvent::ending(&format!(
         r#"{{"type":"error","errorText":"only part of the answer shown was saved ({durable} of {shown} UTF-16 units): the stream ended complete; reload to see the saved answer"}}"#
     )));
     expected.push(UiEvent::added("[DONE]"));
@@ -888,7 +888,7 @@ fn a_ui_reader_shown_lines_past_a_short_seal_ends_with_an_error_that_says_what_w
     d.stream.seal_repaired();
     let after = d.subscribe_ui(0);
     let mut expected = ui_lines(0, &[&kept, &lost]);
-    expected.extend([UiEvent::added(r#"{"type":"finish"}"#), UiEvent::added("[DONE]")]);
+    expected.extend([UiEvent::ending(r#"{"type":"finish"}"#), UiEvent::added("[DONE]")]);
     assert_eq!(d.read_ui(after), Some(expected), "after the repair: the usual ending");
 }
 
@@ -912,7 +912,7 @@ fn a_ui_reader_joins_at_the_start_of_the_line_holding_its_offset() {
     d.answer_all();
     let late = d.subscribe_ui(units(&a) + 2);
     let mut expected = ui_lines(units(&a), &[&b, &c]);
-    expected.extend([UiEvent::added(r#"{"type":"finish"}"#), UiEvent::added("[DONE]")]);
+    expected.extend([UiEvent::ending(r#"{"type":"finish"}"#), UiEvent::added("[DONE]")]);
     assert_eq!(d.read_ui(late), Some(expected), "a late reader within the linger gets the lines and the ending");
 }
 

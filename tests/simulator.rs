@@ -151,9 +151,15 @@ impl LineProducer {
         } else if rng.chance(0.03) {
             br#"{"type":"finish","finishReason":"stop"}"#.to_vec()
         } else {
-            let ty = rng.pick(&["text-delta", "reasoning-delta", "tool-input-delta", "data-weather"]);
+            // Chunks the AI SDK's schema accepts (a `ui` stream validates strictly by default).
             let delta: String = (0..1 + rng.below(4)).map(|_| rng.pick(TOKENS)).collect();
-            serde_json::json!({"type": ty, "id": "p1", "delta": delta}).to_string().into_bytes()
+            let line = match rng.below(4) {
+                0 => serde_json::json!({"type": "text-delta", "id": "p1", "delta": delta}),
+                1 => serde_json::json!({"type": "reasoning-delta", "id": "p1", "delta": delta}),
+                2 => serde_json::json!({"type": "tool-input-delta", "toolCallId": "c1", "inputTextDelta": delta}),
+                _ => serde_json::json!({"type": "data-weather", "data": {"sky": delta}}),
+            };
+            line.to_string().into_bytes()
         };
         self.line.push(b'\n');
     }
@@ -527,6 +533,9 @@ impl Sim {
                     (r.cursor, r.resume_from) = (end, end);
                 }
                 (None, None) => {
+                    if !event.ending {
+                        die(seed, format!("an ending's first event {:?} without id: done", event.data));
+                    }
                     let (Some(status), Some(durable)) = (status, durable_at_end) else {
                         die(seed, format!("an ending {:?} before the end", event.data))
                     };
@@ -552,7 +561,7 @@ impl Sim {
                     }
                     r.ending = Some(event.data);
                 }
-                (None, Some(_)) if event.data == "[DONE]" && !r.done => r.done = true,
+                (None, Some(_)) if event.data == "[DONE]" && !event.ending && !r.done => r.done = true,
                 (id, ending) => die(seed, format!("ui event {id:?} {:?} after the ending {ending:?}", event.data)),
             }
             if r.ending.as_deref() == Some("[DONE]") {

@@ -192,3 +192,20 @@ fn every_statement_is_far_under_d1s_statement_limit() {
         assert!(s.params.len() < 100);
     }
 }
+
+#[test]
+fn a_chat_lookup_finds_the_chats_streaming_answer_and_only_that() {
+    let db = example();
+    let lookup = |chat: &str| db.query(&db.sql.streaming_in_chat(chat).unwrap()).first().map(|r| r["id"].clone());
+    assert_eq!(lookup("chat-1"), None, "pending is not streaming");
+    db.exec("UPDATE messages SET status = 'streaming' WHERE id = 'm1'");
+    assert_eq!(lookup("chat-1"), Some(ColumnValue::Text(ID.into())));
+    assert_eq!(lookup("chat-2"), None);
+    assert_eq!(lookup("x' OR '1'='1"), None, "bound, never spliced");
+    db.exec("UPDATE messages SET status = 'complete' WHERE id = 'm1'");
+    assert_eq!(lookup("chat-1"), None);
+    assert_eq!(db.query(&db.sql.chat_of(ID).unwrap())[0]["chat"], ColumnValue::Text("chat-1".into()));
+    assert!(db.query(&db.sql.chat_of("nope").unwrap()).is_empty());
+    let unmapped = MappedSql::new(TableMapping::new("messages", "message_chunks", &ColumnNames::default()).unwrap(), Dialect::Sqlite);
+    assert!(unmapped.streaming_in_chat("c").is_none() && unmapped.chat_of(ID).is_none(), "no chat column, no lookup");
+}

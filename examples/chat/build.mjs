@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, '..', '..');
 export const DIST = join(HERE, 'dist');
-const SOURCES = [join(HERE, 'page', 'main.jsx'), join(HERE, 'page', 'index.html'), join(HERE, 'page', 'style.css'), join(ROOT, 'public', 'chat-transport.js'), join(ROOT, 'package-lock.json')];
+const SOURCES = [join(HERE, 'page', 'main.jsx'), join(HERE, 'page', 'index.html'), join(HERE, 'page', 'style.css'), join(ROOT, 'public', 'chat-transport.js'), join(ROOT, 'public', 'ui-message.js'), join(ROOT, 'public', 'client.js'), join(ROOT, 'package-lock.json')];
 const STAMP = join(DIST, '.built');
 
 export async function buildChatPage({ force = false } = {}) {

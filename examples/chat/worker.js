@@ -1,24 +1,45 @@
-// The example chat's producer Worker: the app side of "Using it with the AI SDK" (README).
+// The example chat's producer Worker: the app side of "Using it with the AI SDK" (README,
+// docs/AI-SDK.md). The page (page/main.jsx) runs either transport; both are served here.
 //
-//   POST /api/chat                    the AI SDK's request → inserts the rows, opens a `ui`
-//                                     stream, starts the answer, answers {streamId, token}
-//   GET  /api/chat/:chatId/stream     the chat's answer still streaming → {streamId, token}, or 204
-//   GET  /api/chat/:chatId/messages   the chat's finished messages, as UI messages (initial state)
+//   POST /api/chat                    rindle transport: the AI SDK's request → inserts the rows,
+//                                     opens a `ui` stream, starts the answer, answers {streamId, token}
+//   POST /api/chat/stock              stock DefaultChatTransport: the same start, answered with the
+//                                     AI SDK's own response (toUIMessageStreamResponse); a copy of
+//                                     its SSE goes through rindle (consumeSseStream), so the
+//                                     answer resumes from rindle after a reload or in a second tab
+//   GET  /api/chat/:chatId/messages   the chat's history for the page's initial state, and the
+//                                     answer in flight it leaves out, read in one D1 transaction
+//   GET  /api/chat/:chatId/stream     rindle transport's reconnect: ?answer= the answer the history
+//                                     left out (whatever it has become since), else the chat's
+//                                     answer in flight → {streamId, token}, or 204
 //   /streams/*                        forwarded to rindle-streams (service binding RINDLE), so the
 //                                     page has one origin
 //   everything else                   the page (static assets in dist/, built by build.mjs)
 //
 // The answer comes from AI SDK `streamText` on a scripted mock model (answer.js): reasoning, a
 // tool call with its result, then text. The app owns its message table (migrations/): it
-// inserts the user and assistant rows before opening the stream, as SPEC §5 requires.
+// inserts the user and assistant rows before opening the stream (SPEC §5), and the insert itself
+// refuses a second answer while one is in flight in the chat (no read-then-insert race).
 import { readUIMessageStream } from 'ai';
-import { openStream, RindleError, signStreamToken } from '../../public/producer.js';
-import { seedOf, streamAnswer, uiStreamOptions } from './answer.js';
+import { openStream, readUIMessage, RindleError, signStreamToken } from '../../public/producer.js';
+import { holdPoint, seedOf, streamAnswer, uiStreamOptions } from './answer.js';
 
 const CHAT_ID = /^[A-Za-z0-9._:-]{1,64}$/;
+/**
+ * An answer in flight: streaming, or inserted and not yet opened (for at most a minute: a Worker
+ * that died between the insert and the open must not block the chat for good; a stream that
+ * died while streaming is sealed `interrupted` by rindle's lease).
+ */
+const IN_FLIGHT = `(status = 'streaming' OR (status = 'pending' AND created_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-60 seconds')))`;
 
 const json = (status, body) => Response.json(body, { status });
 const fail = (status, error, message) => json(status, { error, message });
+
+/**
+ * Test knob (MOCK_HOLD=1 only): each answer holds mid-way (answer.js `holdPoint`) until
+ * `POST /api/test/release/:answerId`, so a test reloads or opens a tab while it is surely in flight.
+ */
+const holds = new Map();
 
 export default {
   async fetch(request, env, ctx) {
@@ -26,16 +47,21 @@ export default {
     const path = url.pathname;
     if (path.startsWith('/streams/')) return env.RINDLE.fetch(request);
     try {
-      if (path === '/api/chat') {
-        if (request.method !== 'POST') return fail(405, 'method_not_allowed', 'POST /api/chat starts an answer');
-        return await startAnswer(request, env, ctx);
+      if (path === '/api/chat' || path === '/api/chat/stock') {
+        if (request.method !== 'POST') return fail(405, 'method_not_allowed', `POST ${path} starts an answer`);
+        return await startAnswer(request, env, ctx, { stock: path === '/api/chat/stock' });
+      }
+      const release = /^\/api\/test\/release\/([^/]+)$/.exec(path);
+      if (release && env.MOCK_HOLD === '1' && request.method === 'POST') {
+        holds.get(decodeURIComponent(release[1]))?.release();
+        return json(200, { released: true });
       }
       const m = /^\/api\/chat\/([^/]+)\/(stream|messages)$/.exec(path);
       if (m) {
         if (request.method !== 'GET') return fail(405, 'method_not_allowed', `GET ${path}`);
         const chatId = decodeURIComponent(m[1]);
         if (!CHAT_ID.test(chatId)) return fail(400, 'bad_chat_id', 'a chat id is 1-64 characters of [A-Za-z0-9._:-]');
-        return m[2] === 'stream' ? await activeStream(chatId, env) : await chatMessages(chatId, env);
+        return m[2] === 'stream' ? await answerToResume(chatId, url.searchParams.get('answer'), env) : await chatMessages(chatId, env);
       }
       return fail(404, 'not_found', `no route for ${path}`);
     } catch (err) {
@@ -47,9 +73,11 @@ export default {
   },
 };
 
-const readScopeToken = (env, streamId) => signStreamToken({ secret: env.STREAM_JWT_SECRET, stream: streamId, scope: 'read cancel' });
+const readToken = (env, streamId) => signStreamToken({ secret: env.STREAM_JWT_SECRET, stream: streamId, scope: 'read cancel' });
+/** The stock page's resume GET for the chat (`/streams/chats/{chat}/stream`) needs the chat's read. */
+const chatToken = (env, chatId) => signStreamToken({ secret: env.STREAM_JWT_SECRET, chat: chatId, scope: 'read' });
 
-async function startAnswer(request, env, ctx) {
+async function startAnswer(request, env, ctx, { stock }) {
   let body;
   try {
     body = await request.json();
@@ -63,36 +91,48 @@ async function startAnswer(request, env, ctx) {
   if (!question || typeof question.id !== 'string' || !Array.isArray(question.parts)) return fail(400, 'bad_messages', 'no user message with an id and parts');
   if (trigger !== 'submit-message' && trigger !== 'regenerate-message') return fail(400, 'bad_trigger', `unknown trigger ${JSON.stringify(trigger)}`);
 
-  const busy = await env.DB.prepare(`SELECT id FROM messages WHERE chat_id = ? AND status = 'streaming' LIMIT 1`).bind(chatId).first();
-  if (busy) return fail(409, 'answer_in_progress', `the chat is still answering (${busy.id}); stop it or wait`);
-
   const answerId = `a-${crypto.randomUUID()}`;
   const keep = messages.map((m) => m?.id).filter((id) => typeof id === 'string');
   const text = question.parts.filter((p) => p?.type === 'text').map((p) => p.text).join('');
   // Tokens first: a misconfigured secret fails before anything is written.
   const writeToken = await signStreamToken({ secret: env.STREAM_JWT_SECRET, stream: answerId, scope: 'write' });
-  const readToken = await readScopeToken(env, answerId);
-  // The chat's history becomes what the client sent (a regenerate drops the old answer); then
-  // the question and the answer's row, which must exist before the stream opens (SPEC §5).
-  await env.DB.batch([
-    env.DB.prepare(`DELETE FROM messages WHERE chat_id = ? AND id NOT IN (SELECT value FROM json_each(?))`).bind(chatId, JSON.stringify(keep)),
-    env.DB.prepare(`INSERT OR IGNORE INTO messages (id, chat_id, role, body, status) VALUES (?, ?, 'user', ?, 'complete')`)
-      .bind(question.id, chatId, JSON.stringify({ id: question.id, role: 'user', parts: question.parts })),
-    env.DB.prepare(`INSERT INTO messages (id, chat_id, role) VALUES (?, ?, 'assistant')`).bind(answerId, chatId),
+  const token = await readToken(env, answerId);
+  // One transaction: the chat's history becomes what the client sent (a regenerate drops the old
+  // answer), then the question and the answer's row, which must exist before the stream opens
+  // (SPEC §5). Each statement applies only while no answer is in flight in the chat, so two
+  // concurrent sends cannot both start one: the database decides, not a read before the insert.
+  const idle = `NOT EXISTS (SELECT 1 FROM messages WHERE chat_id = ?1 AND role = 'assistant' AND ${IN_FLIGHT})`;
+  const results = await env.DB.batch([
+    env.DB.prepare(`DELETE FROM messages WHERE chat_id = ?1 AND id NOT IN (SELECT value FROM json_each(?2)) AND ${idle}`).bind(chatId, JSON.stringify(keep)),
+    env.DB.prepare(`INSERT OR IGNORE INTO messages (id, chat_id, role, body, status) SELECT ?2, ?1, 'user', ?3, 'complete' WHERE ${idle}`)
+      .bind(chatId, question.id, JSON.stringify({ id: question.id, role: 'user', parts: question.parts })),
+    env.DB.prepare(`INSERT INTO messages (id, chat_id, role) SELECT ?2, ?1, 'assistant' WHERE ${idle}`).bind(chatId, answerId),
   ]);
+  if (results[2].meta.changes !== 1) return fail(409, 'answer_in_progress', 'the chat is still answering; stop it or wait');
+
   let stream;
   try {
     stream = await openStream({ service: env.RINDLE, streamId: answerId, token: writeToken, format: 'ui', meta: { chatId } });
   } catch (err) {
-    // No answer will come: drop its row rather than leave it `pending`.
+    // No answer will come: drop its row rather than leave it `pending` (it would block the chat).
     await env.DB.prepare(`DELETE FROM messages WHERE id = ? AND status = 'pending'`).bind(answerId).run();
     throw err;
   }
+  const seed = seedOf(text);
+  const words = Number(env.MOCK_WORDS ?? 40);
+  let hold;
+  if (env.MOCK_HOLD === '1') {
+    let release;
+    const until = new Promise((resolve) => (release = resolve));
+    holds.set(answerId, { release });
+    hold = { ...holdPoint({ seed, words }), until: until.finally(() => holds.delete(answerId)) };
+  }
   const result = streamAnswer({
-    seed: seedOf(text),
+    seed,
     kind: 'full',
-    words: Number(env.MOCK_WORDS ?? 40),
+    words,
     delayMs: Number(env.MOCK_DELAY_MS ?? 40),
+    hold,
     prompt: text || 'Hello',
     abortSignal: stream.signal, // a reader's cancel stops the model call
     onStop: (why) => console.log(`model_stopped ${answerId} ${why}`),
@@ -100,51 +140,58 @@ async function startAnswer(request, env, ctx) {
     // URL answers, so a test acts mid-answer by the answer's state, not by the model's clock.
     holdEnd: env.MOCK_HOLD_URL ? () => fetch(`${env.MOCK_HOLD_URL}/${answerId}`, { signal: stream.signal }).then((res) => res.arrayBuffer()) : undefined,
   });
-  ctx.waitUntil(
-    stream.pipe(result.toUIMessageStream(uiStreamOptions(answerId))).then(
-      (end) => console.log(`answer_end ${answerId} ${end.status}`),
-      (err) => console.error(`answer_failed ${answerId} ${err?.message ?? err}`),
-    ),
+  const logEnd = (end) => end.then(
+    (e) => console.log(`answer_end ${answerId} ${e.status}`),
+    (err) => console.error(`answer_failed ${answerId} ${err?.message ?? err}`),
   );
-  return json(200, { streamId: answerId, token: readToken });
-}
-
-async function activeStream(chatId, env) {
-  const row = await env.DB.prepare(
-    `SELECT id FROM messages WHERE chat_id = ? AND role = 'assistant' AND status = 'streaming' ORDER BY created_at DESC, rowid DESC LIMIT 1`,
-  ).bind(chatId).first();
-  if (!row) return new Response(null, { status: 204 });
-  return json(200, { streamId: row.id, token: await readScopeToken(env, row.id) });
+  if (stock) {
+    // The AI SDK answers the browser itself; rindle gets a copy of the same SSE.
+    return result.toUIMessageStreamResponse({
+      ...uiStreamOptions(answerId),
+      consumeSseStream: (sse) => ctx.waitUntil(logEnd(stream.consumeSseStream(sse))),
+    });
+  }
+  ctx.waitUntil(logEnd(stream.pipe(result.toUIMessageStream(uiStreamOptions(answerId)))));
+  return json(200, { streamId: answerId, token });
 }
 
 /**
- * The chat's messages for the page's initial state. An answer still streaming is left out: the
- * page's `useChat({ resume: true })` replays it whole through the transport.
+ * The rindle transport's reconnect. `answer`: the answer the page's history left out (it was in
+ * flight when the history was read): it is resumed whatever it has become since (its /ui replays
+ * a finished answer from D1, and waits for one not opened yet), so it cannot be missed. Without
+ * it, the chat's answer in flight now (one another tab started), or 204.
  */
-async function chatMessages(chatId, env) {
-  const { results } = await env.DB.prepare(
-    `SELECT id, role, body, status FROM messages WHERE chat_id = ? ORDER BY created_at, rowid`,
-  ).bind(chatId).all();
-  const messages = [];
-  for (const row of results) {
-    if (row.role === 'user') messages.push(JSON.parse(row.body));
-    else if (row.status !== 'streaming' && row.status !== 'pending') messages.push(await messageFromText(row.id, row.body, env));
-  }
-  return json(200, { messages });
+async function answerToResume(chatId, answer, env) {
+  const row = answer
+    ? await env.DB.prepare(`SELECT id FROM messages WHERE id = ? AND chat_id = ? AND role = 'assistant'`).bind(answer, chatId).first()
+    : await env.DB.prepare(`SELECT id FROM messages WHERE chat_id = ? AND role = 'assistant' AND ${IN_FLIGHT} LIMIT 1`).bind(chatId).first();
+  if (!row) return new Response(null, { status: 204 });
+  return json(200, { streamId: row.id, token: await readToken(env, row.id) });
 }
 
-/** Rebuild an answer's UI message from its stored NDJSON text (body, then any chunk rows). */
-async function messageFromText(id, body, env) {
-  const { results: chunks } = await env.DB.prepare(`SELECT text FROM message_chunks WHERE streamId = ? ORDER BY seq`).bind(id).all();
-  const text = (body ?? '') + chunks.map((c) => c.text).join('');
-  const lines = text.split('\n').slice(0, -1).filter(Boolean); // a last line without \n never became a chunk
-  const stream = new ReadableStream({
-    start(controller) {
-      for (const line of lines) controller.enqueue(JSON.parse(line));
-      controller.close();
-    },
-  });
-  let message = { id, role: 'assistant', parts: [] };
-  for await (const snapshot of readUIMessageStream({ stream, message, onError: () => {} })) message = snapshot;
-  return message;
+/**
+ * The chat's messages for the page's initial state, and the answer in flight they leave out
+ * (`active`, which the page resumes), read in ONE transaction (a D1 batch), so an answer is in
+ * exactly one of the two: it cannot end between the two reads and be in neither. An answer's
+ * message is built from its row (the body, then any chunk rows: an answer too large to compact
+ * keeps them) by the same assembly as the page's reader (`readUIMessage`).
+ */
+async function chatMessages(chatId, env) {
+  const [{ results: rows }, { results: chunks }] = await env.DB.batch([
+    env.DB.prepare(`SELECT id, role, body, status, ${IN_FLIGHT} AS in_flight FROM messages WHERE chat_id = ? ORDER BY created_at, rowid`).bind(chatId),
+    env.DB.prepare(
+      `SELECT c.streamId AS streamId, c.seq AS seq, c.text AS text FROM message_chunks c JOIN messages m ON m.id = c.streamId WHERE m.chat_id = ? ORDER BY c.seq`,
+    ).bind(chatId),
+  ]);
+  const messages = [];
+  let active = null;
+  for (const row of rows) {
+    if (row.role === 'user') messages.push(JSON.parse(row.body));
+    else if (row.in_flight) active = { streamId: row.id, token: await readToken(env, row.id) };
+    else if (row.status !== 'pending') {
+      const rowChunks = chunks.filter((c) => c.streamId === row.id);
+      messages.push(await readUIMessage({ row: { id: row.id, body: row.body, chunks: rowChunks }, readUIMessageStream }));
+    }
+  }
+  return json(200, { messages, active, chatToken: await chatToken(env, chatId) });
 }

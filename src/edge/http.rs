@@ -34,6 +34,11 @@ impl Target {
         Self { path: api::path_of(&url).to_owned(), query }
     }
 
+    /// The query string as sent (without `?`).
+    pub fn raw_query(&self) -> &str {
+        &self.query
+    }
+
     /// The first value of query parameter `name`, percent- and `+`-decoded.
     pub fn query(&self, name: &str) -> Option<String> {
         form_urlencoded::parse(self.query.as_bytes()).find(|(k, _)| k == name).map(|(_, v)| v.into_owned())

@@ -2,6 +2,7 @@
 //! Durable Object; everything else about a stream happens inside that object.
 
 mod append;
+mod chats;
 mod dev;
 mod faults;
 mod heap;
@@ -21,6 +22,7 @@ pub use setup::{install_authorizer, install_checkpoint_sink, install_event_hook}
 pub use store::{CheckpointSink, D1Tables};
 
 use crate::engine::api::{self, ApiError};
+use crate::engine::cors::Cors;
 use wasm_bindgen::JsCast;
 use worker::{Env, Request, Response};
 
@@ -58,10 +60,70 @@ pub async fn handle_request(req: Request, env: Env) -> worker::Result<Response> 
 /// response, nothing read that routing does not need (a plain append's front Worker cost
 /// about twice as much through the `worker` crate's wrappers and a Rust future).
 fn front(req: web_sys::Request, env: &Env) -> js_sys::Promise {
-    let answered = |response: worker::Result<Response>| match response {
+    // Only a request with an `Origin` (a browser's) can be a cross-origin call: the common
+    // server-to-server request pays one header lookup.
+    match req.headers().get("origin").ok().flatten() {
+        None => routed(req, env),
+        Some(origin) => match cors(&req, &origin, env) {
+            Cors::None => routed(req, env),
+            Cors::Preflight(headers) => answered(preflight(&headers)),
+            Cors::Add(headers) => with_headers(routed(req, env), headers),
+        },
+    }
+}
+
+fn answered(response: worker::Result<Response>) -> js_sys::Promise {
+    match response {
         Ok(response) => js_sys::Promise::resolve(&wasm_bindgen::JsValue::from(web_sys::Response::from(response))),
         Err(e) => js_sys::Promise::reject(&e.into()),
+    }
+}
+
+/// What CORS does for a browser's request from `origin` (nothing when the configuration is
+/// bad: the request's own answer then says what to fix).
+fn cors(req: &web_sys::Request, origin: &str, env: &Env) -> Cors {
+    let Ok(settings) = setup::settings(env) else { return Cors::None };
+    let url = req.url();
+    let path = api::path_of(&url);
+    let route_method = match api::chat_route(&settings.path_prefix, "GET", path) {
+        Ok(Some(_)) => Some("GET"),
+        _ => api::route_method(&settings.path_prefix, path),
     };
+    let requested = req.headers().get("access-control-request-headers").ok().flatten();
+    settings.allowed_origins.decide(Some(origin), &req.method(), route_method, requested.as_deref())
+}
+
+/// The 204 answer to a preflight from an allowed origin.
+fn preflight(headers: &[(&str, String)]) -> worker::Result<Response> {
+    let h = worker::Headers::new();
+    for (name, value) in headers {
+        h.set(name, value)?;
+    }
+    Ok(Response::empty()?.with_status(204).with_headers(h))
+}
+
+/// The answer of `answer`, with CORS headers added (a new response around the same body, so a
+/// stream still streams).
+fn with_headers(answer: js_sys::Promise, headers: Vec<(&'static str, String)>) -> js_sys::Promise {
+    wasm_bindgen_futures::future_to_promise(async move {
+        let response: web_sys::Response = wasm_bindgen_futures::JsFuture::from(answer).await?.unchecked_into();
+        let h = web_sys::Headers::new_with_headers(&response.headers())?;
+        for (name, value) in &headers {
+            if *name == "vary" {
+                h.append(name, value)?;
+            } else {
+                h.set(name, value)?;
+            }
+        }
+        let init = web_sys::ResponseInit::new();
+        init.set_status(response.status());
+        init.set_status_text(&response.status_text());
+        init.set_headers(&h);
+        Ok(web_sys::Response::new_with_opt_readable_stream_and_init(response.body().as_ref(), &init)?.into())
+    })
+}
+
+fn routed(req: web_sys::Request, env: &Env) -> js_sys::Promise {
     match route(req, env) {
         // A rejection (the object could not be reached) answers the 503 of SPEC §4.
         Ok(Routed::Forwarded(answer)) => {
@@ -71,6 +133,13 @@ fn front(req: web_sys::Request, env: &Env) -> js_sys::Promise {
             let env = env.clone();
             wasm_bindgen_futures::future_to_promise(async move {
                 let response = dev::handle(req, &env).await.or_else(|e| http::error(&e))?;
+                Ok(web_sys::Response::from(response).into())
+            })
+        }
+        Ok(Routed::Chat(req, settings, chat)) => {
+            let env = env.clone();
+            wasm_bindgen_futures::future_to_promise(async move {
+                let response = chats::lookup(req, env, settings, chat).await.or_else(|e| http::error(&e))?;
                 Ok(web_sys::Response::from(response).into())
             })
         }
@@ -84,6 +153,8 @@ enum Routed {
     Forwarded(js_sys::Promise),
     /// A development endpoint (`DEV_MODE=1` only).
     Dev(Request),
+    /// A chat lookup (the front Worker answers it: it names no stream yet).
+    Chat(Request, std::rc::Rc<crate::engine::config::Settings>, api::ChatRoute),
 }
 
 fn route(req: web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
@@ -95,6 +166,9 @@ fn route(req: web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
     // A bad configuration answers every request with the setting to fix (the object checks
     // the rest, such as the secret, with the same message).
     let settings = setup::settings(env).map_err(ApiError::misconfigured)?;
+    if let Some(chat) = api::chat_route(&settings.path_prefix, &req.method(), path)? {
+        return Ok(Routed::Chat(Request::from(req), settings, chat));
+    }
     let Some(route) = api::route(&settings.path_prefix, &req.method(), path)? else {
         return Err(ApiError::not_found(path));
     };

@@ -10,7 +10,7 @@ use super::setup::Setup;
 use super::shell::{log, now_ms, Shell};
 use super::sse::{self, ReaderSource};
 use crate::engine::api::{self, Action, ApiError, OpenRequest, Route};
-use crate::engine::auth::AuthRequest;
+use crate::engine::auth::{AuthRequest, Denied};
 use crate::engine::config::StreamConfig;
 use crate::engine::live::{Dialect, FlushError, LiveStream, OpenError, Producer, StreamState};
 use serde_json::json;
@@ -26,6 +26,9 @@ pub struct StreamObject {
     pub(super) object: RefCell<Option<Rc<Object>>>,
     /// What this object is billed for, counted (`/stats`, bench/cost.mjs).
     pub(super) meter: Rc<Meter>,
+    /// Readers that came before the open (the row was inserted, the stream not opened yet),
+    /// woken when it opens here (see `ui::format_or_await_open`).
+    pub(super) awaiting_open: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
 }
 
 /// An object that knows its stream.
@@ -41,7 +44,7 @@ const MAX_PUMP_BODY_BYTES: usize = 1 << 20;
 
 impl DurableObject for StreamObject {
     fn new(state: State, env: Env) -> Self {
-        Self { state, env, setup: RefCell::new(None), object: RefCell::new(None), meter: Rc::default() }
+        Self { state, env, setup: RefCell::new(None), object: RefCell::new(None), meter: Rc::default(), awaiting_open: RefCell::default() }
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
@@ -111,13 +114,23 @@ impl StreamObject {
         let o = self.object(&route.stream_id)?;
         // Authorization comes before anything that could reveal whether the stream exists.
         let token = http::token(&req, &target, route.action.token_in_query());
+        // A read may name the chat it is made for (a chat lookup's, or a token's `chat` claim).
+        let chat = match target.query(super::chats::CHAT_PARAM) {
+            Some(chat) if route.action.scope() == crate::engine::auth::Scope::Read => {
+                crate::engine::stream_id::validate(&chat)
+                    .map_err(|e| ApiError::new(400, "bad_chat_id", e.to_string().replace("stream id", "chat id")))?;
+                Some(chat)
+            }
+            _ => None,
+        };
         let meta = o.shell.inspect(|s| s.meta().cloned()).flatten();
         let headers = if o.setup.authorizer.reads_headers() { http::header_pairs(&req) } else { Vec::new() };
         let question = AuthRequest {
             token: token.as_deref(),
             stream_id: &route.stream_id,
+            chat: chat.as_deref(),
             scope: route.action.scope(),
-            from: matches!(route.action, Action::Events | Action::Ui).then(|| http::join_offset(&req, &target)),
+            from: route.action.joins().then(|| http::join_offset(&req, &target)),
             headers: &headers,
             meta: meta.as_ref(),
             now_secs: now_ms() / 1000,
@@ -127,6 +140,18 @@ impl StreamObject {
             log("info", "denied", &route.stream_id, json!({"action": format!("{:?}", route.action), "reason": denied.to_string()}));
             ApiError::forbidden()
         })?;
+        // …and a read for a chat is of an answer of that chat, or it is denied alike.
+        if let Some(chat) = &chat {
+            if !super::chats::belongs(&self.env, &o.setup.settings, &route.stream_id, chat).await? {
+                log(
+                    "info",
+                    "denied",
+                    &route.stream_id,
+                    json!({"action": format!("{:?}", route.action), "reason": Denied::NotInChat.to_string()}),
+                );
+                return Err(ApiError::forbidden());
+            }
+        }
         let r = match route.action {
             Action::Open => self.open(&o, &route, &mut req).await,
             Action::Append => o.append(&route, &mut req).await,
@@ -140,6 +165,7 @@ impl StreamObject {
             }
             Action::Events => o.events(&req, &target),
             Action::Ui => self.ui(&o, &req, &target, &route).await,
+            Action::Stream => self.resume(&o, &req, &target, &route).await,
             Action::Text => self.text(&o, &route).await,
             Action::Cancel => {
                 let answer = o.cancel(&route).await;
@@ -162,6 +188,10 @@ impl StreamObject {
         let Some(settled) = o.shell.install(stream, ticket) else {
             return Err(ApiError::open_refused(&route.stream_id, crate::engine::durable::OpenRefused::AlreadyOpenHere));
         };
+        // Readers waiting for the open join now (the stream is held here, opening).
+        for waiter in self.awaiting_open.take() {
+            let _ = waiter.send(());
+        }
         self.remember_format(&route.stream_id, format).await;
         o.shell.feed(|_, _| ()); // performs the first request queued by `open`
         match settled.await.map_err(unavailable)? {

@@ -43,7 +43,7 @@ pub fn settings(env: &Env) -> Result<Rc<Settings>, ConfigError> {
 /// The authorizer: the one an embedding Worker installed, else HS256 JWTs signed with
 /// `STREAM_JWT_SECRET` (built once per isolate, so its cache of verified tokens serves every
 /// stream here).
-fn authorizer(env: &Env) -> Result<Rc<dyn Authorizer>, ConfigError> {
+pub fn authorizer(env: &Env) -> Result<Rc<dyn Authorizer>, ConfigError> {
     if let Some(installed) = AUTHORIZER.with(|a| a.borrow().clone()) {
         return Ok(installed);
     }

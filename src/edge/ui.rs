@@ -1,21 +1,28 @@
 //! `GET /ui` (SPEC §9): a `ui` stream as the AI SDK's UI message stream, live from the stream
-//! held here or, once it retired, from its durable text; and the stream's format, kept in the
-//! object's storage so that it is known after the stream retired from memory.
+//! held here or, once it retired, from its durable text; `GET /stream`, the stock AI SDK
+//! transport's resume GET over it; and the stream's format, kept in the object's storage so
+//! that it is known after the stream retired from memory.
 
 use super::http::{self, unavailable};
 use super::object::{Object, StreamObject};
 use super::shell::log;
 use super::sse;
 use crate::engine::api::{ApiError, Route};
-use crate::engine::frame::EndStatus;
+use crate::engine::frame::{EndStatus, STATUS_STREAMING};
 use crate::engine::live::{Dialect, LiveStream};
 use crate::engine::ui::{self, Format};
 use serde_json::json;
 use std::rc::Rc;
+use std::time::Duration;
 use worker::{Request, Response};
 
 /// The storage key of the stream's format.
 const FORMAT_KEY: &str = "format";
+
+/// The response header that tells a `/ui` client the server's `LEASE_MS`: a stream whose
+/// object was lost is sealed (and its ending served) within about that long, so the rindle
+/// transport waits longer than that before it gives up.
+pub const LEASE_HEADER: &str = "x-rindle-lease-ms";
 
 impl StreamObject {
     /// Remembers the format of the stream opening here. A failure is logged: the live stream
@@ -38,24 +45,115 @@ impl StreamObject {
         Ok(stored.as_deref().and_then(Format::parse))
     }
 
+    /// The format of a stream read through `/ui` or `/stream`. A stream this object never opened
+    /// whose row is waiting for its open (inserted, not yet `streaming` nor ended: the app
+    /// inserts the row, then opens) is waited for, at most `LEASE_MS`, so a reader that comes
+    /// between the two (a second tab, a reload) is not turned away. `None`: never opened here.
+    async fn format_or_await_open(&self, o: &Object, route: &Route) -> Result<Option<Format>, ApiError> {
+        if let Some(format) = self.format(o).await? {
+            return Ok(Some(format));
+        }
+        let row = o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+        let awaiting_open = row.is_some_and(|r| r.seq == 0 && r.status != STATUS_STREAMING && EndStatus::parse(&r.status).is_none());
+        if !awaiting_open {
+            return Ok(None);
+        }
+        let (opened, wait) = futures::channel::oneshot::channel();
+        self.awaiting_open.borrow_mut().push(opened);
+        log("info", "reader_awaits_open", &route.stream_id, json!({"atMostMs": o.settings().stream.lease_ms}));
+        let bound = worker::Delay::from(Duration::from_millis(o.settings().stream.lease_ms));
+        futures::pin_mut!(bound);
+        let _ = futures::future::select(wait, bound).await;
+        self.format(o).await
+    }
+
     /// `GET /ui`: live, a reader of the `ui` dialect; finished, the durable lines from the join
     /// offset's line start, then the ending if the row is terminal. A row still `streaming` with
     /// no live stream here (the object was lost, the lease has not fired yet) gets its lines and
-    /// no `[DONE]`: the client reconnects and finds the ending once the lease sealed the row.
+    /// no `[DONE]`: the client reconnects and finds the ending once the lease sealed the row. A
+    /// client that already got the ending (`Last-Event-ID: done`) gets 204.
     pub(super) async fn ui(&self, o: &Rc<Object>, req: &Request, target: &http::Target, route: &Route) -> Result<Response, ApiError> {
-        match self.format(o).await? {
+        match self.join_ui(o, req, target, route).await? {
+            UiJoin::Answered(response) => Ok(response),
+            UiJoin::NeverOpened => Err(ApiError::no_stream(&route.stream_id)),
+            UiJoin::NoLiveStream { from } => {
+                let durable = o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+                let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
+                self.durable_ui(o, &durable, from)
+            }
+        }
+    }
+
+    /// `GET /stream`, the resume GET of the stock AI SDK transport (SPEC §9): 204 when no answer
+    /// is active here (never opened and not about to be, or ended and retired from memory), else
+    /// the `/ui` answer from the join offset: `Last-Event-ID` over `from`, else 0, a full replay
+    /// (the stock SDK ignores `id:`, and its `resumeStreamIsReplay` starts the message over). An
+    /// answer that ended but still lingers here is served with its ending: a page that learned
+    /// of it while it ran and reconnects just after does not miss it.
+    pub(super) async fn resume(&self, o: &Rc<Object>, req: &Request, target: &http::Target, route: &Route) -> Result<Response, ApiError> {
+        match self.join_ui(o, req, target, route).await? {
+            UiJoin::Answered(response) => Ok(response),
+            UiJoin::NeverOpened => no_content(),
+            // Not held here: active only while the row is still `streaming` (the object was lost
+            // and the lease has not sealed it yet).
+            UiJoin::NoLiveStream { from } => {
+                match o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)? {
+                    Some(durable) if durable.status == STATUS_STREAMING => self.durable_ui(o, &durable, from),
+                    _ => no_content(),
+                }
+            }
+        }
+    }
+
+    /// What `/ui` and `/stream` share: 204 for a client that got the ending already, the format
+    /// check (waiting for an open about to come), and a live reader when the stream is here.
+    async fn join_ui(&self, o: &Rc<Object>, req: &Request, target: &http::Target, route: &Route) -> Result<UiJoin, ApiError> {
+        if saw_ending(req) {
+            return no_content().map(UiJoin::Answered);
+        }
+        match self.format_or_await_open(o, route).await? {
             Some(Format::Ui) => {}
             Some(other) => return Err(ApiError::wrong_format(&route.stream_id, other)),
-            None => return Err(ApiError::no_stream(&route.stream_id)),
+            None => return Ok(UiJoin::NeverOpened),
         }
-        let from = match o.subscribe(Dialect::Ui, req, target) {
-            sse::Subscription::Answered(response) => return response,
-            sse::Subscription::NoLiveStream { from } => from,
-        };
-        let durable = o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
-        let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
+        Ok(match o.subscribe(Dialect::Ui, req, target) {
+            sse::Subscription::Answered(response) => UiJoin::Answered(with_lease(response, o)?),
+            sse::Subscription::NoLiveStream { from } => UiJoin::NoLiveStream { from },
+        })
+    }
+
+    /// The `/ui` answer of a stream no live stream holds here, from its durable text.
+    fn durable_ui(&self, o: &Object, durable: &crate::engine::reading::DurableText, from: u64) -> Result<Response, ApiError> {
         let ended = EndStatus::parse(&durable.status).map(|status| (status, durable.error.as_deref()));
         let body = format!("{}{}", crate::engine::sse::preamble(o.settings().sse_retry_ms), ui::encode_durable(&durable.text, from, ended));
-        Response::from_bytes(body.into_bytes()).map(|r| r.with_headers(sse::headers(Dialect::Ui))).map_err(unavailable)
+        let response = Response::from_bytes(body.into_bytes()).map(|r| r.with_headers(sse::headers(Dialect::Ui))).map_err(unavailable);
+        with_lease(response, o)
     }
+}
+
+/// Where a `/ui` or `/stream` request stands once the checks they share are done.
+enum UiJoin {
+    /// Answered already: 204, or a live reader's SSE.
+    Answered(Response),
+    /// The stream was never opened here (and no open came while it waited).
+    NeverOpened,
+    /// No live stream here: read the durable text from `from`.
+    NoLiveStream { from: u64 },
+}
+
+/// The client got the ending already (an `EventSource` that did not close at `[DONE]`).
+fn saw_ending(req: &Request) -> bool {
+    ui::saw_ending(req.headers().get("last-event-id").ok().flatten().as_deref())
+}
+
+/// 204: nothing to read (an `EventSource` stops reconnecting; the stock AI SDK resumes nothing).
+fn no_content() -> Result<Response, ApiError> {
+    Response::empty().map(|r| r.with_status(204)).map_err(unavailable)
+}
+
+/// A `/ui` answer says the server's `LEASE_MS` ([`LEASE_HEADER`]).
+fn with_lease(response: Result<Response, ApiError>, o: &Object) -> Result<Response, ApiError> {
+    let mut response = response?;
+    let _ = response.headers_mut().set(LEASE_HEADER, &o.settings().stream.lease_ms.to_string());
+    Ok(response)
 }

@@ -17,6 +17,9 @@ pub enum Action {
     Events,
     /// `GET /ui`: the AI SDK's UI message stream of a `ui` stream (SPEC §9).
     Ui,
+    /// `GET /stream`: the stock AI SDK transport's resume GET (SPEC §9): 204 when no answer is
+    /// active here, else `/ui` from the join offset (a full replay for the stock SDK).
+    Stream,
     Text,
     Cancel,
     Pump,
@@ -25,7 +28,7 @@ pub enum Action {
 
 impl Action {
     /// Every route, in declaration order (`action as usize` indexes it).
-    pub const ALL: [Action; 11] = [
+    pub const ALL: [Action; 12] = [
         Action::Open,
         Action::Append,
         Action::Flush,
@@ -33,6 +36,7 @@ impl Action {
         Action::Fail,
         Action::Events,
         Action::Ui,
+        Action::Stream,
         Action::Text,
         Action::Cancel,
         Action::Pump,
@@ -49,6 +53,7 @@ impl Action {
             Action::Fail => "fail",
             Action::Events => "events",
             Action::Ui => "ui",
+            Action::Stream => "stream",
             Action::Text => "text",
             Action::Cancel => "cancel",
             Action::Pump => "pump",
@@ -63,7 +68,7 @@ impl Action {
     /// The one method each route answers.
     pub fn method(self) -> &'static str {
         match self {
-            Action::Events | Action::Ui | Action::Text | Action::Stats => "GET",
+            Action::Events | Action::Ui | Action::Stream | Action::Text | Action::Stats => "GET",
             _ => "POST",
         }
     }
@@ -71,7 +76,7 @@ impl Action {
     /// The scope a token needs.
     pub fn scope(self) -> Scope {
         match self {
-            Action::Events | Action::Ui | Action::Text => Scope::Read,
+            Action::Events | Action::Ui | Action::Stream | Action::Text => Scope::Read,
             Action::Cancel => Scope::Cancel,
             _ => Scope::Write,
         }
@@ -79,7 +84,12 @@ impl Action {
 
     /// Reader routes also take the token as `?token=` (EventSource cannot set headers).
     pub fn token_in_query(self) -> bool {
-        matches!(self, Action::Events | Action::Ui | Action::Text)
+        matches!(self, Action::Events | Action::Ui | Action::Stream | Action::Text)
+    }
+
+    /// Routes that read from a join offset (`Last-Event-ID` over `?from=`).
+    pub fn joins(self) -> bool {
+        matches!(self, Action::Events | Action::Ui | Action::Stream)
     }
 }
 
@@ -94,14 +104,50 @@ pub struct Route {
 /// The path is taken as sent (percent-encoded), so `%00` or `%2F` in an id is refused as the
 /// characters `%`, not decoded into a NUL or a slash.
 pub fn route(prefix: &str, method: &str, path: &str) -> Result<Option<Route>, ApiError> {
+    let Some(route) = parse_path(prefix, path)? else { return Ok(None) };
+    let allowed = route.action.method();
+    if method != allowed && !(method == "HEAD" && allowed == "GET") {
+        return Err(ApiError::method_not_allowed(method, allowed));
+    }
+    Ok(Some(route))
+}
+
+/// The one method a path answers, whatever the request's (a preflight asks about it with
+/// `OPTIONS`); `None` when no route is there.
+pub fn route_method(prefix: &str, path: &str) -> Option<&'static str> {
+    parse_path(prefix, path).ok().flatten().map(|route| route.action.method())
+}
+
+fn parse_path(prefix: &str, path: &str) -> Result<Option<Route>, ApiError> {
     let Some(rest) = path.strip_prefix(prefix).and_then(|r| r.strip_prefix('/')) else { return Ok(None) };
     let (id, action) = rest.rsplit_once('/').ok_or_else(|| ApiError::not_found(path))?;
     let action = Action::parse(action).ok_or_else(|| ApiError::not_found(path))?;
     stream_id::validate(id).map_err(ApiError::bad_stream_id)?;
-    if method != action.method() && !(method == "HEAD" && action.method() == "GET") {
-        return Err(ApiError::method_not_allowed(method, action.method()));
-    }
     Ok(Some(Route { stream_id: id.to_owned(), action }))
+}
+
+/// `GET {prefix}/chats/{chat}/stream`: the resume GET for a chat, answered with the chat's
+/// streaming answer (found through the mapped chat column), or 204.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatRoute {
+    pub chat_id: String,
+}
+
+/// The path segment of chat lookups, under the prefix.
+pub const CHATS: &str = "chats";
+
+/// Resolves a chat lookup. `Ok(None)`: the path is not one (any other route, or not ours). A
+/// chat id follows the stream id rules.
+pub fn chat_route(prefix: &str, method: &str, path: &str) -> Result<Option<ChatRoute>, ApiError> {
+    let Some(rest) = path.strip_prefix(prefix).and_then(|r| r.strip_prefix('/')).and_then(|r| r.strip_prefix(CHATS)) else {
+        return Ok(None);
+    };
+    let Some(chat_id) = rest.strip_prefix('/').and_then(|r| r.strip_suffix("/stream")) else { return Ok(None) };
+    stream_id::validate(chat_id).map_err(|e| ApiError::new(400, "bad_chat_id", e.to_string().replace("stream id", "chat id")))?;
+    if method != "GET" && method != "HEAD" {
+        return Err(ApiError::method_not_allowed(method, "GET"));
+    }
+    Ok(Some(ChatRoute { chat_id: chat_id.to_owned() }))
 }
 
 /// What `POST open` asks for: `{"format"?: "text" | "ui", "meta"?: …}` (SPEC §4, §9).
@@ -190,8 +236,14 @@ impl ApiError {
     }
 
     /// A line of a `ui` stream that is not a UI message chunk (SPEC §9), at UTF-16 `offset`.
+    /// The field at fault is named in `field` where there is one (`type`, `delta`,
+    /// `providerMetadata.openai`).
     pub fn bad_chunk(bad: &crate::engine::ui::BadChunk) -> Self {
-        Self::new(400, "bad_chunk", bad.to_string()).with("offset", bad.offset)
+        let e = Self::new(400, "bad_chunk", bad.to_string()).with("offset", bad.offset);
+        match bad.fault.field() {
+            Some(field) => e.with("field", field),
+            None => e,
+        }
     }
 
     /// An open asked for a format other than `text` or `ui`.
@@ -237,6 +289,11 @@ impl ApiError {
     pub fn bad_upstream(e: impl std::fmt::Display) -> Self {
         Self::new(400, "bad_upstream", e.to_string())
     }
+
+    /// A chat lookup on a deployment that maps no chat column.
+    pub fn no_chat_column() -> Self {
+        Self::new(404, "no_chat_column", "chat lookups need the message table's chat column mapped: COLUMNS = {\"chat\": \"<column>\"}")
+    }
 }
 
 /// The path of an absolute URL as the runtime serializes it (`scheme://host/path?query#hash`,
@@ -268,6 +325,7 @@ mod tests {
             ("POST", "fail", Action::Fail),
             ("GET", "events", Action::Events),
             ("GET", "ui", Action::Ui),
+            ("GET", "stream", Action::Stream),
             ("GET", "text", Action::Text),
             ("POST", "cancel", Action::Cancel),
             ("POST", "pump", Action::Pump),
@@ -286,6 +344,21 @@ mod tests {
         assert_eq!(path_of("https://example.com"), "/");
         assert_eq!(path_of("https://example.com?x=1"), "/");
         assert_eq!(path_of("https://example.com/a#frag"), "/a");
+    }
+
+    #[test]
+    fn a_chat_lookup_is_its_own_route_and_every_other_path_is_not_one() {
+        let chat = |m: &str, p: &str| chat_route("/streams", m, p);
+        assert_eq!(chat("GET", "/streams/chats/c-1/stream"), Ok(Some(ChatRoute { chat_id: "c-1".into() })));
+        assert_eq!(chat("OPTIONS", "/streams/chats/c-1/stream").unwrap_err().status, 405, "a preflight is the front's CORS");
+        assert_eq!(chat("POST", "/streams/chats/c-1/stream").unwrap_err().status, 405);
+        assert_eq!(chat("GET", "/streams/chats/a%2Fb/stream").unwrap_err().code, "bad_chat_id");
+        for other in
+            ["/streams/chats/stream", "/streams/chats/c1/ui", "/streams/m1/stream", "/streams/chatsx/c1/stream", "/other/chats/c1/stream"]
+        {
+            assert_eq!(chat("GET", other), Ok(None), "{other}");
+        }
+        assert_eq!(r("GET", "/streams/chats/stream").unwrap().unwrap().stream_id, "chats", "a stream may be named chats");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Authorization: which bearer may do what to which stream.
 //!
-//! The default is an HS256 JWT (claims `sub`, `stream`, `scope`, `exp`) verified by
+//! The default is an HS256 JWT (claims `sub`, `stream` and/or `chat`, `scope`, `exp`) verified by
 //! [`super::jwt`]; an embedding Worker can implement [`Authorizer`] instead (it is async, so it
 //! may look a session up). Time is an input (`now_secs`), so expiry is checked here rather
 //! than by a clock.
@@ -49,6 +49,8 @@ pub enum Denied {
     Expired,
     #[error("the token is not valid for this stream")]
     WrongStream,
+    #[error("the stream is not of the chat the request names")]
+    NotInChat,
     #[error("the token lacks the {0:?} scope")]
     MissingScope(Scope),
     #[error("denied: {0}")]
@@ -60,7 +62,12 @@ pub enum Denied {
 pub struct AuthRequest<'a> {
     /// The bearer token (`Authorization: Bearer …`, or `?token=` on read routes).
     pub token: Option<&'a str>,
+    /// The stream; empty on a chat lookup (`GET {prefix}/chats/{chat}/stream`), which runs
+    /// before the chat's answer is known.
     pub stream_id: &'a str,
+    /// The chat a read names: on a chat lookup, and on the read of the answer it found. The
+    /// service has checked that `stream_id` (when not empty) belongs to that chat.
+    pub chat: Option<&'a str>,
     pub scope: Scope,
     /// Where a reader joins (`Last-Event-ID`, else `?from=`; SPEC §3), on `events` and `ui`;
     /// `None` on every other route.
@@ -100,7 +107,13 @@ pub trait Authorizer {
 #[derive(Debug, Deserialize)]
 struct Claims {
     sub: String,
-    stream: String,
+    /// An exact stream id, or a prefix ending in `*`.
+    #[serde(default)]
+    stream: Option<String>,
+    /// An exact chat id, or a prefix ending in `*`: reads of the chat's answers (with a mapped
+    /// chat column), such as the stock AI SDK transport's resume GET for that chat.
+    #[serde(default)]
+    chat: Option<String>,
     scope: String,
     exp: u64,
 }
@@ -165,7 +178,12 @@ impl JwtAuthorizer {
         if claims.exp <= req.now_secs {
             return Err(Denied::Expired);
         }
-        if !stream_claim_matches(&claims.stream, req.stream_id) {
+        let stream_ok = claims.stream.as_deref().is_some_and(|claim| stream_claim_matches(claim, req.stream_id));
+        let chat_ok = match (claims.chat.as_deref(), req.chat) {
+            (Some(claim), Some(chat)) => req.scope == Scope::Read && stream_claim_matches(claim, chat),
+            _ => false,
+        };
+        if !stream_ok && !chat_ok {
             return Err(Denied::WrongStream);
         }
         if !claims.scope.split_ascii_whitespace().any(|s| s == req.scope.as_str()) {
@@ -212,7 +230,7 @@ mod tests {
     }
 
     fn ask(token: Option<&str>, stream: &str, scope: Scope) -> Result<Principal, Denied> {
-        let request = AuthRequest { token, stream_id: stream, scope, from: None, headers: &[], meta: None, now_secs: NOW };
+        let request = AuthRequest { token, stream_id: stream, chat: None, scope, from: None, headers: &[], meta: None, now_secs: NOW };
         JwtAuthorizer::new(SECRET).unwrap().check(&request)
     }
 
@@ -236,6 +254,47 @@ mod tests {
         let t = token(claims("chat-7:*", "read", NOW + 60), SECRET);
         assert!(ask(Some(&t), "chat-7:m1", Scope::Read).is_ok());
         assert_eq!(ask(Some(&t), "chat-8:m1", Scope::Read), Err(Denied::WrongStream));
+    }
+
+    #[test]
+    fn a_chat_claim_allows_reads_of_that_chats_answers_and_nothing_else() {
+        let auth = JwtAuthorizer::new(SECRET).unwrap();
+        let t = token(json!({"sub": "u1", "chat": "c1", "scope": "read cancel", "exp": NOW + 60}), SECRET);
+        let ask = |stream: &'static str, chat: Option<&'static str>, scope| {
+            auth.check(&AuthRequest {
+                token: Some(&t),
+                stream_id: stream,
+                chat,
+                scope,
+                from: None,
+                headers: &[],
+                meta: None,
+                now_secs: NOW,
+            })
+        };
+        assert!(ask("", Some("c1"), Scope::Read).is_ok(), "the lookup");
+        assert!(ask("a-1", Some("c1"), Scope::Read).is_ok(), "the answer it found");
+        assert_eq!(ask("", Some("c2"), Scope::Read), Err(Denied::WrongStream));
+        assert_eq!(ask("a-1", None, Scope::Read), Err(Denied::WrongStream), "no stream claim: only through its chat");
+        assert_eq!(ask("a-1", Some("c1"), Scope::Cancel), Err(Denied::WrongStream), "reads only");
+        let any = token(claims("*", "read", NOW + 60), SECRET);
+        let lookup = AuthRequest {
+            token: Some(&any),
+            stream_id: "",
+            chat: Some("c9"),
+            scope: Scope::Read,
+            from: None,
+            headers: &[],
+            meta: None,
+            now_secs: NOW,
+        };
+        assert!(auth.check(&lookup).is_ok(), "a token for every stream reads every chat");
+        let m1 = token(claims("m1", "read", NOW + 60), SECRET);
+        assert_eq!(
+            auth.check(&AuthRequest { token: Some(&m1), ..lookup }),
+            Err(Denied::WrongStream),
+            "an exact stream claim is not a chat's"
+        );
     }
 
     #[test]
@@ -266,7 +325,16 @@ mod tests {
     fn a_token_is_verified_once_and_still_checked_against_every_request() {
         let auth = JwtAuthorizer::new(SECRET).unwrap();
         let ask = |token: &str, stream: &str, scope: Scope, now_secs: u64| {
-            auth.check(&AuthRequest { token: Some(token), stream_id: stream, scope, from: None, headers: &[], meta: None, now_secs })
+            auth.check(&AuthRequest {
+                token: Some(token),
+                stream_id: stream,
+                chat: None,
+                scope,
+                from: None,
+                headers: &[],
+                meta: None,
+                now_secs,
+            })
         };
         let t = token(claims("m1", "write", NOW + 60), SECRET);
         for _ in 0..3 {
@@ -292,6 +360,7 @@ mod tests {
             auth.check(&AuthRequest {
                 token: Some(t),
                 stream_id: "m1",
+                chat: None,
                 scope: Scope::Read,
                 from: None,
                 headers: &[],

@@ -1,9 +1,10 @@
 //! Settings: the live stream's policy and the service's configuration (SPEC §8), parsed from
 //! the Worker's string vars and refused with a clear message when wrong.
 
+use crate::engine::cors::AllowedOrigins;
 use crate::engine::durable::{ColumnNames, MappingError, TableMapping};
 use crate::engine::pump::{PumpSecrets, SecretsError};
-use crate::engine::ui::Format;
+use crate::engine::ui::{Format, Validation};
 use thiserror::Error;
 
 /// How a checkpoint is confirmed and how a stream opens.
@@ -72,6 +73,9 @@ pub struct StreamConfig {
     pub mode: CheckpointMode,
     /// What the stream's text is (SPEC §9): chosen by the open request, not a var.
     pub format: Format,
+    /// How a `ui` stream's lines are checked (`UI_VALIDATION`): as the AI SDK's schema does, by
+    /// default.
+    pub ui_validation: Validation,
 }
 
 impl Default for StreamConfig {
@@ -96,6 +100,7 @@ impl Default for StreamConfig {
             lease_ms: 10_000,
             mode: CheckpointMode::Tables { host_cas: true },
             format: Format::Text,
+            ui_validation: Validation::Strict,
         }
     }
 }
@@ -179,6 +184,9 @@ pub struct Settings {
     pub mapping: TableMapping,
     /// The secrets a pump request may name as its credential (`PUMP_SECRETS`), each set.
     pub pump_secrets: PumpSecrets,
+    /// The page origins that may call the API from a browser (`ALLOWED_ORIGINS`; none: only
+    /// the Worker's own origin).
+    pub allowed_origins: AllowedOrigins,
 }
 
 impl Settings {
@@ -226,6 +234,11 @@ impl Settings {
             keepalive_ms: number("KEEPALIVE_MS", defaults.keepalive_ms, 100, 600_000)?,
             retain_chars,
             mode: if custom_sink { CheckpointMode::Sink } else { CheckpointMode::Tables { host_cas: mapping.host.is_some() } },
+            ui_validation: match var("UI_VALIDATION") {
+                None => defaults.ui_validation,
+                Some(raw) => Validation::parse(raw.trim())
+                    .ok_or_else(|| ConfigError::invalid("UI_VALIDATION", format!("{raw:?} must be \"strict\" or \"lenient\"")))?,
+            },
             ..defaults
         };
         stream.validate()?;
@@ -247,6 +260,8 @@ impl Settings {
             max_append_bytes: number("MAX_APPEND_BYTES", 1 << 20, 1, 64 << 20)? as usize,
             mapping,
             pump_secrets,
+            allowed_origins: AllowedOrigins::parse(var("ALLOWED_ORIGINS").as_deref().unwrap_or(""))
+                .map_err(|e| ConfigError::invalid("ALLOWED_ORIGINS", e.to_string()))?,
         })
     }
 }
@@ -282,6 +297,21 @@ mod tests {
         assert!(settings(&[("PATH_PREFIX", "streams")]).is_err());
         assert!(settings(&[("COLUMNS", r#"{"body":"a\"b"}"#)]).is_err());
         assert!(settings(&[("COLUMNS", "not json")]).is_err());
+    }
+
+    #[test]
+    fn ui_validation_is_strict_unless_set_lenient_and_anything_else_is_refused() {
+        assert_eq!(settings(&[]).unwrap().stream.ui_validation, Validation::Strict);
+        assert_eq!(settings(&[("UI_VALIDATION", "lenient")]).unwrap().stream.ui_validation, Validation::Lenient);
+        let err = settings(&[("UI_VALIDATION", "loose")]).unwrap_err().to_string();
+        assert_eq!(err, r#"configuration UI_VALIDATION: "loose" must be "strict" or "lenient""#);
+    }
+
+    #[test]
+    fn allowed_origins_are_none_by_default_and_a_bad_entry_is_refused_by_name() {
+        assert!(settings(&[]).unwrap().allowed_origins.is_empty());
+        let err = settings(&[("ALLOWED_ORIGINS", "https://app.example.com/")]).unwrap_err().to_string();
+        assert!(err.starts_with("configuration ALLOWED_ORIGINS: "), "{err}");
     }
 
     #[test]

@@ -16,6 +16,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod cors;
 pub mod durable;
 pub mod faults;
 pub mod frame;
@@ -29,5 +30,6 @@ pub mod sse;
 pub mod stream_id;
 pub mod text;
 pub mod ui;
+pub mod ui_schema;
 pub mod utf16;
 pub mod utf8;

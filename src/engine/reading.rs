@@ -22,8 +22,9 @@ pub struct DurableText {
     pub seq: u64,
     /// The row's status column.
     pub status: String,
-    /// The row's error column, where mapped (the `/ui` error ending carries it).
-    #[serde(skip)]
+    /// The row's error column, where mapped and set (the `/ui` error ending carries it, and
+    /// `/text` answers it).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 

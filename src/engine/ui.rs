@@ -11,9 +11,12 @@
 //! - the [`Ending`] a `/ui` reader gets after the last line, then `data: [DONE]`.
 //!
 //! Validation runs on every line of every delta, so it never builds a JSON tree: a borrowing
-//! visitor reads `type` and skips everything else.
+//! visitor reads `type` and skips everything else; [`Validation::Strict`] (the default) then
+//! checks the chunk's fields against the AI SDK's own schema ([`super::ui_schema`]) in a second
+//! pass of the line.
 
 use super::frame::{EndStatus, Frame};
+use super::ui_schema::{self, ChunkSchema, FieldFault, Fields};
 use super::utf16;
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Serialize, Serializer};
@@ -30,6 +33,34 @@ pub const UI_STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1
 
 /// The last event of a `/ui` answer for a stream that ended.
 pub const DONE: &str = "data: [DONE]\n\n";
+
+/// The `id:` of a `/ui` ending's first event. It is not an offset (the ending is not part of
+/// the text): a client that saw the ending and reconnects anyway (an `EventSource` that does not
+/// close at `[DONE]`) sends it back as `Last-Event-ID` and is answered 204, which tells an
+/// `EventSource` to stop reconnecting, instead of getting the ending again.
+pub const ENDED_ID: &str = "done";
+
+/// How a `ui` stream's lines are checked (the `UI_VALIDATION` setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Validation {
+    /// As the AI SDK's own chunk schema checks them: a known `type` (or `data-*`) with its
+    /// required fields, each of the schema's type. A line the SDK would refuse is refused here,
+    /// so it never makes `useChat` throw at every reader.
+    #[default]
+    Strict,
+    /// Any JSON object with a string `type` (chunk types newer than the schema rindle knows).
+    Lenient,
+}
+
+impl Validation {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "strict" => Some(Validation::Strict),
+            "lenient" => Some(Validation::Lenient),
+            _ => None,
+        }
+    }
+}
 
 /// What a stream's text is, chosen at open and remembered after the end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -83,6 +114,21 @@ pub enum ChunkFault {
     MissingType,
     #[error("its \"type\" is {0}, not a string")]
     TypeNotAString(&'static str),
+    #[error("its type {0:?} is not a UI message chunk type of the AI SDK (UI_VALIDATION=lenient accepts any)")]
+    UnknownType(String),
+    #[error("its {chunk:?} chunk does not fit the AI SDK's schema: {fault}")]
+    Field { chunk: String, fault: Box<FieldFault> },
+}
+
+impl ChunkFault {
+    /// The field at fault, where one is: `type`, or the path of a chunk's field.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            ChunkFault::MissingType | ChunkFault::TypeNotAString(_) | ChunkFault::UnknownType(_) => Some("type"),
+            ChunkFault::Field { fault, .. } => Some(&fault.path),
+            _ => None,
+        }
+    }
 }
 
 /// A refused line: the UTF-16 offset where it starts (the `seq` the stream reached) and why.
@@ -93,13 +139,35 @@ pub struct BadChunk {
     pub fault: ChunkFault,
 }
 
+/// Which chunks that matter to the ending a run of lines holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Holds {
+    /// A `finish` chunk: a `complete` end adds none of its own.
+    pub finish: bool,
+    /// An `error` chunk: an `error` or `interrupted` end adds none of its own (the reader was
+    /// told, and `onError` must fire once).
+    pub error: bool,
+}
+
+impl Holds {
+    fn note(&mut self, kind: ChunkKind) {
+        self.finish |= kind == ChunkKind::Finish;
+        self.error |= kind == ChunkKind::Error;
+    }
+
+    /// Both runs' chunks.
+    pub fn and(self, other: Holds) -> Holds {
+        Holds { finish: self.finish || other.finish, error: self.error || other.error }
+    }
+}
+
 /// What one piece of a `ui` stream's text yields.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Assembled<'a> {
     /// The complete lines it finished, validated, each ending in `\n` (empty when none).
     pub lines: Cow<'a, str>,
-    /// One of them is a `finish` chunk.
-    pub finish: bool,
+    /// The chunks among them that matter to the ending.
+    pub holds: Holds,
     /// The first bad line: it, the unfinished line it completed and the rest of the piece
     /// were dropped.
     pub fault: Option<ChunkFault>,
@@ -112,11 +180,12 @@ pub struct LineAssembler {
     partial: Vec<u8>,
     /// `partial[..checked]` is valid UTF-8; the rest is at most one incomplete sequence.
     checked: usize,
+    validation: Validation,
 }
 
 impl LineAssembler {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(validation: Validation) -> Self {
+        Self { validation, ..Self::default() }
     }
 
     /// Bytes of the unfinished line held.
@@ -131,12 +200,12 @@ impl LineAssembler {
             Some(last_nl) => piece.split_at(last_nl + 1),
             None => (&piece[..0], piece),
         };
-        let (lines, finish, fault) = if complete.is_empty() {
-            (Cow::Borrowed(""), false, None)
+        let (lines, holds, fault) = if complete.is_empty() {
+            (Cow::Borrowed(""), Holds::default(), None)
         } else if self.partial.is_empty() {
-            let (good, finish, fault) = check_run(complete);
+            let (good, holds, fault) = check_run(complete, self.validation);
             let lines = std::str::from_utf8(&complete[..good]).expect("check_run accepts only valid UTF-8");
-            (Cow::Borrowed(lines), finish, fault)
+            (Cow::Borrowed(lines), holds, fault)
         } else {
             self.complete_partial(complete)
         };
@@ -147,7 +216,7 @@ impl LineAssembler {
         if fault.is_some() {
             self.reset();
         }
-        Assembled { lines, finish, fault }
+        Assembled { lines, holds, fault }
     }
 
     /// Ends the text: the unfinished line, if any, as text. It is never validated (a close
@@ -159,21 +228,20 @@ impl LineAssembler {
     }
 
     /// The first line of `complete` finishes the held fragment; the lines after it stand alone.
-    fn complete_partial<'a>(&mut self, complete: &'a [u8]) -> (Cow<'a, str>, bool, Option<ChunkFault>) {
+    fn complete_partial<'a>(&mut self, complete: &'a [u8]) -> (Cow<'a, str>, Holds, Option<ChunkFault>) {
         let first_end = complete.iter().position(|&b| b == b'\n').expect("complete ends in a newline") + 1;
         let mut first = std::mem::take(&mut self.partial);
         self.checked = 0;
         first.extend_from_slice(&complete[..first_end]);
-        let (good, mut finish, fault) = check_run(&first);
+        let (good, holds, fault) = check_run(&first, self.validation);
         if fault.is_some() {
-            return (Cow::Borrowed(""), false, fault);
+            return (Cow::Borrowed(""), Holds::default(), fault);
         }
         debug_assert_eq!(good, first.len());
-        let (good, more_finish, fault) = check_run(&complete[first_end..]);
-        finish |= more_finish;
+        let (good, more, fault) = check_run(&complete[first_end..], self.validation);
         first.extend_from_slice(&complete[first_end..first_end + good]);
         let lines = String::from_utf8(first).expect("check_run accepts only valid UTF-8");
-        (Cow::Owned(lines), finish, fault)
+        (Cow::Owned(lines), holds.and(more), fault)
     }
 
     /// Adds bytes that complete no line, checking what can be checked before the `\n`.
@@ -203,28 +271,28 @@ impl LineAssembler {
 }
 
 /// Checks a run of lines, each ending in `\n`. Returns the bytes of the good lines before the
-/// first bad one, whether one of them is a `finish` chunk, and the bad line's fault.
-fn check_run(run: &[u8]) -> (usize, bool, Option<ChunkFault>) {
+/// first bad one, the chunks among them that matter to the ending, and the bad line's fault.
+fn check_run(run: &[u8], validation: Validation) -> (usize, Holds, Option<ChunkFault>) {
     // One UTF-8 pass over the run; a line past the first invalid byte is that line's fault.
     let (text, invalid_at) = match std::str::from_utf8(run) {
         Ok(text) => (text, None),
         Err(e) => (std::str::from_utf8(&run[..e.valid_up_to()]).expect("validated prefix"), Some(e.valid_up_to())),
     };
     let mut good = 0;
-    let mut finish = false;
+    let mut holds = Holds::default();
     for line in text.split_inclusive('\n') {
         let Some(body) = line.strip_suffix('\n') else { break }; // the line the bad byte is in
-        match check_line(body) {
-            Ok(kind) => finish |= kind == ChunkKind::Finish,
-            Err(fault) => return (good, finish, Some(fault)),
+        match check_line(body, validation) {
+            Ok(kind) => holds.note(kind),
+            Err(fault) => return (good, holds, Some(fault)),
         }
         good += line.len();
     }
-    let Some(at) = invalid_at else { return (good, finish, None) };
+    let Some(at) = invalid_at else { return (good, holds, None) };
     let line_len = run[good..].iter().position(|&b| b == b'\n').unwrap_or(run.len() - good);
     let fault =
         if line_len > MAX_LINE_BYTES { ChunkFault::TooLong { max: MAX_LINE_BYTES } } else { ChunkFault::InvalidUtf8 { at: at - good } };
-    (good, finish, Some(fault))
+    (good, holds, Some(fault))
 }
 
 /// What a valid line is, as far as the stream cares.
@@ -232,13 +300,25 @@ fn check_run(run: &[u8]) -> (usize, bool, Option<ChunkFault>) {
 pub enum ChunkKind {
     /// `{"type":"finish", …}`: the text ends its own message, so a `complete` end adds none.
     Finish,
+    /// `{"type":"error", …}`: the reader was told of a failure, so an error end adds none.
+    Error,
     Other,
 }
 
+impl ChunkKind {
+    fn of(chunk_type: &str) -> Self {
+        match chunk_type {
+            "finish" => ChunkKind::Finish,
+            "error" => ChunkKind::Error,
+            _ => ChunkKind::Other,
+        }
+    }
+}
+
 /// Validates one line (without its `\n`): at most [`MAX_LINE_BYTES`], no raw carriage return,
-/// and a JSON object whose `type` is a string. Unknown types are fine: the AI SDK adds chunk
-/// types over time.
-pub fn check_line(line: &str) -> Result<ChunkKind, ChunkFault> {
+/// and a JSON object whose `type` is a string; with [`Validation::Strict`], also a chunk the AI
+/// SDK's schema accepts.
+pub fn check_line(line: &str, validation: Validation) -> Result<ChunkKind, ChunkFault> {
     if line.len() > MAX_LINE_BYTES {
         return Err(ChunkFault::TooLong { max: MAX_LINE_BYTES });
     }
@@ -250,19 +330,50 @@ pub fn check_line(line: &str) -> Result<ChunkKind, ChunkFault> {
     }
     let mut de = serde_json::Deserializer::from_str(line);
     let seen = Describe { read_type: true }.deserialize(&mut de).and_then(|seen| de.end().map(|()| seen));
-    match seen.map_err(|e| ChunkFault::NotJson(e.to_string()))? {
-        Seen::Object(TypeField::Str(kind)) => Ok(kind),
-        Seen::Object(TypeField::Missing) => Err(ChunkFault::MissingType),
-        Seen::Object(TypeField::Other(what)) => Err(ChunkFault::TypeNotAString(what)),
-        Seen::Str(_) => Err(ChunkFault::NotAnObject("a string")),
-        Seen::Other(what) => Err(ChunkFault::NotAnObject(what)),
+    let chunk = match seen.map_err(|e| ChunkFault::NotJson(e.to_string()))? {
+        Seen::Object(TypeField::Str(chunk)) => chunk,
+        Seen::Object(TypeField::Missing) => return Err(ChunkFault::MissingType),
+        Seen::Object(TypeField::Other(what)) => return Err(ChunkFault::TypeNotAString(what)),
+        Seen::Str(_) => return Err(ChunkFault::NotAnObject("a string")),
+        Seen::Other(what) => return Err(ChunkFault::NotAnObject(what)),
+    };
+    match (validation, chunk.fields) {
+        (Validation::Lenient, _) => Ok(chunk.kind),
+        (Validation::Strict, None) => Err(ChunkFault::UnknownType(chunk.name.unwrap_or_default())),
+        (Validation::Strict, Some(fields)) => match ui_schema::check_fields(line, fields) {
+            Ok(Ok(())) => Ok(chunk.kind),
+            Ok(Err(fault)) => Err(ChunkFault::Field { chunk: type_of(line), fault: Box::new(fault) }),
+            Err(e) => Err(ChunkFault::NotJson(e.to_string())),
+        },
     }
+}
+
+/// A chunk's `type`, as the first pass read it.
+struct ChunkType {
+    kind: ChunkKind,
+    /// Its fields in the SDK's schema; `None` for a type the SDK does not have.
+    fields: Option<&'static Fields>,
+    /// The type itself, kept only where a message needs it (an unknown type).
+    name: Option<String>,
+}
+
+impl ChunkType {
+    fn of(name: &str) -> Self {
+        let fields = ChunkSchema::sdk().fields(name);
+        Self { kind: ChunkKind::of(name), fields, name: fields.is_none().then(|| name.to_owned()) }
+    }
+}
+
+/// The `type` of a line known to be a chunk, read again for a fault's message.
+fn type_of(line: &str) -> String {
+    let value: Option<serde_json::Value> = serde_json::from_str(line).ok();
+    value.as_ref().and_then(|v| v.get("type")).and_then(|t| t.as_str()).unwrap_or_default().to_owned()
 }
 
 /// What a JSON value is, read without building it.
 enum Seen {
-    /// A string, and the chunk kind it names if it is a `type`.
-    Str(ChunkKind),
+    /// A string, and the chunk type it names if it is a `type`.
+    Str(ChunkType),
     /// An object whose `type` was read.
     Object(TypeField),
     /// Anything else ("an array", "a number", "an object" whose `type` was not asked for, …).
@@ -272,7 +383,7 @@ enum Seen {
 /// An object's `type` member.
 enum TypeField {
     Missing,
-    Str(ChunkKind),
+    Str(ChunkType),
     Other(&'static str),
 }
 
@@ -327,7 +438,7 @@ impl<'de> Visitor<'de> for Describe {
     }
 
     fn visit_str<E: de::Error>(self, s: &str) -> Result<Seen, E> {
-        Ok(Seen::Str(if s == "finish" { ChunkKind::Finish } else { ChunkKind::Other }))
+        Ok(Seen::Str(ChunkType::of(s)))
     }
 
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<Seen, E> {
@@ -408,9 +519,15 @@ pub fn line_start_byte(text: &str, at: usize) -> Option<usize> {
     text.as_bytes()[..at].iter().rposition(|&b| b == b'\n').map(|nl| nl + 1)
 }
 
-/// Whether a complete line of `text` is a `finish` chunk.
-pub fn holds_finish(text: &str) -> bool {
-    text.split_inclusive('\n').filter_map(|l| l.strip_suffix('\n')).any(|l| check_line(l) == Ok(ChunkKind::Finish))
+/// Which chunks that matter to the ending the complete lines of `text` hold.
+pub fn holds(text: &str) -> Holds {
+    let mut holds = Holds::default();
+    for line in text.split_inclusive('\n').filter_map(|l| l.strip_suffix('\n')) {
+        if let Ok(kind) = check_line(line, Validation::Lenient) {
+            holds.note(kind);
+        }
+    }
+    holds
 }
 
 /// What a `/ui` reader holds when its stream's ending is written.
@@ -418,19 +535,21 @@ pub fn holds_finish(text: &str) -> bool {
 pub struct Served {
     /// The UTF-16 offset at which the lines the reader was given end.
     pub held: u64,
-    /// One of those lines is a `finish` chunk.
-    pub finish: bool,
+    /// The chunks among those lines that matter to the ending.
+    pub holds: Holds,
 }
 
 /// The chunk a `/ui` reader gets after the last line of a stream that ended (SPEC §9). It is
-/// not part of the text and carries no `id:`.
+/// not part of the text: its `id:` is [`ENDED_ID`], not an offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
     /// `complete`, and the text holds no `finish` of its own.
     Finish,
     /// `cancelled`.
     Abort,
-    /// `error` or `interrupted`, with the stream's error.
+    /// `error` or `interrupted`, with the stream's error, and the text holds no `error` chunk of
+    /// its own (a producer that forwarded its model's `error` chunk, then failed the stream with
+    /// it, has told the reader already: `onError` fires once).
     Error(String),
     /// The reader was shown lines past the durable length the stream ended with (the object was
     /// lost with an unsaved tail, or the seal fell short), whatever the status: a UI message
@@ -440,13 +559,15 @@ pub enum Ending {
 
 impl Ending {
     /// The ending for a reader holding `served` of a stream that ended with `status`, `error`
-    /// and `durable` UTF-16 units durable; `None` when the text's own `finish` ends the message.
+    /// and `durable` UTF-16 units durable; `None` when the text's own `finish` (or `error`) ends
+    /// the message.
     pub fn of(status: EndStatus, error: Option<&str>, durable: u64, served: Served) -> Option<Self> {
         if served.held > durable {
             return Some(Ending::Unsaved { status, error: error.map(str::to_owned), durable, held: served.held });
         }
         match status {
-            EndStatus::Complete if served.finish => None,
+            EndStatus::Complete if served.holds.finish => None,
+            EndStatus::Error | EndStatus::Interrupted if served.holds.error => None,
             EndStatus::Complete => Some(Ending::Finish),
             EndStatus::Cancelled => Some(Ending::Abort),
             EndStatus::Error => Some(Ending::Error(error.unwrap_or("the stream failed").to_owned())),
@@ -473,14 +594,19 @@ impl Ending {
 }
 
 /// The end of a `/ui` answer for a stream that ended with `durable` UTF-16 units durable: its
-/// ending chunk (if any), then `[DONE]`.
+/// ending chunk (if any), then `[DONE]`; the first of them carries `id: done` ([`ENDED_ID`]).
 pub fn encode_end(status: EndStatus, error: Option<&str>, durable: u64, served: Served) -> String {
-    let mut out = String::new();
+    let mut out = format!("id: {ENDED_ID}\n");
     if let Some(ending) = Ending::of(status, error, durable, served) {
         let _ = write!(out, "data: {}\n\n", ending.chunk());
     }
     out.push_str(DONE);
     out
+}
+
+/// Whether a `/ui` reader's `Last-Event-ID` says it already got the ending ([`ENDED_ID`]).
+pub fn saw_ending(last_event_id: Option<&str>) -> bool {
+    last_event_id.is_some_and(|id| id.trim() == ENDED_ID)
 }
 
 /// The `/ui` body of a stream read from its durable text (no live stream holds it), for a
@@ -495,7 +621,7 @@ pub fn encode_durable(text: &str, from: u64, ended: Option<(EndStatus, Option<&s
     encode_lines(start_unit, &text[start..], &mut out);
     if let Some((status, error)) = ended {
         // A `from` past the durable text is what a reader was shown live and never saved.
-        let served = Served { held: from, finish: status == EndStatus::Complete && holds_finish(text) };
+        let served = Served { held: from, holds: holds(text) };
         out.push_str(&encode_end(status, error, utf16::len(text), served));
     }
     out
@@ -505,13 +631,25 @@ pub fn encode_durable(text: &str, from: u64, ended: Option<(EndStatus, Option<&s
 mod tests {
     use super::*;
 
+    /// An assembler that checks only the line mechanics (a JSON object with a string `type`).
+    fn lenient() -> LineAssembler {
+        LineAssembler::new(Validation::Lenient)
+    }
+
+    /// The first line of every ending.
+    const ENDED: &str = "id: done\n";
+
+    fn finish_only(finish: bool) -> Holds {
+        Holds { finish, error: false }
+    }
+
     fn feed_all(a: &mut LineAssembler, pieces: &[&[u8]]) -> (String, bool, Option<ChunkFault>) {
         let mut lines = String::new();
         let mut finish = false;
         for p in pieces {
             let out = a.feed(p);
             lines.push_str(&out.lines);
-            finish |= out.finish;
+            finish |= out.holds.finish;
             if out.fault.is_some() {
                 return (lines, finish, out.fault);
             }
@@ -530,9 +668,9 @@ mod tests {
 
     #[test]
     fn whole_lines_pass_through_borrowed() {
-        let mut a = LineAssembler::new();
+        let mut a = lenient();
         let out = a.feed(TEXT.as_bytes());
-        assert_eq!(out, Assembled { lines: Cow::Borrowed(TEXT), finish: true, fault: None });
+        assert_eq!(out, Assembled { lines: Cow::Borrowed(TEXT), holds: finish_only(true), fault: None });
         assert!(matches!(out.lines, Cow::Borrowed(_)), "no copy when no fragment is held");
         assert_eq!(a.partial_len(), 0);
     }
@@ -541,18 +679,18 @@ mod tests {
     fn a_line_split_at_every_byte_arrives_whole_including_utf8_sequences() {
         let bytes = TEXT.as_bytes();
         for cut in 1..bytes.len() {
-            let mut a = LineAssembler::new();
+            let mut a = lenient();
             let (lines, finish, fault) = feed_all(&mut a, &[&bytes[..cut], &bytes[cut..]]);
             assert_eq!((lines.as_str(), finish, fault), (TEXT, true, None), "cut at byte {cut}");
         }
-        let mut a = LineAssembler::new();
+        let mut a = lenient();
         let pieces: Vec<&[u8]> = bytes.chunks(1).collect();
         assert_eq!(feed_all(&mut a, &pieces), (TEXT.to_owned(), true, None), "one byte at a time");
     }
 
     #[test]
     fn only_complete_lines_come_out_and_the_fragment_waits() {
-        let mut a = LineAssembler::new();
+        let mut a = lenient();
         let out = a.feed(b"{\"type\":\"a\"}\n{\"type\":");
         assert_eq!(out.lines, "{\"type\":\"a\"}\n");
         assert_eq!(a.partial_len(), 8);
@@ -590,11 +728,60 @@ mod tests {
             ),
         ];
         for (line, fault) in cases {
-            let mut a = LineAssembler::new();
+            let mut a = lenient();
             let out = a.feed(line);
             assert_eq!((out.lines.as_ref(), out.fault.as_ref()), ("", Some(fault)), "{:?}", String::from_utf8_lossy(line));
             assert_eq!(a.partial_len(), 0, "a refused line leaves nothing behind");
         }
+    }
+
+    #[test]
+    fn strict_validation_refuses_what_the_sdk_would_and_names_the_field() {
+        let strict = |line: &str| check_line(line, Validation::Strict);
+        assert_eq!(strict(r#"{"type":"text-delta","id":"t","delta":"x"}"#), Ok(ChunkKind::Other));
+        assert_eq!(strict(r#"{"type":"error","errorText":"no"}"#), Ok(ChunkKind::Error));
+        assert_eq!(strict(r#"{"type":"finish"}"#), Ok(ChunkKind::Finish));
+        assert_eq!(strict(r#"{"type":"data-x","data":1}"#), Ok(ChunkKind::Other));
+        let e = strict(r#"{"type":"text-delta","id":"t"}"#).unwrap_err();
+        assert_eq!(e.field(), Some("delta"));
+        assert_eq!(e.to_string(), r#"its "text-delta" chunk does not fit the AI SDK's schema: "delta" is missing (it must be a string)"#);
+        let e = strict(r#"{"type":"texte-delta","id":"t","delta":"x"}"#).unwrap_err();
+        assert_eq!(e.field(), Some("type"));
+        assert_eq!(e, ChunkFault::UnknownType("texte-delta".into()));
+        assert_eq!(strict(r#"{"type":"data-x"}"#).unwrap_err().field(), Some("data"));
+        assert_eq!(check_line(r#"{"type":"texte-delta"}"#, Validation::Lenient), Ok(ChunkKind::Other), "lenient: any string type");
+        assert_eq!(strict("[]"), Err(ChunkFault::NotAnObject("an array")), "the line faults come first, as before");
+    }
+
+    #[test]
+    fn a_strict_assembler_refuses_a_line_split_across_pieces_by_its_field() {
+        let mut a = LineAssembler::new(Validation::Strict);
+        assert_eq!(a.feed(br#"{"type":"start"}"#).fault, None);
+        let out = a.feed(b"\n{\"type\":\"text-start\",\"id\":3}\n");
+        assert_eq!(out.lines, "{\"type\":\"start\"}\n");
+        assert_eq!(out.fault.as_ref().and_then(ChunkFault::field), Some("id"));
+    }
+
+    #[test]
+    fn an_error_chunk_in_the_text_is_the_error_ending() {
+        use EndStatus::*;
+        let told = Served { held: 10, holds: Holds { finish: false, error: true } };
+        assert_eq!(Ending::of(Error, Some("model failed"), 10, told), None, "the reader saw the error chunk");
+        assert_eq!(Ending::of(Interrupted, None, 10, told), None);
+        assert_eq!(Ending::of(Cancelled, None, 10, told), Some(Ending::Abort));
+        assert_eq!(Ending::of(Complete, None, 10, told), Some(Ending::Finish));
+        assert_eq!(encode_end(Error, Some("x"), 10, told), format!("{ENDED}{DONE}"));
+        assert!(matches!(Ending::of(Error, None, 5, told), Some(Ending::Unsaved { .. })), "what was saved is still said");
+        let text = "{\"type\":\"start\"}\n{\"type\":\"error\",\"errorText\":\"boom\"}\n";
+        assert_eq!(encode_durable(text, utf16::len(text), Some((Error, Some("boom")))), format!("{ENDED}{DONE}"));
+    }
+
+    #[test]
+    fn a_reconnect_that_saw_the_ending_is_told_so() {
+        assert!(saw_ending(Some("done")));
+        assert!(saw_ending(Some(" done ")));
+        assert!(!saw_ending(Some("120")));
+        assert!(!saw_ending(None));
     }
 
     #[test]
@@ -607,16 +794,16 @@ mod tests {
             r#"{"type":"x","nested":[[[[[[[[[[{"a":[1,2,{"b":null}]}]]]]]]]]]]}"#,
             r#"{"type":"a","type":"b"}"#,
         ] {
-            assert!(check_line(line).is_ok(), "{line}");
+            assert!(check_line(line, Validation::Lenient).is_ok(), "{line}");
         }
-        assert_eq!(check_line(r#"{"ty\u0070e":"fin\u0069sh"}"#), Ok(ChunkKind::Finish), "escapes are decoded");
+        assert_eq!(check_line(r#"{"ty\u0070e":"fin\u0069sh"}"#, Validation::Strict), Ok(ChunkKind::Finish), "escapes are decoded");
         let deep = format!("{{\"type\":\"x\",\"d\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
-        assert!(check_line(&deep).is_ok(), "deep nesting is skipped without recursion");
+        assert!(check_line(&deep, Validation::Lenient).is_ok(), "deep nesting is skipped without recursion");
     }
 
     #[test]
     fn lines_before_a_bad_one_stay_and_the_rest_of_the_piece_is_dropped() {
-        let mut a = LineAssembler::new();
+        let mut a = lenient();
         let out = a.feed(b"{\"type\":\"a\"}\n{\"type\":\"b\"}\n[]\n{\"type\":\"c\"}\n{\"ty");
         assert_eq!(out.lines, "{\"type\":\"a\"}\n{\"type\":\"b\"}\n");
         assert_eq!(out.fault, Some(ChunkFault::NotAnObject("an array")));
@@ -627,7 +814,7 @@ mod tests {
 
     #[test]
     fn a_split_line_that_turns_out_bad_drops_its_fragment() {
-        let mut a = LineAssembler::new();
+        let mut a = lenient();
         assert_eq!(a.feed(b"{\"type\":\"a\"}\n{\"type\"").lines, "{\"type\":\"a\"}\n");
         let out = a.feed(b":7}\n{\"type\":\"b\"}\n");
         assert_eq!((out.lines.as_ref(), out.fault), ("", Some(ChunkFault::TypeNotAString("a number"))));
@@ -636,7 +823,7 @@ mod tests {
 
     #[test]
     fn faults_in_an_unfinished_line_are_found_before_its_newline() {
-        let mut a = LineAssembler::new();
+        let mut a = lenient();
         assert_eq!(a.feed(b"{\"type\":\"a\xf0\x9f").fault, None, "an incomplete sequence may still complete");
         assert_eq!(a.feed(b"\x98").fault, None);
         assert_eq!(a.feed(b"x").fault, Some(ChunkFault::InvalidUtf8 { at: 10 }), "a sequence cut short");
@@ -659,7 +846,7 @@ mod tests {
 
     #[test]
     fn a_fragment_taken_at_the_close_keeps_what_was_sent() {
-        let mut a = LineAssembler::new();
+        let mut a = lenient();
         a.feed("{\"type\":\"text-delta\",\"delta\":\"😀".as_bytes());
         assert_eq!(a.take_partial().as_deref(), Some("{\"type\":\"text-delta\",\"delta\":\"😀"));
         a.feed(&"x😀".as_bytes()[..3]);
@@ -679,13 +866,13 @@ mod tests {
     #[test]
     fn endings_follow_the_status() {
         use EndStatus::*;
-        let all = |finish| Served { held: 10, finish };
-        assert_eq!(encode_end(Complete, None, 10, all(false)), "data: {\"type\":\"finish\"}\n\ndata: [DONE]\n\n");
-        assert_eq!(encode_end(Complete, None, 10, all(true)), "data: [DONE]\n\n", "the text's own finish ends it");
-        assert_eq!(encode_end(Cancelled, None, 10, all(true)), "data: {\"type\":\"abort\"}\n\ndata: [DONE]\n\n");
+        let all = |finish| Served { held: 10, holds: finish_only(finish) };
+        assert_eq!(encode_end(Complete, None, 10, all(false)), "id: done\ndata: {\"type\":\"finish\"}\n\ndata: [DONE]\n\n");
+        assert_eq!(encode_end(Complete, None, 10, all(true)), "id: done\ndata: [DONE]\n\n", "the text's own finish ends it");
+        assert_eq!(encode_end(Cancelled, None, 10, all(true)), "id: done\ndata: {\"type\":\"abort\"}\n\ndata: [DONE]\n\n");
         assert_eq!(
             encode_end(Error, Some("model \"x\" failed"), 12, all(false)),
-            "data: {\"type\":\"error\",\"errorText\":\"model \\\"x\\\" failed\"}\n\ndata: [DONE]\n\n"
+            "id: done\ndata: {\"type\":\"error\",\"errorText\":\"model \\\"x\\\" failed\"}\n\ndata: [DONE]\n\n"
         );
         assert_eq!(Ending::of(Interrupted, None, 10, all(true)), Some(Ending::Error("the stream was interrupted".into())));
     }
@@ -693,7 +880,7 @@ mod tests {
     #[test]
     fn a_reader_shown_lines_past_the_durable_length_gets_an_error_that_says_what_was_saved() {
         use EndStatus::*;
-        let shown = Served { held: 30, finish: true };
+        let shown = Served { held: 30, holds: finish_only(true) };
         for status in [Complete, Cancelled, Error, Interrupted] {
             let ending = Ending::of(status, Some("why"), 20, shown);
             assert_eq!(ending, Some(Ending::Unsaved { status, error: Some("why".into()), durable: 20, held: 30 }), "{status:?}");
@@ -709,8 +896,17 @@ mod tests {
         assert_eq!(Ending::of(Complete, None, 30, shown), None, "everything shown is durable: the text's own finish ends it");
 
         let end = Frame::End { seq: 20, status: Complete, error: None };
-        assert!(encode_frame(&end, shown).starts_with(r#"data: {"type":"error","errorText":"only part"#), "the live end of a short seal");
-        assert_eq!(encode_frame(&end, Served { held: 20, finish: false }), format!("data: {{\"type\":\"finish\"}}\n\n{DONE}"));
+        assert!(
+            encode_frame(&end, shown).starts_with(
+                r#"id: done
+data: {"type":"error","errorText":"only part"#
+            ),
+            "the live end of a short seal"
+        );
+        assert_eq!(
+            encode_frame(&end, Served { held: 20, holds: finish_only(false) }),
+            format!("{ENDED}data: {{\"type\":\"finish\"}}\n\n{DONE}")
+        );
     }
 
     #[test]
@@ -724,10 +920,10 @@ mod tests {
         }
         assert_eq!(encode_durable(text, 0, None), format!("{}{}{}", event(0), event(1), event(2)));
         assert_eq!(encode_durable(text, 10_000, None), "", "past the end: only the fragment's line, which never surfaces");
-        assert_eq!(encode_durable(text, end(3), Some((EndStatus::Complete, None))), DONE, "the text holds a finish");
+        assert_eq!(encode_durable(text, end(3), Some((EndStatus::Complete, None))), format!("{ENDED}{DONE}"), "the text holds a finish");
         assert_eq!(
             encode_durable("{\"type\":\"a\"}\n", 13, Some((EndStatus::Complete, None))),
-            format!("data: {{\"type\":\"finish\"}}\n\n{DONE}")
+            format!("{ENDED}data: {{\"type\":\"finish\"}}\n\n{DONE}")
         );
     }
 
@@ -736,10 +932,10 @@ mod tests {
         let text = "{\"type\":\"a\"}\n{\"type\":\"finish\"}\n"; // 13 + 18 units
         let interrupted = Some((EndStatus::Interrupted, Some("lost")));
         let unsaved = Ending::Unsaved { status: EndStatus::Interrupted, error: Some("lost".into()), durable: 31, held: 40 };
-        assert_eq!(encode_durable(text, 40, interrupted), format!("data: {}\n\n{DONE}", unsaved.chunk()));
+        assert_eq!(encode_durable(text, 40, interrupted), format!("{ENDED}data: {}\n\n{DONE}", unsaved.chunk()));
         let complete = Ending::Unsaved { status: EndStatus::Complete, error: None, durable: 31, held: 32 };
-        assert_eq!(encode_durable(text, 32, Some((EndStatus::Complete, None))), format!("data: {}\n\n{DONE}", complete.chunk()));
-        assert_eq!(encode_durable(text, 31, Some((EndStatus::Complete, None))), DONE, "at the end: nothing unsaved");
+        assert_eq!(encode_durable(text, 32, Some((EndStatus::Complete, None))), format!("{ENDED}data: {}\n\n{DONE}", complete.chunk()));
+        assert_eq!(encode_durable(text, 31, Some((EndStatus::Complete, None))), format!("{ENDED}{DONE}"), "at the end: nothing unsaved");
         assert_eq!(encode_durable(text, 40, None), "", "still streaming: no ending yet");
     }
 }

@@ -338,7 +338,7 @@ async function absentStreaming(stack) {
     description: 'The Durable Object lost the live stream (kill -9 and restart) while a reader held more than was durable. Its reconnect gets `absent`; /text gives the checkpointed prefix of a row still `streaming` (kept with the longer live text: both are prefixes of one text); the rejoin gets `absent` again; the second /text shows the lease sealed the row `interrupted`. The reader ends with exactly the durable text.',
     connections: [{ from: 0, events: [...frames(r1), { transport: 'reconnect' }, ...reconnect] }, { from: Number(lastId), events: conn2 }],
     textResponses: [text1, text2],
-    expect: { text: text2.body.text, produced: upTo(4), status: 'interrupted', durableSeq: text2.body.seq, connections: 2, textFetches: 2 },
+    expect: { text: text2.body.text, produced: upTo(4), status: 'interrupted', durableSeq: text2.body.seq, error: text2.body.error ?? null, connections: 2, textFetches: 2 },
   });
 }
 
@@ -354,7 +354,7 @@ async function absentTerminal(s) {
     description: 'The stream ended long ago (past the linger window): the subscription answers `absent`, and /text returns the sealed body with a terminal status. The client ends without reconnecting.',
     connections: [{ from: 0, events: conn }],
     textResponses: [text1],
-    expect: { text: text1.body.text, produced: TEXT, status: text1.body.status, durableSeq: text1.body.seq, connections: 1, textFetches: 1 },
+    expect: { text: text1.body.text, produced: TEXT, status: text1.body.status, durableSeq: text1.body.seq, error: text1.body.error ?? null, connections: 1, textFetches: 1 },
   });
 }
 

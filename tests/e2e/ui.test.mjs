@@ -59,15 +59,18 @@ function expectedLines(text, from = 0) {
   return events;
 }
 
+// An ending's first event carries `id: done` (not an offset: the ending is not part of the text).
 const ENDING = {
-  finish: { id: undefined, data: '{"type":"finish"}' },
-  abort: { id: undefined, data: '{"type":"abort"}' },
-  error: (errorText) => ({ id: undefined, data: JSON.stringify({ type: 'error', errorText }) }),
+  finish: { id: 'done', data: '{"type":"finish"}' },
+  abort: { id: 'done', data: '{"type":"abort"}' },
+  error: (errorText) => ({ id: 'done', data: JSON.stringify({ type: 'error', errorText }) }),
   /** A reader that holds lines past the durable length the stream ended with is told what was saved. */
   unsaved: (status, durable, held, error) => ENDING.error(
     `only part of the answer shown was saved (${durable} of ${held} UTF-16 units): the stream ended ${status}${error ? `: ${error}` : ''}; reload to see the saved answer`,
   ),
   done: { id: undefined, data: '[DONE]' },
+  /** `[DONE]` as the whole ending (the text's own finish ended the message). */
+  onlyDone: { id: 'done', data: '[DONE]' },
 };
 
 /** The events of a /ui answer, as { id, data } (the `retry:` line and comments left out). */
@@ -186,7 +189,7 @@ test('a finished ui stream is served from D1: from any offset, at the start of i
   const resumed = await readUi(plain, 0, { 'last-event-id': String(ends[3]) });
   assert.deepEqual(resumed.events, [...expectedLines(text, ends[3]), ENDING.finish, ENDING.done], 'Last-Event-ID wins over from=0');
   const own = await readUi(ownFinish, 0);
-  assert.deepEqual(own.events, [...expectedLines(texts[1]), ENDING.done], 'the text has its own finish: none is added');
+  assert.deepEqual(own.events, [...expectedLines(texts[1]), ENDING.onlyDone], 'the text has its own finish: none is added');
 });
 
 test('every status has its ending on /ui, live and from D1', { timeout: 60_000 }, async (t) => {
@@ -206,7 +209,7 @@ test('every status has its ending on /ui, live and from D1', { timeout: 60_000 }
     if (name !== 'error') ok(await c.close(), `${name}: close`);
     await live.next((f) => f.data === '[DONE]', 20_000);
     await withTimeout(live.done, 15_000, `${name}: the live body did not end`);
-    const expected = [...expectedLines(text), ...ending, ENDING.done];
+    const expected = [...expectedLines(text), ...ending, ending.length ? ENDING.done : ENDING.onlyDone];
     assert.deepEqual(events(live.frames), expected, `${name}: live`);
     await retired(c);
     assert.deepEqual((await readUi(c, 0)).events, expected, `${name}: from D1`);

@@ -288,18 +288,25 @@ pub fn parse_sse(wire: &str) -> Vec<Frame> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UiEvent {
     pub id: Option<u64>,
+    /// The event carries `id: done`: the first event of an ending (not an offset).
+    pub ending: bool,
     pub data: String,
 }
 
 impl UiEvent {
     /// A line of the text, with the offset just after it.
     pub fn line(id: u64, data: &str) -> Self {
-        Self { id: Some(id), data: data.to_owned() }
+        Self { id: Some(id), ending: false, data: data.to_owned() }
     }
 
-    /// An added event (an ending or `[DONE]`): no `id:`.
+    /// The first event of an ending: `id: done`.
+    pub fn ending(data: &str) -> Self {
+        Self { id: None, ending: true, data: data.to_owned() }
+    }
+
+    /// An added event after an ending's first (`[DONE]` after an ending chunk): no `id:`.
     pub fn added(data: &str) -> Self {
-        Self { id: None, data: data.to_owned() }
+        Self { id: None, ending: false, data: data.to_owned() }
     }
 }
 
@@ -308,17 +315,21 @@ pub fn parse_ui_sse(wire: &str) -> Vec<UiEvent> {
     let mut events = Vec::new();
     for event in wire.split("\n\n").filter(|e| !e.is_empty()) {
         let mut id = None;
+        let mut ending = false;
         let mut data = None;
         for line in event.split('\n') {
-            if let Some(v) = line.strip_prefix("id: ") {
-                assert!(id.replace(v.parse::<u64>().unwrap()).is_none(), "two id lines in {event:?}");
+            if line == "id: done" {
+                assert!(!ending && id.is_none(), "two id lines in {event:?}");
+                ending = true;
+            } else if let Some(v) = line.strip_prefix("id: ") {
+                assert!(!ending && id.replace(v.parse::<u64>().unwrap()).is_none(), "two id lines in {event:?}");
             } else if let Some(v) = line.strip_prefix("data: ") {
                 assert!(data.replace(v.to_owned()).is_none(), "two data lines in {event:?}");
             } else {
                 panic!("unexpected line {line:?} in {event:?}");
             }
         }
-        events.push(UiEvent { id, data: data.expect("a data line") });
+        events.push(UiEvent { id, ending, data: data.expect("a data line") });
     }
     events
 }

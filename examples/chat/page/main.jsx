@@ -1,12 +1,15 @@
-// The example chat page: React 19, `useChat` from @ai-sdk/react, and rindle-streams'
-// ChatTransport. Bundled by ../build.mjs (esbuild, no CDN) into ../dist/app.js.
+// The example chat page: React 19, `useChat` from @ai-sdk/react, and either rindle-streams'
+// ChatTransport (the default) or the AI SDK's own DefaultChatTransport (?transport=stock).
+// Bundled by ../build.mjs (esbuild, no CDN) into ../dist/app.js.
 //
 // The chat id lives in the URL (?chat=…), so a reload or a second tab opens the same chat: the
-// page loads the finished messages from the app, and `resume: true` replays an answer that is
-// still streaming. Test knobs: ?giveUpAfterMs=N (the transport's reconnect budget).
+// page loads the chat's history from the app, with the answer still in flight that it leaves
+// out, and `resume: true` replays that answer. Test knobs: ?giveUpAfterMs=N (the rindle
+// transport's reconnect budget).
 import { StrictMode, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { useChat } from '@ai-sdk/react';
+import { DefaultChatTransport } from 'ai';
 import { RindleChatTransport } from '../../../public/chat-transport.js';
 
 const params = new URLSearchParams(location.search);
@@ -17,12 +20,37 @@ if (!chatId) {
   history.replaceState(null, '', `?${params}`);
 }
 const giveUpAfterMs = Number(params.get('giveUpAfterMs'));
+const stock = params.get('transport') === 'stock';
 window.rindleReconnects = []; // every reconnect the transport made, for the curious (and the tests)
-const transport = new RindleChatTransport({
-  api: '/api/chat',
-  retry: giveUpAfterMs > 0 ? { giveUpAfterMs } : undefined,
-  onReconnect: (event) => window.rindleReconnects.push(event),
-});
+window.chatErrors = []; // every error useChat reported (onError), for the tests
+
+/**
+ * The transport. `active`: the answer the history left out because it was in flight when read
+ * (`{streamId, token}`); resuming names it, so it is replayed whatever it has become since (it
+ * may have finished in between). `chatToken`: reads the chat's answers (the stock resume GET).
+ */
+function makeTransport({ active, chatToken }) {
+  if (stock) {
+    // The AI SDK's own transport, no rindle code: answers come back on the POST, and the resume
+    // GET is rindle's (SPEC §9): the answer left out, or the chat's answer in flight now / 204.
+    return new DefaultChatTransport({
+      api: '/api/chat/stock',
+      prepareReconnectToStreamRequest: ({ id }) => ({
+        api: active
+          ? `/streams/${encodeURIComponent(active.streamId)}/ui?token=${encodeURIComponent(active.token)}`
+          : `/streams/chats/${encodeURIComponent(id)}/stream?token=${encodeURIComponent(chatToken)}`,
+      }),
+    });
+  }
+  return new RindleChatTransport({
+    api: '/api/chat',
+    prepareReconnectToStreamRequest: ({ id }) => ({
+      api: `/api/chat/${encodeURIComponent(id)}/stream${active ? `?answer=${encodeURIComponent(active.streamId)}` : ''}`,
+    }),
+    retry: giveUpAfterMs > 0 ? { giveUpAfterMs } : undefined,
+    onReconnect: (event) => window.rindleReconnects.push(event),
+  });
+}
 
 function Part({ part }) {
   if (part.type === 'text') return <p className="part" data-type="text" data-state={part.state}>{part.text}</p>;
@@ -48,8 +76,14 @@ function Part({ part }) {
   return <pre className="part" data-type={part.type}>{JSON.stringify(part)}</pre>;
 }
 
-function Chat({ initialMessages }) {
-  const { messages, sendMessage, status, stop, error } = useChat({ id: chatId, messages: initialMessages, transport, resume: true });
+function Chat({ initialMessages, transport }) {
+  const { messages, sendMessage, status, stop, error } = useChat({
+    id: chatId,
+    messages: initialMessages,
+    transport,
+    resume: true,
+    onError: (e) => window.chatErrors.push(e.message),
+  });
   const [input, setInput] = useState('');
   const busy = status === 'submitted' || status === 'streaming';
   const submit = (event) => {
@@ -61,7 +95,7 @@ function Chat({ initialMessages }) {
   return (
     <>
       <header>
-        <h1>AI SDK chat on rindle-streams</h1>
+        <h1>AI SDK chat on rindle-streams{stock ? ' (stock transport)' : ''}</h1>
         <span id="status" data-status={status}>{status}</span>
         <span className="chat-id">chat {chatId}</span>
         <a href={location.href} target="_blank" rel="noreferrer">open in another tab</a>
@@ -86,10 +120,11 @@ function Chat({ initialMessages }) {
 
 async function main() {
   const res = await fetch(`/api/chat/${encodeURIComponent(chatId)}/messages`);
-  const { messages } = res.ok ? await res.json() : { messages: [] };
+  const history = res.ok ? await res.json() : { messages: [] };
+  const transport = makeTransport(history);
   createRoot(document.getElementById('root')).render(
     <StrictMode>
-      <Chat initialMessages={messages} />
+      <Chat initialMessages={history.messages} transport={transport} />
     </StrictMode>,
   );
 }

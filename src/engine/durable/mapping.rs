@@ -63,6 +63,9 @@ pub struct ColumnNames {
     pub cancel: Option<String>,
     pub error: Option<String>,
     pub host: Option<String>,
+    /// The chat a message belongs to: enables `GET {prefix}/chats/{chat}/stream` and tokens
+    /// with a `chat` claim.
+    pub chat: Option<String>,
     pub chunk_key: Option<String>,
     pub chunk_stream: Option<String>,
     pub chunk_seq: Option<String>,
@@ -87,6 +90,7 @@ pub struct TableMapping {
     pub cancel: Option<Ident>,
     pub error: Option<Ident>,
     pub host: Option<Ident>,
+    pub chat: Option<Ident>,
     pub chunk_key: Ident,
     pub chunk_stream: Ident,
     pub chunk_seq: Ident,
@@ -109,6 +113,7 @@ impl TableMapping {
             cancel: opt(&names.cancel)?,
             error: opt(&names.error)?,
             host: opt(&names.host)?,
+            chat: opt(&names.chat)?,
             chunk_key: req(&names.chunk_key, "id")?,
             chunk_stream: req(&names.chunk_stream, "streamId")?,
             chunk_seq: req(&names.chunk_seq, "seq")?,
@@ -118,8 +123,13 @@ impl TableMapping {
 
     /// The example schema's mapping: `messages` and `message_chunks` with every optional column.
     pub fn example() -> Self {
-        let names =
-            ColumnNames { cancel: Some("cancel".into()), error: Some("error".into()), host: Some("host".into()), ..ColumnNames::default() };
+        let names = ColumnNames {
+            cancel: Some("cancel".into()),
+            error: Some("error".into()),
+            host: Some("host".into()),
+            chat: Some("chat_id".into()),
+            ..ColumnNames::default()
+        };
         Self::new("messages", "message_chunks", &names).expect("the example mapping is valid")
     }
 }

@@ -311,6 +311,36 @@ impl MappedSql {
         }
     }
 
+    /// The chat's streaming answer (the resume GET for a chat); `None` when no chat column is
+    /// mapped. The first by key when an app lets several stream at once.
+    pub fn streaming_in_chat(&self, chat_id: &str) -> Option<Statement> {
+        let m = &self.map;
+        let chat = m.chat.as_ref()?;
+        Some(Statement {
+            sql: format!(
+                "SELECT {} AS id FROM {} WHERE {chat} = {} AND {} = {} ORDER BY {} LIMIT 1",
+                m.key,
+                m.message,
+                self.p(1),
+                m.status,
+                self.p(2),
+                m.key
+            ),
+            params: vec![chat_id.into(), STATUS_STREAMING.into()],
+        })
+    }
+
+    /// The chat a message belongs to (a read through a token's `chat` claim must be of that
+    /// chat); `None` when no chat column is mapped.
+    pub fn chat_of(&self, stream_id: &str) -> Option<Statement> {
+        let m = &self.map;
+        let chat = m.chat.as_ref()?;
+        Some(Statement {
+            sql: format!("SELECT {chat} AS chat FROM {} WHERE {} = {}", m.message, m.key, self.p(1)),
+            params: vec![stream_id.into()],
+        })
+    }
+
     /// The chunk half of the durable text, in `seq` order.
     pub fn read_chunks(&self, stream_id: &str) -> Statement {
         let m = &self.map;

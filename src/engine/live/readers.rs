@@ -264,11 +264,11 @@ impl Readers {
         self.pace * self.pacing.burst.saturating_sub(1)
     }
 
-    /// Complete lines entered a `ui` stream's text, which now ends at `end`; `finish`: one of
-    /// them is a `finish` chunk (a `complete` end then adds none of its own).
-    pub fn lines_entered(&mut self, end: u64, finish: bool) {
+    /// Complete lines entered a `ui` stream's text, which now ends at `end`; `holds`: the chunks
+    /// among them that matter to the ending (a `finish`, an `error`: the end then adds none).
+    pub fn lines_entered(&mut self, end: u64, holds: ui::Holds) {
         self.served.held = end;
-        self.served.finish |= finish;
+        self.served.holds = self.served.holds.and(holds);
     }
 
     fn readers_changed(&mut self) {

@@ -384,7 +384,7 @@ impl LiveStream {
             Pacing { per_reader_us: cfg.reader_pacing_us, max_ms: cfg.reader_pacing_max_ms, burst: cfg.reader_pacing_burst },
             cfg.keepalive_ms,
         );
-        let ui_lines = (cfg.format == Format::Ui).then(LineAssembler::new);
+        let ui_lines = (cfg.format == Format::Ui).then(|| LineAssembler::new(cfg.ui_validation));
         let stream = Self {
             id: stream_id.to_owned(),
             cfg,
@@ -526,7 +526,7 @@ impl LiveStream {
         let Some(assembler) = self.ui_lines.as_mut() else { return Ok(()) };
         let out = assembler.feed(piece);
         self.append(&out.lines, now);
-        self.readers.lines_entered(self.buf.seq(), out.finish);
+        self.readers.lines_entered(self.buf.seq(), out.holds);
         match out.fault {
             Some(fault) => Err(PushError::BadChunk { bad: BadChunk { offset: self.seq(), fault }, receipt: self.receipt() }),
             None => Ok(()),

@@ -4,7 +4,8 @@
 import { readUIMessageStream, streamText, type ChatTransport, type UIMessage, type UIMessageChunk } from 'ai';
 import { MockLanguageModelV4 } from 'ai/test';
 import { RindleChatTransport, readUIStream, type ReconnectEvent } from '../../../public/chat-transport.js';
-import { openStream, signStreamToken, encodeUIChunk, RindleError } from '../../../public/producer.js';
+import { openStream, signStreamToken, encodeUIChunk, RindleError, readUIMessage } from '../../../public/producer.js';
+import { readUIMessage as readUIMessageInThePage } from '../../../public/chat-transport.js';
 import { followStream, applyFrame, initialState, type Frame } from '../../../public/client.js';
 
 type Env = { RINDLE: { fetch(request: Request): Promise<Response> }; STREAM_JWT_SECRET: string };
@@ -33,6 +34,14 @@ export async function produce(env: Env, answerId: string): Promise<string> {
   // @ts-expect-error a text stream takes strings, not chunks
   await text.append({ type: 'text-delta', id: 't1', delta: 'x' });
   const line: string = encodeUIChunk({ type: 'finish' });
+  // flush answers the committed length; it says nothing of a cancel (issue 38: the type said it did).
+  const flushed = await stream.flush();
+  void flushed.durableSeq;
+  // @ts-expect-error flush's answer has no `cancelled`
+  void flushed.cancelled;
+  // A route handler that answers the browser itself writes a copy through rindle.
+  const response = result.toUIMessageStreamResponse({ consumeSseStream: (sse) => void stream.consumeSseStream(sse) });
+  void response;
   try {
     await text.close();
   } catch (e) {
@@ -57,3 +66,12 @@ const wrong: Frame = { type: 'end', seq: 3, status: 'done' };
 void handle;
 void state.durableSeq;
 void wrong;
+
+// The answer read back on the server, from the row or the stream API.
+export async function history(env: Env, row: { id: string; body: string; chunks: { seq: number; text: string }[] }): Promise<string> {
+  const fromRow: UIMessage = await readUIMessage({ row, readUIMessageStream });
+  const fromApi = await readUIMessageInThePage({ service: env.RINDLE, streamId: row.id, token: 't', readUIMessageStream });
+  // @ts-expect-error the SDK's readUIMessageStream is required (the module imports nothing)
+  await readUIMessage({ row });
+  return `${fromRow.id} ${fromApi.parts.length}`;
+}

@@ -1,0 +1,93 @@
+//! Chats, through the message table's mapped chat column (`COLUMNS = {"chat": …}`): the resume
+//! GET for a chat (`GET {prefix}/chats/{chat}/stream`, answered by the front Worker), and the
+//! check that a read made through a token's `chat` claim is of an answer of that chat.
+
+use super::http::{self, unavailable};
+use super::setup;
+use super::shell::{log, now_ms};
+use super::store::D1Tables;
+use crate::engine::api::{ApiError, ChatRoute};
+use crate::engine::auth::{AuthRequest, Scope};
+use crate::engine::config::Settings;
+use crate::engine::durable::{Dialect, MappedSql, Statement};
+use serde_json::json;
+use worker::{Env, Request, Response};
+
+/// The query parameter that carries the chat of a read to the stream's object.
+pub const CHAT_PARAM: &str = "chat";
+
+/// The mapped tables, for the chat statements; refused when chats are not mapped (or an
+/// embedding Worker keeps its checkpoints in a sink of its own).
+fn tables(env: &Env, settings: &Settings) -> Result<D1Tables, ApiError> {
+    if settings.mapping.chat.is_none() || setup::custom_sink_installed() {
+        return Err(ApiError::no_chat_column());
+    }
+    let db = env.d1("DB").map_err(|e| ApiError::misconfigured(format!("DB: the D1 binding is missing: {e}")))?;
+    Ok(D1Tables::new(db, MappedSql::new(settings.mapping.clone(), Dialect::Sqlite), None))
+}
+
+/// The one text column of a one-row query, if there is a row.
+async fn first_text(tables: &D1Tables, statement: Option<Statement>, column: &str) -> Result<Option<String>, ApiError> {
+    let statement = statement.ok_or_else(ApiError::no_chat_column)?;
+    let rows = tables.query(&statement).await.map_err(ApiError::store_unavailable)?;
+    Ok(rows.first().and_then(|r| r.get(column)).and_then(|v| v.as_str()).map(str::to_owned))
+}
+
+/// Whether stream `stream_id`'s row belongs to chat `chat_id`.
+pub async fn belongs(env: &Env, settings: &Settings, stream_id: &str, chat_id: &str) -> Result<bool, ApiError> {
+    let tables = tables(env, settings)?;
+    Ok(first_text(&tables, tables_sql(settings).chat_of(stream_id), "chat").await?.as_deref() == Some(chat_id))
+}
+
+fn tables_sql(settings: &Settings) -> MappedSql {
+    MappedSql::new(settings.mapping.clone(), Dialect::Sqlite)
+}
+
+/// `GET {prefix}/chats/{chat}/stream`: authorized for the chat first (a denial never tells
+/// whether the chat has an answer), then the chat's streaming answer, answered by its object
+/// as `GET {prefix}/{id}/stream?chat={chat}` (which checks the answer is the chat's before
+/// serving it); 204 when the chat has none.
+pub async fn lookup(req: Request, env: Env, settings: std::rc::Rc<Settings>, chat: ChatRoute) -> Result<Response, ApiError> {
+    let tables = tables(&env, &settings)?;
+    let target = http::Target::of(&req);
+    let token = http::token(&req, &target, true);
+    let authorizer = setup::authorizer(&env).map_err(ApiError::misconfigured)?;
+    let headers = if authorizer.reads_headers() { http::header_pairs(&req) } else { Vec::new() };
+    let question = AuthRequest {
+        token: token.as_deref(),
+        stream_id: "",
+        chat: Some(&chat.chat_id),
+        scope: Scope::Read,
+        from: Some(http::join_offset(&req, &target)),
+        headers: &headers,
+        meta: None,
+        now_secs: now_ms() / 1000,
+    };
+    authorizer.authorize(&question).await.map_err(|denied| {
+        log("info", "denied", "", json!({"chat": chat.chat_id, "reason": denied.to_string()}));
+        ApiError::forbidden()
+    })?;
+    let Some(stream_id) = first_text(&tables, tables_sql(&settings).streaming_in_chat(&chat.chat_id), "id").await? else {
+        return Response::empty().map(|r| r.with_status(204)).map_err(unavailable);
+    };
+    // The same URL with the stream's path and the chat added (built by hand: see `http::Target`).
+    let url = req.inner().url();
+    let origin = &url[..url.len() - api_path_and_after(&url).len()];
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    query.extend_pairs(form_urlencoded::parse(target.raw_query().as_bytes()).filter(|(k, _)| k != CHAT_PARAM));
+    query.append_pair(CHAT_PARAM, &chat.chat_id);
+    let forwarded = format!("{origin}{}/{stream_id}/stream?{}", settings.path_prefix, query.finish());
+    let stub = env
+        .durable_object("STREAMS")
+        .and_then(|ns| ns.id_from_name(&stream_id)?.get_stub())
+        .map_err(|e| ApiError::misconfigured(format!("the STREAMS Durable Object binding: {e}")))?;
+    let init = worker::RequestInit { method: req.method(), headers: req.headers().clone(), ..Default::default() };
+    let forwarded = Request::new_with_init(&forwarded, &init).map_err(unavailable)?;
+    stub.fetch_with_request(forwarded).await.map_err(http::unavailable)
+}
+
+/// The part of an absolute URL from its path on (`/streams/…?…`).
+fn api_path_and_after(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    url[after_scheme..].find('/').map_or("", |i| &url[after_scheme + i..])
+}
