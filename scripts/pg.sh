@@ -36,7 +36,7 @@ url() { printf 'postgres://%s:%s@127.0.0.1:%s/%s\n' "$PG_ROLE" "$PG_PASSWORD" "$
 free_port() { node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
 
 init_cluster() {
-  step "postgres: initdb in $DATA (once)"
+  step "postgres: initdb in $DATA (once)" >&2 # stdout is the URL: `start` is captured
   mkdir -p "$PG_DIR"
   [[ "$(id -u)" -ne 0 ]] || chown "$PG_USER" "$PG_DIR"
   local pwfile="$PG_DIR/.pw"
