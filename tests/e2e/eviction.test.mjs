@@ -166,7 +166,7 @@ test(`kill -9 and restart mid-stream ${KILLS} times: the lease seals every row i
     late.close();
     assert.equal(first.json?.type, 'absent', `${label}: late reader's first frame ${first.data}`);
     const text = ok(await c.text(), `${label}: /text`);
-    assert.deepEqual(text, { text: row.body, seq: row.body.length, status: 'interrupted', format: 'text' }, `${label}: /text`);
+    assert.deepEqual(text, { text: row.body, seq: row.body.length, status: 'interrupted', error: row.error, format: 'text' }, `${label}: /text`);
     // The line follows the commit.
     const logged = () => stack.logs().split('\n').some((l) => l.includes('"event":"interrupted"') && l.includes(`"streamId":"${id}"`));
     await until(logged, `${label}: the "interrupted" log line for ${id}`, 15_000);
