@@ -12,7 +12,9 @@
 //
 // Takes the subset of `wrangler dev`'s flags the harness passes:
 //   node bench/bare-serve.mjs --ip 127.0.0.1 --port P [--inspector-port I] --persist-to DIR
-//        [--env-file F] [--config wrangler.toml] [--var K:V ...]
+//        [--env-file F] [--config wrangler.toml] [--script MODULE] [--var K:V ...]
+// (`--script` stands for `wrangler dev`'s positional script: the module to serve instead of the
+// config's `main`, such as the dev build.)
 // and prints "Ready on http://IP:P" once the Worker answers there. The entry socket (through
 // miniflare's entry Worker) is on a port of the system's choosing and is not used.
 import { dirname, isAbsolute, join, resolve } from 'node:path';
@@ -28,6 +30,7 @@ const { values } = parseArgs({
     'persist-to': { type: 'string' },
     'env-file': { type: 'string' },
     config: { type: 'string', default: 'wrangler.toml' },
+    script: { type: 'string' },
     var: { type: 'string', multiple: true, default: [] },
   },
 });
@@ -55,7 +58,7 @@ const mf = new Miniflare({
       // worker-build's bundle is ES modules in .js files, which wrangler's default rules call
       // CommonJS (wrangler dev bundles it with esbuild first, which does not care).
       modulesRules: [{ type: 'ESModule', include: ['**/*.js'] }, ...workerOptions.modulesRules],
-      scriptPath: isAbsolute(main) ? main : resolve(dirname(configPath), main),
+      scriptPath: values.script ? resolve(values.script) : isAbsolute(main) ? main : resolve(dirname(configPath), main),
       unsafeDirectSockets: [{ host: values.ip, port: Number(values.port) }],
     },
   ],

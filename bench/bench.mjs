@@ -12,7 +12,7 @@
 //   node bench/bench.mjs --pairs 3 --warmup 20 --warmup-rate 1000   # the latency and plain rows after a heavier warm-up
 //   node bench/bench.mjs --bare     # every stack served by bench/bare-serve.mjs: no entry Worker or dev middleware per request
 //
-// Build the Worker first (scripts/build.sh; the test command does). Scenarios:
+// Build the Worker first (scripts/build.sh --dev; the test command does). Scenarios:
 //   latency   1 stream, R readers (1, 10, 100), 4-UTF-16-unit deltas at 100/s through one
 //             streaming append; push→reader latency p50/p99; workerd CPU per 1,000
 //             deliveries (a delivery = one delta reaching one reader) and per 1,000 deltas
@@ -774,9 +774,9 @@ async function memory(target, { streams }) {
   };
 }
 
-/** The release wasm, raw and gzipped, and (when wasm-bindgen is at hand) before wasm-opt. */
+/** The wasm the stacks serve (the dev build), raw and gzipped, and (when wasm-bindgen is at hand) before wasm-opt. */
 function wasmSize() {
-  const file = join(ROOT, 'build', 'index_bg.wasm');
+  const file = join(ROOT, 'build-dev', 'index_bg.wasm');
   const bytes = readFileSync(file);
   const out = { raw: bytes.length, gzip: gzipSync(bytes, { level: 9 }).length };
   const cargoWasm = join(ROOT, 'target', 'wasm32-unknown-unknown', 'release', 'rindle_streams.wasm');

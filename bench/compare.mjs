@@ -4,7 +4,7 @@
 // drift falls on every side alike. Reports each build's median and range.
 //
 //   node bench/compare.mjs --snapshot before        # copy the current build to a scratch root
-//   ... change the code, scripts/build.sh ...
+//   ... change the code, scripts/build.sh --dev ...
 //   node bench/compare.mjs --roots before,. --plain --readers 10 --reps 5
 //   node bench/compare.mjs --roots before,. --readers 1 --seconds 10 --reps 5 --json
 //
@@ -30,19 +30,19 @@ const HERE = fileURLToPath(new URL('.', import.meta.url));
 const PROJECT = resolve(HERE, '..');
 const SNAPSHOTS = join(os.tmpdir(), 'rindle-variants');
 
-/** Copies what a stack runs (the build, its config, migrations, assets) to a snapshot root. */
+/** Copies what a stack runs (the dev build, its config, migrations, assets) to a snapshot root. */
 export function snapshot(name) {
   const dir = join(SNAPSHOTS, name);
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
-  for (const part of ['build', 'wrangler.toml', 'migrations', 'public', 'package.json', 'bench']) {
+  for (const part of ['build-dev', 'wrangler.toml', 'migrations', 'public', 'package.json', 'bench']) {
     cpSync(join(PROJECT, part), join(dir, part), { recursive: true });
   }
   symlinkSync(join(PROJECT, 'node_modules'), join(dir, 'node_modules'));
   return dir;
 }
 
-const rootOf = (name) => (existsSync(join(SNAPSHOTS, name, 'build')) ? join(SNAPSHOTS, name) : resolve(name));
+const rootOf = (name) => (existsSync(join(SNAPSHOTS, name, 'build-dev')) ? join(SNAPSHOTS, name) : resolve(name));
 
 /** One fan-out run in a child process (the harness reads its root at load time). */
 function runOnce(root, side, options, { bare }) {

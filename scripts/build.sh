@@ -2,7 +2,15 @@
 # Builds the Worker (Rust → wasm → build/worker/shim.mjs) with worker-build, using only
 # local tools: worker-build would otherwise download wasm-bindgen and wasm-opt from GitHub
 # (unreachable here) and esbuild from npm. Skips the build when the last successful build is
-# newer than src/, Cargo.toml and Cargo.lock; FORCE_BUILD=1 rebuilds anyway. Usage: scripts/build.sh [extra worker-build args]
+# newer than src/, Cargo.toml and Cargo.lock; FORCE_BUILD=1 rebuilds anyway.
+# Usage: scripts/build.sh [--dev] [extra worker-build args]
+#
+# Two builds, in two directories, so a dev build can never be deployed by accident:
+# - the production build (no flag) into build/, what `wrangler deploy` bundles (wrangler.toml's
+#   `main`): no development endpoints, no fault injection, no counting allocator;
+# - the dev build (`--dev`) into build-dev/, with the `dev`, `test-faults` and `heap-stats`
+#   features: what scripts/run.sh, the e2e tests and the benchmarks serve
+#   (`wrangler dev build-dev/worker/shim.mjs`).
 # BUILD_CRATE=examples/embed builds the embedding example instead (into examples/embed/build/).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -15,9 +23,17 @@ node examples/chat/build.mjs || die "building the example chat's page failed"
 
 CRATE="${BUILD_CRATE:-.}"
 [[ -f "$CRATE/Cargo.toml" ]] || die "BUILD_CRATE=$CRATE has no Cargo.toml"
-OUT_WASM="$CRATE/build/index_bg.wasm"
-OUT_SHIM="$CRATE/build/worker/shim.mjs"
-STAMP="$CRATE/build/.build-ok"   # written only after a complete, successful build
+OUT_DIR="build"
+FEATURES=()
+if [[ "${1:-}" == --dev ]]; then
+  shift
+  [[ "$CRATE" == . ]] || die "--dev builds this crate's dev build; BUILD_CRATE=$CRATE has none"
+  OUT_DIR="build-dev"
+  FEATURES=(--features dev,test-faults,heap-stats)
+fi
+OUT_WASM="$CRATE/$OUT_DIR/index_bg.wasm"
+OUT_SHIM="$CRATE/$OUT_DIR/worker/shim.mjs"
+STAMP="$CRATE/$OUT_DIR/.build-ok"   # written only after a complete, successful build
 if [[ "${FORCE_BUILD:-0}" != 1 && -f "$STAMP" && -f "$OUT_WASM" && -f "$OUT_SHIM" ]] \
    && [[ -z "$(find src Cargo.toml Cargo.lock "$CRATE/src" "$CRATE/Cargo.toml" -newer "$STAMP" -print -quit 2>/dev/null)" ]]; then
   step "build: $OUT_SHIM is up to date (FORCE_BUILD=1 to rebuild)"
@@ -65,11 +81,11 @@ fi
 export WASM_BINDGEN_BIN ESBUILD_BIN WASM_OPT_BIN
 
 if [[ ${#opt_args[@]} -eq 0 ]]; then opt_desc="wasm-opt $("$WASM_OPT_BIN" --version | awk '{print $3}')"; else opt_desc="no wasm-opt"; fi
-step "build: worker-build --release ${opt_args[*]:+${opt_args[*]} }(wasm-bindgen $WB_VERSION, esbuild $ESBUILD_VERSION, $opt_desc)"
+step "build: worker-build --release --out-dir $OUT_DIR ${opt_args[*]:+${opt_args[*]} }${FEATURES[*]:+${FEATURES[*]} }(wasm-bindgen $WB_VERSION, esbuild $ESBUILD_VERSION, $opt_desc)"
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
 set +e
-(cd "$CRATE" && worker-build --release "${opt_args[@]}" "$@") 2>&1 | tee "$LOG"
+(cd "$CRATE" && worker-build --release --out-dir "$OUT_DIR" "${opt_args[@]}" "$@" "${FEATURES[@]}") 2>&1 | tee "$LOG"
 rc=${PIPESTATUS[0]}
 set -e
 # Belt and braces: a download attempt means one of the pins above did not take.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's run command (README "run"): setup, build, local D1 migrations, the mock model
+# The project's run command (README "run"): setup, the dev build (build-dev/: the demo's dev
+# endpoints; `wrangler deploy` bundles the production build, build/), local D1 migrations, the mock model
 # server (if mock/model-server.mjs exists), the example chat (examples/chat/: its producer Worker
 # and rindle-streams in a second `wrangler dev`, on http://127.0.0.1:8790/), then `wrangler dev`
 # on http://127.0.0.1:8787/ (the demo). PORT, MOCK_PORT, CHAT_PORT, INSPECTOR_PORT and
@@ -18,7 +19,7 @@ CHAT_INSPECTOR_PORT="${CHAT_INSPECTOR_PORT:-9230}"
 CHAT_STATE=".wrangler/chat-state"
 
 "$SCRIPTS_DIR/setup.sh"
-"$SCRIPTS_DIR/build.sh"
+"$SCRIPTS_DIR/build.sh" --dev
 
 step "d1: applying migrations/ to the local database"
 out="$(CI=true wrangler d1 migrations apply DB --local 2>&1)" || { printf '%s\n' "$out" >&2; die "applying D1 migrations failed"; }
@@ -45,10 +46,13 @@ fi
 # The example chat: one `wrangler dev` with two configs, the example Worker first (it gets the
 # port and forwards /streams/* to rindle-streams over its service binding), one D1 database,
 # its own state and dev registry (so it never binds to another dev process's rindle-streams).
+# rindle-streams' config is a copy of wrangler.toml serving the dev build, with .dev.vars beside
+# it (scripts/dev-config.mjs).
 step "example chat: http://127.0.0.1:$CHAT_PORT (log: test-artifacts/chat-example.log)"
 mkdir -p test-artifacts
+CHAT_RINDLE_CONFIG="$(node "$SCRIPTS_DIR/dev-config.mjs" .wrangler/chat-rindle "$ROOT/.dev.vars")"
 WRANGLER_REGISTRY_PATH="$ROOT/.wrangler/chat-registry" setsid wrangler dev \
-  -c examples/chat/wrangler.toml -c wrangler.toml --ip 127.0.0.1 --port "$CHAT_PORT" --inspector-port "$CHAT_INSPECTOR_PORT" \
+  -c examples/chat/wrangler.toml -c "$CHAT_RINDLE_CONFIG" --ip 127.0.0.1 --port "$CHAT_PORT" --inspector-port "$CHAT_INSPECTOR_PORT" \
   --persist-to "$CHAT_STATE" --env-file "$ROOT/.dev.vars" --show-interactive-dev-session=false \
   >test-artifacts/chat-example.log 2>&1 &
 CHAT_PID=$!
@@ -77,5 +81,6 @@ cat <<EOT
 EOT
 
 step "wrangler dev on $URL (Ctrl-C to stop)"
+# The dev build (its positional script: wrangler.toml's `main` is the production build).
 # --assets public: the demo page and the vendorable JavaScript, in development only (wrangler.toml).
-wrangler dev --ip 127.0.0.1 --port "$PORT" --inspector-port "$INSPECTOR_PORT" --assets public
+wrangler dev build-dev/worker/shim.mjs --ip 127.0.0.1 --port "$PORT" --inspector-port "$INSPECTOR_PORT" --assets public

@@ -2,8 +2,8 @@
 # The project's test command (README "test", and .ci/run): setup, then the gates, cheapest
 # first so a broken change fails in seconds rather than after the long steps: Chromium present,
 # rustfmt, clippy (native and wasm32, warnings denied), native Rust tests (with a PostgreSQL of
-# their own, scripts/pg.sh, stopped at exit), the embedding build,
-# the Worker build and its bundle size, then the Node tests (tests/client/, tests/ai/, tests/e2e/,
+# their own, scripts/pg.sh, stopped at exit), the embedding build, the Worker's production
+# build, its bundle size and proof it holds no dev code, the dev build, then the Node tests (tests/client/, tests/ai/, tests/e2e/,
 # tests/browser/) against the real Worker.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -26,8 +26,9 @@ step "chromium: $CHROMIUM"
 step "cargo fmt --check"
 cargo fmt --check || die "cargo fmt --check: run cargo fmt"
 
-# Native clippy never sees src/edge (wasm32 only), so the wasm32 target is linted too, with
-# and without the standalone fetch handler (the embedding path, README "Embedding").
+# Native clippy never sees src/edge (wasm32 only), so the wasm32 target is linted too: the
+# production build, the embedding path (no standalone fetch handler, README "Embedding"), and the
+# dev build's features (its code is compiled in no other build).
 T="$(now)"
 step "cargo clippy (native, all targets, -D warnings)"
 cargo clippy --quiet --all-targets -- -D warnings
@@ -35,6 +36,8 @@ step "cargo clippy (wasm32-unknown-unknown, -D warnings)"
 cargo clippy --quiet --target wasm32-unknown-unknown -- -D warnings
 step "cargo clippy (wasm32-unknown-unknown, --no-default-features, -D warnings)"
 cargo clippy --quiet --target wasm32-unknown-unknown --no-default-features -- -D warnings
+step "cargo clippy (wasm32-unknown-unknown, the dev build's features, -D warnings)"
+cargo clippy --quiet --target wasm32-unknown-unknown --features dev,test-faults,heap-stats -- -D warnings
 step "cargo clippy (the embedding example, examples/embed/, wasm32, -D warnings)"
 cargo clippy --quiet -p rindle-embed-example --target wasm32-unknown-unknown -- -D warnings
 step "clippy: $(elapsed "$T")"
@@ -71,7 +74,10 @@ T="$(now)"
 cargo run --quiet --release --example fanout -- --smoke
 step "fan-out smoke: $(elapsed "$T")"
 
+# The production build (what `wrangler deploy` bundles: its size, and no dev code in it), then
+# the dev build the Node tests serve.
 "$SCRIPTS_DIR/build.sh"
+"$SCRIPTS_DIR/build.sh" --dev
 "$SCRIPTS_DIR/bundle-size.sh"
 # The embedding example (examples/embed/), which tests/e2e/embed.test.mjs runs.
 BUILD_CRATE=examples/embed "$SCRIPTS_DIR/build.sh"

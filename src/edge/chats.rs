@@ -23,7 +23,7 @@ fn tables(env: &Env, settings: &Settings) -> Result<D1Tables, ApiError> {
         return Err(ApiError::no_chat_column());
     }
     let db = env.d1("DB").map_err(|e| ApiError::misconfigured(format!("DB: the D1 binding is missing: {e}")))?;
-    Ok(D1Tables::new(db, MappedSql::new(settings.mapping.clone(), Dialect::Sqlite), None))
+    Ok(D1Tables::new(db, MappedSql::new(settings.mapping.clone(), Dialect::Sqlite)))
 }
 
 /// The one text column of a one-row query, if there is a row.

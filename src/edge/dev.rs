@@ -1,5 +1,6 @@
-//! Development-only endpoints, answered only when `DEV_MODE=1` (never in a default deploy):
-//! `POST /dev/session` creates a message row and mints tokens for the demo page.
+//! Development-only endpoints (the `dev` feature: absent from the production build), answered
+//! only when `DEV_MODE=1`: `POST /dev/session` creates a message row and mints tokens for the
+//! demo page.
 
 use super::http::{self, unavailable};
 use super::setup::{dev_mode, var};

@@ -1,9 +1,9 @@
 //! The wasm heap this module uses, counted at its allocator, for `/stats` (`wasmHeap`): with
 //! it, the memory a live stream costs the project itself can be told apart from what the
-//! runtime spends on the object around it (see BENCHMARKS.md, "Memory"). Only the standalone
-//! Worker installs it; an embedding Worker keeps its own allocator, and `/stats` reports none.
+//! runtime spends on the object around it (see BENCHMARKS.md, "Memory"). Only a build with the
+//! `heap-stats` feature (the dev build the benchmarks serve) installs it: it is the global
+//! allocator, and costs a counter update per allocation.
 
-#[cfg(feature = "standalone")]
 mod counting {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -51,8 +51,7 @@ mod counting {
 }
 
 /// What the wasm heap holds now, for every object of this isolate together: the bytes in use
-/// (allocated and not freed) and the linear memory reserved (it only grows). `None` where the
-/// counting allocator is not installed.
+/// (allocated and not freed) and the linear memory reserved (it only grows).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WasmHeap {
@@ -60,17 +59,12 @@ pub struct WasmHeap {
     pub memory_bytes: usize,
 }
 
-pub fn wasm_heap() -> Option<WasmHeap> {
-    #[cfg(feature = "standalone")]
-    {
-        use wasm_bindgen::JsCast;
-        let memory_bytes = wasm_bindgen::memory()
-            .unchecked_into::<js_sys::WebAssembly::Memory>()
-            .buffer()
-            .unchecked_into::<js_sys::ArrayBuffer>()
-            .byte_length() as usize;
-        Some(WasmHeap { in_use_bytes: counting::IN_USE.load(std::sync::atomic::Ordering::Relaxed), memory_bytes })
-    }
-    #[cfg(not(feature = "standalone"))]
-    None
+pub fn wasm_heap() -> WasmHeap {
+    use wasm_bindgen::JsCast;
+    let memory_bytes = wasm_bindgen::memory()
+        .unchecked_into::<js_sys::WebAssembly::Memory>()
+        .buffer()
+        .unchecked_into::<js_sys::ArrayBuffer>()
+        .byte_length() as usize;
+    WasmHeap { in_use_bytes: counting::IN_USE.load(std::sync::atomic::Ordering::Relaxed), memory_bytes }
 }

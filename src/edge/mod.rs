@@ -3,8 +3,11 @@
 
 mod append;
 mod chats;
+#[cfg(feature = "dev")]
 mod dev;
+#[cfg(feature = "test-faults")]
 mod faults;
+#[cfg(feature = "heap-stats")]
 mod heap;
 mod http;
 mod lease;
@@ -129,6 +132,7 @@ fn routed(req: web_sys::Request, env: &Env) -> js_sys::Promise {
         Ok(Routed::Forwarded(answer)) => {
             UNAVAILABLE.with(|unavailable| answer.unchecked_ref::<Answer>().catch_with(unavailable.as_ref().unchecked_ref()))
         }
+        #[cfg(feature = "dev")]
         Ok(Routed::Dev(req)) => {
             let env = env.clone();
             wasm_bindgen_futures::future_to_promise(async move {
@@ -151,7 +155,8 @@ fn routed(req: web_sys::Request, env: &Env) -> js_sys::Promise {
 enum Routed {
     /// To the stream's object: its answer.
     Forwarded(js_sys::Promise),
-    /// A development endpoint (`DEV_MODE=1` only).
+    /// A development endpoint (the `dev` feature, and `DEV_MODE=1`).
+    #[cfg(feature = "dev")]
     Dev(Request),
     /// A chat lookup (the front Worker answers it: it names no stream yet).
     Chat(Request, std::rc::Rc<crate::engine::config::Settings>, api::ChatRoute),
@@ -160,6 +165,7 @@ enum Routed {
 fn route(req: web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
     let url = req.url();
     let path = api::path_of(&url);
+    #[cfg(feature = "dev")]
     if path.starts_with("/dev/") {
         return Ok(Routed::Dev(Request::from(req)));
     }

@@ -327,7 +327,8 @@ impl Object {
     fn stats(&self, route: &Route, meter: &Meter) -> Result<Response, ApiError> {
         let stats = self.shell.inspect(|s| {
             let st = s.stats();
-            json!({
+            #[allow(unused_mut)] // the test and heap-stats builds add to it
+            let mut stats = json!({
                 "state": format!("{:?}", s.state()),
                 "seq": s.seq(),
                 "durableSeq": s.durable_seq(),
@@ -339,11 +340,18 @@ impl Object {
                 "readerWrites": st.reader_writes,
                 "readerPacingMs": s.reader_pacing_ms(),
                 "retainedBytes": s.retained_bytes(),
-                "faultsInjected": self.setup.faults.as_ref().map(|f| f.injected()),
                 "d1": self.setup.sink.counters(),
                 "meter": meter.snapshot(),
-                "wasmHeap": super::heap::wasm_heap(),
-            })
+            });
+            #[cfg(feature = "test-faults")]
+            {
+                stats["faultsInjected"] = json!(self.setup.faults.as_ref().map(|f| f.injected()));
+            }
+            #[cfg(feature = "heap-stats")]
+            {
+                stats["wasmHeap"] = json!(super::heap::wasm_heap());
+            }
+            stats
         });
         match stats {
             Some(stats) => http::json(200, &stats).map_err(unavailable),

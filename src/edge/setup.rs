@@ -1,6 +1,7 @@
 //! Everything an object or the front Worker builds from its environment: settings, the
 //! authorizer, the checkpoint sink, and the hooks an embedding Worker may install.
 
+#[cfg(feature = "test-faults")]
 use super::faults::FaultPlan;
 use super::store::{CheckpointSink, D1Tables};
 use crate::engine::auth::{Authorizer, JwtAuthorizer};
@@ -90,6 +91,8 @@ pub fn var(env: &Env, name: &str) -> Option<String> {
     env.object_var::<serde_json::Value>(name).ok().map(|v| v.to_string())
 }
 
+/// `DEV_MODE=1`: a dev build's development switches are on (see the `dev` feature).
+#[cfg(feature = "dev")]
 pub fn dev_mode(env: &Env) -> bool {
     var(env, "DEV_MODE").as_deref() == Some("1")
 }
@@ -101,6 +104,7 @@ pub struct Setup {
     pub authorizer: Rc<dyn Authorizer>,
     pub sink: Rc<dyn CheckpointSink>,
     pub hook: Option<Rc<dyn EventHook>>,
+    #[cfg(feature = "test-faults")]
     pub faults: Option<Rc<FaultPlan>>,
 }
 
@@ -109,20 +113,48 @@ impl Setup {
         let custom_sink = SINK.with(|s| s.borrow().clone());
         let settings = settings(env)?;
         let authorizer = authorizer(env)?;
-        let faults = match var(env, "TEST_FAULTS").filter(|s| !s.trim().is_empty()) {
-            None => None,
-            Some(_) if !dev_mode(env) => return Err(invalid("TEST_FAULTS", "is a test switch and is refused unless DEV_MODE=1")),
-            Some(spec) => Some(Rc::new(FaultPlan::parse(&spec).map_err(|e| invalid("TEST_FAULTS", &e.to_string()))?)),
-        };
+        #[cfg(feature = "test-faults")]
+        let faults = fault_plan(env)?;
+        #[cfg(not(feature = "test-faults"))]
+        refuse_fault_plan(env)?;
         let sink: Rc<dyn CheckpointSink> = match custom_sink {
             Some(factory) => factory(env),
             None => {
                 let db = env.d1("DB").map_err(|e| invalid("DB", &format!("the D1 binding is missing: {e}")))?;
-                Rc::new(D1Tables::new(db, MappedSql::new(settings.mapping.clone(), Dialect::Sqlite), faults.clone()))
+                let tables = D1Tables::new(db, MappedSql::new(settings.mapping.clone(), Dialect::Sqlite));
+                #[cfg(feature = "test-faults")]
+                let tables = tables.with_faults(faults.clone());
+                Rc::new(tables)
             }
         };
         let hook = HOOK.with(|h| h.borrow().clone());
-        Ok(Self { settings, authorizer, sink, hook, faults })
+        Ok(Self {
+            settings,
+            authorizer,
+            sink,
+            hook,
+            #[cfg(feature = "test-faults")]
+            faults,
+        })
+    }
+}
+
+/// The `TEST_FAULTS` plan of a test build, honoured only with `DEV_MODE=1`.
+#[cfg(feature = "test-faults")]
+fn fault_plan(env: &Env) -> Result<Option<Rc<FaultPlan>>, ConfigError> {
+    match var(env, "TEST_FAULTS").filter(|s| !s.trim().is_empty()) {
+        None => Ok(None),
+        Some(_) if !dev_mode(env) => Err(invalid("TEST_FAULTS", "is a test switch and is refused unless DEV_MODE=1")),
+        Some(spec) => Ok(Some(Rc::new(FaultPlan::parse(&spec).map_err(|e| invalid("TEST_FAULTS", &e.to_string()))?))),
+    }
+}
+
+/// A production build has no fault injection: `TEST_FAULTS` is refused, never ignored.
+#[cfg(not(feature = "test-faults"))]
+fn refuse_fault_plan(env: &Env) -> Result<(), ConfigError> {
+    match var(env, "TEST_FAULTS").filter(|s| !s.trim().is_empty()) {
+        None => Ok(()),
+        Some(_) => Err(invalid("TEST_FAULTS", "is a test switch, and this build has none (built without the `test-faults` feature)")),
     }
 }
 

@@ -2,6 +2,7 @@
 //! tables. D1 runs the statements planned by the engine ([`MappedSql::plan`]); a batch is one
 //! transaction, and the read-back after it is the truth.
 
+#[cfg(feature = "test-faults")]
 use super::faults::FaultPlan;
 use crate::engine::durable::{ColumnValue, MappedSql, Shape, Statement, StorePlan, Value};
 use crate::engine::live::{StoreFailure, StoreOp, StoreReply};
@@ -9,6 +10,7 @@ use crate::engine::reading::{ChunkRow, DurableText};
 use futures::future::LocalBoxFuture;
 use serde_json::Map;
 use std::cell::Cell;
+#[cfg(feature = "test-faults")]
 use std::rc::Rc;
 use wasm_bindgen::JsValue;
 use worker::D1Database;
@@ -53,13 +55,26 @@ pub struct StoreCounters {
 pub struct D1Tables {
     db: D1Database,
     sql: MappedSql,
+    #[cfg(feature = "test-faults")]
     faults: Option<Rc<FaultPlan>>,
     counters: Cell<StoreCounters>,
 }
 
 impl D1Tables {
-    pub fn new(db: D1Database, sql: MappedSql, faults: Option<Rc<FaultPlan>>) -> Self {
-        Self { db, sql, faults, counters: Cell::default() }
+    pub fn new(db: D1Database, sql: MappedSql) -> Self {
+        Self {
+            db,
+            sql,
+            #[cfg(feature = "test-faults")]
+            faults: None,
+            counters: Cell::default(),
+        }
+    }
+
+    /// The same tables, with `TEST_FAULTS`' faults injected (a test build).
+    #[cfg(feature = "test-faults")]
+    pub(super) fn with_faults(self, faults: Option<Rc<FaultPlan>>) -> Self {
+        Self { faults, ..self }
     }
 
     fn count(&self, f: impl FnOnce(&mut StoreCounters)) {
@@ -150,10 +165,11 @@ impl CheckpointSink for D1Tables {
     fn run<'a>(&'a self, stream_id: &'a str, op: &'a StoreOp) -> LocalBoxFuture<'a, Result<StoreReply, StoreFailure>> {
         Box::pin(async move {
             let plan = self.sql.plan(stream_id, op);
-            match &self.faults {
-                Some(faults) => faults.around(op, self.execute(&plan)).await,
-                None => self.execute(&plan).await,
+            #[cfg(feature = "test-faults")]
+            if let Some(faults) = &self.faults {
+                return faults.around(op, self.execute(&plan)).await;
             }
+            self.execute(&plan).await
         })
     }
 

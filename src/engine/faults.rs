@@ -1,7 +1,7 @@
 //! Fault injection for tests of the real runtime: which store operations to break, and how.
 //!
-//! Honoured only in a test configuration (the Worker refuses `TEST_FAULTS` unless `DEV_MODE`
-//! is on; the default `wrangler.toml` sets neither). The spec string is
+//! Compiled only into a build with the `test-faults` feature (the dev build), and honoured there
+//! only with `DEV_MODE=1` (a production build refuses `TEST_FAULTS`). The spec string is
 //! `rate=0.3;kinds=before,lost,readback;seed=7[;ops=mark]`:
 //! - `before`: a write fails before anything commits (a read: fails);
 //! - `lost`: a write commits, then its reply is lost (the caller sees a failure);
@@ -173,6 +173,7 @@ mod tests {
         let append = StoreOp::Append { from: 0, to: 1, text: "a".into() };
         let hits = (0..10_000).filter(|_| plan.decide(&append).is_some()).count();
         assert!((2_700..3_300).contains(&hits), "{hits} of 10000");
+        assert_eq!(plan.injected(), hits as u64, "every fault is counted (for /stats)");
         assert_eq!(plan.decide(&StoreOp::ProbeOpen), None, "without ops, the open is left alone");
     }
 

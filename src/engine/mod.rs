@@ -18,7 +18,10 @@ pub mod auth;
 pub mod config;
 pub mod cors;
 pub mod durable;
-pub mod faults;
+/// Fault injection for the tests of the real runtime: only in a build with the `test-faults`
+/// feature (and natively, for its own tests).
+#[cfg(any(test, feature = "test-faults"))]
+pub(crate) mod faults;
 pub mod frame;
 pub mod hook;
 pub mod jwt;

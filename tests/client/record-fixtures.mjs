@@ -4,7 +4,7 @@
 // connection drops, when it reads /text), the part client.js must then replay on its own, and
 // takes each fixture's `expect` from the server's truth (D1 and /text), never from client.js.
 //
-//   scripts/build.sh && node tests/client/record-fixtures.mjs [outDir]   (default: the fixtures dir)
+//   scripts/build.sh --dev && node tests/client/record-fixtures.mjs [outDir]   (default: the fixtures dir)
 //
 // Two things are not recorded: tokens (they expire; fixtures say "read-token") and, in gap.json,
 // one chunk frame, removed on purpose as a proxy losing it would. tests/e2e/client.test.mjs runs

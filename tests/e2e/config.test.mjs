@@ -41,3 +41,28 @@ test('the development endpoints answer 404 unless DEV_MODE=1', async () => {
     await stack.stop();
   }
 });
+
+test('the production build (what `wrangler deploy` bundles) has no development code, whatever its vars say', async () => {
+  const stack = await startStack({ production: true, vars: { DEV_MODE: '1' } });
+  try {
+    const res = await fetch(`${stack.baseUrl}/dev/session`, { method: 'POST', body: '{}' });
+    assert.equal(res.status, 404, 'no development endpoints, even with DEV_MODE=1');
+    assert.equal((await res.json()).error, 'not_found');
+    stack.db.run(`INSERT INTO messages (id, chat_id, role) VALUES ('m1', 'c1', 'assistant')`);
+    const auth = { authorization: `Bearer ${stack.token('m1')}` };
+    const open = await fetch(`${stack.baseUrl}/streams/m1/open`, { method: 'POST', headers: auth });
+    assert.equal(open.status, 200, await open.text());
+    const stats = await (await fetch(`${stack.baseUrl}/streams/m1/stats`, { headers: auth })).json();
+    assert.equal(stats.state, 'Live', JSON.stringify(stats));
+    assert.ok(!('wasmHeap' in stats) && !('faultsInjected' in stats), `no heap counter, no fault plan: ${JSON.stringify(stats)}`);
+
+    await stack.restart({ vars: { TEST_FAULTS: 'rate=0.5;kinds=before' } });
+    stack.db.run(`INSERT INTO messages (id, chat_id, role) VALUES ('m2', 'c1', 'assistant')`);
+    const refused = await fetch(`${stack.baseUrl}/streams/m2/open`, { method: 'POST', headers: { authorization: `Bearer ${stack.token('m2')}` } });
+    const body = await refused.json();
+    assert.equal(body.error, 'misconfigured', JSON.stringify(body));
+    assert.match(body.message, /TEST_FAULTS.*test-faults/, 'refused, never ignored');
+  } finally {
+    await stack.stop();
+  }
+});

@@ -24,12 +24,16 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { createParser } from 'eventsource-parser';
 import { mintToken as mintTokenImpl, decodeToken, verifyToken } from '../../scripts/jwt.mjs';
+import { devShim, writeDevConfig } from '../../scripts/dev-config.mjs';
 
 export { decodeToken, verifyToken };
 
 /** Project root (RINDLE_ROOT overrides, for running the harness against a scratch project). */
 export const ROOT = resolve(process.env.RINDLE_ROOT ?? join(dirname(fileURLToPath(import.meta.url)), '..', '..'));
-export const SHIM = join(ROOT, 'build', 'worker', 'shim.mjs');
+/** The dev build every stack serves (`scripts/build.sh --dev`: the dev endpoints, fault injection, the heap counter). */
+export const SHIM = devShim(ROOT);
+/** The production build (`scripts/build.sh`), what `wrangler deploy` bundles: startStack({ production: true }). */
+export const PRODUCTION_SHIM = join(ROOT, 'build', 'worker', 'shim.mjs');
 export const MOCK_SERVER = join(ROOT, 'mock', 'model-server.mjs');
 export const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
 /** STREAM_JWT_SECRET every stack gets unless startStack({ secret }) says otherwise. */
@@ -51,7 +55,7 @@ const BASE_ENV = {
   FORCE_COLOR: '0',
 };
 
-/** True when the Worker has been built (scripts/build.sh). */
+/** True when the Worker's dev build has been built (scripts/build.sh --dev). */
 export const haveBuild = () => existsSync(SHIM);
 
 /** Mint an HS256 token; see scripts/jwt.mjs for the knobs that make bad tokens. */
@@ -335,16 +339,11 @@ async function buildChatPage() {
 /**
  * rindle-streams as the second Worker of a two-config `wrangler dev`: `--var` and `--env-file`
  * reach only the first Worker, and a config's `.dev.vars` (which overrides its [vars]) is read
- * next to it. So: a copy of wrangler.toml with absolute paths, and the vars in a `.dev.vars`.
+ * next to it. So: a copy of wrangler.toml serving the dev build, and the vars in a `.dev.vars`
+ * (scripts/dev-config.mjs).
  */
 function writeAuxiliaryConfig(dir, vars) {
-  mkdirSync(dir, { recursive: true });
-  const toml = readFileSync(join(ROOT, 'wrangler.toml'), 'utf8')
-    .replace(/^main = .*$/m, `main = ${JSON.stringify(SHIM)}`)
-    .replace(/^migrations_dir = .*$/m, `migrations_dir = ${JSON.stringify(join(ROOT, 'migrations'))}`);
-  writeFileSync(join(dir, 'wrangler.toml'), toml);
-  writeFileSync(join(dir, '.dev.vars'), dotenv(vars));
-  return join(dir, 'wrangler.toml');
+  return writeDevConfig({ root: ROOT, dir, devVars: dotenv(vars) });
 }
 
 function dotenv(values) {
@@ -377,6 +376,8 @@ let stackCounter = 0;
  *   bare       benchmarks only: serve the Worker with bench/bare-serve.mjs instead of `wrangler
  *              dev` (the same config, miniflare and workerd, reached through a socket of its
  *              own: no entry Worker, no dev middleware, no dev proxy); not with `chat` or `demo`.
+ *   production serve the production build (build/, what `wrangler deploy` bundles) instead of the
+ *              dev build every other stack serves; not with `config` or `chat`.
  *
  * returns { baseUrl, port, inspectorPort, persistDir, secret, db, token(stream, scope?, claims?),
  *           stop(), kill(), restart(opts?), logs(), waitForLog(re, ms), process }
@@ -394,9 +395,15 @@ export async function startStack({
   chatVars = {},
   demo = false,
   bare = false,
+  production = false,
 } = {}) {
   if (bare && (chat || demo)) throw new Error('startStack: `bare` serves one Worker, without `chat` or `demo`');
-  if (!haveBuild()) throw new Error(`${SHIM} is missing: run scripts/build.sh first`);
+  if (production && (config || chat)) throw new Error('startStack: `production` serves the project\'s own Worker, without `config` or `chat`');
+  if (!haveBuild()) throw new Error(`${SHIM} is missing: run scripts/build.sh --dev first`);
+  if (production && !existsSync(PRODUCTION_SHIM)) throw new Error(`${PRODUCTION_SHIM} is missing: run scripts/build.sh first`);
+  // The project's own Worker is served from a build named on the command line (wrangler.toml's
+  // `main` is the production build); another config serves its own `main`.
+  const script = config || chat ? null : production ? PRODUCTION_SHIM : SHIM;
   installExitHooks();
   const id = `${process.pid}-${++stackCounter}`;
   const label = (name ?? 'stack').replace(/[^A-Za-z0-9_.-]+/g, '_');
@@ -517,8 +524,8 @@ export async function startStack({
     // `wrangler dev`'s own.
     const devOnly = ['--show-interactive-dev-session=false', '--live-reload=false', '--log-level', 'log'];
     const [server, command, commandArgs] = bare
-      ? ['bare-serve', process.execPath, [BARE_SERVE, ...args]]
-      : ['wrangler dev', WRANGLER, ['dev', ...args, ...devOnly]];
+      ? ['bare-serve', process.execPath, [BARE_SERVE, ...args, ...(script ? ['--script', script] : [])]]
+      : ['wrangler dev', WRANGLER, ['dev', ...(script ? [script] : []), ...args, ...devOnly]];
     writeFileSync(stack.logFile, `$ ${command} ${commandArgs.join(' ')}\n`, { flag: 'a' });
     const proc = spawnGroup(command, commandArgs, { logFile: stack.logFile, env });
     stack.process = proc;

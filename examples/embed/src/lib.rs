@@ -41,7 +41,7 @@ fn start() {
     install_authorizer(AppAuthorizer);
     install_checkpoint_sink(|env| {
         let db = env.d1("DB").expect("the DB binding");
-        let tables = D1Tables::new(db, MappedSql::new(TableMapping::example(), Dialect::Sqlite), None);
+        let tables = D1Tables::new(db, MappedSql::new(TableMapping::example(), Dialect::Sqlite));
         Rc::new(AppSink { tables, failing: RefCell::default() })
     });
     install_event_hook(AppHook);

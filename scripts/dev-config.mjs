@@ -1,0 +1,42 @@
+// The dev build (`scripts/build.sh --dev`, into build-dev/) as the second Worker of a two-config
+// `wrangler dev` (the example chat in front of rindle-streams: scripts/run.sh, and the e2e
+// harness's startStack({ chat: true })).
+//
+// wrangler.toml's `main` is the production build (build/), which `wrangler deploy` bundles; a
+// single-Worker `wrangler dev` is pointed at the dev build by its positional script
+// (`wrangler dev build-dev/worker/shim.mjs`). A second config takes no positional script, and it
+// reads its var overrides and secrets only from the `.dev.vars` next to it. So this writes a copy
+// of wrangler.toml whose `main` is the dev build (relative paths made absolute), with a
+// `.dev.vars` beside it.
+//
+//   node scripts/dev-config.mjs DIR [DEV_VARS_FILE]   writes DIR/wrangler.toml (and DIR/.dev.vars,
+//                                                      a copy of DEV_VARS_FILE); prints its path
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The dev build's entry module under the project root `root`. */
+export const devShim = (root) => join(root, 'build-dev', 'worker', 'shim.mjs');
+
+/**
+ * Writes `dir/wrangler.toml`: the project's wrangler.toml serving the dev build, and
+ * `dir/.dev.vars` with `devVars` (a string in .dev.vars syntax). Returns the config's path.
+ */
+export function writeDevConfig({ root, dir, devVars = '' }) {
+  mkdirSync(dir, { recursive: true });
+  const toml = readFileSync(join(root, 'wrangler.toml'), 'utf8')
+    .replace(/^main = .*$/m, `main = ${JSON.stringify(devShim(root))}`)
+    .replace(/^migrations_dir = .*$/m, `migrations_dir = ${JSON.stringify(join(root, 'migrations'))}`);
+  writeFileSync(join(dir, 'wrangler.toml'), toml);
+  writeFileSync(join(dir, '.dev.vars'), devVars);
+  return join(dir, 'wrangler.toml');
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const [dir, devVarsFile] = process.argv.slice(2);
+  if (!dir) throw new Error('usage: node scripts/dev-config.mjs DIR [DEV_VARS_FILE]');
+  const root = process.env.RINDLE_ROOT ?? resolve(dirname(fileURLToPath(import.meta.url)), '..');
+  const config = writeDevConfig({ root, dir: resolve(dir) });
+  if (devVarsFile) copyFileSync(devVarsFile, join(dirname(config), '.dev.vars'));
+  console.log(config);
+}
