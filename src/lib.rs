@@ -3,12 +3,34 @@
 //! Carries a language model's response from an edge producer to every reader at once over
 //! Server-Sent Events, and into D1 durably, without ever claiming more durability than it has.
 //!
-//! - [`engine`]: the pure engine (UTF-16 coordinate, frames, the live stream state machine,
-//!   SQL text, SSE encoding, splice). No I/O, no clock, no Workers runtime; tested natively.
-//! - `edge` (wasm32 only): the thin workers-rs shell: the Worker's router, one Durable Object
-//!   per stream, the D1 executor and the SSE bodies.
+//! ## Embedding it in a Worker of your own (wasm32)
+//!
+//! Depend on this crate with `default-features = false`, export [`StreamObject`] (the stream's
+//! Durable Object), answer requests with [`handle_request`], and install, in your start event,
+//! whatever replaces a default:
+//!
+//! - [`install_authorizer`]: an [`Authorizer`](engine::auth::Authorizer) instead of the HS256
+//!   JWT check;
+//! - [`install_checkpoint_sink`]: a [`CheckpointSink`] instead of the mapped D1 tables
+//!   (which [`D1Tables`] implements, for a sink that wraps them);
+//! - [`install_event_hook`]: an [`EventHook`](engine::hook::EventHook) told of checkpoint
+//!   failures, seal shortfalls, dropped readers and interrupted seals.
+//!
+//! `examples/embed/` is a complete one (README, "Embedding").
+//!
+//! ## The engine
+//!
+//! [`engine`] is the sans-IO core, public and documented for shells and tests: the live
+//! stream state machine with its inputs and outputs ([`engine::live`]), the store operations
+//! and the SQL an executor runs ([`engine::durable`]), frames and their SSE encoding, the UTF-16
+//! coordinate. No I/O, no clock, no Workers runtime; tested natively. The Workers shell that
+//! drives it (`src/edge`: the router, one Durable Object per stream, the D1 executor, the SSE
+//! bodies) is private; its embedding API is re-exported above.
 
 pub mod engine;
 
 #[cfg(target_arch = "wasm32")]
-pub mod edge;
+mod edge;
+
+#[cfg(target_arch = "wasm32")]
+pub use edge::{handle_request, install_authorizer, install_checkpoint_sink, install_event_hook, CheckpointSink, D1Tables, StreamObject};

@@ -13,7 +13,11 @@
 //! is an input, and store operations and reader wake-ups are outputs. The Worker shell
 //! (`src/edge`, wasm32 only) performs them.
 
-pub mod api;
+// The shell's HTTP vocabulary (routes, the SPEC §4 errors), stream ids, the live text buffer and
+// the reassembly of UTF-8 split across pieces: logic the wasm32 shell uses, tested natively,
+// and no part of the public API.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+pub(crate) mod api;
 pub mod auth;
 pub mod config;
 pub mod cors;
@@ -30,9 +34,12 @@ pub mod meter;
 pub mod pump;
 pub mod reading;
 pub mod sse;
-pub mod stream_id;
-pub mod text;
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+pub(crate) mod stream_id;
+pub(crate) mod text;
 pub mod ui;
-pub mod ui_schema;
+// The AI SDK's chunk schema behind strict validation: the ui format's internals.
+pub(crate) mod ui_schema;
 pub mod utf16;
-pub mod utf8;
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+pub(crate) mod utf8;

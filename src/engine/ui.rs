@@ -2,17 +2,17 @@
 //! (a JSON object with a string `type`) per line, each line ending in `\n`.
 //!
 //! Three pure pieces live here:
-//! - [`LineAssembler`] keeps the unfinished last line across appends (a producer may split a
+//! - `LineAssembler` keeps the unfinished last line across appends (a producer may split a
 //!   line anywhere, even inside a UTF-8 sequence) and hands back each run of complete,
 //!   validated lines, or the [`ChunkFault`] of the first bad one;
-//! - the `/ui` wire: [`encode_lines`] writes each complete line as one SSE event whose `id:` is
+//! - the `/ui` wire: `encode_lines` writes each complete line as one SSE event whose `id:` is
 //!   the UTF-16 offset just after the line, so a reconnecting `EventSource` resumes at an exact
-//!   chunk boundary, and [`line_start_byte`] moves a join offset to the start of its line;
-//! - the [`Ending`] a `/ui` reader gets after the last line, then `data: [DONE]`.
+//!   chunk boundary, and `line_start_byte` moves a join offset to the start of its line;
+//! - the `Ending` a `/ui` reader gets after the last line, then `data: [DONE]`.
 //!
 //! Validation runs on every line of every delta, so it never builds a JSON tree: a borrowing
 //! visitor reads `type` and skips everything else; [`Validation::Strict`] (the default) then
-//! checks the chunk's fields against the AI SDK's own schema ([`super::ui_schema`]) in a second
+//! checks the chunk's fields against the AI SDK's own schema (`ui_schema`) in a second
 //! pass of the line.
 
 use super::frame::{EndStatus, Frame};
@@ -163,7 +163,7 @@ impl Holds {
 
 /// What one piece of a `ui` stream's text yields.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Assembled<'a> {
+pub(crate) struct Assembled<'a> {
     /// The complete lines it finished, validated, each ending in `\n` (empty when none).
     pub lines: Cow<'a, str>,
     /// The chunks among them that matter to the ending.
@@ -176,7 +176,7 @@ pub struct Assembled<'a> {
 /// Assembles complete lines from pieces split anywhere. Only validated, complete lines come
 /// out; the unfinished last line waits here (as bytes, so a UTF-8 sequence may be split too).
 #[derive(Debug, Default)]
-pub struct LineAssembler {
+pub(crate) struct LineAssembler {
     partial: Vec<u8>,
     /// `partial[..checked]` is valid UTF-8; the rest is at most one incomplete sequence.
     checked: usize,
@@ -189,6 +189,7 @@ impl LineAssembler {
     }
 
     /// Bytes of the unfinished line held.
+    #[cfg(test)]
     pub fn partial_len(&self) -> usize {
         self.partial.len()
     }
@@ -297,7 +298,7 @@ fn check_run(run: &[u8], validation: Validation) -> (usize, Holds, Option<ChunkF
 
 /// What a valid line is, as far as the stream cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChunkKind {
+pub(crate) enum ChunkKind {
     /// `{"type":"finish", …}`: the text ends its own message, so a `complete` end adds none.
     Finish,
     /// `{"type":"error", …}`: the reader was told of a failure, so an error end adds none.
@@ -318,7 +319,7 @@ impl ChunkKind {
 /// Validates one line (without its `\n`): at most [`MAX_LINE_BYTES`], no raw carriage return,
 /// and a JSON object whose `type` is a string; with [`Validation::Strict`], also a chunk the AI
 /// SDK's schema accepts.
-pub fn check_line(line: &str, validation: Validation) -> Result<ChunkKind, ChunkFault> {
+pub(crate) fn check_line(line: &str, validation: Validation) -> Result<ChunkKind, ChunkFault> {
     if line.len() > MAX_LINE_BYTES {
         return Err(ChunkFault::TooLong { max: MAX_LINE_BYTES });
     }
@@ -489,7 +490,7 @@ impl<'de> Deserialize<'de> for Key {
 /// Appends the `/ui` event of each complete line of `text`, which starts at UTF-16 offset
 /// `from` at a line start: `id: <offset just after the line>` and `data: <the line>`. An
 /// unfinished last line is skipped: it never surfaces as a chunk.
-pub fn encode_lines(from: u64, text: &str, out: &mut String) {
+pub(crate) fn encode_lines(from: u64, text: &str, out: &mut String) {
     let mut end = from;
     for line in text.split_inclusive('\n') {
         let Some(body) = line.strip_suffix('\n') else { break };
@@ -501,7 +502,7 @@ pub fn encode_lines(from: u64, text: &str, out: &mut String) {
 /// A live frame in the `/ui` dialect: a chunk's complete lines (it starts at a line start), the
 /// ending for `end` (whose `seq` is the durable length); the other frames write nothing.
 /// `served` describes the lines the stream served: a live reader that got its `end` holds them all.
-pub fn encode_frame(frame: &Frame, served: Served) -> String {
+pub(crate) fn encode_frame(frame: &Frame, served: Served) -> String {
     match frame {
         Frame::Chunk { from, text, .. } => {
             let mut out = String::with_capacity(text.len() + 64);
@@ -515,12 +516,12 @@ pub fn encode_frame(frame: &Frame, served: Served) -> String {
 
 /// The byte index at which the line holding byte `at` of `text` starts, if `text` shows it (a
 /// `\n` before `at`); `None` means the line starts at or before the text's first byte.
-pub fn line_start_byte(text: &str, at: usize) -> Option<usize> {
+pub(crate) fn line_start_byte(text: &str, at: usize) -> Option<usize> {
     text.as_bytes()[..at].iter().rposition(|&b| b == b'\n').map(|nl| nl + 1)
 }
 
 /// Which chunks that matter to the ending the complete lines of `text` hold.
-pub fn holds(text: &str) -> Holds {
+pub(crate) fn holds(text: &str) -> Holds {
     let mut holds = Holds::default();
     for line in text.split_inclusive('\n').filter_map(|l| l.strip_suffix('\n')) {
         if let Ok(kind) = check_line(line, Validation::Lenient) {
@@ -532,7 +533,7 @@ pub fn holds(text: &str) -> Holds {
 
 /// What a `/ui` reader holds when its stream's ending is written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Served {
+pub(crate) struct Served {
     /// The UTF-16 offset at which the lines the reader was given end.
     pub held: u64,
     /// The chunks among those lines that matter to the ending.
@@ -542,7 +543,7 @@ pub struct Served {
 /// The chunk a `/ui` reader gets after the last line of a stream that ended (SPEC §9). It is
 /// not part of the text: its `id:` is [`ENDED_ID`], not an offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
+pub(crate) enum Ending {
     /// `complete`, and the text holds no `finish` of its own.
     Finish,
     /// `cancelled`.
@@ -595,7 +596,7 @@ impl Ending {
 
 /// The end of a `/ui` answer for a stream that ended with `durable` UTF-16 units durable: its
 /// ending chunk (if any), then `[DONE]`; the first of them carries `id: done` ([`ENDED_ID`]).
-pub fn encode_end(status: EndStatus, error: Option<&str>, durable: u64, served: Served) -> String {
+pub(crate) fn encode_end(status: EndStatus, error: Option<&str>, durable: u64, served: Served) -> String {
     let mut out = format!("id: {ENDED_ID}\n");
     if let Some(ending) = Ending::of(status, error, durable, served) {
         let _ = write!(out, "data: {}\n\n", ending.chunk());

@@ -83,7 +83,8 @@ impl ChunkSchema {
             .map(|(_, fields)| fields)
     }
 
-    /// Every chunk type name the table lists (prefixes with a `*`), for tests and messages.
+    /// Every chunk type name the table lists (prefixes with a `*`), for tests.
+    #[cfg(test)]
     pub fn type_names(&self) -> impl Iterator<Item = String> + '_ {
         self.types.iter().map(|(t, _)| t.clone()).chain(self.type_prefixes.iter().map(|(p, _)| format!("{p}*")))
     }

@@ -15,12 +15,12 @@
 //! The `refuse`, `failAppends` and `panic-` switches are the test's, not a pattern to copy.
 #![cfg(target_arch = "wasm32")]
 
-use rindle_streams::edge::{install_authorizer, install_checkpoint_sink, install_event_hook, CheckpointSink, D1Tables};
 use rindle_streams::engine::auth::{AuthFuture, AuthRequest, Authorizer, Denied, Principal};
 use rindle_streams::engine::durable::{Dialect, MappedSql, TableMapping};
 use rindle_streams::engine::hook::{EventHook, StreamNotice};
 use rindle_streams::engine::live::{StoreFailure, StoreOp, StoreReply};
 use rindle_streams::engine::reading::DurableText;
+use rindle_streams::{install_authorizer, install_checkpoint_sink, install_event_hook, CheckpointSink, D1Tables};
 use serde_json::json;
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -29,11 +29,11 @@ use std::pin::Pin;
 use std::rc::Rc;
 use worker::{event, Context, Env, Request, Response};
 
-pub use rindle_streams::edge::StreamObject;
+pub use rindle_streams::StreamObject;
 
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
-    rindle_streams::edge::handle_request(req, env).await
+    rindle_streams::handle_request(req, env).await
 }
 
 #[event(start)]
