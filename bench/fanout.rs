@@ -20,9 +20,14 @@
 use rindle_streams::engine::config::{CheckpointMode, StreamConfig};
 use rindle_streams::engine::frame::Frame;
 use rindle_streams::engine::live::{LiveStream, Output, Producer, Pull, ReaderId, StoreReply, StreamState};
+use rindle_streams::engine::time::{Millis, Timestamp};
+use rindle_streams::engine::utf16::Offset;
 use rindle_streams::engine::{sse, utf16};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
+
+/// Every input at the same instant: the benchmark measures fan-out, not time.
+const T0: Timestamp = Timestamp(0);
 
 const DELTAS: [&str; 4] = ["abcd", "ab😀", "👍🏽", "漢字ab"];
 /// A reader's write buffer is handed to the socket (cleared) once it grows past this.
@@ -82,9 +87,9 @@ fn drain(s: &mut LiveStream) {
 /// `readers` readers attached at 0 and their replay already pulled.
 fn live_stream(readers: usize) -> (LiveStream, Vec<ReaderId>) {
     let cfg = StreamConfig {
-        checkpoint_chars: 1 << 40,
-        checkpoint_interval_ms: 1 << 40,
-        idle_timeout_ms: 0,
+        checkpoint_chars: Offset(1 << 40),
+        checkpoint_interval_ms: Millis(1 << 40),
+        idle_timeout_ms: Millis(0),
         max_queued_frames: 1 << 20,
         // Every pull at the same instant: pacing (a separate measurement, BENCHMARKS.md) off.
         reader_pacing_us: 0,
@@ -92,18 +97,18 @@ fn live_stream(readers: usize) -> (LiveStream, Vec<ReaderId>) {
         ..StreamConfig::default()
     };
     cfg.validate().expect("a valid config");
-    let (mut s, _open) = LiveStream::open("bench", cfg, Producer { host_token: "host-bench".into(), meta: None }, 0);
+    let (mut s, _open) = LiveStream::open("bench", cfg, Producer { host_token: "host-bench".into(), meta: None }, T0);
     while let Some(o) = s.poll_output() {
         match o {
-            Output::ArmLease { .. } => s.handle_lease_armed(Ok(()), 0),
-            Output::Store(req) => s.handle_store(req.id, Ok(StoreReply::Applied), 0), // sink mode: the mark is the open
+            Output::ArmLease { .. } => s.handle_lease_armed(Ok(()), T0),
+            Output::Store(req) => s.handle_store(req.id, Ok(StoreReply::Applied), T0), // sink mode: the mark is the open
             _ => {}
         }
     }
     assert_eq!(s.state(), StreamState::Live);
-    let ids: Vec<_> = (0..readers).map(|_| s.subscribe(0)).collect();
+    let ids: Vec<_> = (0..readers).map(|_| s.subscribe(Offset(0))).collect();
     for &id in &ids {
-        assert!(matches!(s.pull(id, 0), Pull::Data { .. }), "replay of {id:?}");
+        assert!(matches!(s.pull(id, T0), Pull::Data { .. }), "replay of {id:?}");
     }
     drain(&mut s);
     (s, ids)
@@ -116,11 +121,11 @@ fn shared(readers: usize, deltas: usize, batch: usize) -> Run {
     let mut run = Run::default();
     let start = Instant::now();
     for i in 0..deltas {
-        black_box(s.push(black_box(DELTAS[i % DELTAS.len()]), 0).expect("the stream is live"));
+        black_box(s.push(black_box(DELTAS[i % DELTAS.len()]), T0).expect("the stream is live"));
         drain(&mut s);
         if (i + 1) % batch == 0 || i + 1 == deltas {
             for (&id, out) in ids.iter().zip(&mut outs) {
-                match s.pull(id, 0) {
+                match s.pull(id, T0) {
                     Pull::Data { wire, .. } => write(out, &wire, &mut run),
                     other => panic!("reader {id:?} got {other:?}"),
                 }
@@ -136,7 +141,7 @@ fn shared(readers: usize, deltas: usize, batch: usize) -> Run {
 fn per_reader(readers: usize, deltas: usize) -> Run {
     let mut outs = vec![String::new(); readers];
     let mut run = Run::default();
-    let mut from = 0;
+    let mut from = Offset(0);
     let start = Instant::now();
     for i in 0..deltas {
         let text = black_box(DELTAS[i % DELTAS.len()]);

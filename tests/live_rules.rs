@@ -11,12 +11,14 @@ use rindle_streams::engine::live::lease::{self, Holding, HostColumn, LeaseDecisi
 use rindle_streams::engine::live::{
     FlushError, OpenError, OpenOutcome, Producer, Pull, PushError, Settlement, StoreFailure, StoreOp, StoreReply, StreamEvent, StreamState,
 };
+use rindle_streams::engine::time::{Millis, Timestamp};
 use rindle_streams::engine::ui::{BadChunk, ChunkFault, Format};
+use rindle_streams::engine::utf16::Offset;
 use support::driver::{Driver, UiEvent, STREAM, TOKEN};
 use support::{Fault, SqliteDb, Store};
 
 fn cfg() -> StreamConfig {
-    StreamConfig { checkpoint_chars: 8, ..StreamConfig::default() }
+    StreamConfig { checkpoint_chars: Offset(8), ..StreamConfig::default() }
 }
 
 fn is_append(op: Option<&StoreOp>) -> bool {
@@ -50,7 +52,7 @@ fn a_checkpoint_is_due_at_checkpoint_chars() {
     d.push("1234567");
     assert_eq!(d.peek(), None, "7 of 8 chars: not due");
     d.push("8");
-    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 0, to: 8, text: "12345678".into() }));
+    assert_eq!(d.peek(), Some(&StoreOp::Append { from: Offset(0), to: Offset(8), text: "12345678".into() }));
 }
 
 #[test]
@@ -62,7 +64,7 @@ fn a_checkpoint_is_due_at_the_interval_after_the_oldest_change() {
     d.advance(249);
     assert_eq!(d.peek(), None);
     d.advance(1);
-    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 0, to: 3, text: "abc".into() }));
+    assert_eq!(d.peek(), Some(&StoreOp::Append { from: Offset(0), to: Offset(3), text: "abc".into() }));
 }
 
 // ---- flush waiters
@@ -74,9 +76,9 @@ fn flush_resolves_only_when_the_store_confirms() {
     let t = d.flush();
     d.answer(Fault::CommitThenLoseReply); // the write commits, unconfirmed
     assert_eq!(d.outcome(t), None, "a committed write alone does not settle a flush");
-    assert_eq!(d.stream.durable_seq(), 0);
+    assert_eq!(d.stream.durable_seq(), Offset(0));
     d.answer(Fault::None); // the read-back
-    assert_eq!(d.outcome(t), Some(&Ok(4)));
+    assert_eq!(d.outcome(t), Some(&Ok(Offset(4))));
     assert_eq!(d.db.durable_text(STREAM), "hi😀");
 }
 
@@ -87,17 +89,17 @@ fn flush_is_rejected_when_its_round_fails() {
     let t = d.flush();
     fail_round(&mut d);
     match d.outcome(t) {
-        Some(Err(FlushError::CheckpointFailed { seq: 3, durable_seq: 0, .. })) => {}
+        Some(Err(FlushError::CheckpointFailed { seq: Offset(3), durable_seq: Offset(0), .. })) => {}
         other => panic!("expected a rejected flush, got {other:?}"),
     }
-    assert!(d.events.iter().any(|e| matches!(e, StreamEvent::CheckpointFailed { from: 0, to: 3, .. })));
+    assert!(d.events.iter().any(|e| matches!(e, StreamEvent::CheckpointFailed { from: Offset(0), to: Offset(3), .. })));
 }
 
 #[test]
 fn flush_with_nothing_outstanding_resolves_at_once() {
     let mut d = Driver::open(cfg());
     let t = d.flush();
-    assert_eq!(d.outcome(t), Some(&Ok(0)));
+    assert_eq!(d.outcome(t), Some(&Ok(Offset(0))));
 }
 
 // ---- the force flag
@@ -107,15 +109,15 @@ fn a_flush_landing_mid_round_gets_a_round_of_its_own() {
     let mut d = Driver::open(cfg());
     d.push("a");
     let first = d.flush();
-    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 0, to: 1, text: "a".into() }));
+    assert_eq!(d.peek(), Some(&StoreOp::Append { from: Offset(0), to: Offset(1), text: "a".into() }));
     d.push("b");
     let second = d.flush();
     d.answer_all_once_round();
-    assert_eq!(d.outcome(first), Some(&Ok(1)));
+    assert_eq!(d.outcome(first), Some(&Ok(Offset(1))));
     assert_eq!(d.outcome(second), None);
-    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 1, to: 2, text: "b".into() }), "no wait for the interval");
+    assert_eq!(d.peek(), Some(&StoreOp::Append { from: Offset(1), to: Offset(2), text: "b".into() }), "no wait for the interval");
     d.answer_all();
-    assert_eq!(d.outcome(second), Some(&Ok(2)));
+    assert_eq!(d.outcome(second), Some(&Ok(Offset(2))));
 }
 
 trait RoundExt {
@@ -158,9 +160,9 @@ fn retries_follow_the_schedule_three_retries_doubling_from_50ms() {
         fail_attempt(&mut d);
         let at = d.stream.poll_timeout().unwrap();
         delays.push(at - d.now);
-        d.advance(at - d.now);
+        d.advance((at - d.now).0);
     }
-    assert_eq!(delays, vec![50, 100, 200]);
+    assert_eq!(delays, vec![Millis(50), Millis(100), Millis(200)]);
     fail_attempt(&mut d);
     assert_eq!(d.stream.stats().retries, 3);
     assert_eq!(d.stream.stats().failures, 1);
@@ -176,7 +178,7 @@ fn a_checkpoint_is_confirmed_by_the_read_in_its_own_transaction() {
     assert!(is_append(d.peek()));
     d.answer(Fault::None);
     assert_eq!(d.peek(), None, "no separate read-back round");
-    assert_eq!(d.stream.durable_seq(), 8);
+    assert_eq!(d.stream.durable_seq(), Offset(8));
     assert_eq!(d.stream.stats().checkpoints, 1);
 }
 
@@ -185,13 +187,13 @@ fn durable_seq_advances_only_from_the_read_back() {
     let mut d = Driver::open(cfg());
     d.push("12345678");
     d.answer(Fault::CommitThenLoseReply); // the write commits, its reply (and read) is lost
-    assert_eq!(d.stream.durable_seq(), 0);
+    assert_eq!(d.stream.durable_seq(), Offset(0));
     assert_eq!(d.peek(), Some(&StoreOp::ReadState));
     d.answer(Fault::FailBeforeCommit); // and the read-back fails
-    assert_eq!(d.stream.durable_seq(), 0, "a write the store did not confirm is not durable");
+    assert_eq!(d.stream.durable_seq(), Offset(0), "a write the store did not confirm is not durable");
     d.advance(50);
     d.answer(Fault::None); // the replayed write is a no-op under its guard; its read confirms
-    assert_eq!(d.stream.durable_seq(), 8);
+    assert_eq!(d.stream.durable_seq(), Offset(8));
     assert_eq!(d.db.chunk_count(STREAM), 1, "the replay did not duplicate the chunk");
 }
 
@@ -201,7 +203,7 @@ fn a_lost_ack_is_absorbed_by_the_read_back() {
     d.push("12345678");
     d.answer(Fault::CommitThenLoseReply);
     d.answer(Fault::None);
-    assert_eq!(d.stream.durable_seq(), 8);
+    assert_eq!(d.stream.durable_seq(), Offset(8));
     assert_eq!(d.stream.stats().retries, 0, "no retry was needed");
     assert!(!d.events.iter().any(|e| matches!(e, StreamEvent::CheckpointAttemptFailed { .. })));
 }
@@ -217,20 +219,24 @@ fn a_confirmation_short_of_the_slice_re_covers_from_the_confirmed_length() {
         d.advance(50 << retry);
         fail_attempt(&mut d);
     }
-    assert_eq!(d.stream.durable_seq(), 0, "the plane does not know the store holds 8");
+    assert_eq!(d.stream.durable_seq(), Offset(0), "the plane does not know the store holds 8");
     d.push("ijklmnop");
     d.advance(750);
-    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 0, to: 16, text: "abcdefghijklmnop".into() }));
+    assert_eq!(d.peek(), Some(&StoreOp::Append { from: Offset(0), to: Offset(16), text: "abcdefghijklmnop".into() }));
     d.answer(Fault::None); // a no-op (the row is at 8, not 0); its read says 8: adopt it, short of 16
-    assert_eq!(d.stream.durable_seq(), 8);
+    assert_eq!(d.stream.durable_seq(), Offset(8));
     assert!(d
         .events
         .iter()
         .any(|e| matches!(e, StreamEvent::CheckpointAttemptFailed { error, .. } if error.contains("confirmed 8 of 16"))));
     d.advance(50);
-    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 8, to: 16, text: "ijklmnop".into() }), "re-cover only the missing part");
+    assert_eq!(
+        d.peek(),
+        Some(&StoreOp::Append { from: Offset(8), to: Offset(16), text: "ijklmnop".into() }),
+        "re-cover only the missing part"
+    );
     d.answer_all();
-    assert_eq!(d.stream.durable_seq(), 16);
+    assert_eq!(d.stream.durable_seq(), Offset(16));
     assert_eq!(d.db.durable_text(STREAM), "abcdefghijklmnop");
     assert_eq!(d.db.chunk_count(STREAM), 2, "no overlapping chunk row");
 }
@@ -250,9 +256,9 @@ fn a_seal_requested_mid_round_goes_straight_to_compaction() {
     d.answer(Fault::None);
     assert_eq!(
         d.outcome(close),
-        Some(&Ok(rindle_streams::engine::live::SealReport { status: EndStatus::Complete, seq: 3, durable_seq: 3 }))
+        Some(&Ok(rindle_streams::engine::live::SealReport { status: EndStatus::Complete, seq: Offset(3), durable_seq: Offset(3) }))
     );
-    assert_eq!(d.outcome(flush), Some(&Ok(3)), "the seal repaired the failed slice");
+    assert_eq!(d.outcome(flush), Some(&Ok(Offset(3))), "the seal repaired the failed slice");
     assert_eq!(d.db.durable_text(STREAM), "abc");
     assert_eq!(d.db.status(STREAM), "complete");
     assert_eq!(d.db.chunk_count(STREAM), 0);
@@ -274,18 +280,18 @@ fn a_failed_seal_still_ends_the_stream_and_the_caller_learns_the_shortfall() {
     d.push("12345678");
     d.answer_all();
     d.push("9");
-    let reader = d.subscribe(0);
+    let reader = d.subscribe(Offset(0));
     d.read(reader);
     let close = d.close();
     fail_seal(&mut d);
     match d.outcome(close) {
-        Some(Err(s)) => assert_eq!((s.seq, s.durable_seq), (9, 8)),
+        Some(Err(s)) => assert_eq!((s.seq, s.durable_seq), (Offset(9), Offset(8))),
         other => panic!("expected a shortfall, got {other:?}"),
     }
     assert_eq!(d.stream.state(), StreamState::Ended(EndStatus::Complete));
-    assert_eq!(d.read(reader), vec![Frame::End { seq: 8, status: EndStatus::Complete, error: None }]);
+    assert_eq!(d.read(reader), vec![Frame::End { seq: Offset(8), status: EndStatus::Complete, error: None }]);
     let late_flush = d.flush();
-    assert_eq!(d.outcome(late_flush), Some(&Err(FlushError::EndedShort { seq: 9, durable_seq: 8 })));
+    assert_eq!(d.outcome(late_flush), Some(&Err(FlushError::EndedShort { seq: Offset(9), durable_seq: Offset(8) })));
     assert!(d.stream.push("x", d.now).is_err(), "the stream is over");
 }
 
@@ -305,11 +311,11 @@ fn a_seal_that_cannot_commit_is_a_shortfall_even_when_every_character_is_durable
     let mut d = Driver::open(cfg());
     d.push("12345678");
     d.answer_all();
-    assert_eq!(d.stream.durable_seq(), 8, "the chunk rows hold everything");
+    assert_eq!(d.stream.durable_seq(), Offset(8), "the chunk rows hold everything");
     let close = d.close();
     fail_seal(&mut d);
     match d.outcome(close) {
-        Some(Err(s)) => assert_eq!((s.seq, s.durable_seq), (8, 8), "the text is durable, the status is not"),
+        Some(Err(s)) => assert_eq!((s.seq, s.durable_seq), (Offset(8), Offset(8)), "the text is durable, the status is not"),
         other => panic!("a seal that never committed must not report success: {other:?}"),
     }
     assert_eq!(d.db.status(STREAM), "streaming", "nothing sealed the row");
@@ -337,12 +343,12 @@ fn a_failed_seal_is_retried_from_the_lingering_stream_and_then_reported_sealed()
     assert_eq!(d.db.status(STREAM), "complete");
     assert_eq!(d.db.durable_text(STREAM), "123456789😀");
     assert_eq!(d.db.chunk_count(STREAM), 0);
-    assert_eq!(d.stream.durable_seq(), 11);
+    assert_eq!(d.stream.durable_seq(), Offset(11));
     assert_eq!(d.stream.unsealed_write(), None, "nothing left to repair");
     assert_eq!(lease::decide(&d.stream.holding(), None, d.lease_token.as_deref(), &cfg()), LeaseDecision::Release(Release::Sealed));
     let again = d.close();
     match d.outcome(again) {
-        Some(Ok(r)) => assert_eq!((r.seq, r.durable_seq), (11, 11)),
+        Some(Ok(r)) => assert_eq!((r.seq, r.durable_seq), (Offset(11), Offset(11))),
         other => panic!("a close after the repair reports the seal: {other:?}"),
     }
 }
@@ -386,7 +392,7 @@ fn a_huge_push_becomes_several_capped_chunk_rows() {
     }
     assert_eq!(slices.iter().sum::<usize>(), 6000);
     assert_eq!(slices.len(), 7, "6000 bytes in slices of at most 1000 that never split a character");
-    assert_eq!(d.outcome(t), Some(&Ok(3000)));
+    assert_eq!(d.outcome(t), Some(&Ok(Offset(3000))));
     assert_eq!(d.db.chunk_count(STREAM), 7);
     assert_eq!(d.db.durable_text(STREAM), text);
 }
@@ -409,14 +415,14 @@ fn a_body_too_large_to_compact_stays_as_chunk_rows_and_is_sealed() {
 
 #[test]
 fn the_buffer_keeps_retain_chars_below_durable_in_sink_mode() {
-    let mut d = Driver::open(StreamConfig { mode: CheckpointMode::Sink, retain_chars: Some(10), ..cfg() });
+    let mut d = Driver::open(StreamConfig { mode: CheckpointMode::Sink, retain_chars: Some(Offset(10)), ..cfg() });
     d.push(&"a".repeat(100));
     d.answer_all();
-    assert_eq!(d.stream.durable_seq(), 100);
-    let late = d.subscribe(50);
-    assert_eq!(d.read(late), vec![Frame::Stale { floor_seq: 90, durable_seq: 100 }]);
-    let near = d.subscribe(95);
-    assert_eq!(d.read(near)[1], Frame::Chunk { from: 95, seq: 100, text: "aaaaa".into() });
+    assert_eq!(d.stream.durable_seq(), Offset(100));
+    let late = d.subscribe(Offset(50));
+    assert_eq!(d.read(late), vec![Frame::Stale { floor_seq: Offset(90), durable_seq: Offset(100) }]);
+    let near = d.subscribe(Offset(95));
+    assert_eq!(d.read(near)[1], Frame::Chunk { from: Offset(95), seq: Offset(100), text: "aaaaa".into() });
 }
 
 #[test]
@@ -424,8 +430,8 @@ fn tables_mode_keeps_the_whole_text_for_compaction() {
     let mut d = Driver::open(cfg());
     d.push(&"a".repeat(100));
     d.answer_all();
-    let reader = d.subscribe(0);
-    assert!(matches!(d.read(reader)[1], Frame::Chunk { from: 0, seq: 100, .. }));
+    let reader = d.subscribe(Offset(0));
+    assert!(matches!(d.read(reader)[1], Frame::Chunk { from: Offset(0), seq: Offset(100), .. }));
 }
 
 // ---- readers
@@ -433,16 +439,16 @@ fn tables_mode_keeps_the_whole_text_for_compaction() {
 #[test]
 fn a_reader_that_stops_draining_gets_stale_and_the_others_carry_on() {
     let mut d = Driver::open(StreamConfig { max_queued_frames: 4, ..cfg() });
-    let slow = d.subscribe(0);
-    let fast = d.subscribe(0);
+    let slow = d.subscribe(Offset(0));
+    let fast = d.subscribe(Offset(0));
     for i in 0..6 {
         d.push(&i.to_string());
         d.read(fast);
     }
-    assert_eq!(d.read(slow), vec![Frame::Stale { floor_seq: 0, durable_seq: 0 }]);
+    assert_eq!(d.read(slow), vec![Frame::Stale { floor_seq: Offset(0), durable_seq: Offset(0) }]);
     assert_eq!(d.stream.reader_count(), 1);
     d.push("x");
-    assert_eq!(d.read(fast), vec![Frame::Chunk { from: 6, seq: 7, text: "x".into() }]);
+    assert_eq!(d.read(fast), vec![Frame::Chunk { from: Offset(6), seq: Offset(7), text: "x".into() }]);
     assert!(d.events.iter().any(|e| matches!(e, StreamEvent::ReaderDropped { reader, .. } if *reader == slow)));
 }
 
@@ -452,35 +458,35 @@ fn a_subscribe_replays_and_registers_in_one_step() {
     d.push("12345678");
     d.answer_all();
     d.push("ab");
-    let r = d.subscribe(3);
+    let r = d.subscribe(Offset(3));
     assert_eq!(
         d.read(r),
         vec![
-            Frame::Open { stream_id: STREAM.into(), from: 3, seq: 10, durable_seq: 8, ended: false },
-            Frame::Chunk { from: 3, seq: 10, text: "45678ab".into() },
-            Frame::Durable { seq: 8 },
+            Frame::Open { stream_id: STREAM.into(), from: Offset(3), seq: Offset(10), durable_seq: Offset(8), ended: false },
+            Frame::Chunk { from: Offset(3), seq: Offset(10), text: "45678ab".into() },
+            Frame::Durable { seq: Offset(8) },
         ]
     );
     d.push("c");
-    assert_eq!(d.read(r), vec![Frame::Chunk { from: 10, seq: 11, text: "c".into() }]);
+    assert_eq!(d.read(r), vec![Frame::Chunk { from: Offset(10), seq: Offset(11), text: "c".into() }]);
 }
 
 #[test]
 fn a_from_inside_a_surrogate_pair_moves_down_to_the_pairs_start() {
     let mut d = Driver::open(cfg());
     d.push("a😀b");
-    let r = d.subscribe(2);
+    let r = d.subscribe(Offset(2));
     let frames = d.read(r);
-    assert!(matches!(&frames[0], Frame::Open { from: 1, .. }), "{frames:?}");
-    assert_eq!(frames[1], Frame::Chunk { from: 1, seq: 4, text: "😀b".into() });
+    assert!(matches!(&frames[0], Frame::Open { from: Offset(1), .. }), "{frames:?}");
+    assert_eq!(frames[1], Frame::Chunk { from: Offset(1), seq: Offset(4), text: "😀b".into() });
 }
 
 #[test]
 fn a_from_beyond_the_end_joins_at_the_end() {
     let mut d = Driver::open(cfg());
     d.push("abc");
-    let r = d.subscribe(1_000_000);
-    assert!(matches!(d.read(r)[..], [Frame::Open { from: 3, seq: 3, .. }]));
+    let r = d.subscribe(Offset(1_000_000));
+    assert!(matches!(d.read(r)[..], [Frame::Open { from: Offset(3), seq: Offset(3), .. }]));
 }
 
 // ---- linger
@@ -492,20 +498,20 @@ fn a_late_reader_within_the_linger_gets_the_tail_and_end_and_after_it_absent() {
     let _ = d.close();
     d.answer_all();
     d.advance(29_999);
-    let late = d.subscribe(2);
+    let late = d.subscribe(Offset(2));
     assert_eq!(
         d.read(late),
         vec![
-            Frame::Open { stream_id: STREAM.into(), from: 2, seq: 5, durable_seq: 5, ended: true },
-            Frame::Chunk { from: 2, seq: 5, text: "llo".into() },
-            Frame::Durable { seq: 5 },
-            Frame::End { seq: 5, status: EndStatus::Complete, error: None },
+            Frame::Open { stream_id: STREAM.into(), from: Offset(2), seq: Offset(5), durable_seq: Offset(5), ended: true },
+            Frame::Chunk { from: Offset(2), seq: Offset(5), text: "llo".into() },
+            Frame::Durable { seq: Offset(5) },
+            Frame::End { seq: Offset(5), status: EndStatus::Complete, error: None },
         ]
     );
     assert!(!d.retired);
     d.advance(1);
     assert!(d.retired);
-    let after = d.subscribe(0);
+    let after = d.subscribe(Offset(0));
     assert_eq!(d.read(after), vec![Frame::Absent]);
 }
 
@@ -513,7 +519,7 @@ fn a_late_reader_within_the_linger_gets_the_tail_and_end_and_after_it_absent() {
 
 #[test]
 fn a_producer_idle_past_the_idle_timeout_is_sealed_interrupted() {
-    let mut d = Driver::open(StreamConfig { idle_timeout_ms: 10_000, ..cfg() });
+    let mut d = Driver::open(StreamConfig { idle_timeout_ms: Millis(10_000), ..cfg() });
     d.push("partial");
     d.advance(9_999);
     d.push(" more"); // activity postpones the deadline
@@ -546,13 +552,13 @@ fn a_cancel_set_in_the_row_is_seen_at_the_next_read_back_and_seals_cancelled() {
 fn fail_seals_error_with_the_message() {
     let mut d = Driver::open(cfg());
     d.push("partial");
-    let r = d.subscribe(0);
+    let r = d.subscribe(Offset(0));
     let t = d.stream.fail("upstream died", d.now);
     d.drain();
     d.answer_all();
     assert!(matches!(d.outcome(t), Some(Ok(_))));
     assert_eq!(d.db.message_column(STREAM, "error"), ColumnValue::Text("upstream died".into()));
-    assert_eq!(d.read(r).last(), Some(&Frame::End { seq: 7, status: EndStatus::Error, error: Some("upstream died".into()) }));
+    assert_eq!(d.read(r).last(), Some(&Frame::End { seq: Offset(7), status: EndStatus::Error, error: Some("upstream died".into()) }));
 }
 
 #[test]
@@ -561,7 +567,7 @@ fn fail_after_a_cancel_seals_cancelled_and_readers_get_abort_not_error() {
     // append's connection cut by the early answer): the row and the readers say `cancelled`.
     let mut d = Driver::open(cfg());
     d.push("partial");
-    let r = d.subscribe(0);
+    let r = d.subscribe(Offset(0));
     d.stream.cancel();
     let t = d.stream.fail("terminated", d.now);
     d.drain();
@@ -600,7 +606,7 @@ fn open_is_refused_for_a_null_seq() {
 fn open_is_refused_for_an_advanced_row() {
     let db = SqliteDb::new();
     db.exec("INSERT INTO messages (id, chat_id, role, seq, body) VALUES ('m1', 'c', 'assistant', 12, 'hello world!')");
-    assert_eq!(open_verdict(db), Err(OpenError::Refused(OpenRefused::Advanced { seq: 12 })));
+    assert_eq!(open_verdict(db), Err(OpenError::Refused(OpenRefused::Advanced { seq: Offset(12) })));
 }
 
 #[test]
@@ -668,7 +674,7 @@ fn an_open_whose_store_keeps_failing_reports_the_store_error() {
 
 fn ui_cfg() -> StreamConfig {
     // No reader pacing: these tests pull whenever they like.
-    StreamConfig { format: Format::Ui, reader_pacing_us: 0, ui_checkpoint_chars: 8, ..cfg() }
+    StreamConfig { format: Format::Ui, reader_pacing_us: 0, ui_checkpoint_chars: Offset(8), ..cfg() }
 }
 
 /// One NDJSON line of a UI message chunk.
@@ -676,12 +682,13 @@ fn chunk(ty: &str, delta: &str) -> String {
     format!("{}\n", serde_json::json!({"type": ty, "id": "t1", "delta": delta}))
 }
 
-fn units(s: &str) -> u64 {
-    s.encode_utf16().count() as u64
+/// The length of `s`, counted as JavaScript counts it.
+fn units(s: &str) -> Offset {
+    Offset(s.encode_utf16().count() as u64)
 }
 
 /// The `/ui` events of `lines` (each ending in `\n`) joined at offset `from`.
-fn ui_lines(from: u64, lines: &[&str]) -> Vec<UiEvent> {
+fn ui_lines(from: Offset, lines: &[&str]) -> Vec<UiEvent> {
     let mut end = from;
     lines
         .iter()
@@ -697,32 +704,32 @@ fn a_ui_streams_checkpoint_is_due_at_its_own_threshold_not_at_the_text_one() {
     // The defaults: the same answer is ~10× the characters as NDJSON, so a `ui` stream's
     // threshold is 8× the `text` one (BENCHMARKS.md, "ui vs text").
     let defaults = StreamConfig::default();
-    assert_eq!((defaults.checkpoint_chars, defaults.ui_checkpoint_chars), (512, 4096));
-    let cfg = StreamConfig { checkpoint_chars: 8, ui_checkpoint_chars: 64, ..ui_cfg() };
+    assert_eq!((defaults.checkpoint_chars, defaults.ui_checkpoint_chars), (Offset(512), Offset(4096)));
+    let cfg = StreamConfig { checkpoint_chars: Offset(8), ui_checkpoint_chars: Offset(64), ..ui_cfg() };
     let mut d = Driver::open(cfg.clone());
     let line = chunk("text-delta", "ab"); // 43 units, over the text threshold
     d.push(&line);
     assert_eq!(d.peek(), None, "{} units of NDJSON: due only at the ui threshold (64)", units(&line));
     d.push(&line);
-    assert_eq!(d.peek(), Some(&StoreOp::Append { from: 0, to: 2 * units(&line), text: format!("{line}{line}") }));
+    assert_eq!(d.peek(), Some(&StoreOp::Append { from: Offset(0), to: units(&line) + units(&line), text: format!("{line}{line}") }));
     // A text stream with the same config checkpoints at 8.
     let mut t = Driver::open(StreamConfig { format: Format::Text, ..cfg });
     t.push("12345678");
-    assert_eq!(t.peek(), Some(&StoreOp::Append { from: 0, to: 8, text: "12345678".into() }));
+    assert_eq!(t.peek(), Some(&StoreOp::Append { from: Offset(0), to: Offset(8), text: "12345678".into() }));
 }
 
 #[test]
 fn a_ui_stream_lets_only_complete_lines_into_the_text() {
     let mut d = Driver::open(ui_cfg());
-    let events = d.subscribe(0);
-    let ui = d.subscribe_ui(0);
+    let events = d.subscribe(Offset(0));
+    let ui = d.subscribe_ui(Offset(0));
     d.read(events);
     assert_eq!(d.read_ui(ui), None, "open and durable frames write nothing in the ui dialect");
     let (a, b) = (chunk("text-delta", "héllo 👋🏽"), chunk("text-delta", "日本"));
     let receipt = d.push(&format!("{a}{}", &b[..10]));
     assert_eq!(receipt.seq, units(&a), "the unfinished line is not part of the text yet");
-    assert_eq!(d.read(events), vec![Frame::Chunk { from: 0, seq: units(&a), text: a.clone() }]);
-    assert_eq!(d.read_ui(ui), Some(ui_lines(0, &[&a])));
+    assert_eq!(d.read(events), vec![Frame::Chunk { from: Offset(0), seq: units(&a), text: a.clone() }]);
+    assert_eq!(d.read_ui(ui), Some(ui_lines(Offset(0), &[&a])));
     let receipt = d.push(&b[10..]);
     assert_eq!(receipt.seq, units(&a) + units(&b));
     assert_eq!(d.read_ui(ui), Some(ui_lines(units(&a), &[&b])));
@@ -731,16 +738,19 @@ fn a_ui_stream_lets_only_complete_lines_into_the_text() {
 #[test]
 fn a_line_split_at_every_byte_even_inside_a_utf8_sequence_arrives_once_whole() {
     let mut d = Driver::open(ui_cfg());
-    let ui = d.subscribe_ui(0);
+    let ui = d.subscribe_ui(Offset(0));
     let text = format!("{}{}{}", chunk("start", ""), chunk("text-delta", "👩‍💻 e\u{301} 日本語"), chunk("finish", ""));
     let mut got = Vec::new();
     for byte in text.as_bytes() {
         let receipt = d.push_ndjson(&[*byte]).unwrap();
-        assert!(text[..].encode_utf16().take(receipt.seq as usize).last().is_none_or(|u| u == u16::from(b'\n')), "seq sits at a line end");
+        assert!(
+            text[..].encode_utf16().take(receipt.seq.0 as usize).last().is_none_or(|u| u == u16::from(b'\n')),
+            "seq sits at a line end"
+        );
         got.extend(d.read_ui(ui).unwrap_or_default());
     }
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
-    assert_eq!(got, ui_lines(0, &lines));
+    assert_eq!(got, ui_lines(Offset(0), &lines));
     let close = d.close();
     d.answer_all();
     assert!(matches!(d.outcome(close), Some(Ok(_))));
@@ -771,11 +781,11 @@ fn a_bad_line_is_refused_where_it_starts_and_the_lines_before_it_stay() {
 #[test]
 fn a_line_split_across_pushes_that_turns_out_bad_drops_its_fragment() {
     let mut d = Driver::open(ui_cfg());
-    let reader = d.subscribe(0);
-    assert_eq!(d.push_ndjson(b"{\"type\":\"text-delta\",\"delta\":\"a\xF0\x9F").unwrap().seq, 0);
+    let reader = d.subscribe(Offset(0));
+    assert_eq!(d.push_ndjson(b"{\"type\":\"text-delta\",\"delta\":\"a\xF0\x9F").unwrap().seq, Offset(0));
     match d.push_ndjson(b"\x98\x80\"}x\n") {
         Err(PushError::BadChunk { bad, .. }) => {
-            assert_eq!(bad.offset, 0);
+            assert_eq!(bad.offset, Offset(0));
             assert!(matches!(bad.fault, ChunkFault::NotJson(_)), "{bad}");
         }
         other => panic!("expected bad_chunk, got {other:?}"),
@@ -784,7 +794,7 @@ fn a_line_split_across_pushes_that_turns_out_bad_drops_its_fragment() {
         Err(PushError::BadChunk { bad, .. }) => assert_eq!(bad.fault, ChunkFault::InvalidUtf8 { at: 17 }),
         other => panic!("invalid UTF-8 is a bad chunk, got {other:?}"),
     }
-    assert_eq!(d.stream.seq(), 0);
+    assert_eq!(d.stream.seq(), Offset(0));
     assert_eq!(d.read(reader).len(), 1, "only the open frame: no refused byte reached a reader");
     let close = d.close();
     d.answer_all();
@@ -795,12 +805,12 @@ fn a_line_split_across_pushes_that_turns_out_bad_drops_its_fragment() {
 #[test]
 fn a_close_keeps_an_unfinished_line_in_the_text_and_it_never_surfaces_as_a_chunk() {
     let mut d = Driver::open(ui_cfg());
-    let events = d.subscribe(0);
-    let ui = d.subscribe_ui(0);
+    let events = d.subscribe(Offset(0));
+    let ui = d.subscribe_ui(Offset(0));
     let line = chunk("text-delta", "whole");
     let fragment = "{\"type\":\"text-delta\",\"delta\":\"cut 😀";
     d.push(&format!("{line}{fragment}"));
-    assert_eq!(d.read(events)[1], Frame::Chunk { from: 0, seq: units(&line), text: line.clone() });
+    assert_eq!(d.read(events)[1], Frame::Chunk { from: Offset(0), seq: units(&line), text: line.clone() });
     let close = d.close();
     d.answer_all();
     let total = units(&line) + units(fragment);
@@ -809,7 +819,7 @@ fn a_close_keeps_an_unfinished_line_in_the_text_and_it_never_surfaces_as_a_chunk
     let frames = d.read(events);
     assert!(frames.contains(&Frame::Chunk { from: units(&line), seq: total, text: fragment.into() }), "{frames:?}");
     assert_eq!(frames.last(), Some(&Frame::End { seq: total, status: EndStatus::Complete, error: None }));
-    let mut expected = ui_lines(0, &[&line]);
+    let mut expected = ui_lines(Offset(0), &[&line]);
     expected.extend([UiEvent::ending(r#"{"type":"finish"}"#), UiEvent::added("[DONE]")]);
     assert_eq!(d.read_ui(ui), Some(expected));
 }
@@ -818,9 +828,9 @@ fn a_close_keeps_an_unfinished_line_in_the_text_and_it_never_surfaces_as_a_chunk
 fn a_ui_reader_gets_the_ending_of_each_status() {
     let line = chunk("text-delta", "hi");
     let ending = |seal: &dyn Fn(&mut Driver)| {
-        let mut d = Driver::open(StreamConfig { idle_timeout_ms: 5_000, ..ui_cfg() });
+        let mut d = Driver::open(StreamConfig { idle_timeout_ms: Millis(5_000), ..ui_cfg() });
         d.push(&line);
-        let ui = d.subscribe_ui(0);
+        let ui = d.subscribe_ui(Offset(0));
         seal(&mut d);
         d.answer_all();
         let mut events = d.read_ui(ui).unwrap();
@@ -856,7 +866,7 @@ fn a_ui_reader_gets_the_ending_of_each_status() {
 #[test]
 fn a_ui_reader_shown_lines_past_a_short_seal_ends_with_an_error_that_says_what_was_saved() {
     // Checkpoints only when asked, so the second line is shown live and never made durable.
-    let cfg = StreamConfig { checkpoint_chars: 1 << 20, ui_checkpoint_chars: 1 << 20, ..ui_cfg() };
+    let cfg = StreamConfig { checkpoint_chars: Offset(1 << 20), ui_checkpoint_chars: Offset(1 << 20), ..ui_cfg() };
     let mut d = Driver::open(cfg.clone());
     let (kept, lost) = (chunk("text-delta", "kept 😀"), chunk("text-delta", "shown, never durable 🇯🇵"));
     d.push(&kept);
@@ -864,19 +874,19 @@ fn a_ui_reader_shown_lines_past_a_short_seal_ends_with_an_error_that_says_what_w
     d.answer_all();
     assert_eq!(d.outcome(flushed), Some(&Ok(units(&kept))));
     d.push(&lost);
-    let ui = d.subscribe_ui(0);
+    let ui = d.subscribe_ui(Offset(0));
     let close = d.close();
     fail_seal(&mut d);
     assert!(matches!(d.outcome(close), Some(Err(s)) if s.durable_seq == units(&kept)), "the seal fell short");
 
     let (durable, shown) = (units(&kept), units(&kept) + units(&lost));
-    let mut expected = ui_lines(0, &[&kept, &lost]);
+    let mut expected = ui_lines(Offset(0), &[&kept, &lost]);
     expected.push(UiEvent::ending(&format!(
         r#"{{"type":"error","errorText":"only part of the answer shown was saved ({durable} of {shown} UTF-16 units): the stream ended complete; reload to see the saved answer"}}"#
     )));
     expected.push(UiEvent::added("[DONE]"));
     assert_eq!(d.read_ui(ui), Some(expected.clone()), "a UI message cannot un-render: its ending says what was saved");
-    let late = d.subscribe_ui(0);
+    let late = d.subscribe_ui(Offset(0));
     assert_eq!(d.read_ui(late), Some(expected), "a reader joining the lingering stream is shown the same lines");
 
     // The lease repairs the producer's seal from the lingering stream: everything shown is durable.
@@ -886,8 +896,8 @@ fn a_ui_reader_shown_lines_past_a_short_seal_ends_with_an_error_that_says_what_w
     let plan = d.db.sql.plan(STREAM, &StoreOp::Seal(write));
     d.db.run(&plan, Fault::None).expect("the retried seal commits");
     d.stream.seal_repaired();
-    let after = d.subscribe_ui(0);
-    let mut expected = ui_lines(0, &[&kept, &lost]);
+    let after = d.subscribe_ui(Offset(0));
+    let mut expected = ui_lines(Offset(0), &[&kept, &lost]);
     expected.extend([UiEvent::ending(r#"{"type":"finish"}"#), UiEvent::added("[DONE]")]);
     assert_eq!(d.read_ui(after), Some(expected), "after the repair: the usual ending");
 }
@@ -898,19 +908,19 @@ fn a_ui_reader_joins_at_the_start_of_the_line_holding_its_offset() {
     let (a, b, c) = (chunk("text-delta", "😀😀"), chunk("text-delta", "b"), chunk("text-delta", "c"));
     d.push(&format!("{a}{b}"));
     d.answer_all();
-    for from in [units(&a), units(&a) + 1, units(&a) + units(&b) - 1] {
+    for from in [units(&a), units(&a) + Offset(1), units(&a) + units(&b) - Offset(1)] {
         let ui = d.subscribe_ui(from);
         assert_eq!(d.read_ui(ui), Some(ui_lines(units(&a), &[&b])), "from {from}");
     }
-    let at_end = d.subscribe_ui(10_000);
+    let at_end = d.subscribe_ui(Offset(10_000));
     assert_eq!(d.read_ui(at_end), None, "past the end: joins at the end, nothing to replay");
-    let events = d.subscribe(units(&a) + 1);
-    assert!(matches!(d.read(events)[0], Frame::Open { from, .. } if from == units(&a) + 1), "an events reader keeps its offset");
+    let events = d.subscribe(units(&a) + Offset(1));
+    assert!(matches!(d.read(events)[0], Frame::Open { from, .. } if from == units(&a) + Offset(1)), "an events reader keeps its offset");
     d.push(&c);
     assert_eq!(d.read_ui(at_end), Some(ui_lines(units(&a) + units(&b), &[&c])));
     let _ = d.close();
     d.answer_all();
-    let late = d.subscribe_ui(units(&a) + 2);
+    let late = d.subscribe_ui(units(&a) + Offset(2));
     let mut expected = ui_lines(units(&a), &[&b, &c]);
     expected.extend([UiEvent::ending(r#"{"type":"finish"}"#), UiEvent::added("[DONE]")]);
     assert_eq!(d.read_ui(late), Some(expected), "a late reader within the linger gets the lines and the ending");
@@ -919,21 +929,21 @@ fn a_ui_reader_joins_at_the_start_of_the_line_holding_its_offset() {
 #[test]
 fn a_ui_reader_is_not_woken_for_frames_that_write_nothing() {
     let mut d = Driver::open(ui_cfg());
-    let ui = d.subscribe_ui(0);
+    let ui = d.subscribe_ui(Offset(0));
     assert_eq!(d.read_ui(ui), None);
     d.push(&chunk("text-delta", "12345678"));
     assert!(d.read_ui(ui).is_some());
     assert_eq!(d.read_ui(ui), None);
     d.wakes.clear();
     d.answer_all();
-    assert!(d.stream.durable_seq() > 0);
+    assert!(d.stream.durable_seq() > Offset(0));
     assert!(d.wakes.is_empty(), "a durable frame is not queued for a ui reader");
 }
 
 #[test]
 fn a_ui_reader_dropped_as_stale_gets_no_done() {
     let mut d = Driver::open(StreamConfig { max_queued_frames: 4, ..ui_cfg() });
-    let slow = d.subscribe_ui(0);
+    let slow = d.subscribe_ui(Offset(0));
     for i in 0..6 {
         d.push(&chunk("text-delta", &i.to_string()));
     }
@@ -947,7 +957,7 @@ fn a_ui_reader_dropped_as_stale_gets_no_done() {
 fn raw_bytes_are_refused_by_a_text_stream() {
     let mut d = Driver::open(cfg());
     assert_eq!(d.push_ndjson(b"{\"type\":\"a\"}\n"), Err(PushError::NotUi));
-    assert_eq!(d.stream.seq(), 0);
+    assert_eq!(d.stream.seq(), Offset(0));
 }
 
 // ---- the open handshake and the lease (SPEC §7)
@@ -1017,18 +1027,21 @@ fn the_probe_and_the_mark_have_retries_of_their_own() {
 #[test]
 fn a_reader_that_joins_while_the_stream_opens_gets_its_live_frames() {
     let mut d = Driver::opening(fresh_row(), cfg(), TOKEN);
-    let early = d.subscribe(0);
-    assert_eq!(d.read(early), vec![Frame::Open { stream_id: STREAM.into(), from: 0, seq: 0, durable_seq: 0, ended: false }]);
+    let early = d.subscribe(Offset(0));
+    assert_eq!(
+        d.read(early),
+        vec![Frame::Open { stream_id: STREAM.into(), from: Offset(0), seq: Offset(0), durable_seq: Offset(0), ended: false }]
+    );
     d.answer_all();
     d.push("hello");
-    assert_eq!(d.read(early), vec![Frame::Chunk { from: 0, seq: 5, text: "hello".into() }]);
+    assert_eq!(d.read(early), vec![Frame::Chunk { from: Offset(0), seq: Offset(5), text: "hello".into() }]);
 }
 
 #[test]
 fn a_reader_that_joins_while_the_stream_opens_gets_absent_when_the_open_fails() {
     let db = SqliteDb::new(); // no message row: the probe refuses
     let mut d = Driver::opening(db, cfg(), TOKEN);
-    let early = d.subscribe(0);
+    let early = d.subscribe(Offset(0));
     assert_eq!(d.read(early).len(), 1, "attached: its open frame");
     d.answer_all();
     assert!(matches!(opened(&d), Some(Err(OpenError::Refused(OpenRefused::MissingRow)))));
@@ -1038,12 +1051,12 @@ fn a_reader_that_joins_while_the_stream_opens_gets_absent_when_the_open_fails() 
 
 #[test]
 fn an_accepted_flush_counts_as_producer_activity_for_the_idle_timeout() {
-    let mut d = Driver::open(StreamConfig { idle_timeout_ms: 10_000, ..cfg() });
+    let mut d = Driver::open(StreamConfig { idle_timeout_ms: Millis(10_000), ..cfg() });
     d.push("a long tool call starts");
     d.answer_all();
     d.advance(9_000);
     let idle_flush = d.flush();
-    assert_eq!(d.outcome(idle_flush), Some(&Ok(23)), "nothing outstanding: settled at once");
+    assert_eq!(d.outcome(idle_flush), Some(&Ok(Offset(23))), "nothing outstanding: settled at once");
     d.advance(9_000);
     assert_eq!(d.stream.state(), StreamState::Live, "the flush 9 s ago kept the producer alive");
     d.advance(1_000);
@@ -1053,7 +1066,7 @@ fn an_accepted_flush_counts_as_producer_activity_for_the_idle_timeout() {
 
 #[test]
 fn the_stream_renews_its_lease_every_half_lease_while_alive_and_stops_once_sealed() {
-    let mut d = Driver::open(StreamConfig { lease_ms: 10_000, ..cfg() });
+    let mut d = Driver::open(StreamConfig { lease_ms: Millis(10_000), ..cfg() });
     assert_eq!(d.stream.holding(), Holding::Alive);
     d.advance(4_999);
     assert_eq!(d.renewals, 0);
@@ -1225,27 +1238,30 @@ fn the_open_operation_carries_the_apps_meta_and_the_start_time() {
         STREAM,
         sink_cfg(),
         Producer { host_token: TOKEN.into(), meta: Some(meta.clone()) },
-        1_234,
+        Timestamp(1_234),
     );
     let mut d = Driver::with_stream(stream, fresh_row());
-    d.now = 1_300;
+    d.now = Timestamp(1_300);
     d.arm_lease(Ok(()));
-    assert_eq!(d.peek(), Some(&StoreOp::MarkStreaming { host_token: TOKEN.into(), meta: Some(meta.clone()), started_at: 1_234 }));
+    assert_eq!(
+        d.peek(),
+        Some(&StoreOp::MarkStreaming { host_token: TOKEN.into(), meta: Some(meta.clone()), started_at: Timestamp(1_234) })
+    );
     assert_eq!(d.stream.meta(), Some(&meta), "kept for the authorizer");
 }
 
 #[test]
 fn the_seal_write_carries_from_so_a_trimming_sink_writes_only_the_unsaved_tail() {
-    let mut d = Driver::open(StreamConfig { retain_chars: Some(4), ..sink_cfg() });
+    let mut d = Driver::open(StreamConfig { retain_chars: Some(Offset(4)), ..sink_cfg() });
     d.push("0123456789");
     d.answer_all();
     d.push("abc");
     let _ = d.close();
     let Some(StoreOp::Seal(write)) = d.peek().cloned() else { panic!("expected the seal, got {:?}", d.peek()) };
-    assert_eq!((write.from, write.body_from, write.seq), (10, 6, 13));
+    assert_eq!((write.from, write.body_from, write.seq), (Offset(10), Offset(6), Offset(13)));
     let body = write.body.expect("a sink gets the retained text");
     assert_eq!(body, "6789abc");
-    let tail = rindle_streams::engine::utf16::slice(&body, write.from - write.body_from, u64::MAX);
+    let tail = rindle_streams::engine::utf16::slice(&body, write.from - write.body_from, Offset::MAX);
     assert_eq!(tail, "abc", "the unsaved tail");
 }
 
@@ -1328,7 +1344,7 @@ fn the_hook_receives_checkpoint_failures_with_the_stream_and_the_range() {
     let hook = recorder();
     deliver(&d, &hook);
     assert!(
-        matches!(&hook.seen.borrow()[..], [StreamNotice::CheckpointFailed { stream_id, from: 0, to: 8, .. }] if stream_id == STREAM),
+        matches!(&hook.seen.borrow()[..], [StreamNotice::CheckpointFailed { stream_id, from: Offset(0), to: Offset(8), .. }] if stream_id == STREAM),
         "{:?}",
         hook.seen.borrow()
     );
@@ -1336,8 +1352,8 @@ fn the_hook_receives_checkpoint_failures_with_the_stream_and_the_range() {
 
 #[test]
 fn the_hook_receives_seal_shortfalls_readers_dropped_and_idle_interrupted_seals() {
-    let mut d = Driver::open(StreamConfig { max_queued_frames: 4, idle_timeout_ms: 10_000, ..cfg() });
-    let slow = d.subscribe(0);
+    let mut d = Driver::open(StreamConfig { max_queued_frames: 4, idle_timeout_ms: Millis(10_000), ..cfg() });
+    let slow = d.subscribe(Offset(0));
     for i in 0..6 {
         d.push(&i.to_string());
     }
@@ -1350,11 +1366,14 @@ fn the_hook_receives_seal_shortfalls_readers_dropped_and_idle_interrupted_seals(
     let seen = hook.seen.borrow();
     assert!(seen.iter().any(|n| matches!(n, StreamNotice::ReaderDropped { reader, .. } if *reader == slow.0)), "{seen:?}");
     assert!(
-        seen.iter().any(|n| matches!(n, StreamNotice::Interrupted { cause: InterruptCause::IdleProducer, durable_seq: 6, .. })),
+        seen.iter().any(|n| matches!(n, StreamNotice::Interrupted { cause: InterruptCause::IdleProducer, durable_seq: Offset(6), .. })),
         "{seen:?}"
     );
     assert!(
-        seen.iter().any(|n| matches!(n, StreamNotice::SealShortfall { status: EndStatus::Interrupted, seq: 6, durable_seq: 6, .. })),
+        seen.iter().any(|n| matches!(
+            n,
+            StreamNotice::SealShortfall { status: EndStatus::Interrupted, seq: Offset(6), durable_seq: Offset(6), .. }
+        )),
         "{seen:?}"
     );
 }
@@ -1372,7 +1391,7 @@ fn a_panicking_hook_is_contained_and_the_stream_carries_on() {
     let close = d.close();
     d.answer_all();
     assert!(matches!(d.outcome(close), Some(Ok(_))));
-    let reader = d.subscribe(0);
+    let reader = d.subscribe(Offset(0));
     d.advance(1);
     d.stream.detach(reader); // nothing to report, and the hook still answers
     assert_eq!(deliver(&d, &hook), 0);

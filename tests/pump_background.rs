@@ -12,8 +12,9 @@ use rindle_streams::engine::pump::background::{MAX_REATTACHES, RECORD_VERSION, R
 use rindle_streams::engine::pump::{
     BackgroundRecord, CallMethod, Interruption, PumpFailure, PumpRequest, PumpSecrets, PumpStep, Reattach, ReattachNext, Relay, Retrieved,
 };
+use rindle_streams::engine::time::Millis;
 use rindle_streams::engine::ui::Format;
-use rindle_streams::engine::utf16;
+use rindle_streams::engine::utf16::{self, Offset};
 use serde_json::{json, Value};
 
 const ID: &str = "resp_0123456789abcdef";
@@ -107,12 +108,12 @@ fn background_request() -> PumpRequest {
 #[derive(Debug, Default, Clone)]
 struct Sim {
     text: String,
-    durable: u64,
+    durable: Offset,
     record: Option<BackgroundRecord>,
 }
 
 impl Sim {
-    fn seq(&self) -> u64 {
+    fn seq(&self) -> Offset {
         utf16::len(&self.text)
     }
 
@@ -123,7 +124,7 @@ impl Sim {
 
     /// What rehydration from D1 keeps: the durable text.
     fn reset(&mut self) {
-        self.text = utf16::slice(&self.text, 0, self.durable).to_owned();
+        self.text = utf16::slice(&self.text, Offset(0), self.durable).to_owned();
     }
 
     /// One event through `relay` as the shell performs it; a checkpoint after it when `checkpoint`.
@@ -155,7 +156,7 @@ impl Sim {
 /// `every`-th) without reaching their end.
 fn pumped(format: Format, events: &[Event], every: usize) -> (Sim, Relay) {
     let mut sim = Sim::default();
-    let mut relay = Relay::new(&background_request(), format, "msg-1", 0);
+    let mut relay = Relay::new(&background_request(), format, "msg-1", Offset(0));
     assert_eq!(sim.run(&mut relay, events, every), None, "the events end before the response does");
     (sim, relay)
 }
@@ -175,7 +176,7 @@ fn relay_of(next: ReattachNext) -> Relay {
 /// What an uninterrupted pump writes.
 fn uninterrupted(format: Format, events: &[Event]) -> String {
     let mut sim = Sim::default();
-    let mut relay = Relay::new(&background_request(), format, "msg-1", 0);
+    let mut relay = Relay::new(&background_request(), format, "msg-1", Offset(0));
     assert_eq!(sim.run(&mut relay, events, 1), Some(PumpStep::Complete));
     sim.text
 }
@@ -191,9 +192,9 @@ fn awkward_answer() -> Vec<Event> {
 fn a_background_pump_stores_its_response_id_endpoint_and_secret_name_once_the_upstream_names_it() {
     let events = responses_events(&[], &tokens(1, 5), &[]);
     let mut sim = Sim::default();
-    let mut relay = Relay::new(&background_request(), Format::Text, "msg-1", 0);
+    let mut relay = Relay::new(&background_request(), Format::Text, "msg-1", Offset(0));
     assert!(relay.background());
-    assert_eq!(relay.poll_record(0), None, "no record before the upstream named its response");
+    assert_eq!(relay.poll_record(Offset(0)), None, "no record before the upstream named its response");
     assert_eq!(relay.cancel_call(), None);
     sim.feed(&mut relay, &events[0], false);
     let record = sim.record.clone().expect("a record once response.created named the id");
@@ -202,7 +203,7 @@ fn a_background_pump_stores_its_response_id_endpoint_and_secret_name_once_the_up
     assert_eq!(record.secret.as_deref(), Some("MOCK_KEY"), "the secret's NAME");
     assert_eq!(record.response_id, ID);
     // No text yet: the replay may skip the events before it (here response.created).
-    assert_eq!((record.base, record.mark.after, record.mark.offset), (0, Some(0), 0));
+    assert_eq!((record.base, record.mark.after, record.mark.offset), (Offset(0), Some(0), Offset(0)));
     assert_eq!(relay.response_id(), Some(ID));
     let cancel = relay.cancel_call().unwrap();
     assert_eq!(
@@ -233,12 +234,12 @@ fn other_pumps_store_nothing_and_cancel_nothing_upstream() {
         r#"{"format":"anthropic","url":"http://x/v1/messages","body":{"stream":true,"background":true}}"#.to_owned(),
         r#"{"format":"openai-chat","url":"http://x/v1/chat/completions","body":{"stream":true,"background":true}}"#.to_owned(),
     ] {
-        let mut relay = Relay::new(&request(&json), Format::Text, "msg-1", 0);
+        let mut relay = Relay::new(&request(&json), Format::Text, "msg-1", Offset(0));
         assert!(!relay.background(), "{json}");
         for (event, data) in responses_events(&[], &tokens(2, 3), &[]) {
             relay.handle_event(&event, &data);
         }
-        assert_eq!(relay.poll_record(1000), None, "{json}");
+        assert_eq!(relay.poll_record(Offset(1000)), None, "{json}");
         assert_eq!(relay.cancel_call(), None);
         assert!(relay.reattach().is_err(), "only a background pump re-attaches");
     }
@@ -248,7 +249,7 @@ fn other_pumps_store_nothing_and_cancel_nothing_upstream() {
 fn the_stored_mark_is_the_last_event_at_least_the_overlap_below_the_durable_length() {
     let events = responses_events(&[], &tokens(5, 200), &[]);
     let mut sim = Sim::default();
-    let mut relay = Relay::new(&background_request(), Format::Text, "msg-1", 0);
+    let mut relay = Relay::new(&background_request(), Format::Text, "msg-1", Offset(0));
     // Event boundaries: the stream offset just past each event's text.
     let mut ends = Vec::new();
     let mut marks_seen = 0;
@@ -262,7 +263,7 @@ fn the_stored_mark_is_the_last_event_at_least_the_overlap_below_the_durable_leng
         }
         let target = sim.durable.saturating_sub(REPLAY_OVERLAP_UNITS);
         match record.mark.after {
-            None => assert!(ends.iter().all(|&end| end > target || end == 0), "a later event was due at {i}"),
+            None => assert!(ends.iter().all(|&end| end > target || end == Offset(0)), "a later event was due at {i}"),
             Some(n) => {
                 let n = n as usize;
                 assert_eq!(record.mark.offset, ends[n], "the mark's offset is just past event {n}'s text");
@@ -285,11 +286,11 @@ fn after_a_reset_at_any_event_and_checkpoint_cadence_the_answer_is_the_uninterru
         for every in [1, 4, 11] {
             for cut in 1..events.len() {
                 let mut sim = Sim::default();
-                let mut relay = Relay::new(&background_request(), format, "msg-1", 0);
+                let mut relay = Relay::new(&background_request(), format, "msg-1", Offset(0));
                 assert_eq!(sim.run(&mut relay, &events[..cut], every), None);
                 sim.reset();
                 let record = sim.record.clone().unwrap();
-                let reattach = Reattach::after_reset(record.clone(), 0, &sim.text).unwrap();
+                let reattach = Reattach::after_reset(record.clone(), Offset(0), &sim.text).unwrap();
                 let starting_after = record.mark.after.map(|n| format!("&starting_after={n}")).unwrap_or_default();
                 assert_eq!(reattach.call().url, format!("{ENDPOINT}/{ID}?stream=true{starting_after}"));
                 assert_eq!((reattach.call().method, reattach.call().secret.as_deref()), (CallMethod::Get, Some("MOCK_KEY")));
@@ -313,12 +314,12 @@ fn two_resets_in_a_row_one_during_the_replay_still_give_the_uninterrupted_answer
             let (mut sim, _) = pumped(format, &events[..first], 3);
             sim.reset();
             let record = sim.record.clone().unwrap();
-            let mut relay = relay_of(Reattach::after_reset(record.clone(), 0, &sim.text).unwrap().handle_answer(200));
+            let mut relay = relay_of(Reattach::after_reset(record.clone(), Offset(0), &sim.text).unwrap().handle_answer(200));
             let replay = after(&events, record.mark.after);
             sim.run(&mut relay, &replay[..second.min(replay.len())], 3);
             sim.reset();
             let record = sim.record.clone().unwrap();
-            let mut relay = relay_of(Reattach::after_reset(record.clone(), 0, &sim.text).unwrap().handle_answer(200));
+            let mut relay = relay_of(Reattach::after_reset(record.clone(), Offset(0), &sim.text).unwrap().handle_answer(200));
             assert_eq!(sim.run(&mut relay, after(&events, record.mark.after), 3), Some(PumpStep::Complete));
             assert_eq!(sim.text, whole, "{format:?}: resets after {first}, then {second} replayed events");
         }
@@ -332,7 +333,7 @@ fn nothing_is_pushed_until_the_replay_has_reproduced_the_durable_text() {
     sim.reset();
     let record = sim.record.clone().unwrap();
     assert!(record.mark.after.is_some() && record.mark.offset + REPLAY_OVERLAP_UNITS <= sim.durable);
-    let mut relay = relay_of(Reattach::after_reset(record.clone(), 0, &sim.text).unwrap().handle_answer(200));
+    let mut relay = relay_of(Reattach::after_reset(record.clone(), Offset(0), &sim.text).unwrap().handle_answer(200));
     let mut pushed_at = Vec::new();
     for (event, data) in after(&events, record.mark.after) {
         let seq = sim.seq();
@@ -374,7 +375,7 @@ fn a_replay_that_differs_from_the_durable_text_is_interrupted_at_the_first_diffe
     v["delta"] = json!(format!("≠{}", v["delta"].as_str().unwrap()));
     replay[i].1 = v.to_string();
 
-    let mut relay = relay_of(Reattach::after_reset(record, 0, &sim.text).unwrap().handle_answer(200));
+    let mut relay = relay_of(Reattach::after_reset(record, Offset(0), &sim.text).unwrap().handle_answer(200));
     let durable_text = sim.text.clone();
     let end = sim.run(&mut relay, &replay, 1000);
     assert_eq!(end, Some(PumpStep::Interrupted(Interruption::ReplayDiffers { at: offset })));
@@ -392,7 +393,7 @@ fn a_replay_with_a_gap_or_that_ends_short_is_interrupted() {
     sim.reset();
     let record = sim.record.clone().unwrap();
     let mark = record.mark.after;
-    let reattach = || relay_of(Reattach::after_reset(record.clone(), 0, &sim.text).unwrap().handle_answer(200));
+    let reattach = || relay_of(Reattach::after_reset(record.clone(), Offset(0), &sim.text).unwrap().handle_answer(200));
 
     // One event missing from the replay.
     let mut gapped = after(&events, mark).to_vec();
@@ -421,18 +422,18 @@ fn a_record_that_cannot_be_checked_against_the_durable_text_is_interrupted() {
     sim.reset();
     let record = sim.record.clone().unwrap();
     let mark = record.mark.offset;
-    assert!(mark > 0);
+    assert!(mark > Offset(0));
     // The durable text held starts after the replay's start (a retention floor above it).
-    let held = utf16::slice(&sim.text, mark + 1, sim.durable);
+    let held = utf16::slice(&sim.text, mark + Offset(1), sim.durable);
     assert_eq!(
-        Reattach::after_reset(record.clone(), mark + 1, held).unwrap_err(),
-        Interruption::DurableMissing { mark, from: mark + 1, to: sim.durable }
+        Reattach::after_reset(record.clone(), mark + Offset(1), held).unwrap_err(),
+        Interruption::DurableMissing { mark, from: mark + Offset(1), to: sim.durable }
     );
     // Less durable text than the record's mark (the record is newer than the text: never, by P).
-    let less = utf16::slice(&sim.text, 0, mark - 1);
-    assert!(matches!(Reattach::after_reset(record.clone(), 0, less), Err(Interruption::DurableMissing { .. })));
+    let less = utf16::slice(&sim.text, Offset(0), mark - Offset(1));
+    assert!(matches!(Reattach::after_reset(record.clone(), Offset(0), less), Err(Interruption::DurableMissing { .. })));
     let newer = BackgroundRecord { version: RECORD_VERSION + 1, ..record };
-    assert_eq!(Reattach::after_reset(newer, 0, &sim.text).unwrap_err(), Interruption::UnknownRecord(RECORD_VERSION + 1));
+    assert_eq!(Reattach::after_reset(newer, Offset(0), &sim.text).unwrap_err(), Interruption::UnknownRecord(RECORD_VERSION + 1));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -459,9 +460,9 @@ fn a_lost_connection_reattaches_in_place_checking_everything_this_relay_wrote() 
 fn in_place_the_replay_must_match_what_readers_were_given_not_only_the_durable_text() {
     let events = responses_events(&[], &tokens(19, 40), &[]);
     let mut sim = Sim::default();
-    let mut relay = Relay::new(&background_request(), Format::Text, "msg-1", 0);
+    let mut relay = Relay::new(&background_request(), Format::Text, "msg-1", Offset(0));
     sim.run(&mut relay, &events[..30], 1000); // nothing durable: everything is the live tail
-    assert_eq!(sim.durable, 0);
+    assert_eq!(sim.durable, Offset(0));
     let mut replay = events.clone();
     let last_delta = (0..30).rev().find(|&i| replay[i].0 == "response.output_text.delta").unwrap();
     let mut v: Value = serde_json::from_str(&replay[last_delta].1).unwrap();
@@ -489,7 +490,7 @@ fn re_attaching_gives_up_after_three_that_bring_nothing_new_and_counts_again_aft
         Ok(_) => panic!("a fourth fruitless re-attach"),
     };
     // A relay that never learned the response id cannot re-attach at all.
-    let mut fresh = Relay::new(&background_request(), Format::Text, "msg-1", 0);
+    let mut fresh = Relay::new(&background_request(), Format::Text, "msg-1", Offset(0));
     fresh
         .handle_event("response.in_progress", r#"{"type":"response.in_progress","sequence_number":0,"response":{"status":"in_progress"}}"#);
     assert!(fresh.reattach().is_err());
@@ -506,7 +507,7 @@ fn a_refused_reattach_is_retried_with_backoff_then_interrupted_and_a_denial_at_o
     let events = responses_events(&[], &tokens(29, 10), &[]);
     let (sim, _) = pumped(Format::Text, &events[..5], 1);
     let record = sim.record.clone().unwrap();
-    let mut reattach = Reattach::after_reset(record.clone(), 0, &sim.text).unwrap();
+    let mut reattach = Reattach::after_reset(record.clone(), Offset(0), &sim.text).unwrap();
     let mut delays = Vec::new();
     let last = loop {
         match reattach.handle_answer(503) {
@@ -517,10 +518,10 @@ fn a_refused_reattach_is_retried_with_backoff_then_interrupted_and_a_denial_at_o
             other => break other,
         }
     };
-    assert_eq!(delays, [250, 500], "{MAX_REATTACHES} attempts in all");
+    assert_eq!(delays, [Millis(250), Millis(500)], "{MAX_REATTACHES} attempts in all");
     assert!(matches!(last, ReattachNext::Interrupt(Interruption::Refused { status: 503 })));
     for status in [400, 401, 403] {
-        let next = Reattach::after_reset(record.clone(), 0, &sim.text).unwrap().handle_answer(status);
+        let next = Reattach::after_reset(record.clone(), Offset(0), &sim.text).unwrap().handle_answer(status);
         assert!(matches!(next, ReattachNext::Interrupt(Interruption::Refused { status: s }) if s == status), "{status}");
     }
 }
@@ -545,7 +546,7 @@ fn retrieve_after_expiry(format: Format, cut: usize, status: u16) -> (Sim, rindl
     let (mut sim, _) = pumped(format, &events[..cut], 9);
     sim.reset();
     let record = sim.record.clone().unwrap();
-    match Reattach::after_reset(record, 0, &sim.text).unwrap().handle_answer(status) {
+    match Reattach::after_reset(record, Offset(0), &sim.text).unwrap().handle_answer(status) {
         ReattachNext::Retrieve(retrieve) => {
             assert_eq!(retrieve.call().url, format!("{ENDPOINT}/{ID}"));
             assert_eq!(retrieve.call().method, CallMethod::Get);
@@ -567,14 +568,17 @@ fn an_expired_replay_finishes_a_text_stream_from_the_stored_response_checked_lik
     }
     // The stored text differs inside the written text: interrupted, nothing pushed.
     let (sim, retrieve, _) = retrieve_after_expiry(Format::Text, 90, 404);
-    let mut other = utf16::slice(&whole, 0, sim.durable - 3).to_owned();
+    let mut other = utf16::slice(&whole, Offset(0), sim.durable - Offset(3)).to_owned();
     other.push_str("XYZ and more");
     let got = retrieve.handle_answer(200, &stored("completed", &other));
-    assert_eq!(got, Retrieved { push: String::new(), step: PumpStep::Interrupted(Interruption::ReplayDiffers { at: sim.durable - 3 }) });
+    assert_eq!(
+        got,
+        Retrieved { push: String::new(), step: PumpStep::Interrupted(Interruption::ReplayDiffers { at: sim.durable - Offset(3) }) }
+    );
     // Shorter than the written text.
     let (sim, retrieve, _) = retrieve_after_expiry(Format::Text, 90, 404);
-    let got = retrieve.handle_answer(200, &stored("completed", utf16::slice(&whole, 0, sim.durable - 5)));
-    assert_eq!(got.step, PumpStep::Interrupted(Interruption::ReplayShort { missing: 5 }));
+    let got = retrieve.handle_answer(200, &stored("completed", utf16::slice(&whole, Offset(0), sim.durable - Offset(5))));
+    assert_eq!(got.step, PumpStep::Interrupted(Interruption::ReplayShort { missing: Offset(5) }));
     // Failed and incomplete end as the live pump would have: the rest, then error.
     for (status, message) in [("failed", "boom"), ("incomplete", "max_output_tokens")] {
         let (_, retrieve, _) = retrieve_after_expiry(Format::Text, 90, 404);

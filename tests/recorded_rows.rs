@@ -5,6 +5,7 @@
 //! `assembleDurableText` on the same file and the same expected texts.
 
 use rindle_streams::engine::reading::{assemble_durable_text, ChunkRow, DurableText};
+use rindle_streams::engine::utf16::Offset;
 use serde_json::Value;
 
 fn recorded_rows() -> Vec<Value> {
@@ -19,7 +20,7 @@ fn chunks(row: &Value) -> Vec<ChunkRow> {
         .as_array()
         .expect("chunks")
         .iter()
-        .map(|c| ChunkRow { seq: c["seq"].as_u64().expect("chunk seq"), text: c["text"].as_str().expect("chunk text").to_owned() })
+        .map(|c| ChunkRow { seq: Offset(c["seq"].as_u64().expect("chunk seq")), text: c["text"].as_str().expect("chunk text").to_owned() })
         .collect()
 }
 
@@ -36,7 +37,7 @@ fn assemble_durable_text_gives_the_workers_text_for_every_recorded_row_set() {
         with_chunks += usize::from(!chunks.is_empty());
         assert_eq!(assemble_durable_text(body, chunks.clone()), expected, "{what}");
         let durable = DurableText::assemble(body, chunks, row["status"].as_str().unwrap_or("").to_owned());
-        assert_eq!(durable.seq, expected.encode_utf16().count() as u64, "{what}: seq counts UTF-16 units");
+        assert_eq!(durable.seq, Offset(expected.encode_utf16().count() as u64), "{what}: seq counts UTF-16 units");
     }
     assert!(with_chunks >= 2, "the recording has row sets with chunk rows");
 }

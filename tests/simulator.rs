@@ -41,8 +41,9 @@ use rindle_streams::engine::live::{
     StreamState, Ticket,
 };
 use rindle_streams::engine::reading::DurableText;
+use rindle_streams::engine::time::{Millis, Timestamp};
 use rindle_streams::engine::ui::{Format, MAX_LINE_BYTES};
-use rindle_streams::engine::utf16;
+use rindle_streams::engine::utf16::{self, Offset};
 use std::collections::{HashMap, VecDeque};
 use support::driver::{parse_sse, parse_ui_sse, ticket_id, Settles};
 use support::pg::PgDb;
@@ -115,7 +116,7 @@ struct Reader {
     /// durableText(f) followed by every delivered chunk.
     text: String,
     /// The offset asked for; the open frame may move it down out of a surrogate pair.
-    asked: u64,
+    asked: Offset,
     opened: bool,
     done: bool,
 }
@@ -229,9 +230,9 @@ impl ReferenceLines {
 struct UiReader {
     id: ReaderId,
     /// Where the next line must start: the join's line start, then each line's `id:`.
-    cursor: u64,
+    cursor: Offset,
     /// The offset to rejoin from: the original ask until an `id:` arrives.
-    resume_from: u64,
+    resume_from: Offset,
     /// The ending chunk, once it arrived.
     ending: Option<String>,
     done: bool,
@@ -243,10 +244,10 @@ struct Sim {
     stream: LiveStream,
     cfg: StreamConfig,
     db: Box<dyn Store>,
-    now: u64,
-    in_flight: VecDeque<(u64, StoreRequest)>,
+    now: Timestamp,
+    in_flight: VecDeque<(Timestamp, StoreRequest)>,
     /// The stream asked for its lease (answered at the time given).
-    arming: Option<(u64, String)>,
+    arming: Option<(Timestamp, String)>,
     /// The token stored with the armed lease: what the alarm compares with the host column.
     lease_token: Option<String>,
     /// The object died: the stream is gone, and only the lease alarm can seal the row.
@@ -263,7 +264,7 @@ struct Sim {
     bad_lines: u64,
     /// `/ui` readers that ended with the error saying what was saved (shown past the durable length).
     unsaved_endings: u64,
-    durable_high: u64,
+    durable_high: Offset,
     /// Every settlement, by ticket id.
     settled: HashMap<u64, Settlement>,
     retired: bool,
@@ -280,15 +281,15 @@ impl Sim {
         let mut rng = Rng(seed);
         let checkpoint_chars = rng.pick(&[1, 8, 64, 512]);
         let cfg = StreamConfig {
-            checkpoint_chars,
+            checkpoint_chars: Offset(checkpoint_chars),
             // A `ui` schedule draws the same threshold (a fixed one would leave its small
             // values, the most checkpoint rounds, untested).
-            ui_checkpoint_chars: checkpoint_chars,
-            checkpoint_interval_ms: rng.pick(&[10, 100, 750]),
+            ui_checkpoint_chars: Offset(checkpoint_chars),
+            checkpoint_interval_ms: Millis(rng.pick(&[10, 100, 750])),
             max_slice_bytes: rng.pick(&[8, 64, 1024, 256 * 1024]),
             max_compact_bytes: rng.pick(&[64, 1_900_000]),
             max_queued_frames: rng.pick(&[4, 16, 1024]),
-            linger_ms: 30_000,
+            linger_ms: Millis(30_000),
             ..StreamConfig::default()
         };
         let fault_rate = rng.pick(&[0.0, 0.05, 0.2, 0.5]);
@@ -301,14 +302,14 @@ impl Sim {
         let cfg = StreamConfig { format: if ui.is_some() { Format::Ui } else { Format::Text }, ..cfg };
         db.reset();
         db.insert_message(STREAM);
-        let (stream, _) = LiveStream::open(STREAM, cfg.clone(), Producer { host_token: "sim-host".into(), meta: None }, 0);
+        let (stream, _) = LiveStream::open(STREAM, cfg.clone(), Producer { host_token: "sim-host".into(), meta: None }, Timestamp(0));
         let mut sim = Sim {
             rng,
             seed,
             stream,
             cfg,
             db,
-            now: 0,
+            now: Timestamp(0),
             in_flight: VecDeque::new(),
             arming: None,
             lease_token: None,
@@ -322,7 +323,7 @@ impl Sim {
             ui_readers: Vec::new(),
             bad_lines: 0,
             unsaved_endings: 0,
-            durable_high: 0,
+            durable_high: Offset(0),
             settled: HashMap::new(),
             retired: false,
             store_ops: 0,
@@ -345,11 +346,11 @@ impl Sim {
                     if matches!(r.op, StoreOp::MarkStreaming { .. }) && self.lease_token.is_none() {
                         self.fail("the row is marked before the lease that would seal it is armed".into());
                     }
-                    let at = self.now + self.rng.below(self.max_latency + 1);
+                    let at = self.now + Millis(self.rng.below(self.max_latency + 1));
                     self.in_flight.push_back((at, r));
                 }
                 Output::ArmLease { host_token } => {
-                    let at = self.now + self.rng.below(self.max_latency + 1);
+                    let at = self.now + Millis(self.rng.below(self.max_latency + 1));
                     self.arming = Some((at, host_token));
                 }
                 Output::Settled(s) => {
@@ -424,7 +425,7 @@ impl Sim {
     }
 
     fn advance(&mut self, dt: u64) {
-        let target = self.now + dt;
+        let target = self.now + Millis(dt);
         loop {
             let reply = self.in_flight.front().map(|(at, _)| *at);
             let arming = self.arming.as_ref().map(|(at, _)| *at);
@@ -489,11 +490,11 @@ impl Sim {
 
     /// A `/ui` reader joins at any offset (a `from` or a `Last-Event-ID`).
     fn join_ui(&mut self) {
-        let asked = self.rng.below(self.stream.seq() + 1);
+        let asked = Offset(self.rng.below(self.stream.seq().0 + 1));
         let id = self.stream.subscribe_as(Dialect::Ui, asked);
         self.drain();
-        let before = utf16::slice(&self.produced, 0, asked);
-        let cursor = before.rfind('\n').map_or(0, |nl| utf16::len(&before[..=nl]));
+        let before = utf16::slice(&self.produced, Offset(0), asked);
+        let cursor = before.rfind('\n').map_or(Offset(0), |nl| utf16::len(&before[..=nl]));
         self.ui_readers.push(UiReader { id, cursor, resume_from: asked, ending: None, done: false });
     }
 
@@ -522,7 +523,7 @@ impl Sim {
         for event in parse_ui_sse(&wire) {
             match (event.id, &r.ending) {
                 (Some(id), None) => {
-                    let rest = utf16::slice(produced, r.cursor, u64::MAX);
+                    let rest = utf16::slice(produced, r.cursor, Offset::MAX);
                     let Some(line) = rest.split_inclusive('\n').next().filter(|l| l.ends_with('\n')) else {
                         die(seed, format!("ui reader got line {} at {} past the produced lines", event.data, r.cursor));
                     };
@@ -585,10 +586,10 @@ impl Sim {
     /// below its end, keeps the text up to there, and subscribes from it.
     fn join(&mut self) {
         let durable = self.db.durable_text(STREAM);
-        let asked = self.rng.below(utf16::len(&durable) + 1);
+        let asked = Offset(self.rng.below(utf16::len(&durable).0 + 1));
         let id = self.stream.subscribe(asked);
         self.drain();
-        let text = utf16::slice(&durable, 0, asked).to_owned();
+        let text = utf16::slice(&durable, Offset(0), asked).to_owned();
         self.readers.push(Reader { id, text, asked, opened: false, done: false });
     }
 
@@ -607,10 +608,10 @@ impl Sim {
             let have = utf16::len(&r.text);
             match frame {
                 Frame::Open { from, .. } => {
-                    if r.opened || from > r.asked || from + 1 < r.asked {
+                    if r.opened || from > r.asked || from + Offset(1) < r.asked {
                         die(seed, format!("bad open from {from} for asked {}", r.asked));
                     }
-                    r.text = utf16::slice(&r.text, 0, from).to_owned();
+                    r.text = utf16::slice(&r.text, Offset(0), from).to_owned();
                     r.opened = true;
                 }
                 Frame::Chunk { from, seq, text } => {
@@ -904,7 +905,7 @@ impl Sim {
                 self.fail(format!("reader {:?} never got a terminal frame", r.id));
             }
         }
-        let lines_end = self.produced.rfind('\n').map_or(0, |nl| utf16::len(&self.produced[..=nl]));
+        let lines_end = self.produced.rfind('\n').map_or(Offset(0), |nl| utf16::len(&self.produced[..=nl]));
         for r in &self.ui_readers {
             if !r.done || r.cursor < lines_end {
                 self.fail(format!("ui reader {:?} ended at {} of {lines_end} without [DONE] ({:?})", r.id, r.cursor, r.ending));

@@ -16,7 +16,7 @@ use rindle_streams::engine::durable::{
 use rindle_streams::engine::frame::EndStatus;
 use rindle_streams::engine::live::lease::{self, Holding, LeaseDecision, Release};
 use rindle_streams::engine::live::{StoreOp, StoreReply};
-use rindle_streams::engine::utf16;
+use rindle_streams::engine::utf16::{self, Offset};
 use support::pg::{self, PgDb};
 use support::{Fault, Store};
 
@@ -41,17 +41,17 @@ fn seq(db: &PgDb) -> ColumnValue {
 }
 
 fn append(db: &mut PgDb, from: u64, to: u64, text: &str) -> Vec<u64> {
-    let batch = db.sql.append(ID, from, to, text);
+    let batch = db.sql.append(ID, Offset(from), Offset(to), text);
     db.batch(&batch).unwrap()
 }
 
 fn state(seq: u64, cancel: bool) -> StoreReply {
-    StoreReply::State(RowState { seq, cancel })
+    StoreReply::State(RowState { seq: Offset(seq), cancel })
 }
 
 /// What one append plan answers (the checkpoint's read-back).
 fn checkpoint(db: &mut PgDb, from: u64, to: u64, text: &str) -> StoreReply {
-    let plan = db.sql.plan(ID, &StoreOp::Append { from, to, text: text.into() });
+    let plan = db.sql.plan(ID, &StoreOp::Append { from: Offset(from), to: Offset(to), text: text.into() });
     db.run(&plan, Fault::None).unwrap()
 }
 
@@ -68,7 +68,7 @@ fn the_postgres_dialect_has_its_placeholders_types_and_one_checkpoint_statement(
     let pg = MappedSql::new(TableMapping::example(), Dialect::Postgres);
     let ddl = pg.chunk_table_ddl();
     assert!(ddl[0].contains("\"seq\" bigint NOT NULL") && ddl[0].contains("\"text\" text NOT NULL"), "{}", ddl[0]);
-    let [checkpoint] = <[Statement; 1]>::try_from(pg.append(ID, 0, 5, "hello")).expect("one statement");
+    let [checkpoint] = <[Statement; 1]>::try_from(pg.append(ID, Offset(0), Offset(5), "hello")).expect("one statement");
     assert_eq!(
         checkpoint.sql,
         r#"WITH "swapped" AS (UPDATE "messages" SET "seq" = $1 WHERE "id" = $2 AND "seq" = $3 RETURNING 1) INSERT INTO "message_chunks" ("id", "streamId", "seq", "text") SELECT $4, $5, $6, $7 FROM "swapped""#
@@ -113,7 +113,7 @@ fn the_append_inserts_the_slice_and_swaps_the_length() {
 #[test]
 fn the_guarded_insert_is_idempotent() {
     let mut db = db!("idempotent");
-    let batch = db.sql.append(ID, 0, 5, "hello");
+    let batch = db.sql.append(ID, Offset(0), Offset(5), "hello");
     db.batch(&batch).unwrap();
     for _ in 0..3 {
         assert_eq!(db.batch(&batch).unwrap().iter().sum::<u64>(), 0, "a replay changes nothing");
@@ -154,7 +154,7 @@ fn a_failed_checkpoint_half_writes_nothing() {
     append(&mut db, 0, 5, "hello");
     // PostgreSQL's text cannot hold U+0000, so this statement fails inside the transaction: the
     // whole checkpoint rolls back (SQLite would store it; see docs/POSTGRES.md).
-    let err = db.run(&db.sql.plan(ID, &StoreOp::Append { from: 5, to: 8, text: "a\0b".into() }), Fault::None).unwrap_err();
+    let err = db.run(&db.sql.plan(ID, &StoreOp::Append { from: Offset(5), to: Offset(8), text: "a\0b".into() }), Fault::None).unwrap_err();
     assert!(err.0.starts_with("22021"), "{}", err.0);
     assert_eq!(seq(&db), ColumnValue::Integer(5));
     assert_eq!(db.chunk_count(ID), 1);
@@ -242,7 +242,8 @@ fn two_hosts_racing_one_checkpoint_land_exactly_one_slice() {
     // nothing once A's commit moved the row.
     let db = db!("checkpoint_race");
     let b_read = Some(db.sql.read_state(ID));
-    let (changes, rows) = race(&db, &db.sql.append(ID, 0, 5, "hello"), db.sql.append(ID, 0, 8, "hello wo"), b_read);
+    let (changes, rows) =
+        race(&db, &db.sql.append(ID, Offset(0), Offset(5), "hello"), db.sql.append(ID, Offset(0), Offset(8), "hello wo"), b_read);
     assert_eq!(changes.iter().sum::<u64>(), 0, "B changed nothing: {changes:?}");
     assert_eq!(rows[0]["seq"], ColumnValue::Integer(5), "B's read-back tells it the truth");
     assert_eq!(db.chunk_count(ID), 1);
@@ -252,7 +253,7 @@ fn two_hosts_racing_one_checkpoint_land_exactly_one_slice() {
 #[test]
 fn two_hosts_racing_the_same_slice_land_it_once() {
     let db = db!("same_slice_race");
-    let batch = db.sql.append(ID, 0, 5, "hello");
+    let batch = db.sql.append(ID, Offset(0), Offset(5), "hello");
     let (changes, _) = race(&db, &batch, batch.clone(), None);
     assert_eq!(changes.iter().sum::<u64>(), 0, "{changes:?}");
     assert_eq!(db.chunk_count(ID), 1);
@@ -281,19 +282,19 @@ fn surrogate_pairs_and_grapheme_clusters_at_chunk_edges() {
     // Chunk edges right before and after astral characters, and a ZWJ sequence and a combining
     // mark cut across chunks, as the checkpoint slicer cuts them.
     let slices = ["a😀", "😀b", "👩", "\u{200D}💻", "e", "\u{301}", "🇫", "🇷", "𝄞"];
-    let mut from = 0;
+    let mut from = Offset(0);
     let mut produced = String::new();
     for s in slices {
         let to = from + utf16::len(s);
-        assert_eq!(checkpoint(&mut db, from, to, s), state(to, false));
+        assert_eq!(checkpoint(&mut db, from.0, to.0, s), state(to.0, false));
         produced.push_str(s);
         from = to;
     }
     assert_eq!(db.durable_text(ID), produced);
     let seqs: Vec<_> = db.query(&db.sql.read_chunks(ID)).iter().map(|r| r["seq"].as_offset().unwrap()).collect();
-    assert_eq!(seqs, vec![3, 6, 8, 11, 12, 13, 15, 17, 19]);
+    assert_eq!(seqs, [3, 6, 8, 11, 12, 13, 15, 17, 19].map(Offset));
     db.batch(&db.sql.compact(ID, &produced, EndStatus::Complete, None)).unwrap();
-    assert_eq!(seq(&db), ColumnValue::Integer(utf16::len(&produced) as i64));
+    assert_eq!(seq(&db), ColumnValue::Integer(utf16::len(&produced).0 as i64));
     assert_eq!(db.durable_text(ID), produced);
 }
 
@@ -303,14 +304,14 @@ fn bodies_of_2_mb_checkpoint_and_compact() {
     let unit = "the stream 😀 日本語 ";
     let body = unit.repeat(2 * 1024 * 1024 / unit.len() + 1);
     assert!(body.len() >= 2 * 1024 * 1024);
-    let n = utf16::len(&body);
+    let n = utf16::len(&body).0;
     assert_eq!(checkpoint(&mut db, 0, n, &body), state(n, false), "one slice of 2 MB");
     assert_eq!(db.durable_text(ID), body);
     let tail = "👍🏽";
     let whole = format!("{body}{tail}");
     db.batch(&db.sql.compact(ID, &whole, EndStatus::Complete, None)).unwrap();
     assert_eq!(db.chunk_count(ID), 0);
-    assert_eq!(seq(&db), ColumnValue::Integer(utf16::len(&whole) as i64));
+    assert_eq!(seq(&db), ColumnValue::Integer(utf16::len(&whole).0 as i64));
     assert_eq!(db.durable_text(ID), whole);
 }
 
@@ -362,7 +363,7 @@ fn values_are_bound_never_spliced() {
     let mut db = db!("bound");
     let hostile = "'); DROP TABLE messages; -- \"quoted\" ?1 $1 \\ E'\\x00'";
     let n = utf16::len(hostile);
-    let batch = db.sql.append(ID, 0, n, hostile);
+    let batch = db.sql.append(ID, Offset(0), n, hostile);
     for s in &batch {
         assert!(!s.sql.contains("DROP") && !s.sql.contains(ID), "{}", s.sql);
     }
@@ -393,7 +394,7 @@ fn an_existing_schema_with_its_own_column_types_works() {
     let probe = &db.query(&sql.probe_open(id))[0];
     assert_eq!((probe["seq"].clone(), probe["status"].clone()), (ColumnValue::Integer(0), ColumnValue::Null));
     assert_eq!(db.batch(&[sql.mark_streaming(id, "A")]).unwrap(), vec![1]);
-    let plan = sql.plan(id, &StoreOp::Append { from: 0, to: 2, text: "hi".into() });
+    let plan = sql.plan(id, &StoreOp::Append { from: Offset(0), to: Offset(2), text: "hi".into() });
     assert_eq!(db.run(&plan, Fault::None).unwrap(), state(2, false));
     db.batch(&[sql.request_cancel(id).unwrap()]).unwrap();
     assert_eq!(db.run(&sql.plan(id, &StoreOp::ReadState), Fault::None).unwrap(), state(2, true), "an integer flag set to 1");
@@ -426,7 +427,7 @@ fn every_statement_is_small_and_every_value_a_parameter() {
     let names = ColumnNames { body: Some(long.clone()), ..Default::default() };
     let sql = MappedSql::new(TableMapping::new(&long, &long, &names).unwrap(), Dialect::Postgres);
     let big = "y".repeat(200_000);
-    let mut all = sql.append(ID, 0, 1, &big);
+    let mut all = sql.append(ID, Offset(0), Offset(1), &big);
     all.extend(sql.compact(ID, &big, EndStatus::Complete, Some("e")));
     all.extend([sql.probe_open(ID), sql.read_state(ID), sql.read_row(ID), sql.read_chunks(ID)]);
     for s in all {

@@ -6,6 +6,7 @@ mod support;
 use rindle_streams::engine::durable::{ColumnNames, ColumnValue, Dialect, MappedSql, RowState, TableMapping};
 use rindle_streams::engine::frame::EndStatus;
 use rindle_streams::engine::live::{StoreOp, StoreReply};
+use rindle_streams::engine::utf16::Offset;
 use support::{Fault, SqliteDb, Store};
 
 const ID: &str = "m1";
@@ -31,11 +32,11 @@ fn the_chunk_migration_is_exactly_the_generated_ddl() {
 #[test]
 fn the_append_batch_inserts_the_slice_and_swaps_the_length() {
     let mut db = example();
-    let changes = db.batch(&db.sql.append(ID, 0, 5, "hello")).unwrap();
+    let changes = db.batch(&db.sql.append(ID, Offset(0), Offset(5), "hello")).unwrap();
     assert_eq!(changes, vec![1, 1]);
     assert_eq!(seq(&db), ColumnValue::Integer(5));
     assert_eq!(db.durable_text(ID), "hello");
-    let changes = db.batch(&db.sql.append(ID, 5, 7, "😀")).unwrap();
+    let changes = db.batch(&db.sql.append(ID, Offset(5), Offset(7), "😀")).unwrap();
     assert_eq!(changes, vec![1, 1]);
     assert_eq!(db.durable_text(ID), "hello😀");
 }
@@ -43,7 +44,7 @@ fn the_append_batch_inserts_the_slice_and_swaps_the_length() {
 #[test]
 fn a_replayed_append_changes_nothing() {
     let mut db = example();
-    let batch = db.sql.append(ID, 0, 5, "hello");
+    let batch = db.sql.append(ID, Offset(0), Offset(5), "hello");
     db.batch(&batch).unwrap();
     assert_eq!(db.batch(&batch).unwrap(), vec![0, 0]);
     assert_eq!(db.chunk_count(ID), 1);
@@ -53,10 +54,10 @@ fn a_replayed_append_changes_nothing() {
 #[test]
 fn a_stale_re_cover_lands_no_overlapping_chunk() {
     let mut db = example();
-    db.batch(&db.sql.append(ID, 0, 5, "hello")).unwrap();
+    db.batch(&db.sql.append(ID, Offset(0), Offset(5), "hello")).unwrap();
     // A slice whose `from` lags the row (its predecessor's ack was lost) has a different chunk
     // id, so only the `seq = from` guard keeps it out.
-    assert_eq!(db.batch(&db.sql.append(ID, 0, 8, "hello wo")).unwrap(), vec![0, 0]);
+    assert_eq!(db.batch(&db.sql.append(ID, Offset(0), Offset(8), "hello wo")).unwrap(), vec![0, 0]);
     assert_eq!(db.chunk_count(ID), 1);
     assert_eq!(db.durable_text(ID), "hello");
 }
@@ -64,7 +65,7 @@ fn a_stale_re_cover_lands_no_overlapping_chunk() {
 #[test]
 fn the_read_back_returns_the_length_and_the_cancel_flag() {
     let mut db = example();
-    db.batch(&db.sql.append(ID, 0, 3, "abc")).unwrap();
+    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
     let row = &db.query(&db.sql.read_state(ID))[0];
     assert_eq!((row["seq"].clone(), row["cancel"].clone()), (ColumnValue::Integer(3), ColumnValue::Integer(0)));
     db.batch(&[db.sql.request_cancel(ID).unwrap()]).unwrap();
@@ -74,14 +75,14 @@ fn the_read_back_returns_the_length_and_the_cancel_flag() {
 #[test]
 fn a_checkpoint_plan_reads_the_row_back_in_its_own_transaction() {
     let mut db = example();
-    let op = |from, to, text: &str| StoreOp::Append { from, to, text: text.into() };
+    let op = |from, to, text: &str| StoreOp::Append { from: Offset(from), to: Offset(to), text: text.into() };
     let run = |db: &mut SqliteDb, op: &StoreOp| db.run(&db.sql.plan(ID, op), Fault::None).unwrap();
-    let state = |seq| StoreReply::State(RowState { seq, cancel: false });
+    let state = |seq| StoreReply::State(RowState { seq: Offset(seq), cancel: false });
     assert_eq!(run(&mut db, &op(0, 5, "hello")), state(5), "the write's own effect");
     assert_eq!(run(&mut db, &op(0, 5, "hello")), state(5), "a replay reads the same length");
     assert_eq!(run(&mut db, &op(0, 8, "hello wo")), state(5), "a stale re-cover reads what the row holds");
     db.batch(&[db.sql.request_cancel(ID).unwrap()]).unwrap();
-    assert_eq!(run(&mut db, &op(5, 7, "😀")), StoreReply::State(RowState { seq: 7, cancel: true }), "and the cancel flag");
+    assert_eq!(run(&mut db, &op(5, 7, "😀")), StoreReply::State(RowState { seq: Offset(7), cancel: true }), "and the cancel flag");
     assert_eq!(db.durable_text(ID), "hello😀");
 }
 
@@ -108,8 +109,8 @@ fn the_open_write_claims_a_row_whose_status_is_null() {
 #[test]
 fn compaction_writes_the_body_and_deletes_the_chunks_in_one_batch() {
     let mut db = example();
-    db.batch(&db.sql.append(ID, 0, 3, "abc")).unwrap();
-    db.batch(&db.sql.append(ID, 3, 6, "def")).unwrap();
+    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
+    db.batch(&db.sql.append(ID, Offset(3), Offset(6), "def")).unwrap();
     db.batch(&db.sql.compact(ID, "abcdef😀", EndStatus::Complete, None)).unwrap();
     assert_eq!(db.chunk_count(ID), 0);
     assert_eq!(db.message_column(ID, "body"), ColumnValue::Text("abcdef😀".into()));
@@ -121,7 +122,7 @@ fn compaction_writes_the_body_and_deletes_the_chunks_in_one_batch() {
 #[test]
 fn compaction_repairs_a_row_whose_checkpoints_failed() {
     let mut db = example();
-    db.batch(&db.sql.append(ID, 0, 3, "abc")).unwrap();
+    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
     db.batch(&db.sql.compact(ID, "abcdefgh", EndStatus::Error, Some("boom"))).unwrap();
     assert_eq!(db.durable_text(ID), "abcdefgh");
     assert_eq!(db.message_column(ID, "error"), ColumnValue::Text("boom".into()));
@@ -130,7 +131,7 @@ fn compaction_repairs_a_row_whose_checkpoints_failed() {
 #[test]
 fn a_seal_in_place_keeps_the_chunks_as_the_durable_text() {
     let mut db = example();
-    db.batch(&db.sql.append(ID, 0, 3, "abc")).unwrap();
+    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
     db.batch(&[db.sql.seal_in_place(ID, EndStatus::Interrupted, None)]).unwrap();
     assert_eq!(db.status(ID), "interrupted");
     assert_eq!(db.durable_text(ID), "abc");
@@ -140,7 +141,7 @@ fn a_seal_in_place_keeps_the_chunks_as_the_durable_text() {
 fn values_are_bound_never_spliced() {
     let mut db = example();
     let hostile = "'); DROP TABLE messages; -- \"quoted\" ?1 $1";
-    let batch = db.sql.append(ID, 0, hostile.len() as u64, hostile);
+    let batch = db.sql.append(ID, Offset(0), Offset(hostile.len() as u64), hostile);
     for s in &batch {
         assert!(!s.sql.contains("DROP") && !s.sql.contains(ID), "{}", s.sql);
     }
@@ -159,7 +160,7 @@ fn custom_names_are_quoted_and_work() {
     );
     let mut db = SqliteDb::with_schema(&schema, mapping);
     db.exec("INSERT INTO \"chat messages\" (\"msg id\") VALUES ('m1')");
-    db.batch(&db.sql.append(ID, 0, 2, "hi")).unwrap();
+    db.batch(&db.sql.append(ID, Offset(0), Offset(2), "hi")).unwrap();
     db.batch(&db.sql.compact(ID, "hi!", EndStatus::Complete, None)).unwrap();
     let row = &db.query(&db.sql.read_row(ID))[0];
     assert_eq!(row["body"], ColumnValue::Text("hi!".into()));
@@ -183,7 +184,7 @@ fn every_statement_is_far_under_d1s_statement_limit() {
     let names = ColumnNames { body: Some(long.clone()), ..Default::default() };
     let sql = MappedSql::new(TableMapping::new(&long, &long, &names).unwrap(), Dialect::Sqlite);
     let big = "y".repeat(200_000);
-    let mut all = sql.append(ID, 0, 1, &big);
+    let mut all = sql.append(ID, Offset(0), Offset(1), &big);
     all.extend(sql.compact(ID, &big, EndStatus::Complete, Some("e")));
     all.push(sql.probe_open(ID));
     all.push(sql.read_state(ID));

@@ -4,7 +4,7 @@
 
 use super::http::{self, unavailable};
 use super::setup;
-use super::shell::{log, now_ms};
+use super::shell::{log, now};
 use super::store::D1Tables;
 use crate::engine::api::{ApiError, ChatRoute};
 use crate::engine::auth::{AuthRequest, Scope};
@@ -61,7 +61,7 @@ pub async fn lookup(req: Request, env: Env, settings: std::rc::Rc<Settings>, cha
         from: Some(http::join_offset(&req, &target)),
         headers: &headers,
         meta: None,
-        now_secs: now_ms() / 1000,
+        now_secs: now().0 / 1000,
     };
     authorizer.authorize(&question).await.map_err(|denied| {
         log("info", "denied", "", json!({"chat": chat.chat_id, "reason": denied.to_string()}));

@@ -10,6 +10,7 @@ use crate::engine::config::CheckpointMode;
 use crate::engine::hook::{InterruptCause, StreamNotice};
 use crate::engine::live::lease::{self, Holding, HostColumn, LeaseDecision, LeaseRow, Release};
 use crate::engine::live::{LiveStream, StoreFailure, StoreOp, StoreReply};
+use crate::engine::time::Millis;
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -34,11 +35,11 @@ pub struct LeaseStore {
 type Stored = (Option<String>, Option<String>);
 
 impl LeaseStore {
-    pub fn new(state: &State, lease_ms: u64, meter: Rc<Meter>) -> Self {
+    pub fn new(state: &State, lease: Millis, meter: Rc<Meter>) -> Self {
         // A second handle on the same JavaScript state object (`State` itself is not `Clone`).
         let raw: &wasm_bindgen::JsValue = state.as_raw().as_ref();
         let state = State::from(wasm_bindgen::JsCast::unchecked_into::<worker::worker_sys::DurableObjectState>(raw.clone()));
-        Self { state, lease: Duration::from_millis(lease_ms), armed_over: RefCell::new(None), meter }
+        Self { state, lease: Duration::from_millis(lease.0), armed_over: RefCell::new(None), meter }
     }
 
     /// Stores what the alarm needs and sets it one lease from now. The open waits for this

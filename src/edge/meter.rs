@@ -1,7 +1,7 @@
 //! The object's billing counts ([`crate::engine::meter`]), kept where they happen: a few
 //! integer increments, and a clock read only when the object goes from asleep to awake or back.
 
-use super::shell::now_ms;
+use super::shell::now;
 use crate::engine::api::Action;
 use crate::engine::meter::{AwakeClock, RequestCounts, StorageCounts};
 use serde_json::{json, Value};
@@ -23,14 +23,14 @@ pub struct Hold(Rc<Meter>);
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        self.0.awake.borrow_mut().release(now_ms());
+        self.0.awake.borrow_mut().release(now());
     }
 }
 
 impl Meter {
     /// A hold on the object's awake time: a request, a reader's body, a timer, store I/O.
     pub fn hold(self: &Rc<Self>) -> Hold {
-        self.awake.borrow_mut().hold(now_ms());
+        self.awake.borrow_mut().hold(now());
         Hold(Rc::clone(self))
     }
 
@@ -61,7 +61,7 @@ impl Meter {
             "requests": self.requests.borrow().served().map(|(name, n)| (name.to_owned(), json!(n))).collect::<serde_json::Map<_, _>>(),
             "alarms": self.alarms.get(),
             "storage": self.storage.get(),
-            "awakeMs": awake.awake_ms(now_ms()),
+            "awakeMs": awake.awake_ms(now()),
             "holds": awake.holds(),
         })
     }

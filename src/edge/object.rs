@@ -7,7 +7,7 @@ use super::http::{self, error, unavailable};
 use super::lease::LeaseStore;
 use super::meter::{Hold, Meter};
 use super::setup::Setup;
-use super::shell::{log, now_ms, Shell};
+use super::shell::{log, now, Shell};
 use super::sse::{self, ReaderSource};
 use crate::engine::api::{self, Action, ApiError, OpenRequest, Route};
 use crate::engine::auth::{AuthRequest, Denied};
@@ -133,7 +133,7 @@ impl StreamObject {
             from: route.action.joins().then(|| http::join_offset(&req, &target)),
             headers: &headers,
             meta: meta.as_ref(),
-            now_secs: now_ms() / 1000,
+            now_secs: now().0 / 1000,
         };
         // Nothing is borrowed while the authorizer looks (it may await a lookup of its own).
         o.setup.authorizer.authorize(&question).await.map_err(|denied| {
@@ -184,7 +184,7 @@ impl StreamObject {
         let body = http::small_json(req, 64 * 1024, "the open body must be {\"format\": \"text\" | \"ui\", \"meta\": …}").await?;
         let OpenRequest { format, meta } = OpenRequest::parse(body)?;
         let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
-        let (stream, ticket) = LiveStream::open(&route.stream_id, cfg, Producer { host_token: random_token(), meta }, now_ms());
+        let (stream, ticket) = LiveStream::open(&route.stream_id, cfg, Producer { host_token: random_token(), meta }, now());
         let Some(settled) = o.shell.install(stream, ticket) else {
             return Err(ApiError::open_refused(&route.stream_id, crate::engine::durable::OpenRefused::AlreadyOpenHere));
         };

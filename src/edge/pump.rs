@@ -22,6 +22,7 @@ use crate::engine::pump::{
     BackgroundRecord, CallMethod, Interruption, PumpFailure, PumpRequest, PumpSecrets, PumpStep, Reattach, ReattachNext, Relay, Retrieved,
     UpstreamCall,
 };
+use crate::engine::utf16::Offset;
 use eventsource_stream::{Event, Eventsource};
 use futures::future::{select, Either};
 use futures::{FutureExt, Stream, StreamExt};
@@ -260,7 +261,7 @@ async fn drive(run: &PumpRun, mut attach: Attach) -> (PumpEnd, Option<UpstreamCa
                     }
                     ReattachNext::Retry { reattach, after_ms } => {
                         log("info", "pump_reattach_retry", run.stream_id(), json!({"status": response.status_code(), "afterMs": after_ms}));
-                        if let Either::Right(_) = select(Delay::from(Duration::from_millis(after_ms)), &mut cancelled).await {
+                        if let Either::Right(_) = select(Delay::from(Duration::from_millis(after_ms.0)), &mut cancelled).await {
                             return (PumpEnd::Cancelled, cancel);
                         }
                         attach = Attach::Reattach(reattach);
@@ -327,7 +328,7 @@ async fn stream_events(run: &PumpRun, relay: &mut Relay, mut response: Response,
                 }
             }
         }
-        let durable = run.shell.inspect(LiveStream::durable_seq).unwrap_or(0);
+        let durable = run.shell.inspect(LiveStream::durable_seq).unwrap_or_default();
         if let Some(record) = relay.poll_record(durable) {
             run.store(&record).await;
         }
@@ -393,7 +394,7 @@ impl StreamObject {
     /// what comes after it, and ends the stream as a pump does; the object counts as pumping
     /// meanwhile. A storage error is returned as is (the record stays for another try).
     #[expect(dead_code, reason = "the seam rehydration (issue 35) calls; it has no caller before that lands")]
-    pub(super) async fn reattach_pump(&self, o: &Rc<Object>, durable_from: u64, durable_text: &str) -> worker::Result<PumpReattach> {
+    pub(super) async fn reattach_pump(&self, o: &Rc<Object>, durable_from: Offset, durable_text: &str) -> worker::Result<PumpReattach> {
         let run = PumpRun::new(Rc::clone(&o.shell), &self.state, self.env.clone(), Rc::clone(&self.meter));
         let Some(record) = run.record().await? else { return Ok(PumpReattach::NoRecord) };
         let upstream = record.endpoint.clone();

@@ -7,9 +7,10 @@ use super::meter::{Hold, Meter};
 use super::store::CheckpointSink;
 use crate::engine::hook::{self, EventHook, StreamNotice};
 use crate::engine::live::{
-    Dialect, FlushOutcome, LiveStream, Millis, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame, StoreRequest,
+    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame, StoreRequest,
     StreamEvent, Ticket, Wire,
 };
+use crate::engine::time::Timestamp;
 use futures::channel::oneshot;
 use serde_json::json;
 use std::cell::{Cell, RefCell};
@@ -17,9 +18,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-/// The wall clock, in milliseconds (inside a Durable Object it advances across I/O).
-pub fn now_ms() -> Millis {
-    js_sys::Date::now() as Millis
+/// The wall clock (inside a Durable Object it advances across I/O): the engine's time.
+pub fn now() -> Timestamp {
+    Timestamp(js_sys::Date::now() as u64)
 }
 
 /// One structured JSON log line.
@@ -135,7 +136,7 @@ pub struct Shell {
     bodies: RefCell<HashMap<ReaderId, Rc<ReaderBody>>>,
     /// Senders woken when a cancel arrives (a streaming append waits on one).
     cancel_watchers: RefCell<Vec<oneshot::Sender<()>>>,
-    timer_at: Cell<Option<Millis>>,
+    timer_at: Cell<Option<Timestamp>>,
     timer_generation: Cell<u64>,
     /// The last frame written whole, as JavaScript bytes: the readers woken for it get this copy.
     last_frame: Cell<Option<FrameCopy>>,
@@ -195,8 +196,8 @@ impl Shell {
     }
 
     /// Feeds one input to the stream and performs what it asks for. `None`: no stream here.
-    pub fn feed<R>(self: &Rc<Self>, input: impl FnOnce(&mut LiveStream, Millis) -> R) -> Option<R> {
-        let now = now_ms();
+    pub fn feed<R>(self: &Rc<Self>, input: impl FnOnce(&mut LiveStream, Timestamp) -> R) -> Option<R> {
+        let now = now();
         let (result, outputs, deadline) = {
             let mut slot = self.live.borrow_mut();
             let stream = slot.as_mut()?;
@@ -237,7 +238,7 @@ impl Shell {
     pub fn attach_body(self: &Rc<Self>, reader: ReaderId, controller: web_sys::ReadableStreamDefaultController, preamble: &str) {
         let body = Rc::new(ReaderBody::new(controller, self.meter.hold()));
         self.bodies.borrow_mut().insert(reader, Rc::clone(&body));
-        self.write_body(reader, &body, preamble, now_ms());
+        self.write_body(reader, &body, preamble, now());
     }
 
     /// The runtime asks a reader's body for more (the client drained the last write): write
@@ -245,20 +246,20 @@ impl Shell {
     pub fn body_drained(self: &Rc<Self>, reader: ReaderId) {
         let Some(body) = self.bodies.borrow().get(&reader).cloned() else { return };
         body.has_room.set(true);
-        self.write_body(reader, &body, "", now_ms());
+        self.write_body(reader, &body, "", now());
     }
 
     /// Writes what is queued for `reader` (after `prefix`) into its body at `now`, unless the
     /// client has not drained the last write yet: then the frames wait, merged, and the body
     /// asks for them when it is drained. Nothing queued parks the reader until the stream
     /// wakes it.
-    fn write_reader(self: &Rc<Self>, reader: ReaderId, prefix: &str, now: Millis) {
+    fn write_reader(self: &Rc<Self>, reader: ReaderId, prefix: &str, now: Timestamp) {
         let Some(body) = self.bodies.borrow().get(&reader).cloned() else { return };
         self.write_body(reader, &body, prefix, now);
     }
 
     /// [`Self::write_reader`] with the reader's body at hand.
-    fn write_body(self: &Rc<Self>, reader: ReaderId, body: &ReaderBody, prefix: &str, now: Millis) {
+    fn write_body(self: &Rc<Self>, reader: ReaderId, body: &ReaderBody, prefix: &str, now: Timestamp) {
         if prefix.is_empty() && !body.has_room.get() {
             return;
         }
@@ -301,7 +302,7 @@ impl Shell {
     /// Pulls a reader's queued bytes (no outputs come from a pull, so no `feed`). A `Pending`
     /// pull arms a timer for when that reader next needs one (its pace, or its keep-alive):
     /// only its own deadline, not the stream's (which would cost O(readers) on every pull).
-    fn pull(self: &Rc<Self>, reader: ReaderId, now: Millis) -> Pull {
+    fn pull(self: &Rc<Self>, reader: ReaderId, now: Timestamp) -> Pull {
         let (pull, due) = match self.live.borrow_mut().as_mut() {
             Some(s) => {
                 let pull = s.pull(reader, now);
@@ -327,7 +328,7 @@ impl Shell {
 
     /// Performs what one input asked for; `now` is the input's time (a reader woken by it is
     /// written at that time).
-    fn perform(self: &Rc<Self>, outputs: Vec<Output>, now: Millis) {
+    fn perform(self: &Rc<Self>, outputs: Vec<Output>, now: Timestamp) {
         for output in outputs {
             match output {
                 Output::Store(request) => wasm_bindgen_futures::spawn_local(Rc::clone(self).run_store(request)),
@@ -387,7 +388,7 @@ impl Shell {
     }
 
     /// Arms one timeout task for the stream's next deadline, unless one already fires first.
-    fn arm_timer(self: &Rc<Self>, deadline: Option<Millis>, now: Millis) {
+    fn arm_timer(self: &Rc<Self>, deadline: Option<Timestamp>, now: Timestamp) {
         let Some(at) = deadline else { return };
         if self.timer_at.get().is_some_and(|armed| armed <= at) {
             return;
@@ -400,7 +401,7 @@ impl Shell {
         let awake = self.meter.hold();
         wasm_bindgen_futures::spawn_local(async move {
             let _awake = awake;
-            worker::Delay::from(Duration::from_millis(at.saturating_sub(now))).await;
+            worker::Delay::from(Duration::from_millis(at.0.saturating_sub(now.0))).await;
             if shell.timer_generation.get() == generation {
                 shell.timer_at.set(None);
             }

@@ -8,6 +8,8 @@ use super::shell::Shell;
 use crate::engine::api::ApiError;
 use crate::engine::frame::Frame;
 use crate::engine::live::{Dialect, ReaderId};
+use crate::engine::time::Millis;
+use crate::engine::utf16::Offset;
 use crate::engine::{sse, ui};
 use std::rc::Rc;
 use wasm_bindgen::prelude::wasm_bindgen;
@@ -27,8 +29,8 @@ pub fn headers(dialect: Dialect) -> Headers {
 }
 
 /// The whole answer when no live stream is here: `retry`, then `absent`.
-pub fn absent(retry_ms: u64) -> worker::Result<Response> {
-    let body = format!("{}{}", sse::preamble(retry_ms), sse::encode(&Frame::Absent));
+pub fn absent(retry: Millis) -> worker::Result<Response> {
+    let body = format!("{}{}", sse::preamble(retry), sse::encode(&Frame::Absent));
     Ok(Response::from_bytes(body.into_bytes())?.with_headers(headers(Dialect::Events)))
 }
 
@@ -37,7 +39,7 @@ pub enum Subscription {
     /// The answer: the live reader's body, or the headers of a `HEAD`.
     Answered(Result<Response, ApiError>),
     /// No live stream is here; `from` is the join offset the request asked for.
-    NoLiveStream { from: u64 },
+    NoLiveStream { from: Offset },
 }
 
 /// The underlying source of one reader's body (a `ReadableStream` calls its methods). Writing
@@ -73,8 +75,8 @@ impl ReaderSource {
 
 impl ReaderSource {
     /// The SSE response of `reader`, a subscriber of `dialect`.
-    pub fn response(shell: Rc<Shell>, reader: ReaderId, dialect: Dialect, retry_ms: u64) -> worker::Result<Response> {
-        let source = Self { shell, reader, preamble: sse::preamble(retry_ms) };
+    pub fn response(shell: Rc<Shell>, reader: ReaderId, dialect: Dialect, retry: Millis) -> worker::Result<Response> {
+        let source = Self { shell, reader, preamble: sse::preamble(retry) };
         let source: js_sys::Object = wasm_bindgen::JsCast::unchecked_into(wasm_bindgen::JsValue::from(source));
         // A high-water mark of 0: the runtime asks for more (`pull`) only when its read of the
         // body is pending, once per write. At the default of 1 it also asked from inside each

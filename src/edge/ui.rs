@@ -11,6 +11,7 @@ use crate::engine::api::{ApiError, Route};
 use crate::engine::frame::{EndStatus, STATUS_STREAMING};
 use crate::engine::live::{Dialect, LiveStream};
 use crate::engine::ui::{self, Format};
+use crate::engine::utf16::Offset;
 use serde_json::json;
 use std::rc::Rc;
 use std::time::Duration;
@@ -54,14 +55,15 @@ impl StreamObject {
             return Ok(Some(format));
         }
         let row = o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
-        let awaiting_open = row.is_some_and(|r| r.seq == 0 && r.status != STATUS_STREAMING && EndStatus::parse(&r.status).is_none());
+        let awaiting_open =
+            row.is_some_and(|r| r.seq == Offset::ZERO && r.status != STATUS_STREAMING && EndStatus::parse(&r.status).is_none());
         if !awaiting_open {
             return Ok(None);
         }
         let (opened, wait) = futures::channel::oneshot::channel();
         self.awaiting_open.borrow_mut().push(opened);
         log("info", "reader_awaits_open", &route.stream_id, json!({"atMostMs": o.settings().stream.lease_ms}));
-        let bound = worker::Delay::from(Duration::from_millis(o.settings().stream.lease_ms));
+        let bound = worker::Delay::from(Duration::from_millis(o.settings().stream.lease_ms.0));
         futures::pin_mut!(bound);
         let _ = futures::future::select(wait, bound).await;
         self.format(o).await
@@ -123,7 +125,7 @@ impl StreamObject {
     }
 
     /// The `/ui` answer of a stream no live stream holds here, from its durable text.
-    fn durable_ui(&self, o: &Object, durable: &crate::engine::reading::DurableText, from: u64) -> Result<Response, ApiError> {
+    fn durable_ui(&self, o: &Object, durable: &crate::engine::reading::DurableText, from: Offset) -> Result<Response, ApiError> {
         let ended = EndStatus::parse(&durable.status).map(|status| (status, durable.error.as_deref()));
         let body = format!("{}{}", crate::engine::sse::preamble(o.settings().sse_retry_ms), ui::encode_durable(&durable.text, from, ended));
         let response = Response::from_bytes(body.into_bytes()).map(|r| r.with_headers(sse::headers(Dialect::Ui))).map_err(unavailable);
@@ -138,7 +140,7 @@ enum UiJoin {
     /// The stream was never opened here (and no open came while it waited).
     NeverOpened,
     /// No live stream here: read the durable text from `from`.
-    NoLiveStream { from: u64 },
+    NoLiveStream { from: Offset },
 }
 
 /// The client got the ending already (an `EventSource` that did not close at `[DONE]`).
@@ -154,6 +156,6 @@ fn no_content() -> Result<Response, ApiError> {
 /// A `/ui` answer says the server's `LEASE_MS` ([`LEASE_HEADER`]).
 fn with_lease(response: Result<Response, ApiError>, o: &Object) -> Result<Response, ApiError> {
     let mut response = response?;
-    let _ = response.headers_mut().set(LEASE_HEADER, &o.settings().stream.lease_ms.to_string());
+    let _ = response.headers_mut().set(LEASE_HEADER, &o.settings().stream.lease_ms.0.to_string());
     Ok(response)
 }

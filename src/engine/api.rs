@@ -4,6 +4,7 @@
 use crate::engine::auth::Scope;
 use crate::engine::stream_id::{self, BadStreamId};
 use crate::engine::ui::Format;
+use crate::engine::utf16::Offset;
 use serde_json::{json, Map, Value};
 
 /// What a request under the prefix asks for.
@@ -270,7 +271,7 @@ impl ApiError {
         Self::new(409, "open_refused", format!("stream {stream_id}: {reason}"))
     }
 
-    pub fn checkpoint_failed(seq: u64, durable_seq: u64, reason: impl std::fmt::Display) -> Self {
+    pub fn checkpoint_failed(seq: Offset, durable_seq: Offset, reason: impl std::fmt::Display) -> Self {
         Self::new(503, "checkpoint_failed", reason.to_string()).with("seq", seq).with("durableSeq", durable_seq)
     }
 
@@ -395,7 +396,7 @@ mod tests {
 
     #[test]
     fn the_error_body_has_the_specs_shape() {
-        let e = ApiError::checkpoint_failed(9, 4, "store down");
+        let e = ApiError::checkpoint_failed(Offset(9), Offset(4), "store down");
         let v: Value = serde_json::from_str(&e.body()).unwrap();
         assert_eq!(v, json!({"error": "checkpoint_failed", "message": "store down", "seq": 9, "durableSeq": 4}));
     }

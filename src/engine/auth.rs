@@ -5,6 +5,7 @@
 //! may look a session up). Time is an input (`now_secs`), so expiry is checked here rather
 //! than by a clock.
 
+use super::utf16::Offset;
 use serde::Deserialize;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -71,7 +72,7 @@ pub struct AuthRequest<'a> {
     pub scope: Scope,
     /// Where a reader joins (`Last-Event-ID`, else `?from=`; SPEC §3), on `events` and `ui`;
     /// `None` on every other route.
-    pub from: Option<u64>,
+    pub from: Option<Offset>,
     /// The request's headers, names in lower case (cookies, a session header, the origin);
     /// empty for an authorizer that says it reads none ([`Authorizer::reads_headers`]).
     pub headers: &'a [(String, String)],

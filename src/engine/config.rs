@@ -4,7 +4,9 @@
 use crate::engine::cors::AllowedOrigins;
 use crate::engine::durable::{ColumnNames, MappingError, TableMapping};
 use crate::engine::pump::{PumpSecrets, SecretsError};
+use crate::engine::time::Millis;
 use crate::engine::ui::{Format, Validation};
+use crate::engine::utf16::Offset;
 use thiserror::Error;
 
 /// How a checkpoint is confirmed and how a stream opens.
@@ -22,28 +24,28 @@ pub enum CheckpointMode {
 /// The text a stream with a custom sink keeps below `durableSeq` unless `RETAIN_CHARS` says
 /// otherwise: the seed's 64K, enough for a reader whose view lags a checkpoint or two to join
 /// without a `stale` round trip, while a long response does not stay in memory whole.
-pub const SINK_RETAIN_CHARS: u64 = 64 * 1024;
+pub const SINK_RETAIN_CHARS: Offset = Offset(64 * 1024);
 
 /// The live stream's policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamConfig {
     /// A checkpoint of a `text` stream is due when this many UTF-16 units are not yet durable.
-    pub checkpoint_chars: u64,
+    pub checkpoint_chars: Offset,
     /// The same for a `ui` stream, whose NDJSON carries ~10× the characters of the answer it
     /// holds (a 4-character delta is a ~45-character `text-delta` line): with the `text`
     /// threshold, the same answer would take ~8× the checkpoint rounds and D1 rows.
-    pub ui_checkpoint_chars: u64,
+    pub ui_checkpoint_chars: Offset,
     /// ... or this long after the oldest un-checkpointed change.
-    pub checkpoint_interval_ms: u64,
+    pub checkpoint_interval_ms: Millis,
     /// Retries of one store operation after its first failure.
     pub retries: u32,
     /// The first retry's delay; each later one doubles.
-    pub retry_backoff_ms: u64,
+    pub retry_backoff_ms: Millis,
     /// How long a sealed stream stays joinable.
-    pub linger_ms: u64,
+    pub linger_ms: Millis,
     /// A live stream whose producer sends nothing (no append, flush) for this long is sealed
     /// `interrupted`, so an abandoned producer never leaves a row `streaming`. 0 disables it.
-    pub idle_timeout_ms: u64,
+    pub idle_timeout_ms: Millis,
     /// A reader's queue bound; past it the reader gets `stale`.
     pub max_queued_frames: usize,
     /// Merge the chunk frames queued for a reader that fell behind into one at pull time. Off
@@ -53,23 +55,23 @@ pub struct StreamConfig {
     /// many microseconds (at most `reader_pacing_max_ms`), so that with many readers each write
     /// carries several frames. 0 wakes every reader for every frame.
     pub reader_pacing_us: u64,
-    pub reader_pacing_max_ms: u64,
+    pub reader_pacing_max_ms: Millis,
     /// Writes a reader may take in a row closer together than its pace (a token bucket), so
     /// that pacing holds back only a reader that is written more often than its pace on
     /// average, not two deltas that happen to arrive close together.
     pub reader_pacing_burst: u64,
     /// A reader that has been written nothing for this long gets a `: ping` comment (SPEC §3),
     /// so intermediaries do not reap an idle connection.
-    pub keepalive_ms: u64,
+    pub keepalive_ms: Millis,
     /// Text kept below `durableSeq` (sink mode only); `None` keeps everything.
-    pub retain_chars: Option<u64>,
+    pub retain_chars: Option<Offset>,
     /// The largest checkpoint slice, in UTF-8 bytes (well under D1's 2,000,000-byte rows).
     pub max_slice_bytes: usize,
     /// The largest body compacted into one row at seal; a larger one stays as chunk rows.
     pub max_compact_bytes: usize,
     /// The lease alarm's period (SPEC §7): armed before the row is marked, renewed every half
     /// lease while the stream is alive here.
-    pub lease_ms: u64,
+    pub lease_ms: Millis,
     pub mode: CheckpointMode,
     /// What the stream's text is (SPEC §9): chosen by the open request, not a var.
     pub format: Format,
@@ -81,23 +83,23 @@ pub struct StreamConfig {
 impl Default for StreamConfig {
     fn default() -> Self {
         Self {
-            checkpoint_chars: 512,
-            ui_checkpoint_chars: 4096,
-            checkpoint_interval_ms: 750,
+            checkpoint_chars: Offset(512),
+            ui_checkpoint_chars: Offset(4096),
+            checkpoint_interval_ms: Millis(750),
             retries: 3,
-            retry_backoff_ms: 50,
-            linger_ms: 30_000,
-            idle_timeout_ms: 300_000,
+            retry_backoff_ms: Millis(50),
+            linger_ms: Millis(30_000),
+            idle_timeout_ms: Millis(300_000),
             max_queued_frames: 1024,
             merge_queued_chunks: true,
             reader_pacing_us: 500,
-            reader_pacing_max_ms: 50,
+            reader_pacing_max_ms: Millis(50),
             reader_pacing_burst: 4,
-            keepalive_ms: 15_000,
+            keepalive_ms: Millis(15_000),
             retain_chars: None,
             max_slice_bytes: 256 * 1024,
             max_compact_bytes: 1_900_000,
-            lease_ms: 10_000,
+            lease_ms: Millis(10_000),
             mode: CheckpointMode::Tables { host_cas: true },
             format: Format::Text,
             ui_validation: Validation::Strict,
@@ -107,13 +109,13 @@ impl Default for StreamConfig {
 
 impl StreamConfig {
     /// The delay before retry number `retry` (1-based), or `None` when retries are exhausted.
-    pub fn retry_delay(&self, retry: u32) -> Option<u64> {
-        (retry >= 1 && retry <= self.retries).then(|| self.retry_backoff_ms << (retry - 1).min(20))
+    pub fn retry_delay(&self, retry: u32) -> Option<Millis> {
+        (retry >= 1 && retry <= self.retries).then(|| self.retry_backoff_ms * (1 << (retry - 1).min(20)))
     }
 
     /// How many UTF-16 units may be not yet durable before a checkpoint is due, for this
     /// stream's format.
-    pub fn checkpoint_due_chars(&self) -> u64 {
+    pub fn checkpoint_due_chars(&self) -> Offset {
         match self.format {
             Format::Text => self.checkpoint_chars,
             Format::Ui => self.ui_checkpoint_chars,
@@ -124,18 +126,18 @@ impl StreamConfig {
     /// of compacting the body into the row: mapped tables only, when the text here does not
     /// start at 0 or is too large for one row. The one rule for the stream's own seal and the
     /// lease's.
-    pub fn seals_in_place(&self, floor: u64, body_bytes: usize) -> bool {
-        matches!(self.mode, CheckpointMode::Tables { .. }) && (floor > 0 || body_bytes > self.max_compact_bytes)
+    pub fn seals_in_place(&self, floor: Offset, body_bytes: usize) -> bool {
+        matches!(self.mode, CheckpointMode::Tables { .. }) && (floor > Offset::ZERO || body_bytes > self.max_compact_bytes)
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.checkpoint_chars == 0 {
+        if self.checkpoint_chars == Offset::ZERO {
             return Err(ConfigError::invalid("CHECKPOINT_CHARS", "must be at least 1"));
         }
-        if self.ui_checkpoint_chars == 0 {
+        if self.ui_checkpoint_chars == Offset::ZERO {
             return Err(ConfigError::invalid("UI_CHECKPOINT_CHARS", "must be at least 1"));
         }
-        if self.checkpoint_interval_ms == 0 {
+        if self.checkpoint_interval_ms == Millis::ZERO {
             return Err(ConfigError::invalid("CHECKPOINT_INTERVAL_MS", "must be at least 1"));
         }
         if self.retries > 10 {
@@ -179,7 +181,7 @@ impl ConfigError {
 pub struct Settings {
     pub stream: StreamConfig,
     pub path_prefix: String,
-    pub sse_retry_ms: u64,
+    pub sse_retry_ms: Millis,
     pub max_append_bytes: usize,
     pub mapping: TableMapping,
     /// The secrets a pump request may name as its credential (`PUMP_SECRETS`), each set.
@@ -214,24 +216,27 @@ impl Settings {
             &var("CHUNK_TABLE").unwrap_or_else(|| "message_chunks".into()),
             &names,
         )?;
+        // The vars are where offsets and times come in: typed here, once.
+        let chars = |name, default: Offset, min, max| number(name, default.0, min, max).map(Offset);
+        let ms = |name, default: Millis, min, max| number(name, default.0, min, max).map(Millis);
         let retain_chars = match var("RETAIN_CHARS") {
-            Some(raw) if !raw.trim().is_empty() => Some(number("RETAIN_CHARS", 0, 0, u64::from(u32::MAX))?),
+            Some(raw) if !raw.trim().is_empty() => Some(chars("RETAIN_CHARS", Offset::ZERO, 0, u64::from(u32::MAX))?),
             _ if custom_sink => Some(SINK_RETAIN_CHARS),
             _ => None,
         };
         let stream = StreamConfig {
-            checkpoint_chars: number("CHECKPOINT_CHARS", defaults.checkpoint_chars, 1, 1 << 20)?,
-            ui_checkpoint_chars: number("UI_CHECKPOINT_CHARS", defaults.ui_checkpoint_chars, 1, 1 << 20)?,
-            checkpoint_interval_ms: number("CHECKPOINT_INTERVAL_MS", defaults.checkpoint_interval_ms, 1, 600_000)?,
+            checkpoint_chars: chars("CHECKPOINT_CHARS", defaults.checkpoint_chars, 1, 1 << 20)?,
+            ui_checkpoint_chars: chars("UI_CHECKPOINT_CHARS", defaults.ui_checkpoint_chars, 1, 1 << 20)?,
+            checkpoint_interval_ms: ms("CHECKPOINT_INTERVAL_MS", defaults.checkpoint_interval_ms, 1, 600_000)?,
             retries: number("CHECKPOINT_RETRIES", u64::from(defaults.retries), 0, 10)? as u32,
-            linger_ms: number("LINGER_MS", defaults.linger_ms, 0, 3_600_000)?,
-            idle_timeout_ms: number("IDLE_TIMEOUT_MS", defaults.idle_timeout_ms, 0, 86_400_000)?,
+            linger_ms: ms("LINGER_MS", defaults.linger_ms, 0, 3_600_000)?,
+            idle_timeout_ms: ms("IDLE_TIMEOUT_MS", defaults.idle_timeout_ms, 0, 86_400_000)?,
             max_queued_frames: number("MAX_QUEUED_FRAMES", defaults.max_queued_frames as u64, 4, 1 << 20)? as usize,
             merge_queued_chunks: number("MERGE_QUEUED_CHUNKS", 1, 0, 1)? == 1,
             reader_pacing_us: number("READER_PACING_US", defaults.reader_pacing_us, 0, 10_000)?,
             reader_pacing_burst: number("READER_PACING_BURST", defaults.reader_pacing_burst, 1, 64)?,
-            lease_ms: number("LEASE_MS", defaults.lease_ms, 1000, 3_600_000)?,
-            keepalive_ms: number("KEEPALIVE_MS", defaults.keepalive_ms, 100, 600_000)?,
+            lease_ms: ms("LEASE_MS", defaults.lease_ms, 1000, 3_600_000)?,
+            keepalive_ms: ms("KEEPALIVE_MS", defaults.keepalive_ms, 100, 600_000)?,
             retain_chars,
             mode: if custom_sink { CheckpointMode::Sink } else { CheckpointMode::Tables { host_cas: mapping.host.is_some() } },
             ui_validation: match var("UI_VALIDATION") {
@@ -256,7 +261,7 @@ impl Settings {
         Ok(Settings {
             stream,
             path_prefix,
-            sse_retry_ms: number("SSE_RETRY_MS", 1000, 0, 600_000)?,
+            sse_retry_ms: ms("SSE_RETRY_MS", Millis(1000), 0, 600_000)?,
             max_append_bytes: number("MAX_APPEND_BYTES", 1 << 20, 1, 64 << 20)? as usize,
             mapping,
             pump_secrets,
@@ -279,14 +284,14 @@ mod tests {
     #[test]
     fn defaults_follow_the_spec() {
         let s = settings(&[]).unwrap();
-        assert_eq!(s.stream.checkpoint_chars, 512);
-        assert_eq!(s.stream.ui_checkpoint_chars, 4096);
-        assert_eq!(s.stream.checkpoint_interval_ms, 750);
+        assert_eq!(s.stream.checkpoint_chars, Offset(512));
+        assert_eq!(s.stream.ui_checkpoint_chars, Offset(4096));
+        assert_eq!(s.stream.checkpoint_interval_ms, Millis(750));
         assert_eq!(s.stream.retries, 3);
-        assert_eq!(s.stream.linger_ms, 30_000);
+        assert_eq!(s.stream.linger_ms, Millis(30_000));
         assert_eq!(s.stream.max_queued_frames, 1024);
-        assert_eq!(s.stream.keepalive_ms, 15_000);
-        assert_eq!(s.sse_retry_ms, 1000);
+        assert_eq!(s.stream.keepalive_ms, Millis(15_000));
+        assert_eq!(s.sse_retry_ms, Millis(1000));
         assert_eq!(s.path_prefix, "/streams");
     }
 
@@ -319,12 +324,12 @@ mod tests {
         let err = settings(&[("RETAIN_CHARS", "100")]).unwrap_err().to_string();
         assert!(err.contains("RETAIN_CHARS"), "{err}");
         let with_sink = Settings::from_vars(|k| (k == "RETAIN_CHARS").then(|| "100".to_owned()), true).unwrap();
-        assert_eq!(with_sink.stream.retain_chars, Some(100));
+        assert_eq!(with_sink.stream.retain_chars, Some(Offset(100)));
     }
 
     #[test]
     fn retain_chars_defaults_to_the_seeds_64k_with_a_custom_sink_and_to_everything_with_tables() {
-        assert_eq!(Settings::from_vars(|_| None, true).unwrap().stream.retain_chars, Some(65_536));
+        assert_eq!(Settings::from_vars(|_| None, true).unwrap().stream.retain_chars, Some(Offset(65_536)));
         assert_eq!(settings(&[]).unwrap().stream.retain_chars, None, "compaction needs the whole text");
     }
 
@@ -332,7 +337,7 @@ mod tests {
     fn the_retry_schedule_is_three_retries_doubling_from_50ms() {
         let c = StreamConfig::default();
         let delays: Vec<_> = (1..=4).map(|n| c.retry_delay(n)).collect();
-        assert_eq!(delays, vec![Some(50), Some(100), Some(200), None]);
+        assert_eq!(delays, vec![Some(Millis(50)), Some(Millis(100)), Some(Millis(200)), None]);
     }
 
     #[test]

@@ -166,11 +166,13 @@ impl FaultPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::time::Timestamp;
+    use crate::engine::utf16::Offset;
 
     #[test]
     fn a_spec_parses_and_injects_at_its_rate() {
         let plan = FaultPlan::parse("rate=0.3;kinds=before,lost,readback;seed=7").unwrap();
-        let append = StoreOp::Append { from: 0, to: 1, text: "a".into() };
+        let append = StoreOp::Append { from: Offset(0), to: Offset(1), text: "a".into() };
         let hits = (0..10_000).filter(|_| plan.decide(&append).is_some()).count();
         assert!((2_700..3_300).contains(&hits), "{hits} of 10000");
         assert_eq!(plan.injected(), hits as u64, "every fault is counted (for /stats)");
@@ -180,10 +182,10 @@ mod tests {
     #[test]
     fn ops_target_the_faults_at_one_operation() {
         let plan = FaultPlan::parse("rate=1;kinds=hold;ops=mark").unwrap();
-        let mark = StoreOp::MarkStreaming { host_token: "t".into(), meta: None, started_at: 0 };
+        let mark = StoreOp::MarkStreaming { host_token: "t".into(), meta: None, started_at: Timestamp(0) };
         assert_eq!(plan.decide(&mark), Some(Fault::HoldReply));
         assert_eq!(plan.decide(&StoreOp::ProbeOpen), None);
-        assert_eq!(plan.decide(&StoreOp::Append { from: 0, to: 1, text: "a".into() }), None);
+        assert_eq!(plan.decide(&StoreOp::Append { from: Offset(0), to: Offset(1), text: "a".into() }), None);
         let lost = FaultPlan::parse("rate=1;kinds=lost;ops=mark,readhost").unwrap();
         assert_eq!(lost.decide(&StoreOp::ReadHost), Some(Fault::LoseReply));
     }

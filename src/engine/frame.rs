@@ -1,5 +1,6 @@
 //! The six frames of the wire (SPEC §3) and the statuses they carry.
 
+use super::utf16::Offset;
 use serde::{Deserialize, Serialize};
 
 /// How a stream ended. Also the terminal values of the message row's status column.
@@ -36,27 +37,27 @@ pub const STATUS_STREAMING: &str = "streaming";
 #[serde(tag = "type", rename_all = "lowercase", rename_all_fields = "camelCase")]
 pub enum Frame {
     /// First frame of every live subscription; `from` is the offset actually used.
-    Open { stream_id: String, from: u64, seq: u64, durable_seq: u64, ended: bool },
+    Open { stream_id: String, from: Offset, seq: Offset, durable_seq: Offset, ended: bool },
     /// Produced text covering `[from, seq)`.
-    Chunk { from: u64, seq: u64, text: String },
+    Chunk { from: Offset, seq: Offset, text: String },
     /// Everything below `seq` is committed.
-    Durable { seq: u64 },
+    Durable { seq: Offset },
     /// Sealed; `seq` is the durable length.
     End {
-        seq: u64,
+        seq: Offset,
         status: EndStatus,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
     /// The live buffer no longer holds what the reader needs; rejoin from the durable text.
-    Stale { floor_seq: u64, durable_seq: u64 },
+    Stale { floor_seq: Offset, durable_seq: Offset },
     /// No live stream here; read the durable text.
     Absent,
 }
 
 impl Frame {
     /// The offset a reconnecting reader resumes from after this frame (its SSE `id:`), if any.
-    pub fn resume_point(&self) -> Option<u64> {
+    pub fn resume_point(&self) -> Option<Offset> {
         match self {
             Frame::Open { from, .. } => Some(*from),
             Frame::Chunk { seq, .. } => Some(*seq),
@@ -79,17 +80,17 @@ mod tests {
     fn frames_serialize_with_the_specs_field_names() {
         let cases = [
             (
-                Frame::Open { stream_id: "m1".into(), from: 2, seq: 5, durable_seq: 1, ended: false },
+                Frame::Open { stream_id: "m1".into(), from: Offset(2), seq: Offset(5), durable_seq: Offset(1), ended: false },
                 json!({"type":"open","streamId":"m1","from":2,"seq":5,"durableSeq":1,"ended":false}),
             ),
-            (Frame::Chunk { from: 0, seq: 2, text: "😀".into() }, json!({"type":"chunk","from":0,"seq":2,"text":"😀"})),
-            (Frame::Durable { seq: 7 }, json!({"type":"durable","seq":7})),
-            (Frame::End { seq: 9, status: EndStatus::Complete, error: None }, json!({"type":"end","seq":9,"status":"complete"})),
+            (Frame::Chunk { from: Offset(0), seq: Offset(2), text: "😀".into() }, json!({"type":"chunk","from":0,"seq":2,"text":"😀"})),
+            (Frame::Durable { seq: Offset(7) }, json!({"type":"durable","seq":7})),
+            (Frame::End { seq: Offset(9), status: EndStatus::Complete, error: None }, json!({"type":"end","seq":9,"status":"complete"})),
             (
-                Frame::End { seq: 9, status: EndStatus::Error, error: Some("boom".into()) },
+                Frame::End { seq: Offset(9), status: EndStatus::Error, error: Some("boom".into()) },
                 json!({"type":"end","seq":9,"status":"error","error":"boom"}),
             ),
-            (Frame::Stale { floor_seq: 3, durable_seq: 4 }, json!({"type":"stale","floorSeq":3,"durableSeq":4})),
+            (Frame::Stale { floor_seq: Offset(3), durable_seq: Offset(4) }, json!({"type":"stale","floorSeq":3,"durableSeq":4})),
             (Frame::Absent, json!({"type":"absent"})),
         ];
         for (frame, expected) in cases {
@@ -111,9 +112,10 @@ mod tests {
 
     #[test]
     fn only_open_and_chunk_have_a_resume_point() {
-        assert_eq!(Frame::Open { stream_id: "s".into(), from: 3, seq: 9, durable_seq: 0, ended: false }.resume_point(), Some(3));
-        assert_eq!(Frame::Chunk { from: 3, seq: 9, text: "abcdef".into() }.resume_point(), Some(9));
-        assert_eq!(Frame::Durable { seq: 9 }.resume_point(), None);
+        let open = Frame::Open { stream_id: "s".into(), from: Offset(3), seq: Offset(9), durable_seq: Offset(0), ended: false };
+        assert_eq!(open.resume_point(), Some(Offset(3)));
+        assert_eq!(Frame::Chunk { from: Offset(3), seq: Offset(9), text: "abcdef".into() }.resume_point(), Some(Offset(9)));
+        assert_eq!(Frame::Durable { seq: Offset(9) }.resume_point(), None);
         assert_eq!(Frame::Absent.resume_point(), None);
     }
 }

@@ -15,6 +15,7 @@
 
 use super::frame::EndStatus;
 use super::live::{DropReason, StreamEvent};
+use super::utf16::Offset;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use thiserror::Error;
 
@@ -24,14 +25,14 @@ use thiserror::Error;
 pub enum StreamNotice {
     /// A checkpoint round gave up (after its retries): `[from, to)` is not durable yet. The text
     /// stays in memory; a later round, or the seal, tries again.
-    CheckpointFailed { stream_id: String, from: u64, to: u64, error: String },
+    CheckpointFailed { stream_id: String, from: Offset, to: Offset, error: String },
     /// A seal could not commit what was produced: `durable_seq` of `seq` UTF-16 units are
     /// durable (the caller got a 503; the lease repairs the row if it can).
-    SealShortfall { stream_id: String, status: EndStatus, seq: u64, durable_seq: u64, reason: String },
+    SealShortfall { stream_id: String, status: EndStatus, seq: Offset, durable_seq: Offset, reason: String },
     /// A reader was dropped with `stale` (it stopped draining and its queue filled up).
     ReaderDropped { stream_id: String, reader: u64, reason: DropReason },
     /// A stream was sealed `interrupted`, with `durable_seq` units of text.
-    Interrupted { stream_id: String, durable_seq: u64, cause: InterruptCause },
+    Interrupted { stream_id: String, durable_seq: Offset, cause: InterruptCause },
 }
 
 /// Why a stream was sealed `interrupted`.

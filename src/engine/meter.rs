@@ -9,21 +9,21 @@
 //! through `/stats`.
 
 use crate::engine::api::Action;
-use crate::engine::live::Millis;
+use crate::engine::time::{Millis, Timestamp};
 
 /// The wall-clock time during which at least one hold kept the object awake.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct AwakeClock {
     holds: u32,
     /// When the holds went from none to one (meaningful while `holds > 0`).
-    since: Millis,
+    since: Timestamp,
     /// Awake time of the spans that have ended.
     ended_ms: Millis,
 }
 
 impl AwakeClock {
     /// A hold begins at `now`.
-    pub fn hold(&mut self, now: Millis) {
+    pub fn hold(&mut self, now: Timestamp) {
         if self.holds == 0 {
             self.since = now;
         }
@@ -32,11 +32,11 @@ impl AwakeClock {
 
     /// A hold ends at `now`. The clock may read a little earlier than `since` (the runtime's
     /// clock stands still between I/O): such a span counts as zero, never as negative.
-    pub fn release(&mut self, now: Millis) {
+    pub fn release(&mut self, now: Timestamp) {
         debug_assert!(self.holds > 0, "a release without a hold");
         self.holds = self.holds.saturating_sub(1);
         if self.holds == 0 {
-            self.ended_ms += now.saturating_sub(self.since);
+            self.ended_ms = self.ended_ms + (now - self.since);
         }
     }
 
@@ -46,8 +46,8 @@ impl AwakeClock {
     }
 
     /// The time awake up to `now`, the open span included.
-    pub fn awake_ms(&self, now: Millis) -> Millis {
-        let open = if self.holds > 0 { now.saturating_sub(self.since) } else { 0 };
+    pub fn awake_ms(&self, now: Timestamp) -> Millis {
+        let open = if self.holds > 0 { now - self.since } else { Millis::ZERO };
         self.ended_ms + open
     }
 }
@@ -87,24 +87,24 @@ mod tests {
     #[test]
     fn overlapping_holds_count_their_union_once() {
         let mut c = AwakeClock::default();
-        c.hold(100); // a streaming append
-        c.hold(150); // a reader joins
-        c.release(400); // the reader ends
-        assert_eq!(c.awake_ms(450), 350, "the open span counts up to now");
-        c.release(500); // the append ends
+        c.hold(Timestamp(100)); // a streaming append
+        c.hold(Timestamp(150)); // a reader joins
+        c.release(Timestamp(400)); // the reader ends
+        assert_eq!(c.awake_ms(Timestamp(450)), Millis(350), "the open span counts up to now");
+        c.release(Timestamp(500)); // the append ends
         assert_eq!(c.holds(), 0);
-        assert_eq!(c.awake_ms(10_000), 400, "asleep time does not count");
-        c.hold(10_000); // the alarm
-        c.release(10_020);
-        assert_eq!(c.awake_ms(20_000), 420);
+        assert_eq!(c.awake_ms(Timestamp(10_000)), Millis(400), "asleep time does not count");
+        c.hold(Timestamp(10_000)); // the alarm
+        c.release(Timestamp(10_020));
+        assert_eq!(c.awake_ms(Timestamp(20_000)), Millis(420));
     }
 
     #[test]
     fn a_clock_that_reads_earlier_counts_zero() {
         let mut c = AwakeClock::default();
-        c.hold(1_000);
-        c.release(999);
-        assert_eq!(c.awake_ms(999), 0);
+        c.hold(Timestamp(1_000));
+        c.release(Timestamp(999));
+        assert_eq!(c.awake_ms(Timestamp(999)), Millis(0));
     }
 
     #[test]

@@ -4,13 +4,13 @@
 //! Contract P makes this mechanical: durable text and live text are both prefixes of one
 //! produced text, and two prefixes of one string merge by taking the longer.
 
-use super::utf16;
+use super::utf16::{self, Offset};
 use thiserror::Error;
 
 /// A chunk row as stored: `seq` is the offset its text ends at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChunkRow {
-    pub seq: u64,
+    pub seq: Offset,
     pub text: String,
 }
 
@@ -19,7 +19,7 @@ pub struct ChunkRow {
 pub struct DurableText {
     pub text: String,
     /// Its length in UTF-16 units.
-    pub seq: u64,
+    pub seq: Offset,
     /// The row's status column.
     pub status: String,
     /// The row's error column, where mapped and set (the `/ui` error ending carries it, and
@@ -51,7 +51,7 @@ pub fn assemble_durable_text(body: &str, mut chunks: Vec<ChunkRow>) -> String {
             break;
         }
         if chunk.seq > end {
-            text.push_str(utf16::slice(&chunk.text, end - from, u64::MAX));
+            text.push_str(utf16::slice(&chunk.text, end - from, Offset::MAX));
             end = chunk.seq;
         }
     }
@@ -62,7 +62,7 @@ pub fn assemble_durable_text(body: &str, mut chunks: Vec<ChunkRow>) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("the two texts diverge at UTF-16 offset {at}; they are not prefixes of one text")]
 pub struct Diverged {
-    pub at: u64,
+    pub at: Offset,
 }
 
 /// Merges two prefixes of one text by taking the longer.
@@ -80,7 +80,7 @@ mod tests {
     use super::*;
 
     fn row(seq: u64, text: &str) -> ChunkRow {
-        ChunkRow { seq, text: text.into() }
+        ChunkRow { seq: Offset(seq), text: text.into() }
     }
 
     #[test]
@@ -99,6 +99,6 @@ mod tests {
     fn splice_takes_the_longer_prefix() {
         assert_eq!(splice_stream_text("ab", "ab😀").unwrap(), "ab😀");
         assert_eq!(splice_stream_text("ab😀", "").unwrap(), "ab😀");
-        assert_eq!(splice_stream_text("ab😀", "ax"), Err(Diverged { at: 1 }));
+        assert_eq!(splice_stream_text("ab😀", "ax"), Err(Diverged { at: Offset(1) }));
     }
 }

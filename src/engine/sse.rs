@@ -1,6 +1,8 @@
 //! The Server-Sent Events encoding of frames, and the parsing of a subscribe request.
 
 use super::frame::Frame;
+use super::time::Millis;
+use super::utf16::Offset;
 
 /// Response headers of every SSE answer. `x-accel-buffering` opts out of proxy buffering,
 /// without which a reader sees a paragraph at a time instead of tokens.
@@ -11,8 +13,8 @@ pub const SSE_HEADERS: [(&str, &str); 3] =
 pub const PING: &str = ": ping\n\n";
 
 /// The first bytes of every SSE body: how soon a dropped `EventSource` should reconnect.
-pub fn preamble(retry_ms: u64) -> String {
-    format!("retry: {retry_ms}\n\n")
+pub fn preamble(retry: Millis) -> String {
+    format!("retry: {}\n\n", retry.0)
 }
 
 /// One SSE event for `frame`: an `id:` line for frames with a resume point, then one `data:` line.
@@ -32,14 +34,14 @@ pub fn encode(frame: &Frame) -> String {
 /// buffer sized up front. serde_json and `core::fmt` take dozens of small calls per frame, and
 /// in the Worker most of the wasm still runs in V8's baseline tier, where every call sets up a
 /// frame (BENCHMARKS.md, "A floor in Rust").
-fn encode_chunk(from: u64, seq: u64, text: &str) -> String {
+fn encode_chunk(from: Offset, seq: Offset, text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 80);
     out.push_str("id: ");
-    push_u64(&mut out, seq);
+    push_u64(&mut out, seq.0);
     out.push_str("\ndata: {\"type\":\"chunk\",\"from\":");
-    push_u64(&mut out, from);
+    push_u64(&mut out, from.0);
     out.push_str(",\"seq\":");
-    push_u64(&mut out, seq);
+    push_u64(&mut out, seq.0);
     out.push_str(",\"text\":\"");
     push_json_string_body(&mut out, text);
     out.push_str("\"}\n\n");
@@ -94,19 +96,19 @@ fn push_json_string_body(out: &mut String, s: &str) {
 
 /// The largest offset accepted from a client: JavaScript's `Number.MAX_SAFE_INTEGER`. Anything
 /// larger is not an offset any stream could reach.
-pub const MAX_OFFSET: u64 = (1 << 53) - 1;
+pub const MAX_OFFSET: Offset = Offset((1 << 53) - 1);
 
 /// The join offset of a subscribe request. `Last-Event-ID` (where the reconnecting
 /// `EventSource` actually got to) wins over the URL's `from` (its original join point). A
 /// missing, empty, negative, fractional, non-numeric or absurd value means 0.
-pub fn join_offset(last_event_id: Option<&str>, from_query: Option<&str>) -> u64 {
+pub fn join_offset(last_event_id: Option<&str>, from_query: Option<&str>) -> Offset {
     let raw = match last_event_id.map(str::trim) {
         Some(id) if !id.is_empty() => id,
         _ => from_query.unwrap_or("0").trim(),
     };
-    match raw.parse::<u64>() {
+    match raw.parse::<u64>().map(Offset) {
         Ok(n) if n <= MAX_OFFSET && raw.bytes().all(|b| b.is_ascii_digit()) => n,
-        _ => 0,
+        _ => Offset::ZERO,
     }
 }
 
@@ -118,11 +120,11 @@ mod tests {
     #[test]
     fn only_open_and_chunk_carry_an_id_line() {
         assert_eq!(
-            encode(&Frame::Chunk { from: 0, seq: 2, text: "hi".into() }),
+            encode(&Frame::Chunk { from: Offset(0), seq: Offset(2), text: "hi".into() }),
             "id: 2\ndata: {\"type\":\"chunk\",\"from\":0,\"seq\":2,\"text\":\"hi\"}\n\n"
         );
-        assert_eq!(encode(&Frame::Durable { seq: 2 }), "data: {\"type\":\"durable\",\"seq\":2}\n\n");
-        let end = encode(&Frame::End { seq: 2, status: EndStatus::Complete, error: None });
+        assert_eq!(encode(&Frame::Durable { seq: Offset(2) }), "data: {\"type\":\"durable\",\"seq\":2}\n\n");
+        let end = encode(&Frame::End { seq: Offset(2), status: EndStatus::Complete, error: None });
         assert!(!end.contains("id:"));
     }
 
@@ -130,7 +132,7 @@ mod tests {
     /// characters of every UTF-8 length, alone and in runs, and for offsets of every width.
     #[test]
     fn a_chunk_is_encoded_as_serde_json_would() {
-        let via_serde = |from: u64, seq: u64, text: &str| {
+        let via_serde = |from: Offset, seq: Offset, text: &str| {
             let frame = Frame::Chunk { from, seq, text: text.to_owned() };
             format!("id: {seq}\ndata: {}\n\n", serde_json::to_string(&frame).unwrap())
         };
@@ -141,7 +143,8 @@ mod tests {
         );
         texts.push((0u8..=0x7f).map(char::from).chain("é€𝄞".chars()).collect());
         for (i, text) in texts.iter().enumerate() {
-            for (from, seq) in [(0, 0), (7, 19), (u64::from(u32::MAX), u64::MAX), (MAX_OFFSET - 1, MAX_OFFSET)] {
+            let widths = [(0, 0), (7, 19), (u64::from(u32::MAX), u64::MAX), (MAX_OFFSET.0 - 1, MAX_OFFSET.0)];
+            for (from, seq) in widths.map(|(from, seq)| (Offset(from), Offset(seq))) {
                 let frame = Frame::Chunk { from, seq, text: text.clone() };
                 assert_eq!(encode(&frame), via_serde(from, seq, text), "text #{i} {text:?}, {from}..{seq}");
             }
@@ -150,24 +153,24 @@ mod tests {
 
     #[test]
     fn a_newline_in_text_stays_inside_one_data_line() {
-        let e = encode(&Frame::Chunk { from: 0, seq: 3, text: "a\nb".into() });
+        let e = encode(&Frame::Chunk { from: Offset(0), seq: Offset(3), text: "a\nb".into() });
         assert_eq!(e.matches('\n').count(), 3, "id line, data line, blank line: {e:?}");
     }
 
     #[test]
     fn last_event_id_wins_over_from() {
-        assert_eq!(join_offset(Some("12"), Some("3")), 12);
-        assert_eq!(join_offset(None, Some("3")), 3);
-        assert_eq!(join_offset(Some(""), Some("3")), 3, "an empty header is no header");
-        assert_eq!(join_offset(Some("junk"), Some("3")), 0, "a present but bad header means 0");
+        assert_eq!(join_offset(Some("12"), Some("3")), Offset(12));
+        assert_eq!(join_offset(None, Some("3")), Offset(3));
+        assert_eq!(join_offset(Some(""), Some("3")), Offset(3), "an empty header is no header");
+        assert_eq!(join_offset(Some("junk"), Some("3")), Offset(0), "a present but bad header means 0");
     }
 
     #[test]
     fn bad_offsets_mean_zero() {
         for bad in ["-1", "3.5", "NaN", "1e309", "+4", "0x10", "99999999999999999999", "9007199254740992", " "] {
-            assert_eq!(join_offset(None, Some(bad)), 0, "{bad:?}");
+            assert_eq!(join_offset(None, Some(bad)), Offset(0), "{bad:?}");
         }
-        assert_eq!(join_offset(None, None), 0);
+        assert_eq!(join_offset(None, None), Offset(0));
         assert_eq!(join_offset(None, Some("9007199254740991")), MAX_OFFSET);
     }
 }

@@ -1,14 +1,14 @@
 //! The live buffer: the produced text from some floor offset to `seq`, addressable by UTF-16
 //! offset without rescanning from the start.
 
-use super::utf16;
+use super::utf16::{self, Offset};
 
 /// Keep a mark at least this often, so locating an offset scans at most about this many bytes.
 const MARK_SPACING_BYTES: usize = 4096;
 
 #[derive(Debug, Clone, Copy)]
 struct Mark {
-    unit: u64,
+    unit: Offset,
     byte: usize,
 }
 
@@ -17,15 +17,15 @@ struct Mark {
 pub struct TextBuffer {
     text: String,
     /// UTF-16 offset of `text`'s first byte.
-    floor: u64,
-    seq: u64,
+    floor: Offset,
+    seq: Offset,
     /// Sorted `(unit, byte)` positions inside `text`, relative to its start; always holds (floor, 0).
     marks: Vec<Mark>,
 }
 
 impl Default for TextBuffer {
     fn default() -> Self {
-        Self { text: String::new(), floor: 0, seq: 0, marks: vec![Mark { unit: 0, byte: 0 }] }
+        Self { text: String::new(), floor: Offset::ZERO, seq: Offset::ZERO, marks: vec![Mark { unit: Offset::ZERO, byte: 0 }] }
     }
 }
 
@@ -35,12 +35,12 @@ impl TextBuffer {
     }
 
     /// The produced length.
-    pub fn seq(&self) -> u64 {
+    pub fn seq(&self) -> Offset {
         self.seq
     }
 
     /// The lowest offset still held.
-    pub fn floor(&self) -> u64 {
+    pub fn floor(&self) -> Offset {
         self.floor
     }
 
@@ -50,25 +50,25 @@ impl TextBuffer {
     }
 
     /// Appends `s`; returns the UTF-16 range it now covers.
-    pub fn push(&mut self, s: &str) -> (u64, u64) {
+    pub fn push(&mut self, s: &str) -> (Offset, Offset) {
         let from = self.seq;
         let mut last = *self.marks.last().expect("marks always hold the start");
-        let mut unit = self.seq;
+        let mut unit = self.seq.0;
         let base = self.text.len();
         for (i, c) in s.char_indices() {
             if base + i - last.byte >= MARK_SPACING_BYTES {
-                last = Mark { unit, byte: base + i };
+                last = Mark { unit: Offset(unit), byte: base + i };
                 self.marks.push(last);
             }
             unit += c.len_utf16() as u64;
         }
         self.text.push_str(s);
-        self.seq = unit;
+        self.seq = Offset(unit);
         (from, self.seq)
     }
 
     /// Locates `offset` (clamped into `[floor, seq]`, moved down out of a surrogate pair).
-    fn locate(&self, offset: u64) -> utf16::Located {
+    fn locate(&self, offset: Offset) -> utf16::Located {
         let offset = offset.clamp(self.floor, self.seq);
         let idx = self.marks.partition_point(|m| m.unit <= offset) - 1;
         let m = self.marks[idx];
@@ -76,31 +76,31 @@ impl TextBuffer {
     }
 
     /// `offset` moved down to the start of the character it falls in (and up to the floor).
-    pub fn char_floor(&self, offset: u64) -> u64 {
+    pub fn char_floor(&self, offset: Offset) -> Offset {
         self.locate(offset).unit
     }
 
     /// The start of the line (of a `ui` stream's NDJSON text) holding `offset`; `None` when it
     /// may start below the floor, where the buffer no longer shows it.
-    pub fn line_start(&self, offset: u64) -> Option<u64> {
+    pub fn line_start(&self, offset: Offset) -> Option<Offset> {
         let at = self.locate(offset);
         match super::ui::line_start_byte(&self.text, at.byte) {
             Some(start) => Some(at.unit - utf16::len(&self.text[start..at.byte])),
-            None if self.floor == 0 => Some(0),
+            None if self.floor == Offset::ZERO => Some(Offset::ZERO),
             None => None,
         }
     }
 
     /// The held text in `[from, to)`; both ends are clamped into the buffer and floored to a
     /// character start.
-    pub fn slice(&self, from: u64, to: u64) -> &str {
+    pub fn slice(&self, from: Offset, to: Offset) -> &str {
         let a = self.locate(from);
         let b = self.locate(to.max(a.unit));
         &self.text[a.byte..b.byte]
     }
 
     /// The held text from `from` to the end.
-    pub fn tail(&self, from: u64) -> &str {
+    pub fn tail(&self, from: Offset) -> &str {
         &self.text[self.locate(from).byte..]
     }
 
@@ -112,7 +112,7 @@ impl TextBuffer {
     /// The end of the longest slice starting at `from` that fits in `max_bytes` (and `to`),
     /// never splitting a character; at least one character when any text is there, so a single
     /// character wider than the cap still makes progress.
-    pub fn capped_end(&self, from: u64, to: u64, max_bytes: usize) -> u64 {
+    pub fn capped_end(&self, from: Offset, to: Offset, max_bytes: usize) -> Offset {
         let whole = self.slice(from, to);
         let mut fitted = utf16::prefix_within_bytes(whole, max_bytes);
         if fitted.is_empty() {
@@ -122,7 +122,7 @@ impl TextBuffer {
     }
 
     /// Drops everything below `offset` (floored to a character start).
-    pub fn trim_below(&mut self, offset: u64) {
+    pub fn trim_below(&mut self, offset: Offset) {
         let at = self.locate(offset);
         if at.unit <= self.floor {
             return;
@@ -154,8 +154,8 @@ mod tests {
             buf.push(piece);
         }
         assert_eq!(buf.seq(), utf16::len(&text));
-        for from in (0..buf.seq()).step_by(97) {
-            for to in [from, from + 1, from + 333, buf.seq()] {
+        for from in (0..buf.seq().0).step_by(97).map(Offset) {
+            for to in [from, from + Offset(1), from + Offset(333), buf.seq()] {
                 assert_eq!(buf.slice(from, to), utf16::slice(&text, from, to), "[{from},{to})");
             }
         }
@@ -166,11 +166,11 @@ mod tests {
         let text = sample(3000);
         let mut buf = TextBuffer::new();
         buf.push(&text);
-        let cut = buf.char_floor(5001);
-        buf.trim_below(5001);
+        let cut = buf.char_floor(Offset(5001));
+        buf.trim_below(Offset(5001));
         assert_eq!(buf.floor(), cut);
-        assert_eq!(buf.tail(cut), utf16::slice(&text, cut, u64::MAX));
-        assert_eq!(buf.slice(cut + 10, cut + 50), utf16::slice(&text, cut + 10, cut + 50));
+        assert_eq!(buf.tail(cut), utf16::slice(&text, cut, Offset::MAX));
+        assert_eq!(buf.slice(cut + Offset(10), cut + Offset(50)), utf16::slice(&text, cut + Offset(10), cut + Offset(50)));
         buf.push("tail😀");
         assert!(buf.as_str().ends_with("tail😀"));
     }
@@ -179,7 +179,7 @@ mod tests {
     fn capped_end_respects_the_byte_cap_and_always_progresses() {
         let mut buf = TextBuffer::new();
         buf.push("😀😀😀");
-        assert_eq!(buf.capped_end(0, 6, 9), 4, "two 4-byte emoji fit in 9 bytes");
-        assert_eq!(buf.capped_end(0, 6, 1), 2, "one character even when wider than the cap");
+        assert_eq!(buf.capped_end(Offset(0), Offset(6), 9), Offset(4), "two 4-byte emoji fit in 9 bytes");
+        assert_eq!(buf.capped_end(Offset(0), Offset(6), 1), Offset(2), "one character even when wider than the cap");
     }
 }

@@ -17,7 +17,7 @@
 
 use super::frame::{EndStatus, Frame};
 use super::ui_schema::{self, ChunkSchema, FieldFault, Fields};
-use super::utf16;
+use super::utf16::{self, Offset};
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Serialize, Serializer};
 use std::borrow::Cow;
@@ -135,7 +135,7 @@ impl ChunkFault {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("the line at offset {offset} is not a UI message chunk: {fault}")]
 pub struct BadChunk {
-    pub offset: u64,
+    pub offset: Offset,
     pub fault: ChunkFault,
 }
 
@@ -490,7 +490,7 @@ impl<'de> Deserialize<'de> for Key {
 /// Appends the `/ui` event of each complete line of `text`, which starts at UTF-16 offset
 /// `from` at a line start: `id: <offset just after the line>` and `data: <the line>`. An
 /// unfinished last line is skipped: it never surfaces as a chunk.
-pub(crate) fn encode_lines(from: u64, text: &str, out: &mut String) {
+pub(crate) fn encode_lines(from: Offset, text: &str, out: &mut String) {
     let mut end = from;
     for line in text.split_inclusive('\n') {
         let Some(body) = line.strip_suffix('\n') else { break };
@@ -535,7 +535,7 @@ pub(crate) fn holds(text: &str) -> Holds {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Served {
     /// The UTF-16 offset at which the lines the reader was given end.
-    pub held: u64,
+    pub held: Offset,
     /// The chunks among those lines that matter to the ending.
     pub holds: Holds,
 }
@@ -555,14 +555,14 @@ pub(crate) enum Ending {
     /// The reader was shown lines past the durable length the stream ended with (the object was
     /// lost with an unsaved tail, or the seal fell short), whatever the status: a UI message
     /// cannot take back what it rendered, so the ending says what was saved (an `error` chunk).
-    Unsaved { status: EndStatus, error: Option<String>, durable: u64, held: u64 },
+    Unsaved { status: EndStatus, error: Option<String>, durable: Offset, held: Offset },
 }
 
 impl Ending {
     /// The ending for a reader holding `served` of a stream that ended with `status`, `error`
     /// and `durable` UTF-16 units durable; `None` when the text's own `finish` (or `error`) ends
     /// the message.
-    pub fn of(status: EndStatus, error: Option<&str>, durable: u64, served: Served) -> Option<Self> {
+    pub fn of(status: EndStatus, error: Option<&str>, durable: Offset, served: Served) -> Option<Self> {
         if served.held > durable {
             return Some(Ending::Unsaved { status, error: error.map(str::to_owned), durable, held: served.held });
         }
@@ -596,7 +596,7 @@ impl Ending {
 
 /// The end of a `/ui` answer for a stream that ended with `durable` UTF-16 units durable: its
 /// ending chunk (if any), then `[DONE]`; the first of them carries `id: done` ([`ENDED_ID`]).
-pub(crate) fn encode_end(status: EndStatus, error: Option<&str>, durable: u64, served: Served) -> String {
+pub(crate) fn encode_end(status: EndStatus, error: Option<&str>, durable: Offset, served: Served) -> String {
     let mut out = format!("id: {ENDED_ID}\n");
     if let Some(ending) = Ending::of(status, error, durable, served) {
         let _ = write!(out, "data: {}\n\n", ending.chunk());
@@ -614,7 +614,7 @@ pub fn saw_ending(last_event_id: Option<&str>) -> bool {
 /// reader that holds the lines up to `from`: the lines from the line holding `from`, then, if
 /// the stream ended, its ending and `[DONE]`. A stream still `streaming` gets its lines only:
 /// the reader reconnects and finds the end later.
-pub fn encode_durable(text: &str, from: u64, ended: Option<(EndStatus, Option<&str>)>) -> String {
+pub fn encode_durable(text: &str, from: Offset, ended: Option<(EndStatus, Option<&str>)>) -> String {
     let at = utf16::locate(text, from);
     let start = line_start_byte(text, at.byte).unwrap_or(0);
     let start_unit = at.unit - utf16::len(&text[start..at.byte]);
@@ -766,13 +766,13 @@ mod tests {
     #[test]
     fn an_error_chunk_in_the_text_is_the_error_ending() {
         use EndStatus::*;
-        let told = Served { held: 10, holds: Holds { finish: false, error: true } };
-        assert_eq!(Ending::of(Error, Some("model failed"), 10, told), None, "the reader saw the error chunk");
-        assert_eq!(Ending::of(Interrupted, None, 10, told), None);
-        assert_eq!(Ending::of(Cancelled, None, 10, told), Some(Ending::Abort));
-        assert_eq!(Ending::of(Complete, None, 10, told), Some(Ending::Finish));
-        assert_eq!(encode_end(Error, Some("x"), 10, told), format!("{ENDED}{DONE}"));
-        assert!(matches!(Ending::of(Error, None, 5, told), Some(Ending::Unsaved { .. })), "what was saved is still said");
+        let told = Served { held: Offset(10), holds: Holds { finish: false, error: true } };
+        assert_eq!(Ending::of(Error, Some("model failed"), Offset(10), told), None, "the reader saw the error chunk");
+        assert_eq!(Ending::of(Interrupted, None, Offset(10), told), None);
+        assert_eq!(Ending::of(Cancelled, None, Offset(10), told), Some(Ending::Abort));
+        assert_eq!(Ending::of(Complete, None, Offset(10), told), Some(Ending::Finish));
+        assert_eq!(encode_end(Error, Some("x"), Offset(10), told), format!("{ENDED}{DONE}"));
+        assert!(matches!(Ending::of(Error, None, Offset(5), told), Some(Ending::Unsaved { .. })), "what was saved is still said");
         let text = "{\"type\":\"start\"}\n{\"type\":\"error\",\"errorText\":\"boom\"}\n";
         assert_eq!(encode_durable(text, utf16::len(text), Some((Error, Some("boom")))), format!("{ENDED}{DONE}"));
     }
@@ -857,7 +857,7 @@ mod tests {
     #[test]
     fn lines_are_encoded_with_the_offset_just_after_each() {
         let mut out = String::new();
-        encode_lines(10, "{\"type\":\"a\",\"d\":\"😀\"}\n{\"type\":\"b\"}\n{\"type\":\"c", &mut out);
+        encode_lines(Offset(10), "{\"type\":\"a\",\"d\":\"😀\"}\n{\"type\":\"b\"}\n{\"type\":\"c", &mut out);
         let first = "{\"type\":\"a\",\"d\":\"😀\"}";
         let at1 = 10 + first.encode_utf16().count() as u64 + 1;
         let at2 = at1 + 13;
@@ -867,36 +867,40 @@ mod tests {
     #[test]
     fn endings_follow_the_status() {
         use EndStatus::*;
-        let all = |finish| Served { held: 10, holds: finish_only(finish) };
-        assert_eq!(encode_end(Complete, None, 10, all(false)), "id: done\ndata: {\"type\":\"finish\"}\n\ndata: [DONE]\n\n");
-        assert_eq!(encode_end(Complete, None, 10, all(true)), "id: done\ndata: [DONE]\n\n", "the text's own finish ends it");
-        assert_eq!(encode_end(Cancelled, None, 10, all(true)), "id: done\ndata: {\"type\":\"abort\"}\n\ndata: [DONE]\n\n");
+        let all = |finish| Served { held: Offset(10), holds: finish_only(finish) };
+        assert_eq!(encode_end(Complete, None, Offset(10), all(false)), "id: done\ndata: {\"type\":\"finish\"}\n\ndata: [DONE]\n\n");
+        assert_eq!(encode_end(Complete, None, Offset(10), all(true)), "id: done\ndata: [DONE]\n\n", "the text's own finish ends it");
+        assert_eq!(encode_end(Cancelled, None, Offset(10), all(true)), "id: done\ndata: {\"type\":\"abort\"}\n\ndata: [DONE]\n\n");
         assert_eq!(
-            encode_end(Error, Some("model \"x\" failed"), 12, all(false)),
+            encode_end(Error, Some("model \"x\" failed"), Offset(12), all(false)),
             "id: done\ndata: {\"type\":\"error\",\"errorText\":\"model \\\"x\\\" failed\"}\n\ndata: [DONE]\n\n"
         );
-        assert_eq!(Ending::of(Interrupted, None, 10, all(true)), Some(Ending::Error("the stream was interrupted".into())));
+        assert_eq!(Ending::of(Interrupted, None, Offset(10), all(true)), Some(Ending::Error("the stream was interrupted".into())));
     }
 
     #[test]
     fn a_reader_shown_lines_past_the_durable_length_gets_an_error_that_says_what_was_saved() {
         use EndStatus::*;
-        let shown = Served { held: 30, holds: finish_only(true) };
+        let shown = Served { held: Offset(30), holds: finish_only(true) };
         for status in [Complete, Cancelled, Error, Interrupted] {
-            let ending = Ending::of(status, Some("why"), 20, shown);
-            assert_eq!(ending, Some(Ending::Unsaved { status, error: Some("why".into()), durable: 20, held: 30 }), "{status:?}");
+            let ending = Ending::of(status, Some("why"), Offset(20), shown);
+            assert_eq!(
+                ending,
+                Some(Ending::Unsaved { status, error: Some("why".into()), durable: Offset(20), held: Offset(30) }),
+                "{status:?}"
+            );
         }
         assert_eq!(
-            Ending::of(Interrupted, Some("the object was lost"), 20, shown).unwrap().chunk(),
+            Ending::of(Interrupted, Some("the object was lost"), Offset(20), shown).unwrap().chunk(),
             r#"{"type":"error","errorText":"only part of the answer shown was saved (20 of 30 UTF-16 units): the stream ended interrupted: the object was lost; reload to see the saved answer"}"#
         );
         assert_eq!(
-            Ending::of(Complete, None, 0, shown).unwrap().chunk(),
+            Ending::of(Complete, None, Offset(0), shown).unwrap().chunk(),
             r#"{"type":"error","errorText":"only part of the answer shown was saved (0 of 30 UTF-16 units): the stream ended complete; reload to see the saved answer"}"#
         );
-        assert_eq!(Ending::of(Complete, None, 30, shown), None, "everything shown is durable: the text's own finish ends it");
+        assert_eq!(Ending::of(Complete, None, Offset(30), shown), None, "everything shown is durable: the text's own finish ends it");
 
-        let end = Frame::End { seq: 20, status: Complete, error: None };
+        let end = Frame::End { seq: Offset(20), status: Complete, error: None };
         assert!(
             encode_frame(&end, shown).starts_with(
                 r#"id: done
@@ -905,7 +909,7 @@ data: {"type":"error","errorText":"only part"#
             "the live end of a short seal"
         );
         assert_eq!(
-            encode_frame(&end, Served { held: 20, holds: finish_only(false) }),
+            encode_frame(&end, Served { held: Offset(20), holds: finish_only(false) }),
             format!("{ENDED}data: {{\"type\":\"finish\"}}\n\n{DONE}")
         );
     }
@@ -914,16 +918,16 @@ data: {"type":"error","errorText":"only part"#
     fn a_durable_read_joins_at_the_start_of_the_line_holding_from() {
         let text = "{\"type\":\"a\"}\n{\"type\":\"😀\"}\n{\"type\":\"finish\"}\n{\"ty";
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
-        let end = |n: usize| lines[..n].iter().map(|l| utf16::len(l)).sum::<u64>();
+        let end = |n: usize| lines[..n].iter().fold(Offset::ZERO, |at, l| at + utf16::len(l));
         let event = |n: usize| format!("id: {}\ndata: {}\n\n", end(n + 1), lines[n].trim_end());
-        for from in [end(1), end(1) + 1, end(2) - 1] {
+        for from in [end(1), end(1) + Offset(1), end(2) - Offset(1)] {
             assert_eq!(encode_durable(text, from, None), format!("{}{}", event(1), event(2)), "from {from}");
         }
-        assert_eq!(encode_durable(text, 0, None), format!("{}{}{}", event(0), event(1), event(2)));
-        assert_eq!(encode_durable(text, 10_000, None), "", "past the end: only the fragment's line, which never surfaces");
+        assert_eq!(encode_durable(text, Offset(0), None), format!("{}{}{}", event(0), event(1), event(2)));
+        assert_eq!(encode_durable(text, Offset(10_000), None), "", "past the end: only the fragment's line, which never surfaces");
         assert_eq!(encode_durable(text, end(3), Some((EndStatus::Complete, None))), format!("{ENDED}{DONE}"), "the text holds a finish");
         assert_eq!(
-            encode_durable("{\"type\":\"a\"}\n", 13, Some((EndStatus::Complete, None))),
+            encode_durable("{\"type\":\"a\"}\n", Offset(13), Some((EndStatus::Complete, None))),
             format!("{ENDED}data: {{\"type\":\"finish\"}}\n\n{DONE}")
         );
     }
@@ -932,11 +936,18 @@ data: {"type":"error","errorText":"only part"#
     fn a_durable_read_from_past_the_durable_text_of_an_ended_stream_says_what_was_saved() {
         let text = "{\"type\":\"a\"}\n{\"type\":\"finish\"}\n"; // 13 + 18 units
         let interrupted = Some((EndStatus::Interrupted, Some("lost")));
-        let unsaved = Ending::Unsaved { status: EndStatus::Interrupted, error: Some("lost".into()), durable: 31, held: 40 };
-        assert_eq!(encode_durable(text, 40, interrupted), format!("{ENDED}data: {}\n\n{DONE}", unsaved.chunk()));
-        let complete = Ending::Unsaved { status: EndStatus::Complete, error: None, durable: 31, held: 32 };
-        assert_eq!(encode_durable(text, 32, Some((EndStatus::Complete, None))), format!("{ENDED}data: {}\n\n{DONE}", complete.chunk()));
-        assert_eq!(encode_durable(text, 31, Some((EndStatus::Complete, None))), format!("{ENDED}{DONE}"), "at the end: nothing unsaved");
-        assert_eq!(encode_durable(text, 40, None), "", "still streaming: no ending yet");
+        let unsaved = Ending::Unsaved { status: EndStatus::Interrupted, error: Some("lost".into()), durable: Offset(31), held: Offset(40) };
+        assert_eq!(encode_durable(text, Offset(40), interrupted), format!("{ENDED}data: {}\n\n{DONE}", unsaved.chunk()));
+        let complete = Ending::Unsaved { status: EndStatus::Complete, error: None, durable: Offset(31), held: Offset(32) };
+        assert_eq!(
+            encode_durable(text, Offset(32), Some((EndStatus::Complete, None))),
+            format!("{ENDED}data: {}\n\n{DONE}", complete.chunk())
+        );
+        assert_eq!(
+            encode_durable(text, Offset(31), Some((EndStatus::Complete, None))),
+            format!("{ENDED}{DONE}"),
+            "at the end: nothing unsaved"
+        );
+        assert_eq!(encode_durable(text, Offset(40), None), "", "still streaming: no ending yet");
     }
 }

@@ -104,7 +104,7 @@ test('the event hook gets a checkpoint failure with its range; a panicking hook 
   ok(await c.append('abc'), 'append');
   isError(await c.flush(), 503, 'checkpoint_failed', 'a flush whose checkpoints the sink fails');
   const [notice] = await until(() => appLogs('hook', c.id).length && appLogs('hook', c.id), 'the hook\'s notice');
-  assert.match(notice.fields.notice, /^CheckpointFailed \{ stream_id: "hooked-[^"]+", from: 0, to: 3,/);
+  assert.match(notice.fields.notice, /^CheckpointFailed \{ stream_id: "hooked-[^"]+", from: Offset\(0\), to: Offset\(3\),/);
   ok(await c.close(), 'the seal (a compaction) still commits');
 
   const p = client(insertRow(stack, uniqueId('panic')));
@@ -148,7 +148,7 @@ test('the event hook gets a checkpoint failure with its range; a panicking hook 
     () => appLogs('hook', p.id).find((n) => n.fields.notice.startsWith('Interrupted')),
     'the hook to be told of the lease\'s interrupted seal',
   );
-  assert.match(leaseNotice.fields.notice, /^Interrupted \{ stream_id: "panic-[^"]+", durable_seq: 0, cause: LeaseExpired \}$/);
+  assert.match(leaseNotice.fields.notice, /^Interrupted \{ stream_id: "panic-[^"]+", durable_seq: Offset\(0\), cause: LeaseExpired \}$/);
   await until(() => readerEnd, 'the lost stream\'s reader body to end', LEASE_MS + 10_000);
   assert.doesNotMatch(received, /"type":"end"/, 'the reader was cut off, not told of an end it never had');
   assert.ok(stack.logs().includes('"event":"orphaned_readers_ended"'), 'the new instance says it ended the orphaned readers');

@@ -8,6 +8,8 @@ use rindle_streams::engine::live::{
     Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Producer, Pull, PushError, PushReceipt, ReaderId, SealOutcome, Settlement,
     StoreOp, StoreRequest, StreamEvent, Ticket,
 };
+use rindle_streams::engine::time::{Millis, Timestamp};
+use rindle_streams::engine::utf16::Offset;
 use std::collections::{HashMap, VecDeque};
 
 pub const STREAM: &str = "m1";
@@ -16,7 +18,7 @@ pub const TOKEN: &str = "host-A";
 pub struct Driver {
     pub stream: LiveStream,
     pub db: SqliteDb,
-    pub now: u64,
+    pub now: Timestamp,
     pub pending: VecDeque<StoreRequest>,
     /// Every settlement, by ticket id.
     pub settled: HashMap<u64, Settlement>,
@@ -46,7 +48,7 @@ impl Driver {
 
     /// A stream whose open has been requested but not yet answered.
     pub fn opening(db: SqliteDb, cfg: StreamConfig, token: &str) -> Self {
-        let (stream, _ticket) = LiveStream::open(STREAM, cfg, Producer { host_token: token.into(), meta: None }, 0);
+        let (stream, _ticket) = LiveStream::open(STREAM, cfg, Producer { host_token: token.into(), meta: None }, Timestamp(0));
         Self::with_stream(stream, db)
     }
 
@@ -55,7 +57,7 @@ impl Driver {
         let mut d = Self {
             stream,
             db,
-            now: 0,
+            now: Timestamp(0),
             pending: VecDeque::new(),
             settled: HashMap::new(),
             events: Vec::new(),
@@ -144,9 +146,9 @@ impl Driver {
         self.drain();
     }
 
-    /// Moves virtual time forward by `ms`, firing every timer due on the way in order.
+    /// Moves virtual time forward by `ms` milliseconds, firing every timer due on the way in order.
     pub fn advance(&mut self, ms: u64) {
-        let target = self.now + ms;
+        let target = self.now + Millis(ms);
         while let Some(t) = self.stream.poll_timeout().filter(|&t| t <= target) {
             self.now = self.now.max(t);
             self.stream.handle_timeout(self.now);
@@ -180,13 +182,13 @@ impl Driver {
         t
     }
 
-    pub fn subscribe(&mut self, from: u64) -> ReaderId {
+    pub fn subscribe(&mut self, from: Offset) -> ReaderId {
         let r = self.stream.subscribe(from);
         self.drain();
         r
     }
 
-    pub fn subscribe_ui(&mut self, from: u64) -> ReaderId {
+    pub fn subscribe_ui(&mut self, from: Offset) -> ReaderId {
         let r = self.stream.subscribe_as(Dialect::Ui, from);
         self.drain();
         r
@@ -272,7 +274,7 @@ pub fn parse_sse(wire: &str) -> Vec<Frame> {
         let mut data = None;
         for line in event.lines() {
             if let Some(v) = line.strip_prefix("id: ") {
-                id = Some(v.parse::<u64>().unwrap());
+                id = Some(Offset(v.parse().unwrap()));
             } else if let Some(v) = line.strip_prefix("data: ") {
                 data = Some(v);
             }
@@ -287,7 +289,7 @@ pub fn parse_sse(wire: &str) -> Vec<Frame> {
 /// One event of the `/ui` wire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UiEvent {
-    pub id: Option<u64>,
+    pub id: Option<Offset>,
     /// The event carries `id: done`: the first event of an ending (not an offset).
     pub ending: bool,
     pub data: String,
@@ -295,7 +297,7 @@ pub struct UiEvent {
 
 impl UiEvent {
     /// A line of the text, with the offset just after it.
-    pub fn line(id: u64, data: &str) -> Self {
+    pub fn line(id: Offset, data: &str) -> Self {
         Self { id: Some(id), ending: false, data: data.to_owned() }
     }
 
@@ -322,7 +324,7 @@ pub fn parse_ui_sse(wire: &str) -> Vec<UiEvent> {
                 assert!(!ending && id.is_none(), "two id lines in {event:?}");
                 ending = true;
             } else if let Some(v) = line.strip_prefix("id: ") {
-                assert!(!ending && id.replace(v.parse::<u64>().unwrap()).is_none(), "two id lines in {event:?}");
+                assert!(!ending && id.replace(Offset(v.parse().unwrap())).is_none(), "two id lines in {event:?}");
             } else if let Some(v) = line.strip_prefix("data: ") {
                 assert!(data.replace(v.to_owned()).is_none(), "two data lines in {event:?}");
             } else {

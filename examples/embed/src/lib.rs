@@ -20,6 +20,7 @@ use rindle_streams::engine::durable::{Dialect, MappedSql, TableMapping};
 use rindle_streams::engine::hook::{EventHook, StreamNotice};
 use rindle_streams::engine::live::{StoreFailure, StoreOp, StoreReply};
 use rindle_streams::engine::reading::DurableText;
+use rindle_streams::engine::utf16::Offset;
 use rindle_streams::{install_authorizer, install_checkpoint_sink, install_event_hook, CheckpointSink, D1Tables};
 use serde_json::json;
 use std::cell::RefCell;
@@ -55,7 +56,7 @@ impl Authorizer for AppAuthorizer {
             if request.token != Some("let-me-in") {
                 return Err(Denied::Custom("not the app's token".into()));
             }
-            let denied_from = request.header("x-deny-from").and_then(|v| v.parse::<u64>().ok());
+            let denied_from = request.header("x-deny-from").and_then(|v| v.parse().ok()).map(Offset);
             if denied_from.is_some() && denied_from == request.from {
                 return Err(Denied::Custom(format!("joining at {denied_from:?} is refused here")));
             }

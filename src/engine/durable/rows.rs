@@ -1,6 +1,7 @@
 //! What the store answers, and the plane's verdicts on it.
 
 use crate::engine::frame::{EndStatus, STATUS_STREAMING};
+use crate::engine::utf16::Offset;
 use thiserror::Error;
 
 /// One column value as a store returns it (D1 returns JSON; SQLite returns typed values).
@@ -14,10 +15,10 @@ pub enum ColumnValue {
 
 impl ColumnValue {
     /// The value as a non-negative integer, if it is one (D1 hands integers back as JSON numbers).
-    pub fn as_offset(&self) -> Option<u64> {
+    pub fn as_offset(&self) -> Option<Offset> {
         match *self {
-            ColumnValue::Integer(n) => u64::try_from(n).ok(),
-            ColumnValue::Real(x) if x >= 0.0 && x.fract() == 0.0 && x <= crate::engine::sse::MAX_OFFSET as f64 => Some(x as u64),
+            ColumnValue::Integer(n) => u64::try_from(n).ok().map(Offset),
+            ColumnValue::Real(x) if x >= 0.0 && x.fract() == 0.0 && x <= crate::engine::sse::MAX_OFFSET.0 as f64 => Some(Offset(x as u64)),
             _ => None,
         }
     }
@@ -59,7 +60,7 @@ pub enum OpenRefused {
     #[error("the row's length column holds {found}, not an integer")]
     SeqNotAnInteger { found: String },
     #[error("the row already holds {seq} characters: a regeneration is a new message id, never a resume of an advanced row")]
-    Advanced { seq: u64 },
+    Advanced { seq: Offset },
     #[error("the row is already 'streaming': another producer holds this stream")]
     AlreadyStreaming,
     #[error("the row was already sealed ({status:?}): a regeneration is a new message id, never a reopen of a sealed row")]
@@ -84,7 +85,7 @@ pub fn judge_probe(probe: Option<&OpenProbe>) -> Result<(), OpenRefused> {
         ColumnValue::Null => return Err(OpenRefused::NullSeq),
         v => match v.as_offset() {
             None => return Err(OpenRefused::SeqNotAnInteger { found: v.describe() }),
-            Some(0) => {}
+            Some(Offset::ZERO) => {}
             Some(seq) => return Err(OpenRefused::Advanced { seq }),
         },
     }
@@ -111,7 +112,7 @@ pub fn judge_host(own_token: &str, host: Option<&str>) -> Result<(), OpenRefused
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowState {
     /// The stored length: the only thing that confirms a checkpoint.
-    pub seq: u64,
+    pub seq: Offset,
     /// The cancel flag, where mapped.
     pub cancel: bool,
 }

@@ -7,6 +7,7 @@
 
 use super::mapping::{Ident, TableMapping};
 use crate::engine::frame::{EndStatus, STATUS_STREAMING};
+use crate::engine::utf16::Offset;
 
 /// The SQL dialect of the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,10 +74,11 @@ impl From<String> for Value {
     }
 }
 
-impl From<u64> for Value {
-    fn from(n: u64) -> Self {
+/// An offset is bound as its number.
+impl From<Offset> for Value {
+    fn from(offset: Offset) -> Self {
         // Offsets are bounded by MAX_OFFSET (2^53), far inside i64.
-        Value::Int(i64::try_from(n).expect("offsets fit in i64"))
+        Value::Int(i64::try_from(offset.0).expect("offsets fit in i64"))
     }
 }
 
@@ -95,7 +97,7 @@ pub struct Statement {
 
 /// The deterministic id of a chunk row: a replayed checkpoint collides with itself and is
 /// absorbed by `ON CONFLICT DO NOTHING`, so retries need no dedup ledger.
-pub fn chunk_id(stream_id: &str, seq: u64) -> String {
+pub fn chunk_id(stream_id: &str, seq: Offset) -> String {
     format!("{stream_id}:{seq}")
 }
 
@@ -197,7 +199,7 @@ impl MappedSql {
     /// inserted from its result: one statement, one round trip. Each value has its own
     /// placeholder, so the app's key column may be of another type than the chunk's text column
     /// (a `uuid` key).
-    pub fn append(&self, stream_id: &str, from: u64, to: u64, text: &str) -> Vec<Statement> {
+    pub fn append(&self, stream_id: &str, from: Offset, to: Offset, text: &str) -> Vec<Statement> {
         let m = &self.map;
         let p = |n| self.p(n);
         match self.dialect {

@@ -16,9 +16,11 @@
 //! The seal is not a round: it is a phase of the stream (`Phase::Sealing`), which waits for an
 //! in-flight round to settle and may cut a round's retries short.
 
-use super::stream::{Millis, OpId, StoreFailure, StoreReply};
+use super::stream::{OpId, StoreFailure, StoreReply};
 use crate::engine::config::{CheckpointMode, StreamConfig};
 use crate::engine::durable::RowState;
+use crate::engine::time::{Millis, Timestamp};
+use crate::engine::utf16::Offset;
 
 #[derive(Debug, Default)]
 pub(crate) struct Checkpointer {
@@ -26,14 +28,14 @@ pub(crate) struct Checkpointer {
     forced: bool,
     /// The last round failed: wait for the tick (or a force) before the next.
     stalled: bool,
-    tick_at: Option<Millis>,
+    tick_at: Option<Timestamp>,
     round: Option<Round>,
 }
 
 /// One round: committing the text up to `to`.
 #[derive(Debug)]
 struct Round {
-    to: u64,
+    to: Offset,
     /// Counts from 0.
     attempt: u32,
     step: Step,
@@ -43,12 +45,12 @@ struct Round {
 enum Step {
     /// The guarded insert plus CAS of `[from, to)` is in flight (in tables mode with the read of
     /// the row, in the same transaction).
-    Writing { op: OpId, from: u64 },
+    Writing { op: OpId, from: Offset },
     /// The read-back is in flight; `write_error` is the write's failure, if it failed (its
     /// commit may still have happened: the read-back decides).
-    Confirming { op: OpId, from: u64, write_error: Option<String> },
+    Confirming { op: OpId, from: Offset, write_error: Option<String> },
     /// Waiting to retry.
-    Backoff { until: Millis },
+    Backoff { until: Timestamp },
 }
 
 /// What a store reply means for the round in flight.
@@ -56,11 +58,11 @@ enum Step {
 pub(crate) enum RoundReply {
     /// Tables mode: the write's answer does not say what landed (it failed, or only says it
     /// ran); read the row back.
-    ReadBack { from: u64, write_error: Option<String> },
+    ReadBack { from: Offset, write_error: Option<String> },
     /// The store says what the row holds (a read-back, or a sink's report).
-    Confirmed { from: u64, state: RowState, write_error: Option<String> },
+    Confirmed { from: Offset, state: RowState, write_error: Option<String> },
     /// The attempt failed.
-    Failed { from: u64, error: String },
+    Failed { from: Offset, error: String },
 }
 
 /// The outcome of a failed attempt.
@@ -74,7 +76,7 @@ pub(crate) enum Retry {
 
 impl Checkpointer {
     /// The next moment [`Self::handle_timeout`] has work to do.
-    pub fn deadline(&self) -> Option<Millis> {
+    pub fn deadline(&self) -> Option<Timestamp> {
         let backoff = match &self.round {
             Some(Round { step: Step::Backoff { until }, .. }) => Some(*until),
             _ => None,
@@ -88,7 +90,7 @@ impl Checkpointer {
     }
 
     /// The end of the round in flight.
-    pub fn round_end(&self) -> Option<u64> {
+    pub fn round_end(&self) -> Option<Offset> {
         self.round.as_ref().map(|r| r.to)
     }
 
@@ -100,8 +102,8 @@ impl Checkpointer {
     /// While live and idle: is a round due, `behind` units short of the produced text, with
     /// `awaited` saying a flush waits beyond the durable length? If not, the interval tick is
     /// armed (from the oldest un-checkpointed change).
-    pub fn due(&mut self, behind: u64, awaited: bool, cfg: &StreamConfig, now: Millis) -> bool {
-        if behind == 0 {
+    pub fn due(&mut self, behind: Offset, awaited: bool, cfg: &StreamConfig, now: Timestamp) -> bool {
+        if behind == Offset::ZERO {
             *self = Self { round: self.round.take(), ..Self::default() };
             return false;
         }
@@ -113,7 +115,7 @@ impl Checkpointer {
     }
 
     /// Starts a round up to `to`; the stream then sends its first slice ([`Self::sent`]).
-    pub fn start(&mut self, to: u64, first_send: OpId, from: u64) {
+    pub fn start(&mut self, to: Offset, first_send: OpId, from: Offset) {
         self.forced = false;
         self.stalled = false;
         self.tick_at = None;
@@ -121,14 +123,14 @@ impl Checkpointer {
     }
 
     /// The slice of the current attempt was sent as `op`, from `from`.
-    pub fn sent(&mut self, op: OpId, from: u64) {
+    pub fn sent(&mut self, op: OpId, from: Offset) {
         if let Some(round) = &mut self.round {
             round.step = Step::Writing { op, from };
         }
     }
 
     /// The read-back of the current attempt was sent as `op`.
-    pub fn reading_back(&mut self, op: OpId, from: u64, write_error: Option<String>) {
+    pub fn reading_back(&mut self, op: OpId, from: Offset, write_error: Option<String>) {
         if let Some(round) = &mut self.round {
             round.step = Step::Confirming { op, from, write_error };
         }
@@ -161,7 +163,7 @@ impl Checkpointer {
 
     /// The current attempt failed. `superseded`: a pending seal writes the whole body anyway,
     /// so no retry is worth it.
-    pub fn attempt_failed(&mut self, superseded: bool, cfg: &StreamConfig, now: Millis) -> (u32, Retry) {
+    pub fn attempt_failed(&mut self, superseded: bool, cfg: &StreamConfig, now: Timestamp) -> (u32, Retry) {
         let Some(round) = &mut self.round else { return (0, Retry::GivenUp) };
         let attempt = round.attempt;
         match cfg.retry_delay(attempt + 1).filter(|_| !superseded) {
@@ -175,7 +177,7 @@ impl Checkpointer {
 
     /// The round gave up. `stall`: wait out the interval before the next one (no flush is
     /// waiting on a re-attempt).
-    pub fn round_failed(&mut self, stall: bool, cfg: &StreamConfig, now: Millis) {
+    pub fn round_failed(&mut self, stall: bool, cfg: &StreamConfig, now: Timestamp) {
         self.round = None;
         // A flush that arrived during the failed round earns one immediate re-attempt (someone
         // is waiting on it); otherwise wait out the interval, not a hot loop.
@@ -204,7 +206,7 @@ impl Checkpointer {
 
     /// Time passed: the interval tick forces a round; returns `true` when the round's backoff
     /// is over and its next attempt should be sent.
-    pub fn handle_timeout(&mut self, now: Millis) -> bool {
+    pub fn handle_timeout(&mut self, now: Timestamp) -> bool {
         if self.tick_at.is_some_and(|t| t <= now) {
             self.tick_at = None;
             self.forced = true;

@@ -28,6 +28,7 @@ use super::stream::SealWrite;
 use crate::engine::config::StreamConfig;
 use crate::engine::frame::{EndStatus, STATUS_STREAMING};
 use crate::engine::reading::DurableText;
+use crate::engine::utf16::Offset;
 
 /// The error sentence of a row sealed by the lease.
 pub const INTERRUPTED: &str =
@@ -123,13 +124,13 @@ pub fn decide(holding: &Holding, row: Option<&LeaseRow>, own_token: Option<&str>
             Some(_) => {}
         }
     }
-    let compacts = !cfg.seals_in_place(0, durable.text.len());
+    let compacts = !cfg.seals_in_place(Offset::ZERO, durable.text.len());
     LeaseDecision::SealInterrupted(SealWrite {
         status: EndStatus::Interrupted,
         error: Some(INTERRUPTED.to_owned()),
         seq: durable.seq,
         from: durable.seq,
         body: compacts.then(|| durable.text.clone()),
-        body_from: 0,
+        body_from: Offset::ZERO,
     })
 }

@@ -18,9 +18,10 @@
 //!   committed), so the lease stays.
 
 use super::outbox::Outbox;
-use super::stream::{Millis, OpId, OpenError, OpenOutcome, Output, StoreFailure, StoreOp, StoreReply, Ticket};
+use super::stream::{OpId, OpenError, OpenOutcome, Output, StoreFailure, StoreOp, StoreReply, Ticket};
 use crate::engine::config::{CheckpointMode, StreamConfig};
 use crate::engine::durable::{judge_host, judge_probe, OpenRefused};
+use crate::engine::time::Timestamp;
 
 /// The producer that opens a stream, as the stream knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +37,7 @@ pub struct Producer {
 pub(crate) struct Opener {
     ticket: Ticket<OpenOutcome>,
     producer: Producer,
-    started_at: Millis,
+    started_at: Timestamp,
     step: Step,
     /// Failed attempts of the current step.
     retries: u32,
@@ -55,7 +56,7 @@ enum Step {
     ReadingHost(OpId),
     /// Waiting to retry `step`.
     Backoff {
-        until: Millis,
+        until: Timestamp,
         step: Retry,
     },
 }
@@ -89,7 +90,7 @@ impl Progress {
 impl Opener {
     /// Starts the handshake: the probe (mapped tables), or the lease (a sink judges the open
     /// at the mark).
-    pub fn start(ticket: Ticket<OpenOutcome>, producer: Producer, cfg: &StreamConfig, now: Millis, out: &mut Outbox) -> Self {
+    pub fn start(ticket: Ticket<OpenOutcome>, producer: Producer, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) -> Self {
         let first = match cfg.mode {
             CheckpointMode::Tables { .. } => Retry::Probe,
             CheckpointMode::Sink => Retry::Arm,
@@ -112,7 +113,7 @@ impl Opener {
         matches!(self.step, Step::Marking(_) | Step::ReadingHost(_) | Step::Backoff { step: Retry::Mark, .. })
     }
 
-    pub fn deadline(&self) -> Option<Millis> {
+    pub fn deadline(&self) -> Option<Timestamp> {
         match self.step {
             Step::Backoff { until, .. } => Some(until),
             _ => None,
@@ -125,7 +126,7 @@ impl Opener {
         op: OpId,
         result: Result<StoreReply, StoreFailure>,
         cfg: &StreamConfig,
-        now: Millis,
+        now: Timestamp,
         out: &mut Outbox,
     ) -> Progress {
         let (step, error) = match (self.step, result) {
@@ -165,7 +166,7 @@ impl Opener {
     }
 
     /// The shell's answer to [`Output::ArmLease`].
-    pub fn on_lease_armed(&mut self, result: Result<(), String>, cfg: &StreamConfig, now: Millis, out: &mut Outbox) -> Progress {
+    pub fn on_lease_armed(&mut self, result: Result<(), String>, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) -> Progress {
         if self.step != Step::Arming {
             return Progress::Pending;
         }
@@ -176,7 +177,7 @@ impl Opener {
     }
 
     /// Resends a step whose backoff is over.
-    pub fn handle_timeout(&mut self, now: Millis, out: &mut Outbox) {
+    pub fn handle_timeout(&mut self, now: Timestamp, out: &mut Outbox) {
         if let Step::Backoff { until, step } = self.step {
             if until <= now {
                 self.step = send(step, &self.producer, self.started_at, out);
@@ -191,7 +192,7 @@ impl Opener {
         Progress::Pending
     }
 
-    fn failed(&mut self, step: Retry, error: OpenError, cfg: &StreamConfig, now: Millis) -> Progress {
+    fn failed(&mut self, step: Retry, error: OpenError, cfg: &StreamConfig, now: Timestamp) -> Progress {
         match cfg.retry_delay(self.retries + 1) {
             Some(delay) => {
                 self.retries += 1;
@@ -205,7 +206,7 @@ impl Opener {
 }
 
 /// Sends `step`'s request.
-fn send(step: Retry, producer: &Producer, started_at: Millis, out: &mut Outbox) -> Step {
+fn send(step: Retry, producer: &Producer, started_at: Timestamp, out: &mut Outbox) -> Step {
     match step {
         Retry::Probe => Step::Probing(out.request(StoreOp::ProbeOpen)),
         Retry::Arm => {

@@ -20,8 +20,9 @@
 //! A reader written nothing for the keep-alive interval is woken for a `: ping` comment
 //! (SPEC §3): the stream's one timer serves every reader's keep-alive.
 
-use super::stream::Millis;
 use crate::engine::frame::Frame;
+use crate::engine::time::{Millis, Timestamp};
+use crate::engine::utf16::Offset;
 use crate::engine::{sse, ui};
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -100,28 +101,28 @@ struct Reader {
     /// Its token bucket, as the time its writes are paid up to (the generic cell rate
     /// algorithm): each write adds one pace, from now at the earliest; a write is allowed while
     /// this is at most the bucket's slack ahead of now.
-    paced_until: Millis,
+    paced_until: Timestamp,
     /// Parked with frames queued, waiting for its pace: woken at [`Reader::due`].
     deferred: bool,
     /// When it was last written to (or attached): a keep-alive ping is due `keepalive` later.
-    idle_since: Millis,
+    idle_since: Timestamp,
     /// Woken for a keep-alive ping: the next pull with nothing queued returns one.
     ping: bool,
 }
 
 impl Reader {
     /// When this reader may next be written to, given the bucket's `slack` (see [`Readers::slack`]).
-    fn due(&self, slack: Millis) -> Millis {
-        self.paced_until.saturating_sub(slack)
+    fn due(&self, slack: Millis) -> Timestamp {
+        self.paced_until - slack
     }
 
     /// When this reader next needs a pull without being offered a frame: when its pace has
     /// passed (deferred), or when it is due a keep-alive ping (parked, waiting for data).
-    fn next_pull(&self, slack: Millis, keepalive: Millis) -> Option<Millis> {
+    fn next_pull(&self, slack: Millis, keepalive: Millis) -> Option<Timestamp> {
         if self.deferred {
             Some(self.due(slack))
         } else if self.parked && !self.finished {
-            Some(self.idle_since.saturating_add(keepalive))
+            Some(self.idle_since + keepalive)
         } else {
             None
         }
@@ -206,7 +207,7 @@ pub enum DropReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pacing {
     pub per_reader_us: u64,
-    pub max_ms: u64,
+    pub max_ms: Millis,
     /// Writes a reader may take in a row, closer together than the pace (at least 1).
     pub burst: u64,
 }
@@ -240,7 +241,7 @@ impl Readers {
             cap,
             merge,
             pacing,
-            pace: 0,
+            pace: Millis::ZERO,
             next_id: 0,
             readers: BTreeMap::new(),
             writes: 0,
@@ -266,7 +267,7 @@ impl Readers {
 
     /// Complete lines entered a `ui` stream's text, which now ends at `end`; `holds`: the chunks
     /// among them that matter to the ending (a `finish`, an `error`: the end then adds none).
-    pub fn lines_entered(&mut self, end: u64, holds: ui::Holds) {
+    pub fn lines_entered(&mut self, end: Offset, holds: ui::Holds) {
         self.served.held = end;
         self.served.holds = self.served.holds.and(holds);
     }
@@ -281,12 +282,12 @@ impl Readers {
                 Dialect::Ui => self.dialects.ui = true,
             }
         }
-        let pace = (readers * self.pacing.per_reader_us / 1000).min(self.pacing.max_ms);
+        let pace = Millis(readers * self.pacing.per_reader_us / 1000).min(self.pacing.max_ms);
         if pace < self.pace {
             // Buckets paid at the old, slower pace would hold readers back longer than the new
             // one allows (with the pace down to 0, they would wait at all): refill them.
             for r in self.readers.values_mut() {
-                r.paced_until = 0;
+                r.paced_until = Timestamp::default();
             }
         }
         self.pace = pace;
@@ -298,18 +299,18 @@ impl Readers {
 
     /// When the next reader needs a pull that no frame will bring: its pace has passed, or it
     /// is due a keep-alive ping.
-    pub fn next_due(&self) -> Option<Millis> {
+    pub fn next_due(&self) -> Option<Timestamp> {
         let slack = self.slack();
         self.readers.values().filter_map(|r| r.next_pull(slack, self.keepalive)).min()
     }
 
     /// When reader `id` next needs a pull that no frame will bring (see [`Self::next_due`]).
-    pub fn due_of(&self, id: ReaderId) -> Option<Millis> {
+    pub fn due_of(&self, id: ReaderId) -> Option<Timestamp> {
         self.readers.get(&id).and_then(|r| r.next_pull(self.slack(), self.keepalive))
     }
 
     /// Wakes the deferred readers whose pace has passed, and the parked ones due a ping.
-    pub fn wake_due(&mut self, now: Millis) -> Vec<ReaderId> {
+    pub fn wake_due(&mut self, now: Timestamp) -> Vec<ReaderId> {
         let (slack, keepalive) = (self.slack(), self.keepalive);
         let mut wake = Vec::new();
         for (id, r) in self.readers.iter_mut() {
@@ -337,14 +338,25 @@ impl Readers {
 
     /// Registers a reader of `dialect` whose queue starts with `replay` (uncapped: a replay is
     /// bounded by construction). A replay ending in a terminal frame makes a finished reader.
-    pub fn attach(&mut self, dialect: Dialect, replay: Vec<Frame>, now: Millis) -> ReaderId {
+    pub fn attach(&mut self, dialect: Dialect, replay: Vec<Frame>, now: Timestamp) -> ReaderId {
         let id = ReaderId(self.next_id);
         self.next_id += 1;
         let finished = replay.last().is_some_and(Frame::is_terminal);
         let only = Dialects { events: dialect == Dialect::Events, ui: dialect == Dialect::Ui };
         let queue = replay.into_iter().map(|f| SharedFrame::new(f, self.served, only)).filter(|f| f.worth_queueing(dialect)).collect();
-        self.readers
-            .insert(id, Reader { dialect, queue, finished, parked: false, paced_until: 0, deferred: false, idle_since: now, ping: false });
+        self.readers.insert(
+            id,
+            Reader {
+                dialect,
+                queue,
+                finished,
+                parked: false,
+                paced_until: Timestamp::default(),
+                deferred: false,
+                idle_since: now,
+                ping: false,
+            },
+        );
         self.readers_changed();
         id
     }
@@ -352,7 +364,7 @@ impl Readers {
     /// Queues `frame` for every live reader. Returns the readers to wake now (parked ones
     /// whose pace has passed; the others are deferred, see [`Self::next_due`]) and those
     /// dropped because their queue was full (they get `stale_frame` instead and are finished).
-    pub fn fan_out(&mut self, frame: Frame, stale_frame: impl Fn() -> Frame, now: Millis) -> (Vec<ReaderId>, Vec<ReaderId>) {
+    pub fn fan_out(&mut self, frame: Frame, stale_frame: impl Fn() -> Frame, now: Timestamp) -> (Vec<ReaderId>, Vec<ReaderId>) {
         let shared = self.share(frame);
         let worth_ui = self.dialects.ui && shared.worth_queueing(Dialect::Ui);
         let (served, dialects) = (self.served, self.dialects);
@@ -409,7 +421,7 @@ impl Readers {
 
     /// Takes everything queued for `id` as one SSE write, unless its pace has not passed
     /// (then it is `Pending` and named in a wake when due).
-    pub fn pull(&mut self, id: ReaderId, now: Millis) -> Pull {
+    pub fn pull(&mut self, id: ReaderId, now: Timestamp) -> Pull {
         let (pace, slack) = (self.pacing(), self.slack());
         let merge = self.merge;
         let Some(r) = self.readers.get_mut(&id) else { return Pull::Gone };
@@ -511,37 +523,37 @@ mod tests {
     use crate::engine::frame::EndStatus;
 
     fn chunk(from: u64, text: &str) -> Frame {
-        Frame::Chunk { from, seq: from + crate::engine::utf16::len(text), text: text.into() }
+        Frame::Chunk { from: Offset(from), seq: Offset(from) + crate::engine::utf16::len(text), text: text.into() }
     }
 
-    const NO_PACING: Pacing = Pacing { per_reader_us: 0, max_ms: 0, burst: 1 };
+    const NO_PACING: Pacing = Pacing { per_reader_us: 0, max_ms: Millis(0), burst: 1 };
     /// A keep-alive interval no test reaches.
     const NO_KEEPALIVE: Millis = Millis::MAX;
 
     #[test]
     fn with_many_readers_a_reader_written_recently_gets_its_next_write_at_its_pace_merged() {
         // 10 readers × 1000 µs, no burst: one write per reader per 10 ms at most.
-        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 1000, max_ms: 50, burst: 1 }, NO_KEEPALIVE);
-        let ids: Vec<_> = (0..10).map(|_| rs.attach(Dialect::Events, vec![], 0)).collect();
+        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 1000, max_ms: Millis(50), burst: 1 }, NO_KEEPALIVE);
+        let ids: Vec<_> = (0..10).map(|_| rs.attach(Dialect::Events, vec![], Timestamp(0))).collect();
         for &id in &ids {
-            assert_eq!(rs.pull(id, 99), Pull::Pending);
+            assert_eq!(rs.pull(id, Timestamp(99)), Pull::Pending);
         }
-        assert_eq!(rs.pacing(), 10);
-        assert_eq!(rs.fan_out(chunk(0, "a"), stale, 100).0, ids, "the first frame goes out at once");
+        assert_eq!(rs.pacing(), Millis(10));
+        assert_eq!(rs.fan_out(chunk(0, "a"), stale, Timestamp(100)).0, ids, "the first frame goes out at once");
         for &id in &ids {
-            assert!(matches!(rs.pull(id, 100), Pull::Data { .. }));
-            assert_eq!(rs.pull(id, 100), Pull::Pending);
+            assert!(matches!(rs.pull(id, Timestamp(100)), Pull::Data { .. }));
+            assert_eq!(rs.pull(id, Timestamp(100)), Pull::Pending);
         }
-        assert_eq!(rs.due_of(ids[0]), Some(NO_KEEPALIVE), "not held back: parked, waiting for data (or its keep-alive)");
-        assert!(rs.fan_out(chunk(1, "b"), stale, 103).0.is_empty(), "written 3 ms ago: deferred");
-        assert_eq!(rs.pull(ids[0], 104), Pull::Pending, "a pull before the pace is due waits too");
-        assert_eq!(rs.due_of(ids[0]), Some(110), "held back by its pace: the shell arms a timer for 110");
-        assert!(rs.fan_out(chunk(2, "c"), stale, 106).0.is_empty());
-        assert_eq!(rs.next_due(), Some(110));
-        assert!(rs.wake_due(109).is_empty());
-        assert_eq!(rs.wake_due(110), ids);
+        assert_eq!(rs.due_of(ids[0]), Some(Timestamp(0) + NO_KEEPALIVE), "not held back: parked, waiting for data (or its keep-alive)");
+        assert!(rs.fan_out(chunk(1, "b"), stale, Timestamp(103)).0.is_empty(), "written 3 ms ago: deferred");
+        assert_eq!(rs.pull(ids[0], Timestamp(104)), Pull::Pending, "a pull before the pace is due waits too");
+        assert_eq!(rs.due_of(ids[0]), Some(Timestamp(110)), "held back by its pace: the shell arms a timer for 110");
+        assert!(rs.fan_out(chunk(2, "c"), stale, Timestamp(106)).0.is_empty());
+        assert_eq!(rs.next_due(), Some(Timestamp(110)));
+        assert!(rs.wake_due(Timestamp(109)).is_empty());
+        assert_eq!(rs.wake_due(Timestamp(110)), ids);
         assert_eq!(rs.next_due(), None);
-        let Pull::Data { wire, .. } = rs.pull(ids[0], 110) else { panic!("expected data") };
+        let Pull::Data { wire, .. } = rs.pull(ids[0], Timestamp(110)) else { panic!("expected data") };
         assert_eq!(wire, sse::encode(&chunk(1, "bc")), "the deferred frames go out merged");
         assert_eq!(rs.writes(), 11);
     }
@@ -549,14 +561,14 @@ mod tests {
     #[test]
     fn a_frame_that_goes_out_alone_is_the_same_shared_bytes_for_every_reader_and_a_run_is_a_readers_own() {
         let mut rs = Readers::new(64, true, NO_PACING, NO_KEEPALIVE);
-        let ids: Vec<_> = (0..3).map(|_| rs.attach(Dialect::Events, vec![], 0)).collect();
+        let ids: Vec<_> = (0..3).map(|_| rs.attach(Dialect::Events, vec![], Timestamp(0))).collect();
         for &id in &ids {
-            assert_eq!(rs.pull(id, 0), Pull::Pending);
+            assert_eq!(rs.pull(id, Timestamp(0)), Pull::Pending);
         }
-        assert_eq!(rs.fan_out(chunk(0, "a"), stale, 1).0, ids);
+        assert_eq!(rs.fan_out(chunk(0, "a"), stale, Timestamp(1)).0, ids);
         let wires: Vec<Wire> = ids
             .iter()
-            .map(|&id| match rs.pull(id, 1) {
+            .map(|&id| match rs.pull(id, Timestamp(1)) {
                 Pull::Data { wire, last: false } => wire,
                 other => panic!("expected data, got {other:?}"),
             })
@@ -568,9 +580,9 @@ mod tests {
             assert_eq!(*wire, sse::encode(&chunk(0, "a")));
         }
         // Two frames queued: the reader's own write, merged.
-        rs.fan_out(chunk(1, "b"), stale, 2);
-        rs.fan_out(chunk(2, "c"), stale, 3);
-        let Pull::Data { wire, .. } = rs.pull(ids[0], 3) else { panic!("expected data") };
+        rs.fan_out(chunk(1, "b"), stale, Timestamp(2));
+        rs.fan_out(chunk(2, "c"), stale, Timestamp(3));
+        let Pull::Data { wire, .. } = rs.pull(ids[0], Timestamp(3)) else { panic!("expected data") };
         assert!(wire.shared_frame().is_none());
         assert_eq!(wire, sse::encode(&chunk(1, "bc")));
     }
@@ -578,13 +590,14 @@ mod tests {
     #[test]
     fn a_burst_goes_out_at_once_and_only_a_reader_written_faster_than_its_pace_waits() {
         // 10 readers × 1000 µs: a 10 ms pace, in bursts of 3.
-        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 1000, max_ms: 50, burst: 3 }, NO_KEEPALIVE);
-        let ids: Vec<_> = (0..10).map(|_| rs.attach(Dialect::Events, vec![], 0)).collect();
+        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 1000, max_ms: Millis(50), burst: 3 }, NO_KEEPALIVE);
+        let ids: Vec<_> = (0..10).map(|_| rs.attach(Dialect::Events, vec![], Timestamp(0))).collect();
         let id = ids[0];
         for &r in &ids {
-            assert_eq!(rs.pull(r, 0), Pull::Pending);
+            assert_eq!(rs.pull(r, Timestamp(0)), Pull::Pending);
         }
-        let write = |rs: &mut Readers, n: u64, now: Millis| -> bool {
+        let write = |rs: &mut Readers, n: u64, now: u64| -> bool {
+            let now = Timestamp(now);
             let woken = rs.fan_out(chunk(n, "x"), stale, now).0.contains(&id);
             if woken {
                 assert!(matches!(rs.pull(id, now), Pull::Data { .. }));
@@ -602,18 +615,18 @@ mod tests {
         assert!(write(&mut rs, 5, 201));
         assert!(write(&mut rs, 6, 202));
         assert!(!write(&mut rs, 7, 203), "a fourth write within the burst's span waits");
-        assert_eq!(rs.due_of(id), Some(210), "one pace after the burst began, a write is back");
-        assert!(rs.wake_due(209).is_empty());
-        assert_eq!(rs.wake_due(210), vec![id], "the others were offered every frame and never pulled: nothing to wake");
-        let Pull::Data { wire, .. } = rs.pull(id, 210) else { panic!("expected data") };
+        assert_eq!(rs.due_of(id), Some(Timestamp(210)), "one pace after the burst began, a write is back");
+        assert!(rs.wake_due(Timestamp(209)).is_empty());
+        assert_eq!(rs.wake_due(Timestamp(210)), vec![id], "the others were offered every frame and never pulled: nothing to wake");
+        let Pull::Data { wire, .. } = rs.pull(id, Timestamp(210)) else { panic!("expected data") };
         assert_eq!(wire, sse::encode(&chunk(7, "x")));
-        assert_eq!(rs.pull(id, 210), Pull::Pending);
+        assert_eq!(rs.pull(id, Timestamp(210)), Pull::Pending);
         // On average the pace holds: 40 deltas 1 ms apart get 3 + 40 / 10 writes or so.
         let before = rs.writes();
-        let mut now = 300;
+        let mut now = Timestamp(300);
         for n in 8..48 {
-            now += 1;
-            write(&mut rs, n, now);
+            now = now + Millis(1);
+            write(&mut rs, n, now.0);
             for r in rs.wake_due(now) {
                 if r == id {
                     assert!(matches!(rs.pull(id, now), Pull::Data { .. }));
@@ -628,144 +641,144 @@ mod tests {
     #[test]
     fn when_readers_leave_and_the_pace_drops_nobody_waits_on_the_old_pace() {
         // 20 readers × 500 µs, no burst: a 10 ms pace; one reader left: none.
-        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 500, max_ms: 50, burst: 1 }, NO_KEEPALIVE);
-        let ids: Vec<_> = (0..20).map(|_| rs.attach(Dialect::Events, vec![], 0)).collect();
+        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 500, max_ms: Millis(50), burst: 1 }, NO_KEEPALIVE);
+        let ids: Vec<_> = (0..20).map(|_| rs.attach(Dialect::Events, vec![], Timestamp(0))).collect();
         let id = ids[0];
-        rs.fan_out(chunk(0, "a"), stale, 100);
-        assert!(matches!(rs.pull(id, 100), Pull::Data { .. }));
-        rs.fan_out(chunk(1, "b"), stale, 101);
-        assert_eq!(rs.pull(id, 101), Pull::Pending, "paced: due at 110");
+        rs.fan_out(chunk(0, "a"), stale, Timestamp(100));
+        assert!(matches!(rs.pull(id, Timestamp(100)), Pull::Data { .. }));
+        rs.fan_out(chunk(1, "b"), stale, Timestamp(101));
+        assert_eq!(rs.pull(id, Timestamp(101)), Pull::Pending, "paced: due at 110");
         for &other in &ids[1..] {
             rs.detach(other);
         }
-        assert_eq!(rs.pacing(), 0);
-        assert!(matches!(rs.pull(id, 101), Pull::Data { .. }), "alone now: at once");
+        assert_eq!(rs.pacing(), Millis(0));
+        assert!(matches!(rs.pull(id, Timestamp(101)), Pull::Data { .. }), "alone now: at once");
     }
 
     #[test]
     fn with_few_readers_nothing_waits_and_the_end_never_waits() {
-        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 300, max_ms: 50, burst: 1 }, NO_KEEPALIVE);
-        let id = rs.attach(Dialect::Events, vec![], 0);
-        assert_eq!(rs.pull(id, 5), Pull::Pending);
-        assert_eq!(rs.pacing(), 0, "one reader × 300 µs rounds to no pace");
-        assert_eq!(rs.fan_out(chunk(0, "a"), stale, 5).0, vec![id]);
-        assert!(matches!(rs.pull(id, 5), Pull::Data { .. }));
-        assert_eq!(rs.pull(id, 5), Pull::Pending);
-        assert_eq!(rs.fan_out(chunk(1, "b"), stale, 5).0, vec![id], "same millisecond, still at once");
+        let mut rs = Readers::new(64, true, Pacing { per_reader_us: 300, max_ms: Millis(50), burst: 1 }, NO_KEEPALIVE);
+        let id = rs.attach(Dialect::Events, vec![], Timestamp(0));
+        assert_eq!(rs.pull(id, Timestamp(5)), Pull::Pending);
+        assert_eq!(rs.pacing(), Millis(0), "one reader × 300 µs rounds to no pace");
+        assert_eq!(rs.fan_out(chunk(0, "a"), stale, Timestamp(5)).0, vec![id]);
+        assert!(matches!(rs.pull(id, Timestamp(5)), Pull::Data { .. }));
+        assert_eq!(rs.pull(id, Timestamp(5)), Pull::Pending);
+        assert_eq!(rs.fan_out(chunk(1, "b"), stale, Timestamp(5)).0, vec![id], "same millisecond, still at once");
 
-        let mut paced = Readers::new(64, true, Pacing { per_reader_us: 10_000, max_ms: 50, burst: 1 }, NO_KEEPALIVE);
-        let id = paced.attach(Dialect::Events, vec![], 0);
-        assert_eq!(paced.pull(id, 1), Pull::Pending);
-        paced.fan_out(chunk(0, "a"), stale, 1);
-        assert!(matches!(paced.pull(id, 1), Pull::Data { .. }));
-        assert_eq!(paced.pull(id, 1), Pull::Pending);
-        assert!(paced.fan_out(chunk(1, "b"), stale, 2).0.is_empty(), "deferred");
-        let end = Frame::End { seq: 2, status: EndStatus::Complete, error: None };
+        let mut paced = Readers::new(64, true, Pacing { per_reader_us: 10_000, max_ms: Millis(50), burst: 1 }, NO_KEEPALIVE);
+        let id = paced.attach(Dialect::Events, vec![], Timestamp(0));
+        assert_eq!(paced.pull(id, Timestamp(1)), Pull::Pending);
+        paced.fan_out(chunk(0, "a"), stale, Timestamp(1));
+        assert!(matches!(paced.pull(id, Timestamp(1)), Pull::Data { .. }));
+        assert_eq!(paced.pull(id, Timestamp(1)), Pull::Pending);
+        assert!(paced.fan_out(chunk(1, "b"), stale, Timestamp(2)).0.is_empty(), "deferred");
+        let end = Frame::End { seq: Offset(2), status: EndStatus::Complete, error: None };
         assert_eq!(paced.finish_all(end), vec![id], "the end wakes at once");
         assert_eq!(paced.next_due(), None);
-        assert!(matches!(paced.pull(id, 2), Pull::Data { last: true, .. }), "and is pulled at once");
+        assert!(matches!(paced.pull(id, Timestamp(2)), Pull::Data { last: true, .. }), "and is pulled at once");
     }
 
     #[test]
     fn a_reader_written_nothing_for_the_keepalive_interval_is_woken_for_a_ping() {
-        let mut rs = Readers::new(16, true, NO_PACING, 15_000);
-        let idle = rs.attach(Dialect::Events, vec![], 1_000);
-        let busy = rs.attach(Dialect::Events, vec![], 1_000);
-        assert_eq!(rs.pull(idle, 1_000), Pull::Pending);
-        assert_eq!(rs.pull(busy, 1_000), Pull::Pending);
-        assert_eq!(rs.next_due(), Some(16_000), "15 s after attaching");
-        assert_eq!(rs.fan_out(chunk(0, "a"), stale, 5_000).0, vec![idle, busy]);
-        assert!(matches!(rs.pull(busy, 5_000), Pull::Data { .. }));
-        assert_eq!(rs.pull(busy, 5_000), Pull::Pending);
+        let mut rs = Readers::new(16, true, NO_PACING, Millis(15_000));
+        let idle = rs.attach(Dialect::Events, vec![], Timestamp(1_000));
+        let busy = rs.attach(Dialect::Events, vec![], Timestamp(1_000));
+        assert_eq!(rs.pull(idle, Timestamp(1_000)), Pull::Pending);
+        assert_eq!(rs.pull(busy, Timestamp(1_000)), Pull::Pending);
+        assert_eq!(rs.next_due(), Some(Timestamp(16_000)), "15 s after attaching");
+        assert_eq!(rs.fan_out(chunk(0, "a"), stale, Timestamp(5_000)).0, vec![idle, busy]);
+        assert!(matches!(rs.pull(busy, Timestamp(5_000)), Pull::Data { .. }));
+        assert_eq!(rs.pull(busy, Timestamp(5_000)), Pull::Pending);
         // `idle` was offered a frame but has not pulled it: it needs no ping, it needs a pull.
         assert_eq!(rs.due_of(idle), None);
-        assert!(matches!(rs.pull(idle, 6_000), Pull::Data { .. }));
-        assert_eq!(rs.pull(idle, 6_000), Pull::Pending);
-        assert_eq!((rs.due_of(idle), rs.due_of(busy)), (Some(21_000), Some(20_000)), "a write restarts the interval");
-        assert!(rs.wake_due(19_999).is_empty());
-        assert_eq!(rs.wake_due(20_000), vec![busy]);
-        assert_eq!(rs.pull(busy, 20_000), Pull::Data { wire: sse::PING.to_owned().into(), last: false });
-        assert_eq!(rs.pull(busy, 20_000), Pull::Pending);
-        assert_eq!(rs.next_due(), Some(21_000));
+        assert!(matches!(rs.pull(idle, Timestamp(6_000)), Pull::Data { .. }));
+        assert_eq!(rs.pull(idle, Timestamp(6_000)), Pull::Pending);
+        assert_eq!((rs.due_of(idle), rs.due_of(busy)), (Some(Timestamp(21_000)), Some(Timestamp(20_000))), "a write restarts the interval");
+        assert!(rs.wake_due(Timestamp(19_999)).is_empty());
+        assert_eq!(rs.wake_due(Timestamp(20_000)), vec![busy]);
+        assert_eq!(rs.pull(busy, Timestamp(20_000)), Pull::Data { wire: sse::PING.to_owned().into(), last: false });
+        assert_eq!(rs.pull(busy, Timestamp(20_000)), Pull::Pending);
+        assert_eq!(rs.next_due(), Some(Timestamp(21_000)));
         // A frame that arrives before the woken reader pulls goes out instead of the ping.
-        assert_eq!(rs.wake_due(21_000), vec![idle]);
-        rs.fan_out(chunk(1, "b"), stale, 21_001);
-        assert_eq!(rs.pull(idle, 21_002), Pull::Data { wire: sse::encode(&chunk(1, "b")).into(), last: false });
-        assert_eq!(rs.pull(idle, 21_002), Pull::Pending);
+        assert_eq!(rs.wake_due(Timestamp(21_000)), vec![idle]);
+        rs.fan_out(chunk(1, "b"), stale, Timestamp(21_001));
+        assert_eq!(rs.pull(idle, Timestamp(21_002)), Pull::Data { wire: sse::encode(&chunk(1, "b")).into(), last: false });
+        assert_eq!(rs.pull(idle, Timestamp(21_002)), Pull::Pending);
         // A finished reader is never pinged.
-        rs.finish_all(Frame::End { seq: 2, status: EndStatus::Complete, error: None });
-        assert!(matches!(rs.pull(idle, 21_003), Pull::Data { last: true, .. }));
-        assert!(matches!(rs.pull(busy, 21_003), Pull::Data { last: true, .. }));
+        rs.finish_all(Frame::End { seq: Offset(2), status: EndStatus::Complete, error: None });
+        assert!(matches!(rs.pull(idle, Timestamp(21_003)), Pull::Data { last: true, .. }));
+        assert!(matches!(rs.pull(busy, Timestamp(21_003)), Pull::Data { last: true, .. }));
         assert_eq!(rs.next_due(), None);
         assert_eq!(rs.writes(), 6);
     }
 
     fn stale() -> Frame {
-        Frame::Stale { floor_seq: 0, durable_seq: 0 }
+        Frame::Stale { floor_seq: Offset(0), durable_seq: Offset(0) }
     }
 
     #[test]
     fn a_pull_merges_queued_chunks_and_keeps_the_highest_durable() {
         let mut rs = Readers::new(16, true, NO_PACING, NO_KEEPALIVE);
-        let id = rs.attach(Dialect::Events, vec![], 0);
-        rs.fan_out(chunk(0, "a😀"), stale, 1);
-        rs.fan_out(Frame::Durable { seq: 1 }, stale, 1);
-        rs.fan_out(chunk(3, "b"), stale, 1);
-        rs.fan_out(Frame::Durable { seq: 3 }, stale, 1);
-        let Pull::Data { wire, last } = rs.pull(id, 1) else { panic!("expected data") };
+        let id = rs.attach(Dialect::Events, vec![], Timestamp(0));
+        rs.fan_out(chunk(0, "a😀"), stale, Timestamp(1));
+        rs.fan_out(Frame::Durable { seq: Offset(1) }, stale, Timestamp(1));
+        rs.fan_out(chunk(3, "b"), stale, Timestamp(1));
+        rs.fan_out(Frame::Durable { seq: Offset(3) }, stale, Timestamp(1));
+        let Pull::Data { wire, last } = rs.pull(id, Timestamp(1)) else { panic!("expected data") };
         assert!(!last);
-        assert_eq!(wire, format!("{}{}", sse::encode(&chunk(0, "a😀b")), sse::encode(&Frame::Durable { seq: 3 })));
-        assert_eq!(rs.pull(id, 1), Pull::Pending);
+        assert_eq!(wire, format!("{}{}", sse::encode(&chunk(0, "a😀b")), sse::encode(&Frame::Durable { seq: Offset(3) })));
+        assert_eq!(rs.pull(id, Timestamp(1)), Pull::Pending);
     }
 
     #[test]
     fn without_merging_a_pull_sends_each_queued_frame_as_it_was_encoded() {
         let mut rs = Readers::new(16, false, NO_PACING, NO_KEEPALIVE);
-        let id = rs.attach(Dialect::Events, vec![], 0);
-        rs.fan_out(chunk(0, "a😀"), stale, 1);
-        rs.fan_out(chunk(3, "b"), stale, 1);
-        let Pull::Data { wire, .. } = rs.pull(id, 1) else { panic!("expected data") };
+        let id = rs.attach(Dialect::Events, vec![], Timestamp(0));
+        rs.fan_out(chunk(0, "a😀"), stale, Timestamp(1));
+        rs.fan_out(chunk(3, "b"), stale, Timestamp(1));
+        let Pull::Data { wire, .. } = rs.pull(id, Timestamp(1)) else { panic!("expected data") };
         assert_eq!(wire, format!("{}{}", sse::encode(&chunk(0, "a😀")), sse::encode(&chunk(3, "b"))));
     }
 
     #[test]
     fn a_full_queue_ends_in_stale_and_frees_its_frames() {
         let mut rs = Readers::new(2, true, NO_PACING, NO_KEEPALIVE);
-        let slow = rs.attach(Dialect::Events, vec![], 0);
-        rs.fan_out(chunk(0, "a"), stale, 1);
-        rs.fan_out(chunk(1, "b"), stale, 1);
-        let (_, dropped) = rs.fan_out(chunk(2, "c"), stale, 1);
+        let slow = rs.attach(Dialect::Events, vec![], Timestamp(0));
+        rs.fan_out(chunk(0, "a"), stale, Timestamp(1));
+        rs.fan_out(chunk(1, "b"), stale, Timestamp(1));
+        let (_, dropped) = rs.fan_out(chunk(2, "c"), stale, Timestamp(1));
         assert_eq!(dropped, vec![slow]);
         assert_eq!(rs.live_count(), 0);
-        assert_eq!(rs.pull(slow, 1), Pull::Data { wire: sse::encode(&stale()).into(), last: true });
-        assert_eq!(rs.pull(slow, 1), Pull::Gone);
+        assert_eq!(rs.pull(slow, Timestamp(1)), Pull::Data { wire: sse::encode(&stale()).into(), last: true });
+        assert_eq!(rs.pull(slow, Timestamp(1)), Pull::Gone);
     }
 
     #[test]
     fn a_frame_is_encoded_once_for_each_dialect_that_has_readers() {
         let mut rs = Readers::new(16, true, NO_PACING, NO_KEEPALIVE);
-        let events = rs.attach(Dialect::Events, vec![], 0);
-        rs.fan_out(chunk(0, "{\"type\":\"a\"}\n"), stale, 1);
+        let events = rs.attach(Dialect::Events, vec![], Timestamp(0));
+        rs.fan_out(chunk(0, "{\"type\":\"a\"}\n"), stale, Timestamp(1));
         let only_events = &rs.readers[&events].queue[0];
         assert!(only_events.events.get().is_some() && only_events.ui.get().is_none(), "no ui reader, no ui encoding");
-        let ui = rs.attach(Dialect::Ui, vec![], 0);
-        rs.fan_out(chunk(13, "{\"type\":\"b\"}\n"), stale, 1);
+        let ui = rs.attach(Dialect::Ui, vec![], Timestamp(0));
+        rs.fan_out(chunk(13, "{\"type\":\"b\"}\n"), stale, Timestamp(1));
         let (a, b) = (&rs.readers[&events].queue[1], &rs.readers[&ui].queue[0]);
         assert!(Rc::ptr_eq(a, b), "one frame shared by the readers of both dialects");
         assert!(a.events.get().is_some() && a.ui.get().is_some());
-        assert_eq!(rs.pull(ui, 1), Pull::Data { wire: "id: 26\ndata: {\"type\":\"b\"}\n\n".to_owned().into(), last: false });
+        assert_eq!(rs.pull(ui, Timestamp(1)), Pull::Data { wire: "id: 26\ndata: {\"type\":\"b\"}\n\n".to_owned().into(), last: false });
     }
 
     #[test]
     fn an_offer_to_a_parked_reader_wakes_it_once() {
         let mut rs = Readers::new(8, true, NO_PACING, NO_KEEPALIVE);
-        let id = rs.attach(Dialect::Events, vec![], 0);
-        assert_eq!(rs.pull(id, 1), Pull::Pending);
-        assert_eq!(rs.fan_out(chunk(0, "a"), stale, 1).0, vec![id]);
-        assert!(rs.fan_out(chunk(1, "b"), stale, 1).0.is_empty());
-        let end = Frame::End { seq: 2, status: EndStatus::Complete, error: None };
+        let id = rs.attach(Dialect::Events, vec![], Timestamp(0));
+        assert_eq!(rs.pull(id, Timestamp(1)), Pull::Pending);
+        assert_eq!(rs.fan_out(chunk(0, "a"), stale, Timestamp(1)).0, vec![id]);
+        assert!(rs.fan_out(chunk(1, "b"), stale, Timestamp(1)).0.is_empty());
+        let end = Frame::End { seq: Offset(2), status: EndStatus::Complete, error: None };
         rs.finish_all(end.clone());
-        let Pull::Data { wire, last } = rs.pull(id, 1) else { panic!() };
+        let Pull::Data { wire, last } = rs.pull(id, Timestamp(1)) else { panic!() };
         assert!(last);
         assert!(wire.ends_with(&sse::encode(&end)));
     }

@@ -9,12 +9,11 @@ use crate::engine::config::{CheckpointMode, StreamConfig};
 use crate::engine::durable::{OpenProbe, OpenRefused, RowState};
 use crate::engine::frame::{EndStatus, Frame};
 use crate::engine::text::TextBuffer;
+use crate::engine::time::{Millis, Timestamp};
 use crate::engine::ui::{BadChunk, Format, LineAssembler};
+use crate::engine::utf16::Offset;
 use std::marker::PhantomData;
 use thiserror::Error;
-
-/// Milliseconds on the shell's clock. The machine never reads a clock; time is an input.
-pub type Millis = u64;
 
 /// Names one store operation, so its reply finds its way back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -67,7 +66,7 @@ impl<T> std::fmt::Debug for Ticket<T> {
 /// How an open settles.
 pub type OpenOutcome = Result<(), OpenError>;
 /// How a flush settles: the confirmed `durableSeq`, or why it could not be confirmed.
-pub type FlushOutcome = Result<u64, FlushError>;
+pub type FlushOutcome = Result<Offset, FlushError>;
 /// How a seal settles.
 pub type SealOutcome = Result<SealReport, SealShortfall>;
 
@@ -87,13 +86,13 @@ pub enum StoreOp {
     /// Mark the row `streaming` (claiming it with `host_token` where a host column is mapped).
     /// A sink also gets the app's `meta` and the open's start time, and may refuse the open
     /// with [`StoreReply::Refused`].
-    MarkStreaming { host_token: String, meta: Option<serde_json::Value>, started_at: Millis },
+    MarkStreaming { host_token: String, meta: Option<serde_json::Value>, started_at: Timestamp },
     /// Read the host column back. Reply: [`StoreReply::Host`].
     ReadHost,
     /// One checkpoint: `text` covers `[from, to)`. Tables mode reads the row in the write's own
     /// transaction and answers [`StoreReply::State`]; when that answer fails, a
     /// [`StoreOp::ReadState`] decides what landed. A sink may answer `State` or `Applied`.
-    Append { from: u64, to: u64, text: String },
+    Append { from: Offset, to: Offset, text: String },
     /// Read the row's stored length and cancel flag. Reply: [`StoreReply::State`].
     ReadState,
     /// The terminal write.
@@ -106,15 +105,15 @@ pub struct SealWrite {
     pub status: EndStatus,
     pub error: Option<String>,
     /// The produced length.
-    pub seq: u64,
+    pub seq: Offset,
     /// What the store already holds: `[0, from)` was confirmed durable before this seal, so a
     /// sink that keeps its own chunks can write only the unsaved tail,
     /// `body[from - body_from..]` (in UTF-16 units).
-    pub from: u64,
+    pub from: Offset,
     /// The body to compact into the row, covering `[body_from, seq)`; `None` seals in place
     /// (the body is too large for one row and stays as chunk rows, all already committed).
     pub body: Option<String>,
-    pub body_from: u64,
+    pub body_from: Offset,
 }
 
 /// A successful store answer.
@@ -187,9 +186,9 @@ pub enum OpenError {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum FlushError {
     #[error("checkpoint failed with {durable_seq} of {seq} characters durable: {reason}")]
-    CheckpointFailed { seq: u64, durable_seq: u64, reason: String },
+    CheckpointFailed { seq: Offset, durable_seq: Offset, reason: String },
     #[error("the stream ended with only {durable_seq} of {seq} characters durable")]
-    EndedShort { seq: u64, durable_seq: u64 },
+    EndedShort { seq: Offset, durable_seq: Offset },
     #[error("the stream is not open")]
     NotOpen,
 }
@@ -198,8 +197,8 @@ pub enum FlushError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealReport {
     pub status: EndStatus,
-    pub seq: u64,
-    pub durable_seq: u64,
+    pub seq: Offset,
+    pub durable_seq: Offset,
 }
 
 /// A seal that could not commit: the stream ended anyway, short of what was produced.
@@ -207,8 +206,8 @@ pub struct SealReport {
 #[error("the seal could not commit ({reason}); {durable_seq} of {seq} characters are durable")]
 pub struct SealShortfall {
     pub status: EndStatus,
-    pub seq: u64,
-    pub durable_seq: u64,
+    pub seq: Offset,
+    pub durable_seq: Offset,
     pub reason: String,
 }
 
@@ -232,8 +231,8 @@ pub enum PushError {
 /// What a producer learns from a push.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PushReceipt {
-    pub seq: u64,
-    pub durable_seq: u64,
+    pub seq: Offset,
+    pub durable_seq: Offset,
     pub cancelled: bool,
 }
 
@@ -244,22 +243,22 @@ pub enum StreamEvent {
     OpenFailed(OpenError),
     /// One attempt failed; `will_retry` says whether another follows.
     CheckpointAttemptFailed {
-        from: u64,
-        to: u64,
+        from: Offset,
+        to: Offset,
         attempt: u32,
         will_retry: bool,
         error: String,
     },
     /// A checkpoint round gave up; the text stays in the buffer.
     CheckpointFailed {
-        from: u64,
-        to: u64,
+        from: Offset,
+        to: Offset,
         error: String,
     },
     Sealed {
         status: EndStatus,
-        seq: u64,
-        durable_seq: u64,
+        seq: Offset,
+        durable_seq: Offset,
         shortfall: Option<String>,
     },
     ReaderDropped {
@@ -292,7 +291,7 @@ pub(crate) enum Phase {
     Ended {
         seal: Seal,
         shortfall: Option<SealShortfall>,
-        linger_until: Millis,
+        linger_until: Timestamp,
     },
     /// Refused at open, or past its linger window.
     Retired,
@@ -328,7 +327,7 @@ enum SealStep {
         compacts: bool,
     },
     Backoff {
-        until: Millis,
+        until: Timestamp,
         attempt: u32,
     },
 }
@@ -352,19 +351,19 @@ pub struct LiveStream {
     buf: TextBuffer,
     /// A `ui` stream's unfinished last line (only complete lines enter `buf`).
     ui_lines: Option<LineAssembler>,
-    durable_seq: u64,
+    durable_seq: Offset,
     cancelled: bool,
     readers: Readers,
     /// The app's `meta` from the open.
     meta: Option<serde_json::Value>,
     ck: Checkpointer,
     /// When the lease is renewed next (set once the open armed it, while the stream is alive).
-    lease_renew_at: Option<Millis>,
-    flush_waiters: Vec<(Ticket<FlushOutcome>, u64)>,
+    lease_renew_at: Option<Timestamp>,
+    flush_waiters: Vec<(Ticket<FlushOutcome>, Offset)>,
     /// The producer's last append or flush (for the idle timeout).
-    last_activity: Millis,
+    last_activity: Timestamp,
     /// The latest time an input brought (reader pacing reads it when frames fan out).
-    clock: Millis,
+    clock: Timestamp,
     out: Outbox,
     stats: Stats,
 }
@@ -373,7 +372,7 @@ impl LiveStream {
     /// Starts opening `stream_id` (the open handshake, `live/open.rs`); the ticket settles with
     /// [`Settlement::Opened`].
     #[must_use = "the stream must be driven, and its ticket awaited"]
-    pub fn open(stream_id: &str, cfg: StreamConfig, producer: Producer, now: Millis) -> (Self, Ticket<OpenOutcome>) {
+    pub fn open(stream_id: &str, cfg: StreamConfig, producer: Producer, now: Timestamp) -> (Self, Ticket<OpenOutcome>) {
         let mut out = Outbox::default();
         let ticket = out.ticket();
         let meta = producer.meta.clone();
@@ -391,7 +390,7 @@ impl LiveStream {
             phase: Phase::Opening(opener),
             buf: TextBuffer::new(),
             ui_lines,
-            durable_seq: 0,
+            durable_seq: Offset::ZERO,
             cancelled: false,
             readers,
             meta,
@@ -413,7 +412,7 @@ impl LiveStream {
     }
 
     /// The produced length.
-    pub fn seq(&self) -> u64 {
+    pub fn seq(&self) -> Offset {
         self.buf.seq()
     }
 
@@ -439,7 +438,7 @@ impl LiveStream {
     }
 
     /// The confirmed durable length.
-    pub fn durable_seq(&self) -> u64 {
+    pub fn durable_seq(&self) -> Offset {
         self.durable_seq
     }
 
@@ -482,7 +481,7 @@ impl LiveStream {
 
     /// Appends produced text and fans it out at once. In a `ui` stream the text goes through
     /// the line assembler: only complete, valid lines enter the text.
-    pub fn push(&mut self, text: &str, now: Millis) -> Result<PushReceipt, PushError> {
+    pub fn push(&mut self, text: &str, now: Timestamp) -> Result<PushReceipt, PushError> {
         self.producer_input(now)?;
         match self.ui_lines.is_some() {
             true => self.push_lines(text.as_bytes(), now)?,
@@ -493,7 +492,7 @@ impl LiveStream {
 
     /// Appends a piece of a `ui` stream's NDJSON as it arrived: a piece may split a line, or a
     /// UTF-8 sequence, anywhere. A bad line is refused with the lines before it pushed.
-    pub fn push_ndjson(&mut self, piece: &[u8], now: Millis) -> Result<PushReceipt, PushError> {
+    pub fn push_ndjson(&mut self, piece: &[u8], now: Timestamp) -> Result<PushReceipt, PushError> {
         if self.ui_lines.is_none() {
             return Err(PushError::NotUi);
         }
@@ -503,7 +502,7 @@ impl LiveStream {
     }
 
     /// A producer's push may come in now: the stream is live.
-    fn producer_input(&mut self, now: Millis) -> Result<(), PushError> {
+    fn producer_input(&mut self, now: Timestamp) -> Result<(), PushError> {
         match self.phase {
             Phase::Live => {}
             Phase::Opening(_) | Phase::Retired => return Err(PushError::NotOpen),
@@ -514,7 +513,7 @@ impl LiveStream {
         Ok(())
     }
 
-    fn append(&mut self, text: &str, now: Millis) {
+    fn append(&mut self, text: &str, now: Timestamp) {
         if !text.is_empty() {
             let (from, seq) = self.buf.push(text);
             self.fan_out(Frame::Chunk { from, seq, text: text.to_owned() });
@@ -522,7 +521,7 @@ impl LiveStream {
         }
     }
 
-    fn push_lines(&mut self, piece: &[u8], now: Millis) -> Result<(), PushError> {
+    fn push_lines(&mut self, piece: &[u8], now: Timestamp) -> Result<(), PushError> {
         let Some(assembler) = self.ui_lines.as_mut() else { return Ok(()) };
         let out = assembler.feed(piece);
         self.append(&out.lines, now);
@@ -540,7 +539,7 @@ impl LiveStream {
     /// Asks for everything produced so far to be durable; settles with [`Settlement::Flushed`].
     /// Every flush a live stream accepts counts as producer activity (a producer keeping a long
     /// tool call alive with flushes is not idle).
-    pub fn flush(&mut self, now: Millis) -> Ticket<FlushOutcome> {
+    pub fn flush(&mut self, now: Timestamp) -> Ticket<FlushOutcome> {
         let ticket = self.out.ticket();
         let at = self.seq();
         if matches!(self.phase, Phase::Live) {
@@ -565,7 +564,7 @@ impl LiveStream {
     }
 
     /// Seals `complete`, or `cancelled` when a cancel was seen.
-    pub fn close(&mut self, now: Millis) -> Ticket<SealOutcome> {
+    pub fn close(&mut self, now: Timestamp) -> Ticket<SealOutcome> {
         let status = if self.cancelled { EndStatus::Cancelled } else { EndStatus::Complete };
         self.seal(status, None, now)
     }
@@ -573,7 +572,7 @@ impl LiveStream {
     /// Seals `error` with the producer's message, or `cancelled` when a cancel was seen: the
     /// reader asked first, and a producer's error after it is most often the cancel's own
     /// consequence (its model stopped, its streaming append's connection cut by the early answer).
-    pub fn fail(&mut self, error: &str, now: Millis) -> Ticket<SealOutcome> {
+    pub fn fail(&mut self, error: &str, now: Timestamp) -> Ticket<SealOutcome> {
         if self.cancelled {
             return self.seal(EndStatus::Cancelled, None, now);
         }
@@ -582,7 +581,7 @@ impl LiveStream {
 
     /// Seals with `status`; settles with [`Settlement::Sealed`]. A second seal joins the first
     /// (or, once ended, gets the first one's outcome): a stream seals once.
-    pub fn seal(&mut self, status: EndStatus, error: Option<String>, now: Millis) -> Ticket<SealOutcome> {
+    pub fn seal(&mut self, status: EndStatus, error: Option<String>, now: Timestamp) -> Ticket<SealOutcome> {
         let ticket = self.out.ticket();
         match &mut self.phase {
             Phase::Live => {
@@ -618,7 +617,7 @@ impl LiveStream {
         let Phase::Ended { seal, shortfall: Some(_), .. } = &self.phase else { return None };
         // A compaction needs the whole text; a sink is given `from` and `body_from` and takes
         // what the buffer retained.
-        let whole_text = self.buf.floor() == 0 || self.cfg.mode == CheckpointMode::Sink;
+        let whole_text = self.buf.floor() == Offset::ZERO || self.cfg.mode == CheckpointMode::Sink;
         let body = match seal.in_place {
             true if self.durable_seq == self.seq() => None,
             false if whole_text => Some(self.buf.as_str().to_owned()),
@@ -653,7 +652,7 @@ impl LiveStream {
 
     /// Attaches an `/events` reader at UTF-16 offset `from` (see [`Self::subscribe_as`]).
     #[must_use = "a reader's frames queue until it is pulled or detached"]
-    pub fn subscribe(&mut self, from: u64) -> ReaderId {
+    pub fn subscribe(&mut self, from: Offset) -> ReaderId {
         self.subscribe_as(Dialect::Events, from)
     }
 
@@ -662,7 +661,7 @@ impl LiveStream {
     /// frames, so no delta can fall between replay and live tail. A `ui` reader joins at the
     /// start of the line holding `from`.
     #[must_use = "a reader's frames queue until it is pulled or detached"]
-    pub fn subscribe_as(&mut self, dialect: Dialect, from: u64) -> ReaderId {
+    pub fn subscribe_as(&mut self, dialect: Dialect, from: Offset) -> ReaderId {
         let ended = match &self.phase {
             // A reader that joins while the stream opens is attached (the text is empty so
             // far); it gets `absent` only if the open fails.
@@ -694,14 +693,14 @@ impl LiveStream {
 
     /// Takes what is queued for a reader, as SSE bytes (`Pending` while it waits for data or
     /// for its pace; a wake output names it when it should pull again).
-    pub fn pull(&mut self, reader: ReaderId, now: Millis) -> Pull {
+    pub fn pull(&mut self, reader: ReaderId, now: Timestamp) -> Pull {
         self.readers.pull(reader, now)
     }
 
     /// When `reader`, after a `Pending` pull, next needs a pull: when its pace has passed, or
     /// when it is due a keep-alive ping. The shell arms a timer for it (the stream's other
     /// deadlines are armed already).
-    pub fn reader_due(&self, reader: ReaderId) -> Option<Millis> {
+    pub fn reader_due(&self, reader: ReaderId) -> Option<Timestamp> {
         self.readers.due_of(reader)
     }
 
@@ -713,7 +712,7 @@ impl LiveStream {
     // ---- store replies
 
     /// Feeds the store's answer to operation `op`.
-    pub fn handle_store(&mut self, op: OpId, result: Result<StoreReply, StoreFailure>, now: Millis) {
+    pub fn handle_store(&mut self, op: OpId, result: Result<StoreReply, StoreFailure>, now: Timestamp) {
         self.clock = self.clock.max(now);
         match &self.phase {
             Phase::Opening(_) => return self.open_progress(|opener, cfg, out| opener.on_store_reply(op, result, cfg, now, out), now),
@@ -738,7 +737,7 @@ impl LiveStream {
 
     /// The next moment [`Self::handle_timeout`] has work to do.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Millis> {
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
         let phase_deadline = match &self.phase {
             Phase::Opening(opener) => opener.deadline(),
             Phase::Live => self.idle_deadline(),
@@ -750,7 +749,7 @@ impl LiveStream {
     }
 
     /// Does whatever is due at `now`.
-    pub fn handle_timeout(&mut self, now: Millis) {
+    pub fn handle_timeout(&mut self, now: Timestamp) {
         self.clock = self.clock.max(now);
         for reader in self.readers.wake_due(now) {
             self.out.push(Output::Wake(reader));
@@ -763,7 +762,7 @@ impl LiveStream {
                 self.out.push(Output::Retired);
             }
             Phase::Live if self.idle_deadline().is_some_and(|d| d <= now) => {
-                let idle_s = self.cfg.idle_timeout_ms / 1000;
+                let idle_s = self.cfg.idle_timeout_ms.as_secs();
                 // Nobody awaits this seal's ticket: its outcome is logged and framed.
                 let _ = self.seal(EndStatus::Interrupted, Some(format!("the producer sent nothing for {idle_s} s")), now);
             }
@@ -822,8 +821,8 @@ impl LiveStream {
         }
     }
 
-    fn idle_deadline(&self) -> Option<Millis> {
-        (self.cfg.idle_timeout_ms > 0).then(|| self.last_activity + self.cfg.idle_timeout_ms)
+    fn idle_deadline(&self) -> Option<Timestamp> {
+        (self.cfg.idle_timeout_ms > Millis::ZERO).then(|| self.last_activity + self.cfg.idle_timeout_ms)
     }
 
     fn must_seal_in_place(&self) -> bool {
@@ -840,7 +839,7 @@ impl LiveStream {
     // ---- checkpoints (the driver decides; the stream sends, adopts and reports)
 
     /// Starts whatever is due. Called after every change.
-    fn drive(&mut self, now: Millis) {
+    fn drive(&mut self, now: Timestamp) {
         if let Phase::Sealing(sealing) = &self.phase {
             if !sealing.seal.in_place {
                 // A seal that compacts writes the whole body: a round waiting to retry is moot.
@@ -878,7 +877,7 @@ impl LiveStream {
 
     /// Sends the round's next attempt, from the current `durableSeq`: a retry after a read-back
     /// adopted a higher length re-covers only what is still missing.
-    fn send_slice(&mut self, now: Millis) {
+    fn send_slice(&mut self, now: Timestamp) {
         let Some(to) = self.ck.round_end() else { return };
         let from = self.durable_seq;
         if from >= to {
@@ -888,7 +887,7 @@ impl LiveStream {
         self.ck.sent(op, from);
     }
 
-    fn on_confirmed(&mut self, from: u64, state: RowState, write_error: Option<String>, now: Millis) {
+    fn on_confirmed(&mut self, from: Offset, state: RowState, write_error: Option<String>, now: Timestamp) {
         let Some(to) = self.ck.round_end() else { return };
         if state.cancel {
             self.cancelled = true;
@@ -910,7 +909,7 @@ impl LiveStream {
         }
     }
 
-    fn attempt_failed(&mut self, from: u64, error: String, now: Millis) {
+    fn attempt_failed(&mut self, from: Offset, error: String, now: Timestamp) {
         let Some(to) = self.ck.round_end() else { return };
         // A pending seal (other than an in-place one, which needs these chunks) writes the whole
         // body anyway, so it supersedes and repairs this slice: no retry.
@@ -924,7 +923,7 @@ impl LiveStream {
         }
     }
 
-    fn round_failed(&mut self, from: u64, to: u64, error: String, now: Millis) {
+    fn round_failed(&mut self, from: Offset, to: Offset, error: String, now: Timestamp) {
         self.stats.failures += 1;
         self.event(StreamEvent::CheckpointFailed { from, to, error: error.clone() });
         let stall = match &mut self.phase {
@@ -945,14 +944,14 @@ impl LiveStream {
         self.drive(now);
     }
 
-    fn round_succeeded(&mut self, now: Millis) {
+    fn round_succeeded(&mut self, now: Timestamp) {
         self.stats.checkpoints += 1;
         self.ck.round_succeeded();
         self.drive(now);
     }
 
     /// The one place durable progress is recorded: position, `durable` frame, trim, waiters.
-    fn advance_durable(&mut self, seq: u64) {
+    fn advance_durable(&mut self, seq: Offset) {
         self.stats.bytes_written += self.buf.slice(self.durable_seq, seq).len() as u64;
         self.durable_seq = seq;
         self.fan_out(Frame::Durable { seq });
@@ -963,7 +962,7 @@ impl LiveStream {
     }
 
     /// Settles the flush waiters for which `verdict(at)` has an answer.
-    fn settle_waiters(&mut self, verdict: impl Fn(u64) -> Option<Result<u64, FlushError>>) {
+    fn settle_waiters(&mut self, verdict: impl Fn(Offset) -> Option<Result<Offset, FlushError>>) {
         let waiters = std::mem::take(&mut self.flush_waiters);
         for (ticket, at) in waiters {
             match verdict(at) {
@@ -988,7 +987,7 @@ impl LiveStream {
         }
     }
 
-    fn on_seal_reply(&mut self, result: Result<StoreReply, StoreFailure>, attempt: u32, compacts: bool, now: Millis) {
+    fn on_seal_reply(&mut self, result: Result<StoreReply, StoreFailure>, attempt: u32, compacts: bool, now: Timestamp) {
         match (result, self.cfg.retry_delay(attempt + 1)) {
             (Ok(_), _) => self.finish_seal(None, compacts, now),
             (Err(_), Some(delay)) => {
@@ -1001,7 +1000,7 @@ impl LiveStream {
         }
     }
 
-    fn finish_seal(&mut self, failure: Option<String>, compacted: bool, now: Millis) {
+    fn finish_seal(&mut self, failure: Option<String>, compacted: bool, now: Timestamp) {
         let Phase::Sealing(sealing) = &mut self.phase else { return };
         let tickets = std::mem::take(&mut sealing.tickets);
         let seal = sealing.seal.clone();
@@ -1038,7 +1037,7 @@ impl LiveStream {
     // ---- the open handshake and the lease
 
     /// The shell's answer to [`Output::ArmLease`]: the lease is armed (or could not be).
-    pub fn handle_lease_armed(&mut self, result: Result<(), String>, now: Millis) {
+    pub fn handle_lease_armed(&mut self, result: Result<(), String>, now: Timestamp) {
         self.clock = self.clock.max(now);
         if matches!(self.phase, Phase::Opening(_)) {
             self.open_progress(|opener, cfg, out| opener.on_lease_armed(result, cfg, now, out), now);
@@ -1046,7 +1045,7 @@ impl LiveStream {
     }
 
     /// Feeds one input to the open handshake and acts on where it stands.
-    fn open_progress(&mut self, input: impl FnOnce(&mut Opener, &StreamConfig, &mut Outbox) -> Progress, now: Millis) {
+    fn open_progress(&mut self, input: impl FnOnce(&mut Opener, &StreamConfig, &mut Outbox) -> Progress, now: Timestamp) {
         let Phase::Opening(opener) = &mut self.phase else { return };
         let progress = input(opener, &self.cfg, &mut self.out);
         if opener.holds_lease() && self.lease_renew_at.is_none() {
@@ -1084,7 +1083,7 @@ impl LiveStream {
 
     /// Renews the lease while the stream is alive here; once it ended, the renewals stop and
     /// the alarm that follows decides (see [`super::lease::decide`]).
-    fn renew_lease(&mut self, now: Millis) {
+    fn renew_lease(&mut self, now: Timestamp) {
         match self.holding() {
             Holding::Alive => {
                 self.out.push(Output::RenewLease);

@@ -30,8 +30,9 @@
 //!   resumes with its parts open exactly as they were, and writes the same lines again.
 
 use super::{Pump, PumpFailure, PumpRequest, PumpStep, UpstreamFormat};
+use crate::engine::time::Millis;
 use crate::engine::ui::Format;
-use crate::engine::utf16;
+use crate::engine::utf16::{self, Offset};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -42,13 +43,13 @@ pub const RECORD_VERSION: u32 = 1;
 
 /// How far below the durable length (UTF-16 units) a replay starts at least, when there is
 /// that much text: what the replay check compares.
-pub const REPLAY_OVERLAP_UNITS: u64 = 256;
+pub const REPLAY_OVERLAP_UNITS: Offset = Offset(256);
 
 /// Re-attaches in a row that bring no new text before the pump gives up.
 pub const MAX_REATTACHES: u32 = 3;
 
 /// The first retry's delay after a refused re-attach (429, 5xx); each later one doubles.
-pub const REATTACH_BACKOFF_MS: u64 = 250;
+pub const REATTACH_BACKOFF_MS: Millis = Millis(250);
 
 /// The most marks kept between the stored mark and the newest event: a stream whose
 /// checkpoints stall does not grow this without bound (the stored mark then stays older).
@@ -67,7 +68,7 @@ pub struct BackgroundRecord {
     pub secret: Option<String>,
     pub response_id: String,
     /// The stream offset where the pump's first text went.
-    pub base: u64,
+    pub base: Offset,
     /// Where a replay starts.
     pub mark: Mark,
 }
@@ -79,7 +80,7 @@ pub struct Mark {
     /// The last event the replay skips (`starting_after`); `None`: replay every event.
     pub after: Option<u64>,
     /// The stream offset just past the text of the events up to `after`.
-    pub offset: u64,
+    pub offset: Offset,
     /// The pump's conversion state after event `after`.
     pub pump: Pump,
 }
@@ -111,13 +112,13 @@ impl UpstreamCall {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum Interruption {
     #[error("re-attaching the pump: the replay differs from the text already written at offset {at} (not spliced)")]
-    ReplayDiffers { at: u64 },
+    ReplayDiffers { at: Offset },
     #[error("re-attaching the pump: the replay went from event {after:?} to event {got:?}, events are missing")]
     ReplaySkipped { after: Option<u64>, got: Option<u64> },
     #[error("re-attaching the pump: the replay ended {missing} UTF-16 units short of the text already written")]
-    ReplayShort { missing: u64 },
+    ReplayShort { missing: Offset },
     #[error("re-attaching the pump: its replay starts at offset {mark}, outside the durable text held ({from} to {to})")]
-    DurableMissing { mark: u64, from: u64, to: u64 },
+    DurableMissing { mark: Offset, from: Offset, to: Offset },
     #[error("re-attaching the pump: its stored record has version {0}, this code reads {RECORD_VERSION}")]
     UnknownRecord(u32),
     #[error("re-attaching the pump: the upstream answered HTTP {status}")]
@@ -139,7 +140,7 @@ pub struct Relay {
     pump: Pump,
     /// The stream offset just past the pump's text so far, in the pump's own reckoning (the
     /// replay check compares against the stream's text at these offsets).
-    at: u64,
+    at: Offset,
     tracker: Option<Tracker>,
     check: Option<ReplayCheck>,
     push: String,
@@ -150,7 +151,7 @@ pub struct Relay {
 struct Tracker {
     endpoint: String,
     secret: Option<String>,
-    base: u64,
+    base: Offset,
     response_id: Option<String>,
     mark: Mark,
     /// A mark per event after `mark`, oldest first.
@@ -175,7 +176,7 @@ struct ReplayCheck {
 
 impl Relay {
     /// The relay of a new pump into a stream of `stream_format` whose length is `offset`.
-    pub fn new(req: &PumpRequest, stream_format: Format, stream_id: &str, offset: u64) -> Self {
+    pub fn new(req: &PumpRequest, stream_format: Format, stream_id: &str, offset: Offset) -> Self {
         let pump = Pump::for_stream(stream_format, req.format, stream_id);
         let tracker = req.background().then(|| Tracker {
             endpoint: req.redacted_url().trim_end_matches('/').to_owned(),
@@ -229,7 +230,7 @@ impl Relay {
 
     /// The record to store now that `durable_seq` of the stream is durable: `Some` when the
     /// response id became known or the mark moved since the last one.
-    pub fn poll_record(&mut self, durable_seq: u64) -> Option<BackgroundRecord> {
+    pub fn poll_record(&mut self, durable_seq: Offset) -> Option<BackgroundRecord> {
         let tracker = self.tracker.as_mut()?;
         tracker.advance(durable_seq);
         let due = std::mem::take(&mut tracker.due);
@@ -283,7 +284,7 @@ impl ReplayCheck {
 
     /// Compares an event's `text` (written at offset `at`) with what is expected: the byte of
     /// `text` where what was not written before starts, or where the two differ.
-    fn verify(&mut self, text: &str, at: u64) -> Result<usize, Interruption> {
+    fn verify(&mut self, text: &str, at: Offset) -> Result<usize, Interruption> {
         let n = self.expected.len().min(text.len());
         if self.expected.as_bytes()[..n] != text.as_bytes()[..n] {
             let same = self.expected.bytes().zip(text.bytes()).take_while(|(a, b)| a == b).count();
@@ -304,7 +305,7 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
 }
 
 impl Tracker {
-    fn handle_event(&mut self, pump: &Pump, text: &str, at: u64, fresh: bool) {
+    fn handle_event(&mut self, pump: &Pump, text: &str, at: Offset, fresh: bool) {
         let cursor = pump.cursor();
         if self.response_id.is_none() {
             // The id goes into URLs: anything but an id's characters is not re-attachable.
@@ -329,7 +330,7 @@ impl Tracker {
     }
 
     /// Moves the mark to the last event at least [`REPLAY_OVERLAP_UNITS`] below `durable`.
-    fn advance(&mut self, durable: u64) {
+    fn advance(&mut self, durable: Offset) {
         let target = durable.saturating_sub(REPLAY_OVERLAP_UNITS);
         let Some(last) = self.pending.iter().rposition(|m| m.offset <= target) else { return };
         let mark = self.pending.drain(..=last).next_back().expect("rposition found one");
@@ -378,7 +379,7 @@ pub enum ReattachNext {
     /// The replay is gone (expired): ask for the stored response.
     Retrieve(Retrieve),
     /// A passing refusal (429, 5xx): send the re-attach again after `after_ms`.
-    Retry { reattach: Reattach, after_ms: u64 },
+    Retry { reattach: Reattach, after_ms: Millis },
     /// Give up: seal `interrupted` at the durable text.
     Interrupt(Interruption),
 }
@@ -390,7 +391,7 @@ impl Reattach {
     /// length; the replay's start (`record.mark.offset`) must lie within it, or the answer is
     /// `Err` (seal `interrupted`). Then send [`Self::call`] and feed its status to
     /// [`Self::handle_answer`].
-    pub fn after_reset(record: BackgroundRecord, durable_from: u64, durable_text: &str) -> Result<Self, Interruption> {
+    pub fn after_reset(record: BackgroundRecord, durable_from: Offset, durable_text: &str) -> Result<Self, Interruption> {
         if record.version != RECORD_VERSION {
             return Err(Interruption::UnknownRecord(record.version));
         }
@@ -447,7 +448,7 @@ impl Reattach {
                 if tracker.reattaches >= MAX_REATTACHES {
                     return ReattachNext::Interrupt(Interruption::Refused { status });
                 }
-                let after_ms = REATTACH_BACKOFF_MS << (tracker.reattaches - 1).min(10);
+                let after_ms = REATTACH_BACKOFF_MS * (1 << (tracker.reattaches - 1).min(10));
                 let mut reattach = self;
                 if let Some(t) = reattach.relay.tracker.as_mut() {
                     t.reattaches += 1;
