@@ -1364,7 +1364,7 @@ fn the_hook_receives_seal_shortfalls_readers_dropped_and_idle_interrupted_seals(
     let hook = recorder();
     deliver(&d, &hook);
     let seen = hook.seen.borrow();
-    assert!(seen.iter().any(|n| matches!(n, StreamNotice::ReaderDropped { reader, .. } if *reader == slow.0)), "{seen:?}");
+    assert!(seen.iter().any(|n| matches!(n, StreamNotice::ReaderDropped { reader, .. } if *reader == slow)), "{seen:?}");
     assert!(
         seen.iter().any(|n| matches!(n, StreamNotice::Interrupted { cause: InterruptCause::IdleProducer, durable_seq: Offset(6), .. })),
         "{seen:?}"

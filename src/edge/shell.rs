@@ -443,7 +443,7 @@ impl Shell {
                 json!({"status": status, "seq": seq, "durableSeq": durable_seq, "shortfall": shortfall}),
             ),
             StreamEvent::ReaderDropped { reader, reason } => {
-                log("warn", "reader_dropped", id, json!({"reader": reader.0, "reason": format!("{reason:?}")}))
+                log("warn", "reader_dropped", id, json!({"reader": reader, "reason": format!("{reason:?}")}))
             }
         }
     }

@@ -14,7 +14,7 @@
 //! `streaming`, but the stream ends early. Keep hooks panic-free.
 
 use super::frame::EndStatus;
-use super::live::{DropReason, StreamEvent};
+use super::live::{DropReason, ReaderId, StreamEvent};
 use super::utf16::Offset;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use thiserror::Error;
@@ -30,7 +30,7 @@ pub enum StreamNotice {
     /// durable (the caller got a 503; the lease repairs the row if it can).
     SealShortfall { stream_id: String, status: EndStatus, seq: Offset, durable_seq: Offset, reason: String },
     /// A reader was dropped with `stale` (it stopped draining and its queue filled up).
-    ReaderDropped { stream_id: String, reader: u64, reason: DropReason },
+    ReaderDropped { stream_id: String, reader: ReaderId, reason: DropReason },
     /// A stream was sealed `interrupted`, with `durable_seq` units of text.
     Interrupted { stream_id: String, durable_seq: Offset, cause: InterruptCause },
 }
@@ -55,7 +55,7 @@ impl StreamNotice {
                 vec![StreamNotice::CheckpointFailed { stream_id: id(), from: *from, to: *to, error: error.clone() }]
             }
             StreamEvent::ReaderDropped { reader, reason } => {
-                vec![StreamNotice::ReaderDropped { stream_id: id(), reader: reader.0, reason: *reason }]
+                vec![StreamNotice::ReaderDropped { stream_id: id(), reader: *reader, reason: *reason }]
             }
             StreamEvent::Sealed { status, seq, durable_seq, shortfall } => {
                 let mut notices = Vec::new();

@@ -29,9 +29,11 @@ use std::cell::OnceCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
-/// Names one attached reader.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ReaderId(pub u64);
+/// Names one attached reader. Only the stream mints one (a subscribe), so a reader id a shell
+/// holds names a reader this stream attached; it serializes as its number, for logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct ReaderId(u64);
 
 /// What a reader reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

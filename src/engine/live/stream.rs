@@ -15,9 +15,10 @@ use crate::engine::utf16::Offset;
 use std::marker::PhantomData;
 use thiserror::Error;
 
-/// Names one store operation, so its reply finds its way back.
+/// Names one store operation, so its reply finds its way back. Only the stream mints one
+/// (with the operation's request), so an answer cannot name an operation it was not asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OpId(pub u64);
+pub struct OpId(pub(crate) u64);
 
 /// Names one pending request (open, flush or seal) until it settles with a `T`: an
 /// [`OpenOutcome`], a [`FlushOutcome`] or a [`SealOutcome`]. The type says what the settlement
