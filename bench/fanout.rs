@@ -19,7 +19,8 @@
 
 use rindle_streams::engine::config::{CheckpointMode, StreamConfig};
 use rindle_streams::engine::frame::Frame;
-use rindle_streams::engine::live::{LiveStream, Output, Producer, Pull, ReaderId, StoreReply, StreamState};
+use rindle_streams::engine::live::{LiveStream, Output, Producer, Pull, ReaderId, StreamState};
+use rindle_streams::engine::store::{MarkOutcome, StoreRequest};
 use rindle_streams::engine::time::{Millis, Timestamp};
 use rindle_streams::engine::utf16::Offset;
 use rindle_streams::engine::{sse, utf16};
@@ -101,7 +102,8 @@ fn live_stream(readers: usize) -> (LiveStream, Vec<ReaderId>) {
     while let Some(o) = s.poll_output() {
         match o {
             Output::ArmLease { .. } => s.handle_lease_armed(Ok(()), T0),
-            Output::Store(req) => s.handle_store(req.id, Ok(StoreReply::Applied), T0), // sink mode: the mark is the open
+            // Sink mode: the mark is the open.
+            Output::Store(StoreRequest::MarkStreaming(mark)) => s.handle_store(mark.answer(Ok(MarkOutcome::Marked)), T0),
             _ => {}
         }
     }

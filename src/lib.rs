@@ -12,7 +12,7 @@
 //! - [`install_authorizer`]: an [`Authorizer`](engine::auth::Authorizer) instead of the HS256
 //!   JWT check;
 //! - [`install_checkpoint_sink`]: a [`CheckpointSink`] instead of the mapped D1 tables
-//!   (which [`D1Tables`] implements, for a sink that wraps them);
+//!   (which [`Tables`] implements, over the [`D1`] executor, for a sink that wraps them);
 //! - [`install_event_hook`]: an [`EventHook`](engine::hook::EventHook) told of checkpoint
 //!   failures, seal shortfalls, dropped readers and interrupted seals.
 //!
@@ -33,4 +33,6 @@ pub mod engine;
 mod edge;
 
 #[cfg(target_arch = "wasm32")]
-pub use edge::{handle_request, install_authorizer, install_checkpoint_sink, install_event_hook, CheckpointSink, D1Tables, StreamObject};
+pub use edge::{handle_request, install_authorizer, install_checkpoint_sink, install_event_hook, StreamObject, D1};
+pub use engine::durable::Tables;
+pub use engine::store::CheckpointSink;

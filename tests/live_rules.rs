@@ -9,11 +9,13 @@ use rindle_streams::engine::frame::{EndStatus, Frame};
 use rindle_streams::engine::hook::{self, EventHook, InterruptCause, StreamNotice};
 use rindle_streams::engine::live::lease::{self, Holding, HostColumn, LeaseDecision, Release};
 use rindle_streams::engine::live::{
-    FlushError, OpenError, OpenOutcome, Producer, Pull, PushError, Settlement, StoreFailure, StoreOp, StoreReply, StreamEvent, StreamState,
+    CheckpointError, FlushError, OpenError, OpenOutcome, Producer, Pull, PushError, Settlement, StreamEvent, StreamState,
 };
+use rindle_streams::engine::store::{Checkpoint, MarkOutcome, MarkStreaming, OpKind, StoreError};
 use rindle_streams::engine::time::{Millis, Timestamp};
 use rindle_streams::engine::ui::{BadChunk, ChunkFault, Format};
 use rindle_streams::engine::utf16::Offset;
+use std::rc::Rc;
 use support::driver::{Driver, UiEvent, STREAM, TOKEN};
 use support::{Fault, SqliteDb, Store};
 
@@ -21,15 +23,15 @@ fn cfg() -> StreamConfig {
     StreamConfig { checkpoint_chars: Offset(8), ..StreamConfig::default() }
 }
 
-fn is_append(op: Option<&StoreOp>) -> bool {
-    matches!(op, Some(StoreOp::Append { .. }))
+fn is_append(d: &Driver) -> bool {
+    d.peek_kind() == Some(OpKind::Checkpoint)
 }
 
 /// Fails the next checkpoint attempt entirely (write fails, read-back fails).
 fn fail_attempt(d: &mut Driver) {
-    assert!(is_append(d.peek()), "expected an append, got {:?}", d.peek());
+    assert!(is_append(d), "expected an append, got {:?}", d.peek());
     d.answer(Fault::FailBeforeCommit);
-    assert_eq!(d.peek(), Some(&StoreOp::ReadState));
+    assert_eq!(d.peek_kind(), Some(OpKind::ReadState));
     d.answer(Fault::FailBeforeCommit);
 }
 
@@ -50,9 +52,9 @@ fn fail_round(d: &mut Driver) {
 fn a_checkpoint_is_due_at_checkpoint_chars() {
     let mut d = Driver::open(cfg());
     d.push("1234567");
-    assert_eq!(d.peek(), None, "7 of 8 chars: not due");
+    assert_eq!(d.peek_kind(), None, "7 of 8 chars: not due");
     d.push("8");
-    assert_eq!(d.peek(), Some(&StoreOp::Append { from: Offset(0), to: Offset(8), text: "12345678".into() }));
+    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(8), text: "12345678".into() }));
 }
 
 #[test]
@@ -62,9 +64,9 @@ fn a_checkpoint_is_due_at_the_interval_after_the_oldest_change() {
     d.advance(500);
     d.push("c");
     d.advance(249);
-    assert_eq!(d.peek(), None);
+    assert_eq!(d.peek_kind(), None);
     d.advance(1);
-    assert_eq!(d.peek(), Some(&StoreOp::Append { from: Offset(0), to: Offset(3), text: "abc".into() }));
+    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(3), text: "abc".into() }));
 }
 
 // ---- flush waiters
@@ -109,13 +111,13 @@ fn a_flush_landing_mid_round_gets_a_round_of_its_own() {
     let mut d = Driver::open(cfg());
     d.push("a");
     let first = d.flush();
-    assert_eq!(d.peek(), Some(&StoreOp::Append { from: Offset(0), to: Offset(1), text: "a".into() }));
+    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(1), text: "a".into() }));
     d.push("b");
     let second = d.flush();
     d.answer_all_once_round();
     assert_eq!(d.outcome(first), Some(&Ok(Offset(1))));
     assert_eq!(d.outcome(second), None);
-    assert_eq!(d.peek(), Some(&StoreOp::Append { from: Offset(1), to: Offset(2), text: "b".into() }), "no wait for the interval");
+    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(1), to: Offset(2), text: "b".into() }), "no wait for the interval");
     d.answer_all();
     assert_eq!(d.outcome(second), Some(&Ok(Offset(2))));
 }
@@ -140,11 +142,11 @@ fn a_failed_round_stalls_to_the_interval_cadence() {
     fail_round(&mut d);
     assert_eq!(d.stream.stats().failures, 1);
     d.push("more text past the threshold");
-    assert_eq!(d.peek(), None, "a stalled stream does not retry on every push");
+    assert_eq!(d.peek_kind(), None, "a stalled stream does not retry on every push");
     d.advance(749);
-    assert_eq!(d.peek(), None);
+    assert_eq!(d.peek_kind(), None);
     d.advance(1);
-    assert!(is_append(d.peek()), "the interval tick retries");
+    assert!(is_append(&d), "the interval tick retries");
     d.answer_all();
     assert_eq!(d.stream.durable_seq(), d.stream.seq());
 }
@@ -166,7 +168,7 @@ fn retries_follow_the_schedule_three_retries_doubling_from_50ms() {
     fail_attempt(&mut d);
     assert_eq!(d.stream.stats().retries, 3);
     assert_eq!(d.stream.stats().failures, 1);
-    assert_eq!(d.peek(), None, "no fourth retry");
+    assert_eq!(d.peek_kind(), None, "no fourth retry");
 }
 
 // ---- confirmation comes only from reading the row
@@ -175,9 +177,9 @@ fn retries_follow_the_schedule_three_retries_doubling_from_50ms() {
 fn a_checkpoint_is_confirmed_by_the_read_in_its_own_transaction() {
     let mut d = Driver::open(cfg());
     d.push("12345678");
-    assert!(is_append(d.peek()));
+    assert!(is_append(&d));
     d.answer(Fault::None);
-    assert_eq!(d.peek(), None, "no separate read-back round");
+    assert_eq!(d.peek_kind(), None, "no separate read-back round");
     assert_eq!(d.stream.durable_seq(), Offset(8));
     assert_eq!(d.stream.stats().checkpoints, 1);
 }
@@ -188,7 +190,7 @@ fn durable_seq_advances_only_from_the_read_back() {
     d.push("12345678");
     d.answer(Fault::CommitThenLoseReply); // the write commits, its reply (and read) is lost
     assert_eq!(d.stream.durable_seq(), Offset(0));
-    assert_eq!(d.peek(), Some(&StoreOp::ReadState));
+    assert_eq!(d.peek_kind(), Some(OpKind::ReadState));
     d.answer(Fault::FailBeforeCommit); // and the read-back fails
     assert_eq!(d.stream.durable_seq(), Offset(0), "a write the store did not confirm is not durable");
     d.advance(50);
@@ -222,17 +224,17 @@ fn a_confirmation_short_of_the_slice_re_covers_from_the_confirmed_length() {
     assert_eq!(d.stream.durable_seq(), Offset(0), "the plane does not know the store holds 8");
     d.push("ijklmnop");
     d.advance(750);
-    assert_eq!(d.peek(), Some(&StoreOp::Append { from: Offset(0), to: Offset(16), text: "abcdefghijklmnop".into() }));
+    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(16), text: "abcdefghijklmnop".into() }));
     d.answer(Fault::None); // a no-op (the row is at 8, not 0); its read says 8: adopt it, short of 16
     assert_eq!(d.stream.durable_seq(), Offset(8));
-    assert!(d
-        .events
-        .iter()
-        .any(|e| matches!(e, StreamEvent::CheckpointAttemptFailed { error, .. } if error.contains("confirmed 8 of 16"))));
+    assert!(d.events.iter().any(|e| matches!(
+        e,
+        StreamEvent::CheckpointAttemptFailed { error: CheckpointError::Short { stored: Offset(8), to: Offset(16) }, .. }
+    )));
     d.advance(50);
     assert_eq!(
-        d.peek(),
-        Some(&StoreOp::Append { from: Offset(8), to: Offset(16), text: "ijklmnop".into() }),
+        d.peek_checkpoint(),
+        Some(&Checkpoint { from: Offset(8), to: Offset(16), text: "ijklmnop".into() }),
         "re-cover only the missing part"
     );
     d.answer_all();
@@ -248,11 +250,11 @@ fn a_seal_requested_mid_round_goes_straight_to_compaction() {
     let mut d = Driver::open(cfg());
     d.push("abc");
     let flush = d.flush();
-    assert!(is_append(d.peek()));
+    assert!(is_append(&d));
     let close = d.close();
     d.answer(Fault::FailBeforeCommit); // the in-flight write fails…
     d.answer(Fault::FailBeforeCommit); // …and so does its read-back
-    assert!(matches!(d.peek(), Some(StoreOp::Seal(_))), "no retry of the failing slice: {:?}", d.peek());
+    assert!(d.peek_kind() == Some(OpKind::Seal), "no retry of the failing slice: {:?}", d.peek());
     d.answer(Fault::None);
     assert_eq!(
         d.outcome(close),
@@ -271,7 +273,7 @@ fn a_seal_during_a_retry_backoff_supersedes_the_retry() {
     fail_attempt(&mut d);
     assert!(d.stream.poll_timeout().is_some(), "waiting to retry");
     let _ = d.close();
-    assert!(matches!(d.peek(), Some(StoreOp::Seal(_))));
+    assert!(d.peek_kind() == Some(OpKind::Seal));
 }
 
 #[test]
@@ -298,7 +300,7 @@ fn a_failed_seal_still_ends_the_stream_and_the_caller_learns_the_shortfall() {
 /// Fails the seal's first attempt and every retry.
 fn fail_seal(d: &mut Driver) {
     for retry in 0..=3 {
-        assert!(matches!(d.peek(), Some(StoreOp::Seal(_))), "expected a seal, got {:?}", d.peek());
+        assert!(d.peek_kind() == Some(OpKind::Seal), "expected a seal, got {:?}", d.peek());
         d.answer(Fault::FailBeforeCommit);
         if retry < 3 {
             d.advance(50 << retry);
@@ -337,8 +339,7 @@ fn a_failed_seal_is_retried_from_the_lingering_stream_and_then_reported_sealed()
     let LeaseDecision::RepairSeal(write) = lease::decide(&d.stream.holding(), None, d.lease_token.as_deref(), &cfg()) else {
         panic!("the lingering stream holds the whole text: the lease repairs the producer's seal")
     };
-    let plan = d.db.sql.plan(STREAM, &StoreOp::Seal(write));
-    d.db.run(&plan, Fault::None).expect("the retried seal commits");
+    support::perform(&d.tables, STREAM, &write, Fault::None).expect("the retried seal commits");
     d.stream.seal_repaired();
     assert_eq!(d.db.status(STREAM), "complete");
     assert_eq!(d.db.durable_text(STREAM), "123456789😀");
@@ -383,8 +384,8 @@ fn a_huge_push_becomes_several_capped_chunk_rows() {
     d.push(&text);
     let t = d.flush();
     let mut slices = vec![];
-    while let Some(op) = d.peek().cloned() {
-        if let StoreOp::Append { text, .. } = &op {
+    while d.peek().is_some() {
+        if let Some(Checkpoint { text, .. }) = d.peek_checkpoint() {
             assert!(text.len() <= 1000, "slice of {} bytes", text.len());
             slices.push(text.len());
         }
@@ -619,17 +620,14 @@ fn open_is_refused_for_a_row_already_streaming() {
 #[test]
 fn open_is_refused_to_the_loser_of_a_race_on_the_host_column() {
     // Both producers pass the probe before either marks the row; the host CAS picks one.
-    let db = SqliteDb::new();
+    let db = Rc::new(SqliteDb::new());
     db.insert_message(STREAM);
-    let mut a = Driver::opening(db, cfg(), "host-A");
-    // B shares A's database: it is handed across before each of B's steps and back after.
-    let mut b = Driver::opening(SqliteDb::new(), cfg(), "host-B");
+    // Two objects, one database.
+    let mut a = Driver::opening(Rc::clone(&db), cfg(), "host-A");
+    let mut b = Driver::opening(Rc::clone(&db), cfg(), "host-B");
     a.answer(Fault::None); // A's probe: an empty row
-    std::mem::swap(&mut a.db, &mut b.db);
     b.answer(Fault::None); // B's probe: still an empty row
-    std::mem::swap(&mut a.db, &mut b.db);
     a.answer_all(); // A marks the row and reads back its own token
-    std::mem::swap(&mut a.db, &mut b.db);
     b.answer_all(); // B's mark matches nothing; its read-back names A
     let verdict = b.settled.values().next().cloned();
     assert!(
@@ -709,13 +707,13 @@ fn a_ui_streams_checkpoint_is_due_at_its_own_threshold_not_at_the_text_one() {
     let mut d = Driver::open(cfg.clone());
     let line = chunk("text-delta", "ab"); // 43 units, over the text threshold
     d.push(&line);
-    assert_eq!(d.peek(), None, "{} units of NDJSON: due only at the ui threshold (64)", units(&line));
+    assert_eq!(d.peek_kind(), None, "{} units of NDJSON: due only at the ui threshold (64)", units(&line));
     d.push(&line);
-    assert_eq!(d.peek(), Some(&StoreOp::Append { from: Offset(0), to: units(&line) + units(&line), text: format!("{line}{line}") }));
+    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: units(&line) + units(&line), text: format!("{line}{line}") }));
     // A text stream with the same config checkpoints at 8.
     let mut t = Driver::open(StreamConfig { format: Format::Text, ..cfg });
     t.push("12345678");
-    assert_eq!(t.peek(), Some(&StoreOp::Append { from: Offset(0), to: Offset(8), text: "12345678".into() }));
+    assert_eq!(t.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(8), text: "12345678".into() }));
 }
 
 #[test]
@@ -893,8 +891,7 @@ fn a_ui_reader_shown_lines_past_a_short_seal_ends_with_an_error_that_says_what_w
     let LeaseDecision::RepairSeal(write) = lease::decide(&d.stream.holding(), None, d.lease_token.as_deref(), &cfg) else {
         panic!("the lingering stream holds the whole text: the lease repairs the producer's seal")
     };
-    let plan = d.db.sql.plan(STREAM, &StoreOp::Seal(write));
-    d.db.run(&plan, Fault::None).expect("the retried seal commits");
+    support::perform(&d.tables, STREAM, &write, Fault::None).expect("the retried seal commits");
     d.stream.seal_repaired();
     let after = d.subscribe_ui(Offset(0));
     let mut expected = ui_lines(Offset(0), &[&kept, &lost]);
@@ -979,12 +976,12 @@ fn fresh_row() -> SqliteDb {
 #[test]
 fn the_lease_is_armed_before_the_row_is_marked() {
     let mut d = Driver::opening(fresh_row(), cfg(), TOKEN);
-    assert_eq!(d.peek(), Some(&StoreOp::ProbeOpen));
+    assert_eq!(d.peek_kind(), Some(OpKind::ProbeOpen));
     d.answer(Fault::None);
     assert_eq!(d.lease_to_arm.as_deref(), Some(TOKEN), "the probe passed: the lease comes next, with this open's token");
-    assert_eq!(d.peek(), None, "nothing is marked before the lease is armed");
+    assert_eq!(d.peek_kind(), None, "nothing is marked before the lease is armed");
     d.arm_lease(Ok(()));
-    assert!(matches!(d.peek(), Some(StoreOp::MarkStreaming { host_token, .. }) if host_token == TOKEN));
+    assert!(matches!(d.peek_mark(), Some(MarkStreaming { host_token, .. }) if host_token == TOKEN));
     d.answer_all();
     assert_eq!(d.stream.state(), StreamState::Live);
 }
@@ -1008,14 +1005,14 @@ fn an_open_whose_lease_cannot_be_armed_fails_without_marking_the_row() {
 fn the_probe_and_the_mark_have_retries_of_their_own() {
     let mut d = Driver::opening(fresh_row(), cfg(), TOKEN);
     for retry in 0..3 {
-        assert_eq!(d.peek(), Some(&StoreOp::ProbeOpen));
+        assert_eq!(d.peek_kind(), Some(OpKind::ProbeOpen));
         d.answer(Fault::FailBeforeCommit);
         d.advance(50 << retry);
     }
     d.answer(Fault::None); // the probe's last retry passes
     d.arm_lease(Ok(()));
     for retry in 0..3 {
-        assert!(matches!(d.peek(), Some(StoreOp::MarkStreaming { .. })), "{:?}", d.peek());
+        assert!(d.peek_kind() == Some(OpKind::MarkStreaming), "{:?}", d.peek());
         d.answer(Fault::FailBeforeCommit);
         d.advance(50 << retry);
     }
@@ -1101,8 +1098,7 @@ fn alarm_after_eviction(d: &mut Driver, cfg: &StreamConfig, host_mapped: bool) -
         match lease::decide(&Holding::Nothing, row.as_ref(), token.as_deref(), cfg) {
             LeaseDecision::ReadRow => row = Some(d.db.lease_row(STREAM, host_mapped)),
             LeaseDecision::SealInterrupted(write) => {
-                let plan = d.db.sql.plan(STREAM, &StoreOp::Seal(write));
-                d.db.run(&plan, Fault::None).expect("the interrupted seal commits");
+                support::perform(&d.tables, STREAM, &write, Fault::None).expect("the interrupted seal commits");
                 row = None;
             }
             LeaseDecision::Release(release) => return release,
@@ -1128,11 +1124,11 @@ fn the_lease_seals_a_row_whose_mark_committed_but_whose_replies_were_lost() {
     d.answer(Fault::None); // the probe
     d.arm_lease(Ok(()));
     d.answer(Fault::None); // the mark commits and says so…
-    assert_eq!(d.peek(), Some(&StoreOp::ReadHost));
+    assert_eq!(d.peek_kind(), Some(OpKind::ReadHost));
     d.answer(Fault::CommitThenLoseReply); // …but the host read's reply is lost
     for retry in 0..3 {
         d.advance(50 << retry);
-        assert!(matches!(d.peek(), Some(StoreOp::MarkStreaming { .. })), "the mark is retried with its read");
+        assert!(d.peek_kind() == Some(OpKind::MarkStreaming), "the mark is retried with its read");
         d.answer(Fault::CommitThenLoseReply); // every replayed mark's reply is lost too
     }
     assert!(matches!(opened(&d), Some(Err(OpenError::Store(_)))), "{:?}", opened(&d));
@@ -1141,7 +1137,7 @@ fn the_lease_seals_a_row_whose_mark_committed_but_whose_replies_were_lost() {
     assert_eq!(alarm_after_eviction(&mut d, &cfg(), true), Release::NotStreaming { status: "interrupted".into() });
     assert_eq!(d.db.status(STREAM), "interrupted");
     // A regeneration is a new message id: the row is not reopened.
-    let mut again = Driver::opening(std::mem::replace(&mut d.db, SqliteDb::new()), cfg(), "host-B");
+    let mut again = Driver::opening(Rc::clone(&d.db), cfg(), "host-B");
     again.answer_all();
     assert_eq!(opened(&again), Some(Err(OpenError::Refused(OpenRefused::AlreadySealed { status: "interrupted".into() }))));
 }
@@ -1225,8 +1221,8 @@ fn sink_cfg() -> StreamConfig {
 fn a_sink_can_refuse_an_open_which_is_a_refusal_not_a_store_failure() {
     let mut d = Driver::opening(fresh_row(), sink_cfg(), TOKEN);
     d.arm_lease(Ok(()));
-    assert!(matches!(d.peek(), Some(StoreOp::MarkStreaming { .. })));
-    d.reply(Ok(StoreReply::Refused("this chat is closed".into())));
+    assert!(d.peek_kind() == Some(OpKind::MarkStreaming));
+    d.answer_mark(MarkOutcome::Refused("this chat is closed".into()));
     assert_eq!(opened(&d), Some(Err(OpenError::Refused(OpenRefused::BySink { reason: "this chat is closed".into() }))));
     assert_eq!(d.pending.len(), 0, "a refusal is never retried");
 }
@@ -1243,10 +1239,7 @@ fn the_open_operation_carries_the_apps_meta_and_the_start_time() {
     let mut d = Driver::with_stream(stream, fresh_row());
     d.now = Timestamp(1_300);
     d.arm_lease(Ok(()));
-    assert_eq!(
-        d.peek(),
-        Some(&StoreOp::MarkStreaming { host_token: TOKEN.into(), meta: Some(meta.clone()), started_at: Timestamp(1_234) })
-    );
+    assert_eq!(d.peek_mark(), Some(&MarkStreaming { host_token: TOKEN.into(), meta: Some(meta.clone()), started_at: Timestamp(1_234) }));
     assert_eq!(d.stream.meta(), Some(&meta), "kept for the authorizer");
 }
 
@@ -1257,7 +1250,7 @@ fn the_seal_write_carries_from_so_a_trimming_sink_writes_only_the_unsaved_tail()
     d.answer_all();
     d.push("abc");
     let _ = d.close();
-    let Some(StoreOp::Seal(write)) = d.peek().cloned() else { panic!("expected the seal, got {:?}", d.peek()) };
+    let Some(write) = d.peek_seal().cloned() else { panic!("expected the seal, got {:?}", d.peek()) };
     assert_eq!((write.from, write.body_from, write.seq), (Offset(10), Offset(6), Offset(13)));
     let body = write.body.expect("a sink gets the retained text");
     assert_eq!(body, "6789abc");
@@ -1272,7 +1265,7 @@ fn a_sink_refusing_the_first_mark_undoes_the_lease_so_a_row_another_producer_hol
     let mut d = Driver::opening(db, sink_cfg(), TOKEN);
     d.arm_lease(Ok(()));
     assert_eq!(d.lease_token.as_deref(), Some(TOKEN), "armed before the mark");
-    d.reply(Ok(StoreReply::Refused("another producer holds this message".into())));
+    d.answer_mark(MarkOutcome::Refused("another producer holds this message".into()));
     assert!(matches!(opened(&d), Some(Err(OpenError::Refused(OpenRefused::BySink { .. })))));
     assert_eq!(d.disarmed, [TOKEN], "the refusal proves nothing was marked: the lease is undone");
     assert_eq!(d.lease_token, None, "no alarm of this open will seal the other producer's row");
@@ -1285,11 +1278,11 @@ fn a_sink_refusing_the_first_mark_undoes_the_lease_so_a_row_another_producer_hol
 fn a_sink_refusal_after_a_failed_mark_attempt_keeps_the_lease_that_attempt_may_need() {
     let mut d = Driver::opening(fresh_row(), sink_cfg(), TOKEN);
     d.arm_lease(Ok(()));
-    let mark = d.reply(Err(StoreFailure("the sink timed out (it may have committed)".into())));
-    assert!(matches!(mark.op, StoreOp::MarkStreaming { .. }));
+    let mark = d.fail_next(StoreError::MayHaveCommitted("the sink timed out".into()));
+    assert_eq!(mark, OpKind::MarkStreaming);
     d.db.exec("UPDATE messages SET status = 'streaming' WHERE id = 'm1'"); // that attempt did commit
     d.advance(50);
-    d.reply(Ok(StoreReply::Refused("already streaming".into()))); // a sink refusing our own replay
+    d.answer_mark(MarkOutcome::Refused("already streaming".into())); // a sink refusing our own replay
     assert!(matches!(opened(&d), Some(Err(OpenError::Refused(OpenRefused::BySink { .. })))));
     assert!(d.disarmed.is_empty(), "the failed attempt may have marked the row: the lease stays");
     assert_eq!(alarm_after_eviction(&mut d, &sink_cfg(), false), Release::NotStreaming { status: "interrupted".into() });
@@ -1301,7 +1294,7 @@ fn a_store_failure_on_a_sink_open_is_retried_and_then_a_store_error() {
     let mut d = Driver::opening(fresh_row(), sink_cfg(), TOKEN);
     d.arm_lease(Ok(()));
     for retry in 0..=3 {
-        d.reply(Err(StoreFailure("the sink is down".into())));
+        d.fail_next(StoreError::NotCommitted("the sink is down".into()));
         if retry < 3 {
             d.advance(50 << retry);
         }

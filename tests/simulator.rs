@@ -33,21 +33,22 @@
 mod support;
 
 use rindle_streams::engine::config::StreamConfig;
-use rindle_streams::engine::durable::ColumnValue;
+use rindle_streams::engine::durable::{ColumnValue, SqlExecutor, Tables};
 use rindle_streams::engine::frame::{EndStatus, Frame};
 use rindle_streams::engine::live::lease::{self, HostColumn, LeaseDecision, LeaseRow, Release};
 use rindle_streams::engine::live::{
-    Dialect, LiveStream, OpenError, Output, Producer, Pull, PushError, ReaderId, SealOutcome, Settlement, StoreOp, StoreRequest,
-    StreamState, Ticket,
+    Dialect, LiveStream, OpenError, Output, Producer, Pull, PushError, ReaderId, SealOutcome, Settlement, StreamState, Ticket,
 };
 use rindle_streams::engine::reading::DurableText;
+use rindle_streams::engine::store::{OpKind, StoreRequest};
 use rindle_streams::engine::time::{Millis, Timestamp};
 use rindle_streams::engine::ui::{Format, MAX_LINE_BYTES};
 use rindle_streams::engine::utf16::{self, Offset};
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 use support::driver::{parse_sse, parse_ui_sse, ticket_id, Settles};
 use support::pg::PgDb;
-use support::{Fault, SqliteDb, Store};
+use support::{block_on, Fault, SqliteDb, Store};
 
 const STREAM: &str = "sim";
 
@@ -243,7 +244,9 @@ struct Sim {
     seed: u64,
     stream: LiveStream,
     cfg: StreamConfig,
-    db: Box<dyn Store>,
+    db: Rc<dyn Store>,
+    /// The mapped tables on `db`, which answer the stream's requests.
+    tables: Tables,
     now: Timestamp,
     in_flight: VecDeque<(Timestamp, StoreRequest)>,
     /// The stream asked for its lease (answered at the time given).
@@ -276,8 +279,8 @@ struct Sim {
 }
 
 impl Sim {
-    /// A schedule on `db`, whose tables it empties first.
-    fn new(seed: u64, db: Box<dyn Store>) -> Self {
+    /// A schedule on `backend`, whose tables it empties first.
+    fn new(seed: u64, Backend { db, tables }: Backend) -> Self {
         let mut rng = Rng(seed);
         let checkpoint_chars = rng.pick(&[1, 8, 64, 512]);
         let cfg = StreamConfig {
@@ -309,6 +312,7 @@ impl Sim {
             stream,
             cfg,
             db,
+            tables,
             now: Timestamp(0),
             in_flight: VecDeque::new(),
             arming: None,
@@ -343,7 +347,7 @@ impl Sim {
         while let Some(o) = self.stream.poll_output() {
             match o {
                 Output::Store(r) => {
-                    if matches!(r.op, StoreOp::MarkStreaming { .. }) && self.lease_token.is_none() {
+                    if r.kind() == OpKind::MarkStreaming && self.lease_token.is_none() {
                         self.fail("the row is marked before the lease that would seal it is armed".into());
                     }
                     let at = self.now + Millis(self.rng.below(self.max_latency + 1));
@@ -380,11 +384,10 @@ impl Sim {
 
     fn answer_next(&mut self) {
         let (_, req) = self.in_flight.pop_front().unwrap();
-        let plan = self.db.sql().plan(STREAM, &req.op);
         let fault = self.fault();
-        let result = self.db.run(&plan, fault);
+        let answer = support::answer(&self.tables, STREAM, req, fault);
         self.store_ops += 1;
-        self.stream.handle_store(req.id, result, self.now);
+        self.stream.handle_store(answer, self.now);
         self.drain();
         self.check_prefix();
     }
@@ -705,10 +708,7 @@ impl Sim {
                     self.stream.detach(self.readers[i].id);
                     self.readers.swap_remove(i);
                 }
-                98 => {
-                    let cancel = self.db.sql().request_cancel(STREAM).expect("the example maps a cancel column");
-                    self.db.batch(&[cancel]).expect("the cancel flag is set");
-                }
+                98 => assert!(block_on(self.tables.request_cancel(STREAM)).expect("the cancel flag is set"), "the row exists"),
                 _ => self.stream.cancel(),
             }
         }
@@ -755,8 +755,7 @@ impl Sim {
     fn crash(&mut self) {
         for (_, req) in std::mem::take(&mut self.in_flight) {
             if self.rng.chance(0.5) {
-                let plan = self.db.sql().plan(STREAM, &req.op);
-                let _ = self.db.run(&plan, Fault::None);
+                let _ = support::answer(&self.tables, STREAM, req, Fault::None);
             }
         }
         if let Some((_, token)) = self.arming.take() {
@@ -787,9 +786,8 @@ impl Sim {
             while let Some(o) = again.poll_output() {
                 match o {
                     Output::Store(r) => {
-                        let plan = self.db.sql().plan(STREAM, &r.op);
-                        let result = self.db.run(&plan, Fault::None);
-                        again.handle_store(r.id, result, self.now);
+                        let answer = support::answer(&self.tables, STREAM, r, Fault::None);
+                        again.handle_store(answer, self.now);
                     }
                     Output::ArmLease { .. } => again.handle_lease_armed(Ok(()), self.now),
                     Output::Settled(Settlement::Opened(_, Err(OpenError::Refused(_)))) => return,
@@ -816,10 +814,9 @@ impl Sim {
                 }
                 LeaseDecision::RepairSeal(write) | LeaseDecision::SealInterrupted(write) => write,
             };
-            let plan = self.db.sql().plan(STREAM, &StoreOp::Seal(write));
             let fault = self.fault();
             self.store_ops += 1;
-            let committed = self.db.run(&plan, fault).is_ok();
+            let committed = support::perform(&self.tables, STREAM, &write, fault).is_ok();
             self.check_prefix();
             if committed {
                 if matches!(holding, lease::Holding::Unsealed(_)) {
@@ -961,7 +958,7 @@ impl Totals {
 /// `open` (`None`: the store is not there, said loudly by `open`). A schedule is a function of
 /// its seed alone, so the split changes nothing but the time. Nothing runs when `SIM_BACKEND`
 /// names the other store.
-fn run_schedules(backend: &'static str, default_schedules: u64, threads: u64, open: impl Fn() -> Option<Box<dyn Store>> + Sync) {
+fn run_schedules(backend: &'static str, default_schedules: u64, threads: u64, open: impl Fn() -> Option<Backend> + Sync) {
     if std::env::var("SIM_BACKEND").is_ok_and(|b| b != backend) {
         return;
     }
@@ -978,13 +975,12 @@ fn run_schedules(backend: &'static str, default_schedules: u64, threads: u64, op
                 let (seeds, open) = (&seeds, &open);
                 scope.spawn(move || {
                     BACKEND.set(backend);
-                    let mut db = open()?;
+                    let backend = open()?;
                     let mut totals = Totals::default();
                     for seed in seeds.iter().skip(t as usize).step_by(threads as usize) {
-                        let mut sim = Sim::new(*seed, db);
+                        let mut sim = Sim::new(*seed, backend.clone());
                         sim.run();
                         totals.add(&sim);
-                        db = sim.db;
                     }
                     Some(totals)
                 })
@@ -1009,13 +1005,27 @@ fn run_schedules(backend: &'static str, default_schedules: u64, threads: u64, op
     assert!(ops > schedules, "the simulator exercised the store");
 }
 
+/// The database a thread's schedules run on, and the mapped tables on it.
+#[derive(Clone)]
+struct Backend {
+    db: Rc<dyn Store>,
+    tables: Tables,
+}
+
+impl Backend {
+    fn new<D: Store + SqlExecutor + 'static>(db: D) -> Self {
+        let db = Rc::new(db);
+        Self { tables: support::tables(&db), db }
+    }
+}
+
 #[test]
 fn contracts_s_and_p_hold_over_random_faulty_schedules() {
-    run_schedules("sqlite", 2000, 1, || Some(Box::new(SqliteDb::new())));
+    run_schedules("sqlite", 2000, 1, || Some(Backend::new(SqliteDb::new())));
 }
 
 #[test]
 fn contracts_s_and_p_hold_over_random_faulty_schedules_on_postgres() {
     // Four connections: a schedule on Postgres waits on round trips, not on the CPU.
-    run_schedules("postgres", 1000, 4, || PgDb::new("simulator").map(|db| Box::new(db) as Box<dyn Store>));
+    run_schedules("postgres", 1000, 4, || PgDb::new("simulator").map(Backend::new));
 }

@@ -11,12 +11,14 @@ mod support;
 use postgres::Client;
 use rindle_streams::engine::config::StreamConfig;
 use rindle_streams::engine::durable::{
-    judge_host, judge_probe, ColumnNames, ColumnValue, Dialect, MappedSql, OpenProbe, OpenRefused, RowState, Statement, TableMapping, Value,
+    judge_host, judge_probe, ColumnNames, ColumnValue, Dialect, MappedSql, OpenProbe, OpenRefused, Row, RowState, Statement, TableMapping,
+    TablesOp, Value,
 };
 use rindle_streams::engine::frame::EndStatus;
 use rindle_streams::engine::live::lease::{self, Holding, LeaseDecision, Release};
-use rindle_streams::engine::live::{StoreOp, StoreReply};
+use rindle_streams::engine::store::{Checkpoint, ReadState, StoreError};
 use rindle_streams::engine::utf16::{self, Offset};
+use std::rc::Rc;
 use support::pg::{self, PgDb};
 use support::{Fault, Store};
 
@@ -29,7 +31,7 @@ macro_rules! db {
         match PgDb::new($test) {
             Some(db) => {
                 db.insert_message(ID);
-                db
+                Rc::new(db)
             }
             None => return,
         }
@@ -40,19 +42,23 @@ fn seq(db: &PgDb) -> ColumnValue {
     db.message_column(ID, "seq")
 }
 
-fn append(db: &mut PgDb, from: u64, to: u64, text: &str) -> Vec<u64> {
+fn append(db: &PgDb, from: u64, to: u64, text: &str) -> Vec<u64> {
     let batch = db.sql.append(ID, Offset(from), Offset(to), text);
     db.batch(&batch).unwrap()
 }
 
-fn state(seq: u64, cancel: bool) -> StoreReply {
-    StoreReply::State(RowState { seq: Offset(seq), cancel })
+fn state(seq: u64, cancel: bool) -> RowState {
+    RowState { seq: Offset(seq), cancel }
 }
 
-/// What one append plan answers (the checkpoint's read-back).
-fn checkpoint(db: &mut PgDb, from: u64, to: u64, text: &str) -> StoreReply {
-    let plan = db.sql.plan(ID, &StoreOp::Append { from: Offset(from), to: Offset(to), text: text.into() });
-    db.run(&plan, Fault::None).unwrap()
+/// Performs `op` on row `id` through the mapped tables on `db`, as they answer a stream.
+fn perform<Op: TablesOp>(db: &Rc<PgDb>, id: &str, op: &Op) -> Result<Op::Reply, StoreError> {
+    support::perform(&support::tables(db), id, op, Fault::None)
+}
+
+/// What one checkpoint answers (the row as its own transaction left it).
+fn checkpoint(db: &Rc<PgDb>, from: u64, to: u64, text: &str) -> RowState {
+    perform(db, ID, &Checkpoint { from: Offset(from), to: Offset(to), text: text.into() }).unwrap()
 }
 
 #[test]
@@ -78,16 +84,16 @@ fn the_postgres_dialect_has_its_placeholders_types_and_one_checkpoint_statement(
 
 #[test]
 fn every_statement_of_the_plan_runs_on_postgres() {
-    let mut db = db!("every_statement");
+    let db = db!("every_statement");
     let sql = db.sql.clone();
     let probe = &db.query(&sql.probe_open(ID))[0];
     assert_eq!((probe["seq"].clone(), probe["status"].clone()), (ColumnValue::Integer(0), ColumnValue::Text("pending".into())));
     assert_eq!(db.batch(&[sql.mark_streaming(ID, "A")]).unwrap(), vec![1]);
     assert_eq!(db.query(&sql.read_host(ID).unwrap())[0]["host"], ColumnValue::Text("A".into()));
-    assert_eq!(checkpoint(&mut db, 0, 5, "hello"), state(5, false));
-    assert_eq!(db.run(&sql.plan(ID, &StoreOp::ReadState), Fault::None).unwrap(), state(5, false));
+    assert_eq!(checkpoint(&db, 0, 5, "hello"), state(5, false));
+    assert_eq!(perform(&db, ID, &ReadState).unwrap(), state(5, false));
     assert_eq!(db.batch(&[sql.request_cancel(ID).unwrap()]).unwrap(), vec![1]);
-    assert_eq!(db.run(&sql.plan(ID, &StoreOp::ReadState), Fault::None).unwrap(), state(5, true), "a boolean flag reads as true");
+    assert_eq!(perform(&db, ID, &ReadState).unwrap(), state(5, true), "a boolean flag reads as true");
     let chunks = db.query(&sql.read_chunks(ID));
     assert_eq!((chunks[0]["seq"].clone(), chunks[0]["text"].clone()), (ColumnValue::Integer(5), ColumnValue::Text("hello".into())));
     db.batch(&[sql.seal_in_place(ID, EndStatus::Cancelled, None)]).unwrap();
@@ -102,17 +108,17 @@ fn every_statement_of_the_plan_runs_on_postgres() {
 
 #[test]
 fn the_append_inserts_the_slice_and_swaps_the_length() {
-    let mut db = db!("append");
-    append(&mut db, 0, 5, "hello");
+    let db = db!("append");
+    append(&db, 0, 5, "hello");
     assert_eq!(seq(&db), ColumnValue::Integer(5));
-    append(&mut db, 5, 7, "😀");
+    append(&db, 5, 7, "😀");
     assert_eq!(db.durable_text(ID), "hello😀");
     assert_eq!(db.chunk_count(ID), 2);
 }
 
 #[test]
 fn the_guarded_insert_is_idempotent() {
-    let mut db = db!("idempotent");
+    let db = db!("idempotent");
     let batch = db.sql.append(ID, Offset(0), Offset(5), "hello");
     db.batch(&batch).unwrap();
     for _ in 0..3 {
@@ -125,45 +131,45 @@ fn the_guarded_insert_is_idempotent() {
 
 #[test]
 fn a_stale_re_cover_lands_no_overlapping_chunk() {
-    let mut db = db!("stale_re_cover");
-    append(&mut db, 0, 5, "hello");
+    let db = db!("stale_re_cover");
+    append(&db, 0, 5, "hello");
     // A slice whose `from` lags the row (its predecessor's ack was lost): another chunk id, kept
     // out by the CAS on `seq = from` alone.
-    assert_eq!(append(&mut db, 0, 8, "hello wo").iter().sum::<u64>(), 0);
+    assert_eq!(append(&db, 0, 8, "hello wo").iter().sum::<u64>(), 0);
     assert_eq!(db.chunk_count(ID), 1);
     assert_eq!(db.durable_text(ID), "hello");
 }
 
 #[test]
 fn the_read_back_is_the_truth() {
-    let mut db = db!("read_back");
-    assert_eq!(checkpoint(&mut db, 0, 5, "hello"), state(5, false), "the write's own effect");
-    assert_eq!(checkpoint(&mut db, 0, 5, "hello"), state(5, false), "a replay reads the same length");
-    assert_eq!(checkpoint(&mut db, 0, 8, "hello wo"), state(5, false), "a stale re-cover reads what the row holds");
+    let db = db!("read_back");
+    assert_eq!(checkpoint(&db, 0, 5, "hello"), state(5, false), "the write's own effect");
+    assert_eq!(checkpoint(&db, 0, 5, "hello"), state(5, false), "a replay reads the same length");
+    assert_eq!(checkpoint(&db, 0, 8, "hello wo"), state(5, false), "a stale re-cover reads what the row holds");
     // Another writer moved the row: the read-back reports the row, not what this write meant.
     db.exec("UPDATE messages SET seq = 9 WHERE id = 'm1'");
-    assert_eq!(checkpoint(&mut db, 5, 7, "😀"), state(9, false), "a lost CAS reads the row's length");
+    assert_eq!(checkpoint(&db, 5, 7, "😀"), state(9, false), "a lost CAS reads the row's length");
     assert_eq!(db.chunk_count(ID), 1, "and lands no chunk");
     db.batch(&[db.sql.request_cancel(ID).unwrap()]).unwrap();
-    assert_eq!(checkpoint(&mut db, 9, 11, "😀"), state(11, true), "and the cancel flag");
+    assert_eq!(checkpoint(&db, 9, 11, "😀"), state(11, true), "and the cancel flag");
 }
 
 #[test]
 fn a_failed_checkpoint_half_writes_nothing() {
-    let mut db = db!("half_write");
-    append(&mut db, 0, 5, "hello");
+    let db = db!("half_write");
+    append(&db, 0, 5, "hello");
     // PostgreSQL's text cannot hold U+0000, so this statement fails inside the transaction: the
     // whole checkpoint rolls back (SQLite would store it; see docs/POSTGRES.md).
-    let err = db.run(&db.sql.plan(ID, &StoreOp::Append { from: Offset(5), to: Offset(8), text: "a\0b".into() }), Fault::None).unwrap_err();
-    assert!(err.0.starts_with("22021"), "{}", err.0);
+    let err = perform(&db, ID, &Checkpoint { from: Offset(5), to: Offset(8), text: "a\0b".into() }).unwrap_err();
+    assert!(matches!(&err, StoreError::NotCommitted(e) if e.starts_with("22021")), "{err:?}");
     assert_eq!(seq(&db), ColumnValue::Integer(5));
     assert_eq!(db.chunk_count(ID), 1);
-    assert_eq!(checkpoint(&mut db, 5, 8, "a b"), state(8, false), "and the next attempt lands");
+    assert_eq!(checkpoint(&db, 5, 8, "a b"), state(8, false), "and the next attempt lands");
 }
 
 #[test]
 fn the_open_probe_and_mark_refuse_what_they_must() {
-    let mut db = db!("open");
+    let db = db!("open");
     let probe = |db: &PgDb| {
         let row = db.query(&db.sql.probe_open(ID)).into_iter().next();
         judge_probe(
@@ -206,7 +212,7 @@ fn backend_pid(client: &mut Client) -> i32 {
 
 /// Host A runs `a` in an open transaction; host B runs `b` in its own, which must block behind
 /// A's; A commits; B finishes. Returns B's change counts and read-back.
-fn race(db: &PgDb, a: &[Statement], b: Vec<Statement>, b_read: Option<Statement>) -> (Vec<u64>, Vec<support::Row>) {
+fn race(db: &PgDb, a: &[Statement], b: Vec<Statement>, b_read: Option<Statement>) -> (Vec<u64>, Vec<Row>) {
     let (mut host_a, mut host_b, mut observer) = (db.connect_again(), db.connect_again(), db.connect_again());
     let b_pid = backend_pid(&mut host_b);
     let mut tx = host_a.transaction().unwrap();
@@ -262,9 +268,9 @@ fn two_hosts_racing_the_same_slice_land_it_once() {
 
 #[test]
 fn compaction_writes_the_body_and_deletes_the_chunks_in_one_transaction() {
-    let mut db = db!("compaction");
-    append(&mut db, 0, 3, "abc");
-    append(&mut db, 3, 6, "def");
+    let db = db!("compaction");
+    append(&db, 0, 3, "abc");
+    append(&db, 3, 6, "def");
     db.batch(&db.sql.compact(ID, "abcdef😀", EndStatus::Complete, None)).unwrap();
     assert_eq!(db.chunk_count(ID), 0);
     assert_eq!(db.message_column(ID, "body"), ColumnValue::Text("abcdef😀".into()));
@@ -272,13 +278,13 @@ fn compaction_writes_the_body_and_deletes_the_chunks_in_one_transaction() {
     assert_eq!(db.status(ID), "complete");
     assert_eq!(db.message_column(ID, "error"), ColumnValue::Null);
     // Compaction repairs a row whose checkpoints failed, and a late replay after it lands nothing.
-    assert_eq!(append(&mut db, 0, 3, "abc").iter().sum::<u64>(), 0);
+    assert_eq!(append(&db, 0, 3, "abc").iter().sum::<u64>(), 0);
     assert_eq!(db.durable_text(ID), "abcdef😀");
 }
 
 #[test]
 fn surrogate_pairs_and_grapheme_clusters_at_chunk_edges() {
-    let mut db = db!("surrogates");
+    let db = db!("surrogates");
     // Chunk edges right before and after astral characters, and a ZWJ sequence and a combining
     // mark cut across chunks, as the checkpoint slicer cuts them.
     let slices = ["a😀", "😀b", "👩", "\u{200D}💻", "e", "\u{301}", "🇫", "🇷", "𝄞"];
@@ -286,7 +292,7 @@ fn surrogate_pairs_and_grapheme_clusters_at_chunk_edges() {
     let mut produced = String::new();
     for s in slices {
         let to = from + utf16::len(s);
-        assert_eq!(checkpoint(&mut db, from.0, to.0, s), state(to.0, false));
+        assert_eq!(checkpoint(&db, from.0, to.0, s), state(to.0, false));
         produced.push_str(s);
         from = to;
     }
@@ -300,12 +306,12 @@ fn surrogate_pairs_and_grapheme_clusters_at_chunk_edges() {
 
 #[test]
 fn bodies_of_2_mb_checkpoint_and_compact() {
-    let mut db = db!("two_mb");
+    let db = db!("two_mb");
     let unit = "the stream 😀 日本語 ";
     let body = unit.repeat(2 * 1024 * 1024 / unit.len() + 1);
     assert!(body.len() >= 2 * 1024 * 1024);
     let n = utf16::len(&body).0;
-    assert_eq!(checkpoint(&mut db, 0, n, &body), state(n, false), "one slice of 2 MB");
+    assert_eq!(checkpoint(&db, 0, n, &body), state(n, false), "one slice of 2 MB");
     assert_eq!(db.durable_text(ID), body);
     let tail = "👍🏽";
     let whole = format!("{body}{tail}");
@@ -318,11 +324,11 @@ fn bodies_of_2_mb_checkpoint_and_compact() {
 #[test]
 fn the_lease_seals_an_abandoned_row_interrupted_from_its_durable_text() {
     for seals_in_place in [false, true] {
-        let mut db = db!(if seals_in_place { "abandoned_in_place" } else { "abandoned_compacted" });
+        let db = db!(if seals_in_place { "abandoned_in_place" } else { "abandoned_compacted" });
         // The object marked the row and checkpointed, then died: nothing holds the stream.
         db.batch(&[db.sql.mark_streaming(ID, "host-A")]).unwrap();
-        append(&mut db, 0, 5, "hello");
-        append(&mut db, 5, 7, "😀");
+        append(&db, 0, 5, "hello");
+        append(&db, 5, 7, "😀");
         let cfg = StreamConfig { max_compact_bytes: if seals_in_place { 4 } else { 1_900_000 }, ..StreamConfig::default() };
         assert_eq!(lease::decide(&Holding::Nothing, None, Some("host-A"), &cfg), LeaseDecision::ReadRow);
         let row = db.lease_row(ID, true);
@@ -330,7 +336,7 @@ fn the_lease_seals_an_abandoned_row_interrupted_from_its_durable_text() {
             panic!("the lease must seal the abandoned row")
         };
         assert_eq!(write.body.is_none(), seals_in_place);
-        db.run(&db.sql.plan(ID, &StoreOp::Seal(write)), Fault::None).unwrap();
+        perform(&db, ID, &write).unwrap();
         assert_eq!(db.status(ID), "interrupted");
         assert_eq!(db.durable_text(ID), "hello😀", "the durable text, neither more nor less");
         assert_eq!(seq(&db), ColumnValue::Integer(7));
@@ -349,7 +355,7 @@ fn the_lease_seals_an_abandoned_row_interrupted_from_its_durable_text() {
 
 #[test]
 fn another_hosts_row_is_not_sealed_by_the_lease() {
-    let mut db = db!("not_ours");
+    let db = db!("not_ours");
     db.batch(&[db.sql.mark_streaming(ID, "host-B")]).unwrap();
     let row = db.lease_row(ID, true);
     assert_eq!(
@@ -360,7 +366,7 @@ fn another_hosts_row_is_not_sealed_by_the_lease() {
 
 #[test]
 fn values_are_bound_never_spliced() {
-    let mut db = db!("bound");
+    let db = db!("bound");
     let hostile = "'); DROP TABLE messages; -- \"quoted\" ?1 $1 \\ E'\\x00'";
     let n = utf16::len(hostile);
     let batch = db.sql.append(ID, Offset(0), n, hostile);
@@ -388,16 +394,15 @@ fn an_existing_schema_with_its_own_column_types_works() {
          {};",
         sql.chunk_table_ddl().join(";\n")
     );
-    let Some(mut db) = PgDb::with_schema("existing_schema", &schema, mapping) else { return };
+    let Some(db) = PgDb::with_schema("existing_schema", &schema, mapping).map(Rc::new) else { return };
     let id = "0b5f3a52-8f9e-4f53-9a8e-2f1d2b7c9e10";
     db.exec(&format!("INSERT INTO \"Message\" (id, \"chatId\", role) VALUES ('{id}', gen_random_uuid(), 'assistant')"));
     let probe = &db.query(&sql.probe_open(id))[0];
     assert_eq!((probe["seq"].clone(), probe["status"].clone()), (ColumnValue::Integer(0), ColumnValue::Null));
     assert_eq!(db.batch(&[sql.mark_streaming(id, "A")]).unwrap(), vec![1]);
-    let plan = sql.plan(id, &StoreOp::Append { from: Offset(0), to: Offset(2), text: "hi".into() });
-    assert_eq!(db.run(&plan, Fault::None).unwrap(), state(2, false));
+    assert_eq!(perform(&db, id, &Checkpoint { from: Offset(0), to: Offset(2), text: "hi".into() }).unwrap(), state(2, false));
     db.batch(&[sql.request_cancel(id).unwrap()]).unwrap();
-    assert_eq!(db.run(&sql.plan(id, &StoreOp::ReadState), Fault::None).unwrap(), state(2, true), "an integer flag set to 1");
+    assert_eq!(perform(&db, id, &ReadState).unwrap(), state(2, true), "an integer flag set to 1");
     db.batch(&sql.compact(id, "hi!", EndStatus::Cancelled, Some("stopped"))).unwrap();
     let row = &db.query(&sql.read_row(id))[0];
     assert_eq!(row["body"], ColumnValue::Text("hi!".into()));
@@ -413,12 +418,25 @@ fn a_status_column_of_an_enum_type_reads_as_text() {
         pg::migration_sql().replace("\"status\" text NOT NULL DEFAULT 'pending'", "\"status\" stream_status NOT NULL DEFAULT 'pending'");
     let schema =
         format!("CREATE TYPE stream_status AS ENUM ('pending', 'streaming', 'complete', 'cancelled', 'error', 'interrupted');\n{schema}");
-    let Some(mut db) = PgDb::with_schema("enum_status", &schema, TableMapping::example()) else { return };
+    let Some(db) = PgDb::with_schema("enum_status", &schema, TableMapping::example()) else { return };
     db.insert_message(ID);
     assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap(), vec![1]);
     assert_eq!(db.status(ID), "streaming");
     db.batch(&[db.sql.seal_in_place(ID, EndStatus::Complete, None)]).unwrap();
     assert_eq!(db.query(&db.sql.read_row(ID))[0]["status"], ColumnValue::Text("complete".into()));
+}
+
+#[test]
+fn the_chat_reads_run_on_postgres() {
+    let db = db!("chat_reads");
+    let tables = support::tables(&db);
+    let streaming = |chat: &str| support::block_on(tables.streaming_in_chat(chat)).unwrap();
+    assert_eq!(streaming("chat-1"), None, "pending is not streaming");
+    db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
+    assert_eq!(streaming("chat-1").as_deref(), Some(ID));
+    assert_eq!(streaming("x' OR '1'='1"), None, "bound, never spliced");
+    assert_eq!(support::block_on(tables.chat_of(ID)).unwrap().as_deref(), Some("chat-1"));
+    assert_eq!(support::block_on(tables.chat_of("nope")).unwrap(), None);
 }
 
 #[test]

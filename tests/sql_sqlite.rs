@@ -5,8 +5,9 @@ mod support;
 
 use rindle_streams::engine::durable::{ColumnNames, ColumnValue, Dialect, MappedSql, RowState, TableMapping};
 use rindle_streams::engine::frame::EndStatus;
-use rindle_streams::engine::live::{StoreOp, StoreReply};
+use rindle_streams::engine::store::Checkpoint;
 use rindle_streams::engine::utf16::Offset;
+use std::rc::Rc;
 use support::{Fault, SqliteDb, Store};
 
 const ID: &str = "m1";
@@ -31,7 +32,7 @@ fn the_chunk_migration_is_exactly_the_generated_ddl() {
 
 #[test]
 fn the_append_batch_inserts_the_slice_and_swaps_the_length() {
-    let mut db = example();
+    let db = example();
     let changes = db.batch(&db.sql.append(ID, Offset(0), Offset(5), "hello")).unwrap();
     assert_eq!(changes, vec![1, 1]);
     assert_eq!(seq(&db), ColumnValue::Integer(5));
@@ -43,7 +44,7 @@ fn the_append_batch_inserts_the_slice_and_swaps_the_length() {
 
 #[test]
 fn a_replayed_append_changes_nothing() {
-    let mut db = example();
+    let db = example();
     let batch = db.sql.append(ID, Offset(0), Offset(5), "hello");
     db.batch(&batch).unwrap();
     assert_eq!(db.batch(&batch).unwrap(), vec![0, 0]);
@@ -53,7 +54,7 @@ fn a_replayed_append_changes_nothing() {
 
 #[test]
 fn a_stale_re_cover_lands_no_overlapping_chunk() {
-    let mut db = example();
+    let db = example();
     db.batch(&db.sql.append(ID, Offset(0), Offset(5), "hello")).unwrap();
     // A slice whose `from` lags the row (its predecessor's ack was lost) has a different chunk
     // id, so only the `seq = from` guard keeps it out.
@@ -64,7 +65,7 @@ fn a_stale_re_cover_lands_no_overlapping_chunk() {
 
 #[test]
 fn the_read_back_returns_the_length_and_the_cancel_flag() {
-    let mut db = example();
+    let db = example();
     db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
     let row = &db.query(&db.sql.read_state(ID))[0];
     assert_eq!((row["seq"].clone(), row["cancel"].clone()), (ColumnValue::Integer(3), ColumnValue::Integer(0)));
@@ -74,21 +75,24 @@ fn the_read_back_returns_the_length_and_the_cancel_flag() {
 
 #[test]
 fn a_checkpoint_plan_reads_the_row_back_in_its_own_transaction() {
-    let mut db = example();
-    let op = |from, to, text: &str| StoreOp::Append { from: Offset(from), to: Offset(to), text: text.into() };
-    let run = |db: &mut SqliteDb, op: &StoreOp| db.run(&db.sql.plan(ID, op), Fault::None).unwrap();
-    let state = |seq| StoreReply::State(RowState { seq: Offset(seq), cancel: false });
-    assert_eq!(run(&mut db, &op(0, 5, "hello")), state(5), "the write's own effect");
-    assert_eq!(run(&mut db, &op(0, 5, "hello")), state(5), "a replay reads the same length");
-    assert_eq!(run(&mut db, &op(0, 8, "hello wo")), state(5), "a stale re-cover reads what the row holds");
+    let db = Rc::new(example());
+    let tables = support::tables(&db);
+    let run = |from, to, text: &str| {
+        let slice = Checkpoint { from: Offset(from), to: Offset(to), text: text.into() };
+        support::perform(&tables, ID, &slice, Fault::None).unwrap()
+    };
+    let state = |seq| RowState { seq: Offset(seq), cancel: false };
+    assert_eq!(run(0, 5, "hello"), state(5), "the write's own effect");
+    assert_eq!(run(0, 5, "hello"), state(5), "a replay reads the same length");
+    assert_eq!(run(0, 8, "hello wo"), state(5), "a stale re-cover reads what the row holds");
     db.batch(&[db.sql.request_cancel(ID).unwrap()]).unwrap();
-    assert_eq!(run(&mut db, &op(5, 7, "😀")), StoreReply::State(RowState { seq: Offset(7), cancel: true }), "and the cancel flag");
+    assert_eq!(run(5, 7, "😀"), RowState { seq: Offset(7), cancel: true }, "and the cancel flag");
     assert_eq!(db.durable_text(ID), "hello😀");
 }
 
 #[test]
 fn the_open_probe_and_host_cas_pick_exactly_one_winner() {
-    let mut db = example();
+    let db = example();
     let probe = &db.query(&db.sql.probe_open(ID))[0];
     assert_eq!(probe["seq"], ColumnValue::Integer(0));
     assert_eq!(probe["status"], ColumnValue::Text("pending".into()));
@@ -101,14 +105,14 @@ fn the_open_probe_and_host_cas_pick_exactly_one_winner() {
 #[test]
 fn the_open_write_claims_a_row_whose_status_is_null() {
     let schema = support::migration_sql().replace("\"status\" TEXT NOT NULL DEFAULT 'pending'", "\"status\" TEXT");
-    let mut db = SqliteDb::with_schema(&schema, TableMapping::example());
+    let db = SqliteDb::with_schema(&schema, TableMapping::example());
     db.exec("INSERT INTO messages (id, chat_id, role, status) VALUES ('m1', 'c', 'assistant', NULL)");
     assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap(), vec![1]);
 }
 
 #[test]
 fn compaction_writes_the_body_and_deletes_the_chunks_in_one_batch() {
-    let mut db = example();
+    let db = example();
     db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
     db.batch(&db.sql.append(ID, Offset(3), Offset(6), "def")).unwrap();
     db.batch(&db.sql.compact(ID, "abcdef😀", EndStatus::Complete, None)).unwrap();
@@ -121,7 +125,7 @@ fn compaction_writes_the_body_and_deletes_the_chunks_in_one_batch() {
 
 #[test]
 fn compaction_repairs_a_row_whose_checkpoints_failed() {
-    let mut db = example();
+    let db = example();
     db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
     db.batch(&db.sql.compact(ID, "abcdefgh", EndStatus::Error, Some("boom"))).unwrap();
     assert_eq!(db.durable_text(ID), "abcdefgh");
@@ -130,7 +134,7 @@ fn compaction_repairs_a_row_whose_checkpoints_failed() {
 
 #[test]
 fn a_seal_in_place_keeps_the_chunks_as_the_durable_text() {
-    let mut db = example();
+    let db = example();
     db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
     db.batch(&[db.sql.seal_in_place(ID, EndStatus::Interrupted, None)]).unwrap();
     assert_eq!(db.status(ID), "interrupted");
@@ -139,7 +143,7 @@ fn a_seal_in_place_keeps_the_chunks_as_the_durable_text() {
 
 #[test]
 fn values_are_bound_never_spliced() {
-    let mut db = example();
+    let db = example();
     let hostile = "'); DROP TABLE messages; -- \"quoted\" ?1 $1";
     let batch = db.sql.append(ID, Offset(0), Offset(hostile.len() as u64), hostile);
     for s in &batch {
@@ -158,7 +162,7 @@ fn custom_names_are_quoted_and_work() {
         "CREATE TABLE \"chat messages\" (\"msg id\" TEXT PRIMARY KEY, \"Body Text\" TEXT NOT NULL DEFAULT '', status TEXT, len INTEGER NOT NULL DEFAULT 0, \"stop?\" INTEGER NOT NULL DEFAULT 0);\n{};",
         sql.chunk_table_ddl().join(";\n")
     );
-    let mut db = SqliteDb::with_schema(&schema, mapping);
+    let db = SqliteDb::with_schema(&schema, mapping);
     db.exec("INSERT INTO \"chat messages\" (\"msg id\") VALUES ('m1')");
     db.batch(&db.sql.append(ID, Offset(0), Offset(2), "hi")).unwrap();
     db.batch(&db.sql.compact(ID, "hi!", EndStatus::Complete, None)).unwrap();
@@ -170,7 +174,7 @@ fn custom_names_are_quoted_and_work() {
 
 #[test]
 fn the_row_read_carries_the_error_for_the_ui_error_ending() {
-    let mut db = SqliteDb::new();
+    let db = SqliteDb::new();
     db.insert_message(ID);
     db.batch(&db.sql.compact(ID, "{\"type\":\"start\"}\n", EndStatus::Error, Some("the model timed out"))).unwrap();
     let row = &db.query(&db.sql.read_row(ID))[0];
@@ -209,4 +213,17 @@ fn a_chat_lookup_finds_the_chats_streaming_answer_and_only_that() {
     assert!(db.query(&db.sql.chat_of("nope").unwrap()).is_empty());
     let unmapped = MappedSql::new(TableMapping::new("messages", "message_chunks", &ColumnNames::default()).unwrap(), Dialect::Sqlite);
     assert!(unmapped.streaming_in_chat("c").is_none() && unmapped.chat_of(ID).is_none(), "no chat column, no lookup");
+}
+
+#[test]
+fn the_tables_chat_reads_answer_through_the_executor() {
+    let db = Rc::new(example());
+    let tables = support::tables(&db);
+    let streaming = |chat: &str| support::block_on(tables.streaming_in_chat(chat)).unwrap();
+    assert_eq!(streaming("chat-1"), None, "pending is not streaming");
+    db.exec("UPDATE messages SET status = 'streaming' WHERE id = 'm1'");
+    assert_eq!(streaming("chat-1").as_deref(), Some(ID));
+    assert_eq!(streaming("chat-2"), None);
+    assert_eq!(support::block_on(tables.chat_of(ID)).unwrap().as_deref(), Some("chat-1"));
+    assert_eq!(support::block_on(tables.chat_of("nope")).unwrap(), None);
 }

@@ -5,49 +5,39 @@
 use super::http::{self, unavailable};
 use super::setup;
 use super::shell::{log, now};
-use super::store::D1Tables;
+use super::store::D1;
 use crate::engine::api::{ApiError, ChatRoute};
 use crate::engine::auth::{AuthRequest, Scope};
 use crate::engine::config::Settings;
-use crate::engine::durable::{Dialect, MappedSql, Statement};
+use crate::engine::durable::{Dialect, MappedSql, Tables};
 use serde_json::json;
+use std::rc::Rc;
 use worker::{Env, Request, Response};
 
 /// The query parameter that carries the chat of a read to the stream's object.
 pub const CHAT_PARAM: &str = "chat";
 
-/// The mapped tables, for the chat statements; refused when chats are not mapped (or an
+/// The mapped tables on D1, for the chat reads; refused when chats are not mapped (or an
 /// embedding Worker keeps its checkpoints in a sink of its own).
-fn tables(env: &Env, settings: &Settings) -> Result<D1Tables, ApiError> {
+fn tables(env: &Env, settings: &Settings) -> Result<Tables, ApiError> {
     if settings.mapping.chat.is_none() || setup::custom_sink_installed() {
         return Err(ApiError::no_chat_column());
     }
     let db = env.d1("DB").map_err(|e| ApiError::misconfigured(format!("DB: the D1 binding is missing: {e}")))?;
-    Ok(D1Tables::new(db, MappedSql::new(settings.mapping.clone(), Dialect::Sqlite)))
-}
-
-/// The one text column of a one-row query, if there is a row.
-async fn first_text(tables: &D1Tables, statement: Option<Statement>, column: &str) -> Result<Option<String>, ApiError> {
-    let statement = statement.ok_or_else(ApiError::no_chat_column)?;
-    let rows = tables.query(&statement).await.map_err(ApiError::store_unavailable)?;
-    Ok(rows.first().and_then(|r| r.get(column)).and_then(|v| v.as_str()).map(str::to_owned))
+    Ok(Tables::new(Rc::new(D1::new(db)), MappedSql::new(settings.mapping.clone(), Dialect::Sqlite)))
 }
 
 /// Whether stream `stream_id`'s row belongs to chat `chat_id`.
 pub async fn belongs(env: &Env, settings: &Settings, stream_id: &str, chat_id: &str) -> Result<bool, ApiError> {
-    let tables = tables(env, settings)?;
-    Ok(first_text(&tables, tables_sql(settings).chat_of(stream_id), "chat").await?.as_deref() == Some(chat_id))
-}
-
-fn tables_sql(settings: &Settings) -> MappedSql {
-    MappedSql::new(settings.mapping.clone(), Dialect::Sqlite)
+    let chat = tables(env, settings)?.chat_of(stream_id).await.map_err(ApiError::store_unavailable)?;
+    Ok(chat.as_deref() == Some(chat_id))
 }
 
 /// `GET {prefix}/chats/{chat}/stream`: authorized for the chat first (a denial never tells
 /// whether the chat has an answer), then the chat's streaming answer, answered by its object
 /// as `GET {prefix}/{id}/stream?chat={chat}` (which checks the answer is the chat's before
 /// serving it); 204 when the chat has none.
-pub async fn lookup(req: Request, env: Env, settings: std::rc::Rc<Settings>, chat: ChatRoute) -> Result<Response, ApiError> {
+pub async fn lookup(req: Request, env: Env, settings: Rc<Settings>, chat: ChatRoute) -> Result<Response, ApiError> {
     let tables = tables(&env, &settings)?;
     let target = http::Target::of(&req);
     let token = http::token(&req, &target, true);
@@ -67,7 +57,7 @@ pub async fn lookup(req: Request, env: Env, settings: std::rc::Rc<Settings>, cha
         log("info", "denied", "", json!({"chat": chat.chat_id, "reason": denied.to_string()}));
         ApiError::forbidden()
     })?;
-    let Some(stream_id) = first_text(&tables, tables_sql(&settings).streaming_in_chat(&chat.chat_id), "id").await? else {
+    let Some(stream_id) = tables.streaming_in_chat(&chat.chat_id).await.map_err(ApiError::store_unavailable)? else {
         return Response::empty().map(|r| r.with_status(204)).map_err(unavailable);
     };
     // The same URL with the stream's path and the chat added (built by hand: see `http::Target`).

@@ -1,30 +1,49 @@
-//! Applies a [`FaultPlan`] around a D1 operation (test configurations only).
+//! Applies a [`FaultPlan`] around the D1 executor (the `test-faults` feature only): every store
+//! call of the mapped tables, the lease's seals included, is broken as the plan decides.
 
+use crate::engine::durable::{Row, SqlExecutor, Statement};
 use crate::engine::faults::Fault;
 pub use crate::engine::faults::FaultPlan;
-use crate::engine::live::{StoreFailure, StoreOp, StoreReply};
+use crate::engine::store::{OpKind, StoreError, StoreFuture};
 use std::future::Future;
+use std::rc::Rc;
 
 impl FaultPlan {
-    /// Runs `op` through D1, broken as the plan decides. A lost reply really commits first.
-    pub async fn around(
-        &self,
-        op: &StoreOp,
-        run: impl Future<Output = Result<StoreReply, StoreFailure>>,
-    ) -> Result<StoreReply, StoreFailure> {
+    /// Runs `call`, broken as the plan decides for `op`. A lost reply really commits first.
+    pub async fn around<T>(&self, op: OpKind, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
         match self.decide(op) {
-            None => run.await,
-            Some(Fault::FailBeforeCommit) => Err(StoreFailure("injected fault: D1 failed before commit".into())),
-            Some(Fault::FailReadBack) => Err(StoreFailure("injected fault: the read-back failed".into())),
+            None => call.await,
+            Some(Fault::FailBeforeCommit) => Err(StoreError::NotCommitted("injected fault: D1 failed before commit".into())),
+            Some(Fault::FailReadBack) => Err(StoreError::NotCommitted("injected fault: the read-back failed".into())),
             Some(Fault::LoseReply) => {
-                let _ = run.await;
-                Err(StoreFailure("injected fault: D1 committed but the reply was lost".into()))
+                let _ = call.await;
+                Err(StoreError::MayHaveCommitted("injected fault: D1 committed but the reply was lost".into()))
             }
             Some(Fault::HoldReply) => {
-                let _ = run.await;
+                let _ = call.await;
                 // The reply never comes: a test kills the runtime while it waits.
                 futures::future::pending().await
             }
         }
+    }
+}
+
+/// An executor whose calls the plan breaks.
+pub struct Faulty {
+    pub inner: Rc<dyn SqlExecutor>,
+    pub plan: Rc<FaultPlan>,
+}
+
+impl SqlExecutor for Faulty {
+    fn batch<'a>(&'a self, op: OpKind, statements: &'a [Statement]) -> StoreFuture<'a, Vec<u64>> {
+        Box::pin(self.plan.around(op, self.inner.batch(op, statements)))
+    }
+
+    fn query<'a>(&'a self, op: OpKind, statement: &'a Statement) -> StoreFuture<'a, Vec<Row>> {
+        Box::pin(self.plan.around(op, self.inner.query(op, statement)))
+    }
+
+    fn batch_then_query<'a>(&'a self, op: OpKind, writes: &'a [Statement], read: &'a Statement) -> StoreFuture<'a, Vec<Row>> {
+        Box::pin(self.plan.around(op, self.inner.batch_then_query(op, writes, read)))
     }
 }

@@ -6,10 +6,12 @@
 use super::meter::Meter;
 use super::object::{Object, StreamObject};
 use super::shell::log;
+use super::store::Store;
 use crate::engine::config::CheckpointMode;
 use crate::engine::hook::{InterruptCause, StreamNotice};
 use crate::engine::live::lease::{self, Holding, HostColumn, LeaseDecision, LeaseRow, Release};
-use crate::engine::live::{LiveStream, StoreFailure, StoreOp, StoreReply};
+use crate::engine::live::LiveStream;
+use crate::engine::store::{ReadHost, StoreError};
 use crate::engine::time::Millis;
 use serde_json::json;
 use std::cell::RefCell;
@@ -119,11 +121,11 @@ impl StreamObject {
                     return Ok(());
                 }
                 LeaseDecision::ReadRow => read_row(&o, &stream_id).await.map(|r| row = Some(r)),
-                LeaseDecision::RepairSeal(write) => o.setup.sink.run(&stream_id, &StoreOp::Seal(write)).await.map(|_| {
+                LeaseDecision::RepairSeal(write) => o.setup.store.sink().seal(&stream_id, &write).await.map(|()| {
                     o.shell.feed(|s, _| s.seal_repaired());
                     log("warn", "seal_repaired", &stream_id, json!({"durableSeq": o.shell.inspect(LiveStream::durable_seq)}));
                 }),
-                LeaseDecision::SealInterrupted(write) => o.setup.sink.run(&stream_id, &StoreOp::Seal(write.clone())).await.map(|_| {
+                LeaseDecision::SealInterrupted(write) => o.setup.store.sink().seal(&stream_id, &write).await.map(|()| {
                     log("warn", "interrupted", &stream_id, json!({"durableSeq": write.seq, "compacted": write.body.is_some()}));
                     let cause = InterruptCause::LeaseExpired;
                     o.shell.notify(StreamNotice::Interrupted { stream_id: stream_id.clone(), durable_seq: write.seq, cause });
@@ -131,7 +133,7 @@ impl StreamObject {
                 }),
             };
             if let Err(e) = performed {
-                log("error", "lease_repair_failed", &stream_id, json!({"error": e.0, "retryInMs": cfg.lease_ms}));
+                log("error", "lease_repair_failed", &stream_id, json!({"error": e.to_string(), "retryInMs": cfg.lease_ms}));
                 return self.lease_store()?.renew().await;
             }
         }
@@ -139,13 +141,12 @@ impl StreamObject {
 }
 
 /// The row as the lease decides on it: its durable text and status, and the host column.
-async fn read_row(o: &Object, stream_id: &str) -> Result<LeaseRow, StoreFailure> {
-    let durable = o.setup.sink.read_durable(stream_id).await?;
-    let host = match o.setup.settings.stream.mode {
-        CheckpointMode::Tables { host_cas: true } if durable.is_some() => match o.setup.sink.run(stream_id, &StoreOp::ReadHost).await? {
-            StoreReply::Host(holder) => HostColumn::Holds(holder),
-            other => return Err(StoreFailure(format!("unexpected reply to the host read: {other:?}"))),
-        },
+async fn read_row(o: &Object, stream_id: &str) -> Result<LeaseRow, StoreError> {
+    let durable = o.setup.store.sink().read_durable(stream_id).await?;
+    let host = match (&*o.setup.store, &o.setup.settings.stream.mode) {
+        (Store::Tables(tables), CheckpointMode::Tables { host_cas: true }) if durable.is_some() => {
+            HostColumn::Holds(tables.perform(stream_id, &ReadHost).await?)
+        }
         _ => HostColumn::Unmapped,
     };
     Ok(LeaseRow { durable, host })

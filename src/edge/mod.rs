@@ -22,7 +22,7 @@ mod ui;
 
 pub use object::StreamObject;
 pub use setup::{install_authorizer, install_checkpoint_sink, install_event_hook};
-pub use store::{CheckpointSink, D1Tables};
+pub use store::D1;
 
 use crate::engine::api::{self, ApiError};
 use crate::engine::cors::Cors;

@@ -87,7 +87,7 @@ impl StreamObject {
         }
         let setup = self.setup()?;
         let lease = LeaseStore::new(&self.state, setup.settings.stream.lease_ms, Rc::clone(&self.meter));
-        let shell = Shell::new(stream_id.to_owned(), Rc::clone(&setup.sink), lease, setup.hook.clone(), Rc::clone(&self.meter));
+        let shell = Shell::new(stream_id.to_owned(), Rc::clone(&setup.store), lease, setup.hook.clone(), Rc::clone(&self.meter));
         let object = Rc::new(Object { setup, shell, pumping: std::cell::Cell::new(false) });
         *self.object.borrow_mut() = Some(Rc::clone(&object));
         Ok(object)
@@ -205,7 +205,7 @@ impl StreamObject {
     /// `GET /text`: the durable text from D1, and the stream's format (`text` when this object
     /// never opened it).
     async fn text(&self, o: &Object, route: &Route) -> Result<Response, ApiError> {
-        let durable = o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+        let durable = o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
         let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
         let format = self.format(o).await?.unwrap_or_default();
         http::json(200, &TextAnswer { durable: &durable, format }).map_err(unavailable)
@@ -312,7 +312,7 @@ impl Object {
         // one's next read-back).
         let live = self.shell.holds_stream();
         self.shell.cancel();
-        match self.setup.sink.request_cancel(&route.stream_id).await {
+        match self.setup.store.sink().request_cancel(&route.stream_id).await {
             Ok(true) => {}
             Ok(false) if !live => return Err(ApiError::no_row(&route.stream_id)),
             Ok(false) => {}
@@ -325,6 +325,7 @@ impl Object {
     /// stream held here (never opened, or retired after its linger) the answer is 404
     /// `not_open`, still carrying the object's counts.
     fn stats(&self, route: &Route, meter: &Meter) -> Result<Response, ApiError> {
+        let d1 = self.setup.d1.as_ref().map(|d1| d1.counters());
         let stats = self.shell.inspect(|s| {
             let st = s.stats();
             #[allow(unused_mut)] // the test and heap-stats builds add to it
@@ -340,7 +341,7 @@ impl Object {
                 "readerWrites": st.reader_writes,
                 "readerPacingMs": s.reader_pacing_ms(),
                 "retainedBytes": s.retained_bytes(),
-                "d1": self.setup.sink.counters(),
+                "d1": d1,
                 "meter": meter.snapshot(),
             });
             #[cfg(feature = "test-faults")]
@@ -356,7 +357,7 @@ impl Object {
         match stats {
             Some(stats) => http::json(200, &stats).map_err(unavailable),
             None => Err(ApiError::not_open(&route.stream_id)
-                .with("d1", serde_json::to_value(self.setup.sink.counters()).unwrap_or_default())
+                .with("d1", serde_json::to_value(d1).unwrap_or_default())
                 .with("meter", meter.snapshot())),
         }
     }

@@ -3,11 +3,12 @@
 
 #[cfg(feature = "test-faults")]
 use super::faults::FaultPlan;
-use super::store::{CheckpointSink, D1Tables};
+use super::store::{Store, D1};
 use crate::engine::auth::{Authorizer, JwtAuthorizer};
 use crate::engine::config::{ConfigError, Settings};
-use crate::engine::durable::{Dialect, MappedSql};
+use crate::engine::durable::{Dialect, MappedSql, SqlExecutor, Tables};
 use crate::engine::hook::EventHook;
+use crate::engine::store::CheckpointSink;
 use std::cell::RefCell;
 use std::rc::Rc;
 use worker::Env;
@@ -102,7 +103,9 @@ pub fn dev_mode(env: &Env) -> bool {
 pub struct Setup {
     pub settings: Rc<Settings>,
     pub authorizer: Rc<dyn Authorizer>,
-    pub sink: Rc<dyn CheckpointSink>,
+    pub store: Rc<Store>,
+    /// The D1 executor of the mapped tables (`None` with a custom sink), for its counters.
+    pub d1: Option<Rc<D1>>,
     pub hook: Option<Rc<dyn EventHook>>,
     #[cfg(feature = "test-faults")]
     pub faults: Option<Rc<FaultPlan>>,
@@ -117,21 +120,26 @@ impl Setup {
         let faults = fault_plan(env)?;
         #[cfg(not(feature = "test-faults"))]
         refuse_fault_plan(env)?;
-        let sink: Rc<dyn CheckpointSink> = match custom_sink {
-            Some(factory) => factory(env),
+        let (store, d1) = match custom_sink {
+            Some(factory) => (Store::Sink(factory(env)), None),
             None => {
                 let db = env.d1("DB").map_err(|e| invalid("DB", &format!("the D1 binding is missing: {e}")))?;
-                let tables = D1Tables::new(db, MappedSql::new(settings.mapping.clone(), Dialect::Sqlite));
+                let d1 = Rc::new(D1::new(db));
+                let exec: Rc<dyn SqlExecutor> = Rc::clone(&d1) as _;
                 #[cfg(feature = "test-faults")]
-                let tables = tables.with_faults(faults.clone());
-                Rc::new(tables)
+                let exec: Rc<dyn SqlExecutor> = match &faults {
+                    Some(plan) => Rc::new(super::faults::Faulty { inner: exec, plan: Rc::clone(plan) }),
+                    None => exec,
+                };
+                (Store::Tables(Tables::new(exec, MappedSql::new(settings.mapping.clone(), Dialect::Sqlite))), Some(d1))
             }
         };
         let hook = HOOK.with(|h| h.borrow().clone());
         Ok(Self {
             settings,
             authorizer,
-            sink,
+            store: Rc::new(store),
+            d1,
             hook,
             #[cfg(feature = "test-faults")]
             faults,

@@ -4,12 +4,12 @@
 
 use super::lease::LeaseStore;
 use super::meter::{Hold, Meter};
-use super::store::CheckpointSink;
+use super::store::Store;
 use crate::engine::hook::{self, EventHook, StreamNotice};
 use crate::engine::live::{
-    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame, StoreRequest,
-    StreamEvent, Ticket, Wire,
+    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame, StreamEvent, Ticket, Wire,
 };
+use crate::engine::store::{StoreError, StoreRequest};
 use crate::engine::time::Timestamp;
 use futures::channel::oneshot;
 use serde_json::json;
@@ -127,7 +127,7 @@ struct FrameCopy {
 /// The live side of one Durable Object.
 pub struct Shell {
     pub stream_id: String,
-    pub sink: Rc<dyn CheckpointSink>,
+    pub store: Rc<Store>,
     live: RefCell<Option<LiveStream>>,
     lease: Rc<LeaseStore>,
     hook: Option<Rc<dyn EventHook>>,
@@ -145,16 +145,10 @@ pub struct Shell {
 }
 
 impl Shell {
-    pub fn new(
-        stream_id: String,
-        sink: Rc<dyn CheckpointSink>,
-        lease: LeaseStore,
-        hook: Option<Rc<dyn EventHook>>,
-        meter: Rc<Meter>,
-    ) -> Rc<Self> {
+    pub fn new(stream_id: String, store: Rc<Store>, lease: LeaseStore, hook: Option<Rc<dyn EventHook>>, meter: Rc<Meter>) -> Rc<Self> {
         Rc::new(Self {
             stream_id,
-            sink,
+            store,
             live: RefCell::new(None),
             lease: Rc::new(lease),
             hook,
@@ -372,8 +366,8 @@ impl Shell {
 
     async fn run_store(self: Rc<Self>, request: StoreRequest) {
         let _awake = self.meter.hold();
-        let result = self.sink.run(&self.stream_id, &request.op).await;
-        self.feed(|s, now| s.handle_store(request.id, result, now));
+        let answer = self.store.run(&self.stream_id, request).await;
+        self.feed(|s, now| s.handle_store(answer, now));
     }
 
     /// Drops the stream after its linger window (or a refused open). The lease alarm that
@@ -431,16 +425,23 @@ impl Shell {
                 "warn",
                 "checkpoint_attempt_failed",
                 id,
-                json!({"from": from, "to": to, "attempt": attempt, "willRetry": will_retry, "error": error}),
+                json!({
+                    "from": from,
+                    "to": to,
+                    "attempt": attempt,
+                    "willRetry": will_retry,
+                    "error": error.to_string(),
+                    "mayHaveCommitted": error.store_error().map(StoreError::may_have_committed),
+                }),
             ),
             StreamEvent::CheckpointFailed { from, to, error } => {
-                log("error", "checkpoint_failed", id, json!({"from": from, "to": to, "error": error}))
+                log("error", "checkpoint_failed", id, json!({"from": from, "to": to, "error": error.to_string()}))
             }
             StreamEvent::Sealed { status, seq, durable_seq, shortfall } => log(
                 if shortfall.is_some() { "error" } else { "info" },
                 "sealed",
                 id,
-                json!({"status": status, "seq": seq, "durableSeq": durable_seq, "shortfall": shortfall}),
+                json!({"status": status, "seq": seq, "durableSeq": durable_seq, "shortfall": shortfall.map(|s| s.to_string())}),
             ),
             StreamEvent::ReaderDropped { reader, reason } => {
                 log("warn", "reader_dropped", id, json!({"reader": reader, "reason": format!("{reason:?}")}))

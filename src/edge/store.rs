@@ -1,35 +1,38 @@
-//! Where checkpoints go: the [`CheckpointSink`] trait, and its default, the app's mapped D1
-//! tables. D1 runs the statements planned by the engine ([`MappedSql::plan`]); a batch is one
-//! transaction, and the read-back after it is the truth.
+//! Where a stream's store operations go: the mapped tables ([`Tables`]) on D1 through the
+//! [`D1`] executor, or the app's own [`CheckpointSink`]. A D1 batch is one transaction, and the
+//! read in a checkpoint's own batch is the truth.
 
-#[cfg(feature = "test-faults")]
-use super::faults::FaultPlan;
-use crate::engine::durable::{ColumnValue, MappedSql, Shape, Statement, StorePlan, Value};
-use crate::engine::live::{StoreFailure, StoreOp, StoreReply};
-use crate::engine::reading::{ChunkRow, DurableText};
-use futures::future::LocalBoxFuture;
+use crate::engine::durable::{ColumnValue, Row, SqlExecutor, Statement, Tables, Value};
+use crate::engine::store::{self, CheckpointSink, OpKind, StoreAnswer, StoreError, StoreFuture, StoreRequest};
 use serde_json::Map;
 use std::cell::Cell;
-#[cfg(feature = "test-faults")]
 use std::rc::Rc;
 use wasm_bindgen::JsValue;
 use worker::D1Database;
 
-/// A checkpoint store. The default writes the mapped D1 tables; an embedding Worker may
-/// install its own (the "commit" mode), which receives every operation of the stream.
-pub trait CheckpointSink {
-    /// Performs one store operation of the live stream.
-    fn run<'a>(&'a self, stream_id: &'a str, op: &'a StoreOp) -> LocalBoxFuture<'a, Result<StoreReply, StoreFailure>>;
+/// A stream's store.
+pub enum Store {
+    /// The mapped tables: the open probe and CAS, a read-back where an answer failed.
+    Tables(Tables),
+    /// An embedding Worker's own sink.
+    Sink(Rc<dyn CheckpointSink>),
+}
 
-    /// The durable text of a stream, or `None` when it has no row.
-    fn read_durable<'a>(&'a self, stream_id: &'a str) -> LocalBoxFuture<'a, Result<Option<DurableText>, StoreFailure>>;
+impl Store {
+    /// Performs one request of the live stream.
+    pub async fn run(&self, stream_id: &str, request: StoreRequest) -> StoreAnswer {
+        match self {
+            Store::Tables(tables) => tables.run(stream_id, request).await,
+            Store::Sink(sink) => store::run_on_sink(sink.as_ref(), stream_id, request).await,
+        }
+    }
 
-    /// Sets the row's cancel flag; `false` when there is no such row.
-    fn request_cancel<'a>(&'a self, stream_id: &'a str) -> LocalBoxFuture<'a, Result<bool, StoreFailure>>;
-
-    /// What this sink has sent to its store so far, where it counts (for `/stats`).
-    fn counters(&self) -> Option<StoreCounters> {
-        None
+    /// The store's terminal write, durable text and cancel flag (the tables are a sink too).
+    pub fn sink(&self) -> &dyn CheckpointSink {
+        match self {
+            Store::Tables(tables) => tables,
+            Store::Sink(sink) => sink.as_ref(),
+        }
     }
 }
 
@@ -51,30 +54,20 @@ pub struct StoreCounters {
     pub bytes_bound: u64,
 }
 
-/// The mapped D1 tables.
-pub struct D1Tables {
+/// Runs SQL on a D1 database (the mapped tables' executor in the Worker).
+pub struct D1 {
     db: D1Database,
-    sql: MappedSql,
-    #[cfg(feature = "test-faults")]
-    faults: Option<Rc<FaultPlan>>,
     counters: Cell<StoreCounters>,
 }
 
-impl D1Tables {
-    pub fn new(db: D1Database, sql: MappedSql) -> Self {
-        Self {
-            db,
-            sql,
-            #[cfg(feature = "test-faults")]
-            faults: None,
-            counters: Cell::default(),
-        }
+impl D1 {
+    pub fn new(db: D1Database) -> Self {
+        Self { db, counters: Cell::default() }
     }
 
-    /// The same tables, with `TEST_FAULTS`' faults injected (a test build).
-    #[cfg(feature = "test-faults")]
-    pub(super) fn with_faults(self, faults: Option<Rc<FaultPlan>>) -> Self {
-        Self { faults, ..self }
+    /// What this executor has sent so far (for `/stats`).
+    pub fn counters(&self) -> StoreCounters {
+        self.counters.get()
     }
 
     fn count(&self, f: impl FnOnce(&mut StoreCounters)) {
@@ -92,19 +85,15 @@ impl D1Tables {
         });
     }
 
-    fn prepare(&self, s: &Statement) -> Result<worker::D1PreparedStatement, StoreFailure> {
+    /// A statement D1 will run; a failure here is before D1 saw anything.
+    fn prepare(&self, s: &Statement) -> Result<worker::D1PreparedStatement, StoreError> {
         let params: Vec<JsValue> = s.params.iter().map(bind).collect();
-        self.db.prepare(&s.sql).bind(&params).map_err(failure)
+        self.db.prepare(&s.sql).bind(&params).map_err(not_committed)
     }
 
-    /// Runs statements as ONE transaction (a D1 batch); returns each one's change count.
-    pub async fn batch(&self, statements: &[Statement]) -> Result<Vec<usize>, StoreFailure> {
-        Ok(self.transact(statements, None).await?.0)
-    }
-
-    /// Runs `writes`, then `read` if any, as ONE transaction (a D1 batch); returns each
-    /// write's change count and the read's rows.
-    async fn transact(&self, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<usize>, Rows), StoreFailure> {
+    /// Runs `writes`, then `read` if any, as ONE transaction (a D1 batch); returns each write's
+    /// change count and the read's rows.
+    async fn transact(&self, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreError> {
         if writes.is_empty() && read.is_none() {
             return Ok((vec![], vec![]));
         }
@@ -116,101 +105,54 @@ impl D1Tables {
             c.write_statements += writes.len() as u64;
             c.bytes_bound += bytes as u64;
         });
-        let results = self.db.batch(prepared).await.map_err(failure)?;
-        let mut changes = Vec::with_capacity(writes.len());
-        for r in &results {
-            if let Some(e) = r.error() {
-                return Err(StoreFailure(e));
-            }
+        // The request may have reached D1 and committed before its answer was lost.
+        let results = self.db.batch(prepared).await.map_err(|e| StoreError::MayHaveCommitted(e.to_string()))?;
+        // A statement that failed rolled its batch back.
+        if let Some(e) = results.iter().find_map(|r| r.error()) {
+            return Err(StoreError::NotCommitted(e));
         }
+        let mut changes = Vec::with_capacity(writes.len());
         for (i, r) in results.iter().enumerate() {
             let meta = r.meta().ok().flatten();
             self.count_rows(meta.as_ref());
             if i < writes.len() {
-                changes.push(meta.and_then(|m| m.changes).unwrap_or(0));
+                changes.push(meta.and_then(|m| m.changes).unwrap_or(0) as u64);
             }
         }
+        // The batch committed; a read that cannot be taken apart leaves the write's effect unknown.
+        let committed = |e: String| if writes.is_empty() { StoreError::NotCommitted(e) } else { StoreError::MayHaveCommitted(e) };
         let rows = match (read, results.get(writes.len())) {
-            (Some(_), Some(r)) => r.results::<Map<String, serde_json::Value>>().map_err(failure)?,
-            (Some(_), None) => return Err(StoreFailure("D1 answered a batch without its read".into())),
+            (Some(_), Some(r)) => r.results::<Map<String, serde_json::Value>>().map_err(|e| committed(e.to_string()))?,
+            (Some(_), None) => return Err(committed("D1 answered a batch without its read".into())),
             (None, _) => vec![],
         };
-        Ok((changes, rows))
-    }
-
-    /// Runs one query; returns its rows as column maps.
-    pub async fn query(&self, statement: &Statement) -> Result<Rows, StoreFailure> {
-        self.count(|c| {
-            c.rounds += 1;
-            c.statements += 1;
-        });
-        let result = self.prepare(statement)?.all().await.map_err(failure)?;
-        if let Some(e) = result.error() {
-            return Err(StoreFailure(e));
-        }
-        self.count_rows(result.meta().ok().flatten().as_ref());
-        result.results::<Map<String, serde_json::Value>>().map_err(failure)
-    }
-
-    async fn execute(&self, plan: &StorePlan) -> Result<StoreReply, StoreFailure> {
-        match plan {
-            StorePlan::Batch(statements) => self.batch(statements).await.map(|_| StoreReply::Applied),
-            StorePlan::Query(statement, shape) => read_first(*shape, &self.query(statement).await?),
-            StorePlan::BatchThenQuery(writes, statement, shape) => read_first(*shape, &self.transact(writes, Some(statement)).await?.1),
-        }
+        Ok((changes, rows.into_iter().map(row).collect()))
     }
 }
 
-impl CheckpointSink for D1Tables {
-    fn run<'a>(&'a self, stream_id: &'a str, op: &'a StoreOp) -> LocalBoxFuture<'a, Result<StoreReply, StoreFailure>> {
+impl SqlExecutor for D1 {
+    fn batch<'a>(&'a self, _op: OpKind, statements: &'a [Statement]) -> StoreFuture<'a, Vec<u64>> {
+        Box::pin(async move { Ok(self.transact(statements, None).await?.0) })
+    }
+
+    fn query<'a>(&'a self, _op: OpKind, statement: &'a Statement) -> StoreFuture<'a, Vec<Row>> {
         Box::pin(async move {
-            let plan = self.sql.plan(stream_id, op);
-            #[cfg(feature = "test-faults")]
-            if let Some(faults) = &self.faults {
-                return faults.around(op, self.execute(&plan)).await;
+            self.count(|c| {
+                c.rounds += 1;
+                c.statements += 1;
+            });
+            let result = self.prepare(statement)?.all().await.map_err(not_committed)?;
+            if let Some(e) = result.error() {
+                return Err(StoreError::NotCommitted(e));
             }
-            self.execute(&plan).await
+            self.count_rows(result.meta().ok().flatten().as_ref());
+            Ok(result.results::<Map<String, serde_json::Value>>().map_err(not_committed)?.into_iter().map(row).collect())
         })
     }
 
-    fn read_durable<'a>(&'a self, stream_id: &'a str) -> LocalBoxFuture<'a, Result<Option<DurableText>, StoreFailure>> {
-        Box::pin(async move {
-            let rows = self.query(&self.sql.read_row(stream_id)).await?;
-            let Some(row) = rows.first() else { return Ok(None) };
-            let text_of = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).unwrap_or_default().to_owned();
-            let body = text_of(row.get("body"));
-            let status = text_of(row.get("status"));
-            let chunks = self
-                .query(&self.sql.read_chunks(stream_id))
-                .await?
-                .iter()
-                .filter_map(|c| Some(ChunkRow { seq: column(c.get("seq")?).as_offset()?, text: text_of(c.get("text")) }))
-                .collect();
-            let error = row.get("error").and_then(|e| e.as_str()).map(str::to_owned);
-            Ok(Some(DurableText { error, ..DurableText::assemble(&body, chunks, status) }))
-        })
+    fn batch_then_query<'a>(&'a self, _op: OpKind, writes: &'a [Statement], read: &'a Statement) -> StoreFuture<'a, Vec<Row>> {
+        Box::pin(async move { Ok(self.transact(writes, Some(read)).await?.1) })
     }
-
-    fn request_cancel<'a>(&'a self, stream_id: &'a str) -> LocalBoxFuture<'a, Result<bool, StoreFailure>> {
-        Box::pin(async move {
-            match self.sql.request_cancel(stream_id) {
-                Some(statement) => Ok(self.batch(&[statement]).await?.first().copied().unwrap_or(0) > 0),
-                // No cancel column: the live stream still learns of it; the row just cannot.
-                None => Ok(!self.query(&self.sql.read_row(stream_id)).await?.is_empty()),
-            }
-        })
-    }
-
-    fn counters(&self) -> Option<StoreCounters> {
-        Some(self.counters.get())
-    }
-}
-
-/// Rows as D1 returns them: column maps.
-type Rows = Vec<Map<String, serde_json::Value>>;
-
-fn read_first(shape: Shape, rows: &Rows) -> Result<StoreReply, StoreFailure> {
-    shape.read(rows.first().map(|r| move |name: &str| r.get(name).map(column)))
 }
 
 /// D1 takes JavaScript values; every integer goes as a number (f64), which is exact for every
@@ -224,19 +166,24 @@ fn bind(v: &Value) -> JsValue {
     }
 }
 
-fn column(v: &serde_json::Value) -> ColumnValue {
+/// A row as D1 returns it (JSON), as the engine reads rows.
+fn row(columns: Map<String, serde_json::Value>) -> Row {
+    Row::new(columns.into_iter().map(|(name, value)| (name, column(value))).collect())
+}
+
+fn column(v: serde_json::Value) -> ColumnValue {
     match v {
         serde_json::Value::Null => ColumnValue::Null,
         serde_json::Value::Number(n) => match n.as_i64() {
             Some(i) => ColumnValue::Integer(i),
             None => ColumnValue::Real(n.as_f64().unwrap_or(f64::NAN)),
         },
-        serde_json::Value::String(s) => ColumnValue::Text(s.clone()),
-        serde_json::Value::Bool(b) => ColumnValue::Integer(i64::from(*b)),
+        serde_json::Value::String(s) => ColumnValue::Text(s),
+        serde_json::Value::Bool(b) => ColumnValue::Integer(i64::from(b)),
         other => ColumnValue::Text(other.to_string()),
     }
 }
 
-fn failure(e: impl std::fmt::Display) -> StoreFailure {
-    StoreFailure(e.to_string())
+fn not_committed(e: impl std::fmt::Display) -> StoreError {
+    StoreError::NotCommitted(e.to_string())
 }

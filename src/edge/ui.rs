@@ -54,7 +54,7 @@ impl StreamObject {
         if let Some(format) = self.format(o).await? {
             return Ok(Some(format));
         }
-        let row = o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+        let row = o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
         let awaiting_open =
             row.is_some_and(|r| r.seq == Offset::ZERO && r.status != STATUS_STREAMING && EndStatus::parse(&r.status).is_none());
         if !awaiting_open {
@@ -79,7 +79,7 @@ impl StreamObject {
             UiJoin::Answered(response) => Ok(response),
             UiJoin::NeverOpened => Err(ApiError::no_stream(&route.stream_id)),
             UiJoin::NoLiveStream { from } => {
-                let durable = o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+                let durable = o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
                 let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
                 self.durable_ui(o, &durable, from)
             }
@@ -99,7 +99,7 @@ impl StreamObject {
             // Not held here: active only while the row is still `streaming` (the object was lost
             // and the lease has not sealed it yet).
             UiJoin::NoLiveStream { from } => {
-                match o.setup.sink.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)? {
+                match o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)? {
                     Some(durable) if durable.status == STATUS_STREAMING => self.durable_ui(o, &durable, from),
                     _ => no_content(),
                 }

@@ -12,7 +12,7 @@
 //! - `ops` targets `before`, `lost` and `hold` at these operations (`probe`, `mark`,
 //!   `readhost`, `append`, `readstate`, `seal`); without it they break checkpoints and seals.
 
-use crate::engine::live::StoreOp;
+use crate::engine::store::OpKind;
 use std::cell::Cell;
 use thiserror::Error;
 
@@ -38,15 +38,18 @@ enum Op {
 }
 
 impl Op {
-    fn of(op: &StoreOp) -> Self {
-        match op {
-            StoreOp::ProbeOpen => Op::Probe,
-            StoreOp::MarkStreaming { .. } => Op::Mark,
-            StoreOp::ReadHost => Op::ReadHost,
-            StoreOp::Append { .. } => Op::Append,
-            StoreOp::ReadState => Op::ReadState,
-            StoreOp::Seal(_) => Op::Seal,
-        }
+    /// The operation a store call is for; `None` for the shell's own reads and writes (the
+    /// durable text, the cancel flag), which no fault targets.
+    fn of(op: OpKind) -> Option<Self> {
+        Some(match op {
+            OpKind::ProbeOpen => Op::Probe,
+            OpKind::MarkStreaming => Op::Mark,
+            OpKind::ReadHost => Op::ReadHost,
+            OpKind::Checkpoint => Op::Append,
+            OpKind::ReadState => Op::ReadState,
+            OpKind::Seal => Op::Seal,
+            OpKind::ReadDurable | OpKind::RequestCancel | OpKind::ReadChat => return None,
+        })
     }
 
     fn parse(s: &str) -> Option<Self> {
@@ -145,8 +148,8 @@ impl FaultPlan {
     }
 
     /// The fault to inject into `op`, if any.
-    pub fn decide(&self, op: &StoreOp) -> Option<Fault> {
-        let op = Op::of(op);
+    pub fn decide(&self, op: OpKind) -> Option<Fault> {
+        let op = Op::of(op)?;
         let targeted = self.ops.contains(&op);
         let candidates = [
             (targeted && self.before, Fault::FailBeforeCommit),
@@ -166,28 +169,25 @@ impl FaultPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::time::Timestamp;
-    use crate::engine::utf16::Offset;
 
     #[test]
     fn a_spec_parses_and_injects_at_its_rate() {
         let plan = FaultPlan::parse("rate=0.3;kinds=before,lost,readback;seed=7").unwrap();
-        let append = StoreOp::Append { from: Offset(0), to: Offset(1), text: "a".into() };
-        let hits = (0..10_000).filter(|_| plan.decide(&append).is_some()).count();
+        let hits = (0..10_000).filter(|_| plan.decide(OpKind::Checkpoint).is_some()).count();
         assert!((2_700..3_300).contains(&hits), "{hits} of 10000");
         assert_eq!(plan.injected(), hits as u64, "every fault is counted (for /stats)");
-        assert_eq!(plan.decide(&StoreOp::ProbeOpen), None, "without ops, the open is left alone");
+        assert_eq!(plan.decide(OpKind::ProbeOpen), None, "without ops, the open is left alone");
+        assert_eq!(plan.decide(OpKind::ReadDurable), None, "the shell's own reads are never broken");
     }
 
     #[test]
     fn ops_target_the_faults_at_one_operation() {
         let plan = FaultPlan::parse("rate=1;kinds=hold;ops=mark").unwrap();
-        let mark = StoreOp::MarkStreaming { host_token: "t".into(), meta: None, started_at: Timestamp(0) };
-        assert_eq!(plan.decide(&mark), Some(Fault::HoldReply));
-        assert_eq!(plan.decide(&StoreOp::ProbeOpen), None);
-        assert_eq!(plan.decide(&StoreOp::Append { from: Offset(0), to: Offset(1), text: "a".into() }), None);
+        assert_eq!(plan.decide(OpKind::MarkStreaming), Some(Fault::HoldReply));
+        assert_eq!(plan.decide(OpKind::ProbeOpen), None);
+        assert_eq!(plan.decide(OpKind::Checkpoint), None);
         let lost = FaultPlan::parse("rate=1;kinds=lost;ops=mark,readhost").unwrap();
-        assert_eq!(lost.decide(&StoreOp::ReadHost), Some(Fault::LoseReply));
+        assert_eq!(lost.decide(OpKind::ReadHost), Some(Fault::LoseReply));
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! `streaming`, but the stream ends early. Keep hooks panic-free.
 
 use super::frame::EndStatus;
-use super::live::{DropReason, ReaderId, StreamEvent};
+use super::live::{CheckpointError, DropReason, ReaderId, Shortfall, StreamEvent};
 use super::utf16::Offset;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use thiserror::Error;
@@ -25,10 +25,10 @@ use thiserror::Error;
 pub enum StreamNotice {
     /// A checkpoint round gave up (after its retries): `[from, to)` is not durable yet. The text
     /// stays in memory; a later round, or the seal, tries again.
-    CheckpointFailed { stream_id: String, from: Offset, to: Offset, error: String },
+    CheckpointFailed { stream_id: String, from: Offset, to: Offset, error: CheckpointError },
     /// A seal could not commit what was produced: `durable_seq` of `seq` UTF-16 units are
     /// durable (the caller got a 503; the lease repairs the row if it can).
-    SealShortfall { stream_id: String, status: EndStatus, seq: Offset, durable_seq: Offset, reason: String },
+    SealShortfall { stream_id: String, status: EndStatus, seq: Offset, durable_seq: Offset, reason: Shortfall },
     /// A reader was dropped with `stale` (it stopped draining and its queue filled up).
     ReaderDropped { stream_id: String, reader: ReaderId, reason: DropReason },
     /// A stream was sealed `interrupted`, with `durable_seq` units of text.

@@ -4,14 +4,14 @@
 //!   producer ──push──▶ ┌──────────── LiveStream (live/) ───────────┐ ──frames──▶ readers
 //!                      │ TextBuffer · Readers · checkpoint driver   │
 //!                      └───────┬───────────────────────▲───────────┘
-//!                     StoreRequest (durable/ SQL)   StoreReply
+//!                     StoreRequest (store)          StoreAnswer
 //!                              ▼                       │
-//!                            the shell runs it against D1 (or a sink)
+//!              Tables (durable/: SQL plans) ──▶ SqlExecutor (D1, SQLite, …), or a CheckpointSink
 //! ```
 //!
 //! Nothing in this tree performs I/O, reads a clock or depends on the Workers runtime: time
-//! is an input, and store operations and reader wake-ups are outputs. The Worker shell
-//! (`src/edge`, wasm32 only) performs them.
+//! is an input ([`time`]), and store operations and reader wake-ups are outputs. The Worker
+//! shell (`src/edge`, wasm32 only) performs them; an executor only runs the SQL it is handed.
 
 // The shell's HTTP vocabulary (routes, the SPEC §4 errors), stream ids, the live text buffer and
 // the reassembly of UTF-8 split across pieces: logic the wasm32 shell uses, tested natively,
@@ -36,6 +36,7 @@ pub(crate) mod meter;
 pub mod pump;
 pub mod reading;
 pub mod sse;
+pub mod store;
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 pub(crate) mod stream_id;
 pub(crate) mod text;

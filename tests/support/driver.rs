@@ -3,21 +3,26 @@
 
 use super::{Fault, SqliteDb, Store};
 use rindle_streams::engine::config::StreamConfig;
+use rindle_streams::engine::durable::Tables;
 use rindle_streams::engine::frame::Frame;
 use rindle_streams::engine::live::{
     Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Producer, Pull, PushError, PushReceipt, ReaderId, SealOutcome, Settlement,
-    StoreOp, StoreRequest, StreamEvent, Ticket,
+    StreamEvent, Ticket,
 };
+use rindle_streams::engine::store::{Checkpoint, MarkOutcome, MarkStreaming, OpKind, SealWrite, StoreError, StoreRequest};
 use rindle_streams::engine::time::{Millis, Timestamp};
 use rindle_streams::engine::utf16::Offset;
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 
 pub const STREAM: &str = "m1";
 pub const TOKEN: &str = "host-A";
 
 pub struct Driver {
     pub stream: LiveStream,
-    pub db: SqliteDb,
+    pub db: Rc<SqliteDb>,
+    /// The mapped tables on `db`, which answer the stream's requests.
+    pub tables: Tables,
     pub now: Timestamp,
     pub pending: VecDeque<StoreRequest>,
     /// Every settlement, by ticket id.
@@ -47,15 +52,17 @@ impl Driver {
     }
 
     /// A stream whose open has been requested but not yet answered.
-    pub fn opening(db: SqliteDb, cfg: StreamConfig, token: &str) -> Self {
+    pub fn opening(db: impl Into<Rc<SqliteDb>>, cfg: StreamConfig, token: &str) -> Self {
         let (stream, _ticket) = LiveStream::open(STREAM, cfg, Producer { host_token: token.into(), meta: None }, Timestamp(0));
         Self::with_stream(stream, db)
     }
 
     /// Drives a stream made elsewhere.
-    pub fn with_stream(stream: LiveStream, db: SqliteDb) -> Self {
+    pub fn with_stream(stream: LiveStream, db: impl Into<Rc<SqliteDb>>) -> Self {
+        let db = db.into();
         let mut d = Self {
             stream,
+            tables: super::tables(&db),
             db,
             now: Timestamp(0),
             pending: VecDeque::new(),
@@ -98,30 +105,64 @@ impl Driver {
     }
 
     /// The next store operation the stream asked for, without answering it.
-    pub fn peek(&self) -> Option<&StoreOp> {
-        self.pending.front().map(|r| &r.op)
+    pub fn peek(&self) -> Option<&StoreRequest> {
+        self.pending.front()
     }
 
-    /// Answers the oldest pending store request with `fault` injected; returns it.
-    pub fn answer(&mut self, fault: Fault) -> StoreRequest {
-        let req = self.pending.pop_front().expect("a pending store request");
-        let plan = self.db.sql.plan(STREAM, &req.op);
-        let result = self.db.run(&plan, fault);
-        self.stream.handle_store(req.id, result, self.now);
-        self.drain();
-        req
+    /// Which operation the next request is.
+    pub fn peek_kind(&self) -> Option<OpKind> {
+        self.peek().map(StoreRequest::kind)
     }
 
-    /// Answers the oldest pending store request with `result`, whatever the store would say
-    /// (a custom sink's answers); returns it.
-    pub fn reply(
-        &mut self,
-        result: Result<rindle_streams::engine::live::StoreReply, rindle_streams::engine::live::StoreFailure>,
-    ) -> StoreRequest {
+    /// The next request, if it is a checkpoint.
+    pub fn peek_checkpoint(&self) -> Option<&Checkpoint> {
+        match self.peek() {
+            Some(StoreRequest::Checkpoint(r)) => Some(r.op()),
+            _ => None,
+        }
+    }
+
+    /// The next request, if it is a mark.
+    pub fn peek_mark(&self) -> Option<&MarkStreaming> {
+        match self.peek() {
+            Some(StoreRequest::MarkStreaming(r)) => Some(r.op()),
+            _ => None,
+        }
+    }
+
+    /// The next request, if it is a seal.
+    pub fn peek_seal(&self) -> Option<&SealWrite> {
+        match self.peek() {
+            Some(StoreRequest::Seal(r)) => Some(r.op()),
+            _ => None,
+        }
+    }
+
+    /// Answers the oldest pending store request with `fault` injected; returns which it was.
+    pub fn answer(&mut self, fault: Fault) -> OpKind {
         let req = self.pending.pop_front().expect("a pending store request");
-        self.stream.handle_store(req.id, result, self.now);
+        let kind = req.kind();
+        let answer = super::answer(&self.tables, STREAM, req, fault);
+        self.stream.handle_store(answer, self.now);
         self.drain();
-        req
+        kind
+    }
+
+    /// Fails the oldest pending store request with `error`, whatever the store would say (a
+    /// custom sink's failures); returns which it was.
+    pub fn fail_next(&mut self, error: StoreError) -> OpKind {
+        let req = self.pending.pop_front().expect("a pending store request");
+        let kind = req.kind();
+        self.stream.handle_store(req.failed(error), self.now);
+        self.drain();
+        kind
+    }
+
+    /// Answers the oldest pending request, a mark, as a custom sink would: with `outcome`.
+    pub fn answer_mark(&mut self, outcome: MarkOutcome) {
+        let Some(StoreRequest::MarkStreaming(req)) = self.pending.pop_front() else { panic!("expected a pending mark") };
+        self.stream.handle_store(req.answer(Ok(outcome)), self.now);
+        self.drain();
     }
 
     /// Answers every pending request truthfully (the lease's arming included), including
@@ -221,7 +262,7 @@ impl Driver {
     }
 
     pub fn appends_pending(&self) -> usize {
-        self.pending.iter().filter(|r| matches!(r.op, StoreOp::Append { .. })).count()
+        self.pending.iter().filter(|r| r.kind() == OpKind::Checkpoint).count()
     }
 }
 

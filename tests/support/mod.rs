@@ -7,12 +7,16 @@
 pub mod driver;
 pub mod pg;
 
-use rindle_streams::engine::durable::{ColumnValue, Dialect, MappedSql, Shape, Statement, StorePlan, TableMapping, Value};
+use rindle_streams::engine::durable::{
+    ColumnValue, Dialect, MappedSql, Row, SqlExecutor, Statement, TableMapping, Tables, TablesOp, Value,
+};
 use rindle_streams::engine::live::lease::{HostColumn, LeaseRow};
-use rindle_streams::engine::live::{StoreFailure, StoreReply};
 use rindle_streams::engine::reading::{assemble_durable_text, ChunkRow, DurableText};
+use rindle_streams::engine::store::{OpKind, StoreAnswer, StoreError, StoreFuture, StoreRequest};
 use rusqlite::{params_from_iter, Connection};
-use std::collections::HashMap;
+use std::future::{ready, Future};
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 
 /// The example schema, exactly as the Worker's migrations create it (`migrations/*.sql`, or
 /// `migrations/postgres/*.sql` for Postgres).
@@ -39,20 +43,24 @@ pub enum Fault {
     CommitThenLoseReply,
 }
 
-/// One row: column name to value.
-pub type Row = HashMap<String, ColumnValue>;
-
-/// A database the plan runs on. A backend supplies the transaction and the query; everything
-/// the tests read back (the durable text, a column, the lease's row) is built on those, once.
+/// A database the tests run the plan on. Each backend is also the engine's [`SqlExecutor`] (as
+/// D1 is the Worker's), through which [`tables`] answer a stream; this trait is the tests' own
+/// access to it: the backend supplies the transaction and the query, and everything the tests
+/// read back (the durable text, a column, the lease's row) is built on those, once.
 pub trait Store {
     fn sql(&self) -> &MappedSql;
 
     /// Runs `writes`, then `read` if any, as one transaction; returns each write's change count
-    /// and the read's rows.
-    fn transact(&mut self, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreFailure>;
+    /// and the read's rows. A failure rolls the transaction back: nothing committed.
+    fn transact(&self, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreError>;
+
+    /// Runs one query outside any transaction.
+    fn try_query(&self, statement: &Statement) -> Result<Vec<Row>, StoreError>;
 
     /// Runs one query outside any transaction; panics on an error (the tests' own reads).
-    fn query(&self, statement: &Statement) -> Vec<Row>;
+    fn query(&self, statement: &Statement) -> Vec<Row> {
+        self.try_query(statement).unwrap_or_else(|e| panic!("{}: {e}", statement.sql))
+    }
 
     /// Runs SQL text of the test's own (no parameters).
     fn exec(&self, sql: &str);
@@ -69,26 +77,8 @@ pub trait Store {
         self.exec("DELETE FROM message_chunks; DELETE FROM messages;");
     }
 
-    /// Runs one plan with `fault` injected.
-    fn run(&mut self, plan: &StorePlan, fault: Fault) -> Result<StoreReply, StoreFailure> {
-        if fault == Fault::FailBeforeCommit {
-            return Err(StoreFailure("injected: failed before commit".into()));
-        }
-        let reply = match plan {
-            StorePlan::Batch(statements) => self.batch(statements).map(|_| StoreReply::Applied),
-            StorePlan::Query(statement, shape) => read_first(*shape, self.query(statement)),
-            StorePlan::BatchThenQuery(writes, statement, shape) => {
-                self.transact(writes, Some(statement)).and_then(|(_, rows)| read_first(*shape, rows))
-            }
-        };
-        match fault {
-            Fault::CommitThenLoseReply => Err(StoreFailure("injected: committed, reply lost".into())),
-            _ => reply,
-        }
-    }
-
     /// Runs statements as one transaction; returns each statement's change count.
-    fn batch(&mut self, statements: &[Statement]) -> Result<Vec<u64>, StoreFailure> {
+    fn batch(&self, statements: &[Statement]) -> Result<Vec<u64>, StoreError> {
         self.transact(statements, None).map(|(changes, _)| changes)
     }
 
@@ -149,11 +139,6 @@ pub trait Store {
     }
 }
 
-fn read_first(shape: Shape, rows: Vec<Row>) -> Result<StoreReply, StoreFailure> {
-    let row = rows.into_iter().next();
-    shape.read(row.as_ref().map(|r| move |name: &str| r.get(name).cloned()))
-}
-
 pub struct SqliteDb {
     pub conn: Connection,
     pub sql: MappedSql,
@@ -177,8 +162,8 @@ impl Store for SqliteDb {
         &self.sql
     }
 
-    fn transact(&mut self, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreFailure> {
-        let tx = self.conn.transaction().map_err(fail)?;
+    fn transact(&self, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreError> {
+        let tx = self.conn.unchecked_transaction().map_err(fail)?;
         let mut changes = Vec::new();
         for s in writes {
             changes.push(tx.execute(&s.sql, params_from_iter(s.params.iter().map(bind))).map_err(fail)? as u64);
@@ -188,8 +173,8 @@ impl Store for SqliteDb {
         Ok((changes, rows))
     }
 
-    fn query(&self, statement: &Statement) -> Vec<Row> {
-        rows_of(&self.conn, statement).unwrap()
+    fn try_query(&self, statement: &Statement) -> Result<Vec<Row>, StoreError> {
+        rows_of(&self.conn, statement)
     }
 
     fn exec(&self, sql: &str) {
@@ -197,20 +182,38 @@ impl Store for SqliteDb {
     }
 }
 
+/// SQLite as the engine's executor, running the D1 dialect in process: every call is done
+/// when made, so its future is ready.
+impl SqlExecutor for SqliteDb {
+    fn batch<'a>(&'a self, _op: OpKind, statements: &'a [Statement]) -> StoreFuture<'a, Vec<u64>> {
+        Box::pin(ready(self.transact(statements, None).map(|(changes, _)| changes)))
+    }
+
+    fn query<'a>(&'a self, _op: OpKind, statement: &'a Statement) -> StoreFuture<'a, Vec<Row>> {
+        Box::pin(ready(rows_of(&self.conn, statement)))
+    }
+
+    fn batch_then_query<'a>(&'a self, _op: OpKind, writes: &'a [Statement], read: &'a Statement) -> StoreFuture<'a, Vec<Row>> {
+        Box::pin(ready(self.transact(writes, Some(read)).map(|(_, rows)| rows)))
+    }
+}
+
 /// Runs one query on `conn` (the database, or a transaction on it).
-fn rows_of(conn: &Connection, statement: &Statement) -> Result<Vec<Row>, StoreFailure> {
+fn rows_of(conn: &Connection, statement: &Statement) -> Result<Vec<Row>, StoreError> {
     let mut stmt = conn.prepare(&statement.sql).map_err(fail)?;
     let names: Vec<String> = stmt.column_names().iter().map(|s| s.to_string()).collect();
     let rows = stmt
         .query_map(params_from_iter(statement.params.iter().map(bind)), |row| {
-            names.iter().enumerate().map(|(i, name)| Ok((name.clone(), column(row.get_ref(i)?)))).collect::<Result<Row, _>>()
+            let columns = names.iter().enumerate().map(|(i, name)| Ok((name.clone(), column(row.get_ref(i)?))));
+            columns.collect::<Result<_, _>>().map(Row::new)
         })
         .map_err(fail)?;
     rows.collect::<Result<_, _>>().map_err(fail)
 }
 
-fn fail(e: rusqlite::Error) -> StoreFailure {
-    StoreFailure(e.to_string())
+/// A failed SQLite call: its transaction rolled back (or it was a read), nothing committed.
+fn fail(e: rusqlite::Error) -> StoreError {
+    StoreError::NotCommitted(e.to_string())
 }
 
 fn bind(v: &Value) -> rusqlite::types::Value {
@@ -230,5 +233,46 @@ fn column(v: rusqlite::types::ValueRef<'_>) -> ColumnValue {
         ValueRef::Real(x) => ColumnValue::Real(x),
         ValueRef::Text(t) => ColumnValue::Text(String::from_utf8_lossy(t).into_owned()),
         ValueRef::Blob(_) => ColumnValue::Text("<blob>".into()),
+    }
+}
+
+/// The mapped tables on `db`, as the Worker has them on D1.
+pub fn tables<D: Store + SqlExecutor + 'static>(db: &Rc<D>) -> Tables {
+    Tables::new(Rc::clone(db) as Rc<dyn SqlExecutor>, db.sql().clone())
+}
+
+/// Answers `request` on `tables` with `fault` injected: the store fails before anything
+/// commits, or commits and its reply is lost.
+pub fn answer(tables: &Tables, stream_id: &str, request: StoreRequest, fault: Fault) -> StoreAnswer {
+    match fault {
+        Fault::None => block_on(tables.run(stream_id, request)),
+        Fault::FailBeforeCommit => request.failed(StoreError::NotCommitted("injected: failed before commit".into())),
+        Fault::CommitThenLoseReply => {
+            let lost = request.failed(StoreError::MayHaveCommitted("injected: committed, reply lost".into()));
+            let _ = block_on(tables.run(stream_id, request));
+            lost
+        }
+    }
+}
+
+/// Performs `op` on `tables` with `fault` injected (a store call the shell makes itself, such
+/// as the lease's seal, or a test of one operation).
+pub fn perform<Op: TablesOp>(tables: &Tables, stream_id: &str, op: &Op, fault: Fault) -> Result<Op::Reply, StoreError> {
+    match fault {
+        Fault::None => block_on(tables.perform(stream_id, op)),
+        Fault::FailBeforeCommit => Err(StoreError::NotCommitted("injected: failed before commit".into())),
+        Fault::CommitThenLoseReply => {
+            let _ = block_on(tables.perform(stream_id, op));
+            Err(StoreError::MayHaveCommitted("injected: committed, reply lost".into()))
+        }
+    }
+}
+
+/// Runs a future that never waits (a test store's) to its end.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => panic!("a test store never waits"),
     }
 }

@@ -6,16 +6,20 @@
 //! no named prepared statement, which Hyperdrive does not keep across its pooled connections),
 //! every value in text format and its type left to the server (`unknown`), as node-postgres does.
 //! So a mapped column of the app's own type (`uuid` key, `integer` length, `varchar` or enum
-//! status) takes the value the way a literal would.
+//! status) takes the value the way a literal would. Rows are read back by their columns' types.
+//!
+//! [`PgDb`] is the engine's [`SqlExecutor`] on Postgres, the shape of the Worker's Postgres
+//! executor: the mapped tables answer a stream through it exactly as through D1 or SQLite.
 
-use super::{migrations_in, Row, Store};
+use super::{migrations_in, Store};
 use bytes::BytesMut;
 use postgres::types::{Format, FromSql, IsNull, Kind, ToSql, Type};
 use postgres::{Client, NoTls, Transaction};
-use rindle_streams::engine::durable::{ColumnValue, Dialect, MappedSql, Statement, TableMapping, Value};
-use rindle_streams::engine::live::StoreFailure;
+use rindle_streams::engine::durable::{ColumnValue, Dialect, MappedSql, Row, SqlExecutor, Statement, TableMapping, Value};
+use rindle_streams::engine::store::{OpKind, StoreError, StoreFuture};
 use std::cell::RefCell;
 use std::error::Error;
+use std::future::ready;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -105,29 +109,46 @@ impl Store for PgDb {
         &self.sql
     }
 
-    fn transact(&mut self, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreFailure> {
-        transact(self.client.get_mut(), writes, read)
+    fn transact(&self, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreError> {
+        transact(&mut self.client.borrow_mut(), writes, read)
     }
 
-    fn query(&self, statement: &Statement) -> Vec<Row> {
-        query(&mut self.client.borrow_mut(), statement).unwrap_or_else(|e| panic!("{}: {}", statement.sql, e.0))
+    fn try_query(&self, statement: &Statement) -> Result<Vec<Row>, StoreError> {
+        query(&mut self.client.borrow_mut(), statement)
     }
 
     fn exec(&self, sql: &str) {
-        self.client.borrow_mut().batch_execute(sql).unwrap_or_else(|e| panic!("{sql}: {}", fail(e).0));
+        self.client.borrow_mut().batch_execute(sql).unwrap_or_else(|e| panic!("{sql}: {}", fail(e)));
+    }
+}
+
+/// Postgres as the engine's executor. The blocking client finishes each call before it returns,
+/// so the future is ready when made; the Worker's executor awaits tokio-postgres's instead.
+impl SqlExecutor for PgDb {
+    fn batch<'a>(&'a self, _op: OpKind, statements: &'a [Statement]) -> StoreFuture<'a, Vec<u64>> {
+        Box::pin(ready(transact(&mut self.client.borrow_mut(), statements, None).map(|(changes, _)| changes)))
+    }
+
+    fn query<'a>(&'a self, _op: OpKind, statement: &'a Statement) -> StoreFuture<'a, Vec<Row>> {
+        Box::pin(ready(query(&mut self.client.borrow_mut(), statement)))
+    }
+
+    fn batch_then_query<'a>(&'a self, _op: OpKind, writes: &'a [Statement], read: &'a Statement) -> StoreFuture<'a, Vec<Row>> {
+        Box::pin(ready(transact(&mut self.client.borrow_mut(), writes, Some(read)).map(|(_, rows)| rows)))
     }
 }
 
 /// Runs `writes`, then `read`, as one transaction on `client` (any connection: a second host's).
-pub fn transact(client: &mut Client, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreFailure> {
+pub fn transact(client: &mut Client, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreError> {
     let mut tx = client.transaction().map_err(fail)?;
     let result = transact_in(&mut tx, writes, read)?;
-    tx.commit().map_err(fail)?;
+    tx.commit().map_err(fail_commit)?;
     Ok(result)
 }
 
-/// Runs `writes`, then `read`, inside the open transaction `tx`.
-pub fn transact_in(tx: &mut Transaction<'_>, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreFailure> {
+/// Runs `writes`, then `read`, inside the open transaction `tx`. A failed statement fails the
+/// transaction, which rolls back when it is dropped.
+pub fn transact_in(tx: &mut Transaction<'_>, writes: &[Statement], read: Option<&Statement>) -> Result<(Vec<u64>, Vec<Row>), StoreError> {
     let mut changes = Vec::new();
     for s in writes {
         changes.push(with_bound(&s.params, |p| tx.execute_typed(&s.sql, p)).map_err(fail)?);
@@ -140,7 +161,7 @@ pub fn transact_in(tx: &mut Transaction<'_>, writes: &[Statement], read: Option<
 }
 
 /// Runs one statement outside a transaction and reads its rows.
-pub fn query(client: &mut Client, statement: &Statement) -> Result<Vec<Row>, StoreFailure> {
+pub fn query(client: &mut Client, statement: &Statement) -> Result<Vec<Row>, StoreError> {
     with_bound(&statement.params, |p| client.query_typed(&statement.sql, p)).map_err(fail)?.iter().map(row).collect()
 }
 
@@ -207,13 +228,29 @@ impl<'a> FromSql<'a> for Cell {
     }
 }
 
-fn row(r: &postgres::Row) -> Result<Row, StoreFailure> {
-    r.columns().iter().enumerate().map(|(i, c)| Ok((c.name().to_owned(), r.try_get::<_, Cell>(i).map_err(fail)?.0))).collect()
+fn row(r: &postgres::Row) -> Result<Row, StoreError> {
+    let columns = r.columns().iter().enumerate().map(|(i, c)| Ok((c.name().to_owned(), r.try_get::<_, Cell>(i).map_err(fail)?.0)));
+    columns.collect::<Result<_, _>>().map(Row::new)
 }
 
-fn fail(e: postgres::Error) -> StoreFailure {
-    StoreFailure(match e.as_db_error() {
+/// A failed statement: its transaction rolled back (or it was a read), nothing committed.
+fn fail(e: postgres::Error) -> StoreError {
+    StoreError::NotCommitted(describe(&e))
+}
+
+/// A failed `COMMIT`: the server's refusal rolled the transaction back, but a connection that
+/// broke while the commit was sent leaves its outcome unknown.
+fn fail_commit(e: postgres::Error) -> StoreError {
+    match e.as_db_error() {
+        Some(_) => StoreError::NotCommitted(describe(&e)),
+        None => StoreError::MayHaveCommitted(describe(&e)),
+    }
+}
+
+/// The server's SQLSTATE and message, or the client's error.
+fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
         Some(db) => format!("{}: {}", db.code().code(), db.message()),
         None => e.to_string(),
-    })
+    }
 }

@@ -16,17 +16,15 @@
 #![cfg(target_arch = "wasm32")]
 
 use rindle_streams::engine::auth::{AuthFuture, AuthRequest, Authorizer, Denied, Principal};
-use rindle_streams::engine::durable::{Dialect, MappedSql, TableMapping};
+use rindle_streams::engine::durable::{Dialect, MappedSql, RowState, TableMapping};
 use rindle_streams::engine::hook::{EventHook, StreamNotice};
-use rindle_streams::engine::live::{StoreFailure, StoreOp, StoreReply};
 use rindle_streams::engine::reading::DurableText;
+use rindle_streams::engine::store::{Checkpoint, MarkOutcome, MarkStreaming, SealWrite, StoreError, StoreFuture};
 use rindle_streams::engine::utf16::Offset;
-use rindle_streams::{install_authorizer, install_checkpoint_sink, install_event_hook, CheckpointSink, D1Tables};
+use rindle_streams::{install_authorizer, install_checkpoint_sink, install_event_hook, CheckpointSink, Tables, D1};
 use serde_json::json;
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 use worker::{event, Context, Env, Request, Response};
 
@@ -42,7 +40,7 @@ fn start() {
     install_authorizer(AppAuthorizer);
     install_checkpoint_sink(|env| {
         let db = env.d1("DB").expect("the DB binding");
-        let tables = D1Tables::new(db, MappedSql::new(TableMapping::example(), Dialect::Sqlite));
+        let tables = Tables::new(Rc::new(D1::new(db)), MappedSql::new(TableMapping::example(), Dialect::Sqlite));
         Rc::new(AppSink { tables, failing: RefCell::default() })
     });
     install_event_hook(AppHook);
@@ -66,44 +64,43 @@ impl Authorizer for AppAuthorizer {
 }
 
 struct AppSink {
-    tables: D1Tables,
+    tables: Tables,
     /// Streams whose checkpoints this sink fails (opened with `{"failAppends": true}`).
     failing: RefCell<HashSet<String>>,
 }
 
-type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreFailure>> + 'a>>;
-
 impl CheckpointSink for AppSink {
-    fn run<'a>(&'a self, stream_id: &'a str, op: &'a StoreOp) -> StoreFuture<'a, StoreReply> {
-        Box::pin(async move {
-            match op {
-                StoreOp::MarkStreaming { meta, started_at, .. } => {
-                    log("sink_open", stream_id, json!({"meta": meta, "startedAt": started_at}));
-                    if let Some(reason) = meta.as_ref().and_then(|m| m.get("refuse")).and_then(|r| r.as_str()) {
-                        return Ok(StoreReply::Refused(reason.to_owned()));
-                    }
-                    if meta.as_ref().and_then(|m| m.get("failAppends")) == Some(&json!(true)) {
-                        self.failing.borrow_mut().insert(stream_id.to_owned());
-                    }
-                }
-                StoreOp::Append { .. } if self.failing.borrow().contains(stream_id) => {
-                    return Err(StoreFailure("the app's sink fails this stream's checkpoints".into()));
-                }
-                StoreOp::Seal(write) => {
-                    log("sink_seal", stream_id, json!({"from": write.from, "seq": write.seq, "bodyFrom": write.body_from}))
-                }
-                _ => {}
-            }
-            self.tables.run(stream_id, op).await
-        })
+    fn open<'a>(&'a self, stream_id: &'a str, open: &'a MarkStreaming) -> StoreFuture<'a, MarkOutcome> {
+        log("sink_open", stream_id, json!({"meta": open.meta, "startedAt": open.started_at}));
+        let meta = open.meta.as_ref();
+        if let Some(reason) = meta.and_then(|m| m.get("refuse")).and_then(|r| r.as_str()) {
+            return Box::pin(std::future::ready(Ok(MarkOutcome::Refused(reason.to_owned()))));
+        }
+        if meta.and_then(|m| m.get("failAppends")) == Some(&json!(true)) {
+            self.failing.borrow_mut().insert(stream_id.to_owned());
+        }
+        self.tables.open(stream_id, open)
+    }
+
+    fn checkpoint<'a>(&'a self, stream_id: &'a str, slice: &'a Checkpoint) -> StoreFuture<'a, RowState> {
+        if self.failing.borrow().contains(stream_id) {
+            let failure = StoreError::NotCommitted("the app's sink fails this stream's checkpoints".into());
+            return Box::pin(std::future::ready(Err(failure)));
+        }
+        self.tables.checkpoint(stream_id, slice)
+    }
+
+    fn seal<'a>(&'a self, stream_id: &'a str, write: &'a SealWrite) -> StoreFuture<'a, ()> {
+        log("sink_seal", stream_id, json!({"from": write.from, "seq": write.seq, "bodyFrom": write.body_from}));
+        self.tables.seal(stream_id, write)
     }
 
     fn read_durable<'a>(&'a self, stream_id: &'a str) -> StoreFuture<'a, Option<DurableText>> {
-        self.tables.read_durable(stream_id)
+        CheckpointSink::read_durable(&self.tables, stream_id)
     }
 
     fn request_cancel<'a>(&'a self, stream_id: &'a str) -> StoreFuture<'a, bool> {
-        self.tables.request_cancel(stream_id)
+        CheckpointSink::request_cancel(&self.tables, stream_id)
     }
 }
 

@@ -5,8 +5,10 @@ pub mod mapping;
 pub mod plan;
 pub mod rows;
 pub mod sql;
+pub mod tables;
 
 pub use mapping::{ColumnNames, Ident, MappingError, TableMapping};
-pub use plan::{Shape, StorePlan};
+pub use plan::{Executed, StorePlan, TablesOp};
 pub use rows::{judge_host, judge_probe, ColumnValue, OpenProbe, OpenRefused, RowState, UnusableRow};
 pub use sql::{chunk_id, Dialect, MappedSql, Statement, Value};
+pub use tables::{Row, SqlExecutor, Tables};

@@ -1,74 +1,146 @@
-//! How each store operation of the live stream becomes statements, and how the rows that come
-//! back become its reply. Every executor (D1 in the Worker, SQLite in the tests) goes through
-//! here, so the mapping from protocol to SQL has one home.
+//! How each store operation becomes statements, and how the rows that come back become its
+//! typed reply. Every executor (D1 in the Worker, SQLite in the tests, Postgres next) runs
+//! these plans through [`StorePlan::execute`], so the mapping from protocol to SQL has one home.
 
 use super::rows::{ColumnValue, OpenProbe, RowState};
 use super::sql::{MappedSql, Statement};
-use crate::engine::live::{SealWrite, StoreFailure, StoreOp, StoreReply};
+use super::tables::{Row, SqlExecutor};
+use crate::engine::store::{
+    Checkpoint, MarkOutcome, MarkStreaming, OpKind, Operation, ProbeOpen, ReadHost, ReadState, SealWrite, StoreError,
+};
 
 /// What an executor must run for one operation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StorePlan {
-    /// Run as ONE transaction; the reply is [`StoreReply::Applied`].
+    /// Run as ONE transaction.
     Batch(Vec<Statement>),
-    /// Run one query and read its first row as `shape`.
-    Query(Statement, Shape),
-    /// Run the writes, then the query, as ONE transaction: the query's first row, read as
-    /// `shape`, is the reply. A checkpoint is confirmed in the round that writes it, where a
-    /// separate read-back would take a second round.
-    BatchThenQuery(Vec<Statement>, Statement, Shape),
+    /// Run one query.
+    Query(Statement),
+    /// Run the writes, then the query, as ONE transaction: a checkpoint is confirmed in the
+    /// round that writes it, where a separate read-back would take a second round.
+    BatchThenQuery(Vec<Statement>, Statement),
 }
 
-/// How to read a query's first row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    Probe,
-    Host,
-    State,
+/// What running a plan gave back: each write's count of changed rows, and the query's rows.
+#[derive(Debug, Default)]
+pub struct Executed {
+    pub changes: Vec<u64>,
+    pub rows: Vec<Row>,
 }
 
-impl MappedSql {
-    /// The statements for `op` on `stream_id`.
-    pub fn plan(&self, stream_id: &str, op: &StoreOp) -> StorePlan {
-        match op {
-            StoreOp::ProbeOpen => StorePlan::Query(self.probe_open(stream_id), Shape::Probe),
-            StoreOp::MarkStreaming { host_token, .. } => StorePlan::Batch(vec![self.mark_streaming(stream_id, host_token)]),
-            StoreOp::ReadHost => match self.read_host(stream_id) {
-                Some(q) => StorePlan::Query(q, Shape::Host),
-                None => StorePlan::Batch(vec![]),
-            },
-            StoreOp::Append { from, to, text } => {
-                StorePlan::BatchThenQuery(self.append(stream_id, *from, *to, text), self.read_state(stream_id), Shape::State)
-            }
-            StoreOp::ReadState => StorePlan::Query(self.read_state(stream_id), Shape::State),
-            StoreOp::Seal(SealWrite { status, error, body, .. }) => StorePlan::Batch(match body {
-                Some(body) => self.compact(stream_id, body, *status, error.as_deref()).into(),
-                None => vec![self.seal_in_place(stream_id, *status, error.as_deref())],
-            }),
-        }
+impl StorePlan {
+    /// Runs the plan on `exec` as `op`: the one place a plan becomes executor calls.
+    pub async fn execute(&self, exec: &dyn SqlExecutor, op: OpKind) -> Result<Executed, StoreError> {
+        Ok(match self {
+            StorePlan::Batch(writes) => Executed { changes: exec.batch(op, writes).await?, rows: vec![] },
+            StorePlan::Query(read) => Executed { changes: vec![], rows: exec.query(op, read).await? },
+            StorePlan::BatchThenQuery(writes, read) => Executed { changes: vec![], rows: exec.batch_then_query(op, writes, read).await? },
+        })
     }
 }
 
-impl Shape {
-    /// Reads the first row (`None`: no row); the row is a lookup from column name to value.
-    pub fn read<F: Fn(&str) -> Option<ColumnValue>>(self, row: Option<F>) -> Result<StoreReply, StoreFailure> {
-        match self {
-            Shape::Probe => Ok(StoreReply::Probe(row.map(|col| OpenProbe {
-                seq: col("seq").unwrap_or(ColumnValue::Null),
-                status: match col("status") {
-                    Some(ColumnValue::Text(s)) => Some(s),
-                    _ => None,
-                },
-            }))),
-            Shape::Host => Ok(StoreReply::Host(row.and_then(|col| match col("host") {
-                Some(ColumnValue::Text(s)) => Some(s),
-                _ => None,
-            }))),
-            Shape::State => {
-                let seq = row.as_ref().and_then(|col| col("seq"));
-                let cancel = row.as_ref().and_then(|col| col("cancel"));
-                RowState::from_columns(seq.as_ref(), cancel.as_ref()).map(StoreReply::State).map_err(|e| StoreFailure(e.to_string()))
-            }
-        }
+/// An operation the mapped tables perform: its statements, and how its reply is read.
+pub trait TablesOp: Operation {
+    const KIND: OpKind;
+
+    /// The statements for this operation on `stream_id`.
+    fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan;
+
+    /// The reply, from what the plan gave back.
+    fn reply(executed: Executed) -> Result<Self::Reply, StoreError>;
+}
+
+impl TablesOp for ProbeOpen {
+    const KIND: OpKind = OpKind::ProbeOpen;
+
+    fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
+        StorePlan::Query(sql.probe_open(stream_id))
     }
+
+    fn reply(executed: Executed) -> Result<Option<OpenProbe>, StoreError> {
+        Ok(executed
+            .rows
+            .first()
+            .map(|row| OpenProbe { seq: row.get("seq").cloned().unwrap_or(ColumnValue::Null), status: text(row.get("status")) }))
+    }
+}
+
+impl TablesOp for MarkStreaming {
+    const KIND: OpKind = OpKind::MarkStreaming;
+
+    fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
+        StorePlan::Batch(vec![sql.mark_streaming(stream_id, &self.host_token)])
+    }
+
+    /// The mark ran; where a host column is mapped, [`ReadHost`] says whose the row is.
+    fn reply(_: Executed) -> Result<MarkOutcome, StoreError> {
+        Ok(MarkOutcome::Marked)
+    }
+}
+
+impl TablesOp for ReadHost {
+    const KIND: OpKind = OpKind::ReadHost;
+
+    /// Nothing to read without a host column (never asked then): no holder.
+    fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
+        sql.read_host(stream_id).map_or(StorePlan::Batch(vec![]), StorePlan::Query)
+    }
+
+    fn reply(executed: Executed) -> Result<Option<String>, StoreError> {
+        Ok(executed.rows.first().and_then(|row| text(row.get("host"))))
+    }
+}
+
+impl TablesOp for Checkpoint {
+    const KIND: OpKind = OpKind::Checkpoint;
+
+    fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
+        StorePlan::BatchThenQuery(sql.append(stream_id, self.from, self.to, &self.text), sql.read_state(stream_id))
+    }
+
+    /// The row as the write's own transaction left it; a row that cannot be read after a write
+    /// that ran may hold that write.
+    fn reply(executed: Executed) -> Result<RowState, StoreError> {
+        row_state(&executed).map_err(|e| StoreError::MayHaveCommitted(e.to_string()))
+    }
+}
+
+impl TablesOp for ReadState {
+    const KIND: OpKind = OpKind::ReadState;
+
+    fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
+        StorePlan::Query(sql.read_state(stream_id))
+    }
+
+    fn reply(executed: Executed) -> Result<RowState, StoreError> {
+        row_state(&executed).map_err(|e| StoreError::NotCommitted(e.to_string()))
+    }
+}
+
+impl TablesOp for SealWrite {
+    const KIND: OpKind = OpKind::Seal;
+
+    fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
+        StorePlan::Batch(match &self.body {
+            Some(body) => sql.compact(stream_id, body, self.status, self.error.as_deref()).into(),
+            None => vec![sql.seal_in_place(stream_id, self.status, self.error.as_deref())],
+        })
+    }
+
+    fn reply(_: Executed) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// A text column's value (`None`: absent, NULL or not text).
+pub(super) fn text(value: Option<&ColumnValue>) -> Option<String> {
+    match value {
+        Some(ColumnValue::Text(s)) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn row_state(executed: &Executed) -> Result<RowState, super::rows::UnusableRow> {
+    let row = executed.rows.first();
+    RowState::from_columns(row.and_then(|r| r.get("seq")), row.and_then(|r| r.get("cancel")))
 }

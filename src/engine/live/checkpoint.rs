@@ -16,9 +16,10 @@
 //! The seal is not a round: it is a phase of the stream (`Phase::Sealing`), which waits for an
 //! in-flight round to settle and may cut a round's retries short.
 
-use super::stream::{OpId, StoreFailure, StoreReply};
+use super::stream::CheckpointError;
 use crate::engine::config::{CheckpointMode, StreamConfig};
 use crate::engine::durable::RowState;
+use crate::engine::store::{OpId, Reply, StoreError};
 use crate::engine::time::{Millis, Timestamp};
 use crate::engine::utf16::Offset;
 
@@ -48,7 +49,7 @@ enum Step {
     Writing { op: OpId, from: Offset },
     /// The read-back is in flight; `write_error` is the write's failure, if it failed (its
     /// commit may still have happened: the read-back decides).
-    Confirming { op: OpId, from: Offset, write_error: Option<String> },
+    Confirming { op: OpId, from: Offset, write_error: Option<StoreError> },
     /// Waiting to retry.
     Backoff { until: Timestamp },
 }
@@ -58,11 +59,11 @@ enum Step {
 pub(crate) enum RoundReply {
     /// Tables mode: the write's answer does not say what landed (it failed, or only says it
     /// ran); read the row back.
-    ReadBack { from: Offset, write_error: Option<String> },
+    ReadBack { from: Offset, write_error: Option<StoreError> },
     /// The store says what the row holds (a read-back, or a sink's report).
-    Confirmed { from: Offset, state: RowState, write_error: Option<String> },
+    Confirmed { from: Offset, state: RowState, write_error: Option<StoreError> },
     /// The attempt failed.
-    Failed { from: Offset, error: String },
+    Failed { from: Offset, error: CheckpointError },
 }
 
 /// The outcome of a failed attempt.
@@ -130,32 +131,27 @@ impl Checkpointer {
     }
 
     /// The read-back of the current attempt was sent as `op`.
-    pub fn reading_back(&mut self, op: OpId, from: Offset, write_error: Option<String>) {
+    pub fn reading_back(&mut self, op: OpId, from: Offset, write_error: Option<StoreError>) {
         if let Some(round) = &mut self.round {
             round.step = Step::Confirming { op, from, write_error };
         }
     }
 
     /// Interprets the store's answer to `op`; `None` when the round does not await it.
-    pub fn on_reply(&self, op: OpId, result: Result<StoreReply, StoreFailure>, mode: &CheckpointMode) -> Option<RoundReply> {
+    pub fn on_reply(&self, op: OpId, reply: Reply, mode: &CheckpointMode) -> Option<RoundReply> {
         let round = self.round.as_ref()?;
-        Some(match (&round.step, result) {
-            (Step::Writing { op: id, from }, result) if *id == op => match (mode, result) {
-                (_, Ok(StoreReply::State(state))) => RoundReply::Confirmed { from: *from, state, write_error: None },
-                // A sink that reports nothing confirms the slice it was given.
-                (CheckpointMode::Sink, Ok(_)) => {
-                    RoundReply::Confirmed { from: *from, state: RowState { seq: round.to, cancel: false }, write_error: None }
-                }
-                (CheckpointMode::Sink, Err(e)) => RoundReply::Failed { from: *from, error: e.0 },
-                (CheckpointMode::Tables { .. }, result) => RoundReply::ReadBack { from: *from, write_error: result.err().map(|e| e.0) },
+        Some(match (&round.step, reply) {
+            (Step::Writing { op: id, from }, Reply::Checkpoint(result)) if *id == op => match (mode, result) {
+                (_, Ok(state)) => RoundReply::Confirmed { from: *from, state, write_error: None },
+                (CheckpointMode::Sink, Err(e)) => RoundReply::Failed { from: *from, error: CheckpointError::Store(e) },
+                (CheckpointMode::Tables { .. }, Err(e)) => RoundReply::ReadBack { from: *from, write_error: Some(e) },
             },
-            (Step::Confirming { op: id, from, write_error }, result) if *id == op => match result {
-                Ok(StoreReply::State(state)) => RoundReply::Confirmed { from: *from, state, write_error: write_error.clone() },
-                Ok(other) => RoundReply::Failed {
+            (Step::Confirming { op: id, from, write_error }, Reply::State(result)) if *id == op => match result {
+                Ok(state) => RoundReply::Confirmed { from: *from, state, write_error: write_error.clone() },
+                Err(e) => RoundReply::Failed {
                     from: *from,
-                    error: write_error.clone().unwrap_or(format!("unexpected read-back reply {other:?}")),
+                    error: write_error.clone().map_or(CheckpointError::ReadBack(e), CheckpointError::Store),
                 },
-                Err(e) => RoundReply::Failed { from: *from, error: write_error.clone().unwrap_or(format!("the read-back failed: {e}")) },
             },
             _ => return None,
         })

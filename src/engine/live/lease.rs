@@ -24,10 +24,10 @@
 //! single-flight guard, so such a row was marked by this object, unless a producer outside this
 //! deployment marks rows too (map a host column then).
 
-use super::stream::SealWrite;
 use crate::engine::config::StreamConfig;
 use crate::engine::frame::{EndStatus, STATUS_STREAMING};
 use crate::engine::reading::DurableText;
+use crate::engine::store::SealWrite;
 use crate::engine::utf16::Offset;
 
 /// The error sentence of a row sealed by the lease.

@@ -18,9 +18,10 @@
 //!   committed), so the lease stays.
 
 use super::outbox::Outbox;
-use super::stream::{OpId, OpenError, OpenOutcome, Output, StoreFailure, StoreOp, StoreReply, Ticket};
+use super::stream::{OpenError, OpenOutcome, Output, Ticket};
 use crate::engine::config::{CheckpointMode, StreamConfig};
 use crate::engine::durable::{judge_host, judge_probe, OpenRefused};
+use crate::engine::store::{MarkOutcome, MarkStreaming, OpId, ProbeOpen, ReadHost, Reply};
 use crate::engine::time::Timestamp;
 
 /// The producer that opens a stream, as the stream knows it.
@@ -121,48 +122,49 @@ impl Opener {
     }
 
     /// A store reply; `Pending` also when the handshake does not await `op`.
-    pub fn on_store_reply(
-        &mut self,
-        op: OpId,
-        result: Result<StoreReply, StoreFailure>,
-        cfg: &StreamConfig,
-        now: Timestamp,
-        out: &mut Outbox,
-    ) -> Progress {
-        let (step, error) = match (self.step, result) {
-            (Step::Probing(id), Ok(StoreReply::Probe(row))) if id == op => {
-                return match judge_probe(row.as_ref()) {
-                    Ok(()) => self.next(Retry::Arm, out),
-                    Err(refused) => Progress::refused(refused, true),
-                };
-            }
-            (Step::Marking(id), Ok(StoreReply::Refused(reason))) if id == op => {
+    pub fn on_store_reply(&mut self, op: OpId, reply: Reply, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) -> Progress {
+        let (step, error) = match (self.step, reply) {
+            (Step::Probing(id), Reply::Probe(result)) if id == op => match result {
+                Ok(row) => {
+                    return match judge_probe(row.as_ref()) {
+                        Ok(()) => self.next(Retry::Arm, out),
+                        Err(refused) => Progress::refused(refused, true),
+                    }
+                }
+                Err(e) => (Retry::Probe, e),
+            },
+            (Step::Marking(id), Reply::Mark(result)) if id == op => match result {
                 // The sink judged the row; after a failed attempt that may have committed, it may
                 // be refusing this open's own mark.
-                return Progress::refused(OpenRefused::BySink { reason }, !self.mark_failed);
-            }
-            (Step::Marking(id), Ok(_)) if id == op => match cfg.mode {
-                CheckpointMode::Tables { host_cas: true } => {
-                    self.step = Step::ReadingHost(out.request(StoreOp::ReadHost));
-                    return Progress::Pending;
+                Ok(MarkOutcome::Refused(reason)) => return Progress::refused(OpenRefused::BySink { reason }, !self.mark_failed),
+                Ok(MarkOutcome::Marked) => match cfg.mode {
+                    CheckpointMode::Tables { host_cas: true } => {
+                        self.step = Step::ReadingHost(out.request(ReadHost));
+                        return Progress::Pending;
+                    }
+                    _ => return Progress::Opened,
+                },
+                Err(e) => {
+                    self.mark_failed = true;
+                    (Retry::Mark, e)
                 }
-                _ => return Progress::Opened,
             },
-            (Step::ReadingHost(id), Ok(StoreReply::Host(host))) if id == op => {
+            (Step::ReadingHost(id), Reply::Host(result)) if id == op => match result {
                 // Another producer's token: the mark's claim never applied, on any attempt.
-                return match judge_host(&self.producer.host_token, host.as_deref()) {
-                    Ok(()) => Progress::Opened,
-                    Err(refused) => Progress::refused(refused, true),
-                };
-            }
-            (Step::Probing(id), outcome) if id == op => (Retry::Probe, failure(outcome)),
-            (Step::Marking(id) | Step::ReadingHost(id), outcome) if id == op => {
-                self.mark_failed = true;
-                (Retry::Mark, failure(outcome))
-            }
+                Ok(host) => {
+                    return match judge_host(&self.producer.host_token, host.as_deref()) {
+                        Ok(()) => Progress::Opened,
+                        Err(refused) => Progress::refused(refused, true),
+                    }
+                }
+                Err(e) => {
+                    self.mark_failed = true;
+                    (Retry::Mark, e)
+                }
+            },
             _ => return Progress::Pending, // a reply this handshake no longer awaits
         };
-        self.failed(step, error, cfg, now)
+        self.failed(step, OpenError::Store(error), cfg, now)
     }
 
     /// The shell's answer to [`Output::ArmLease`].
@@ -208,22 +210,13 @@ impl Opener {
 /// Sends `step`'s request.
 fn send(step: Retry, producer: &Producer, started_at: Timestamp, out: &mut Outbox) -> Step {
     match step {
-        Retry::Probe => Step::Probing(out.request(StoreOp::ProbeOpen)),
+        Retry::Probe => Step::Probing(out.request(ProbeOpen)),
         Retry::Arm => {
             out.push(Output::ArmLease { host_token: producer.host_token.clone() });
             Step::Arming
         }
-        Retry::Mark => Step::Marking(out.request(StoreOp::MarkStreaming {
-            host_token: producer.host_token.clone(),
-            meta: producer.meta.clone(),
-            started_at,
-        })),
+        Retry::Mark => {
+            Step::Marking(out.request(MarkStreaming { host_token: producer.host_token.clone(), meta: producer.meta.clone(), started_at }))
+        }
     }
-}
-
-fn failure(outcome: Result<StoreReply, StoreFailure>) -> OpenError {
-    OpenError::Store(match outcome {
-        Err(e) => e.0,
-        Ok(other) => format!("unexpected store reply {other:?}"),
-    })
 }

@@ -1,7 +1,8 @@
 //! Where a stream's outputs queue until the shell drains them, and the counters that name its
 //! store operations and requests.
 
-use super::stream::{OpId, Output, StoreOp, StoreRequest, Ticket};
+use super::stream::{Output, Ticket};
+use crate::engine::store::{OpId, Request, StoreRequest};
 use std::collections::VecDeque;
 
 #[derive(Debug, Default)]
@@ -26,10 +27,13 @@ impl Outbox {
     }
 
     /// Queues a store operation; its reply comes back under the returned id.
-    pub fn request(&mut self, op: StoreOp) -> OpId {
+    pub fn request<Op>(&mut self, op: Op) -> OpId
+    where
+        StoreRequest: From<Request<Op>>,
+    {
         self.next_op += 1;
         let id = OpId(self.next_op);
-        self.push(Output::Store(StoreRequest { id, op }));
+        self.push(Output::Store(Request::new(id, op).into()));
         id
     }
 }

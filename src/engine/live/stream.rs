@@ -6,19 +6,15 @@ use super::open::{Opener, Producer, Progress};
 use super::outbox::Outbox;
 use super::readers::{Dialect, Pacing, Pull, ReaderId, Readers};
 use crate::engine::config::{CheckpointMode, StreamConfig};
-use crate::engine::durable::{OpenProbe, OpenRefused, RowState};
+use crate::engine::durable::{OpenRefused, RowState};
 use crate::engine::frame::{EndStatus, Frame};
+use crate::engine::store::{Checkpoint, OpId, ReadState, Reply, SealWrite, StoreAnswer, StoreError, StoreRequest};
 use crate::engine::text::TextBuffer;
 use crate::engine::time::{Millis, Timestamp};
 use crate::engine::ui::{BadChunk, Format, LineAssembler};
 use crate::engine::utf16::Offset;
 use std::marker::PhantomData;
 use thiserror::Error;
-
-/// Names one store operation, so its reply finds its way back. Only the stream mints one
-/// (with the operation's request), so an answer cannot name an operation it was not asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OpId(pub(crate) u64);
 
 /// Names one pending request (open, flush or seal) until it settles with a `T`: an
 /// [`OpenOutcome`], a [`FlushOutcome`] or a [`SealOutcome`]. The type says what the settlement
@@ -71,91 +67,24 @@ pub type FlushOutcome = Result<Offset, FlushError>;
 /// How a seal settles.
 pub type SealOutcome = Result<SealReport, SealShortfall>;
 
-/// A store operation for the shell to perform and answer with [`LiveStream::handle_store`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreRequest {
-    pub id: OpId,
-    pub op: StoreOp,
-}
-
-/// What the store is asked to do. In tables mode each maps to the statements of
-/// [`crate::engine::durable::MappedSql`]; a sink interprets them itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreOp {
-    /// Read the row's length and status for the open verdict. Reply: [`StoreReply::Probe`].
-    ProbeOpen,
-    /// Mark the row `streaming` (claiming it with `host_token` where a host column is mapped).
-    /// A sink also gets the app's `meta` and the open's start time, and may refuse the open
-    /// with [`StoreReply::Refused`].
-    MarkStreaming { host_token: String, meta: Option<serde_json::Value>, started_at: Timestamp },
-    /// Read the host column back. Reply: [`StoreReply::Host`].
-    ReadHost,
-    /// One checkpoint: `text` covers `[from, to)`. Tables mode reads the row in the write's own
-    /// transaction and answers [`StoreReply::State`]; when that answer fails, a
-    /// [`StoreOp::ReadState`] decides what landed. A sink may answer `State` or `Applied`.
-    Append { from: Offset, to: Offset, text: String },
-    /// Read the row's stored length and cancel flag. Reply: [`StoreReply::State`].
-    ReadState,
-    /// The terminal write.
-    Seal(SealWrite),
-}
-
-/// The terminal write of a stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SealWrite {
-    pub status: EndStatus,
-    pub error: Option<String>,
-    /// The produced length.
-    pub seq: Offset,
-    /// What the store already holds: `[0, from)` was confirmed durable before this seal, so a
-    /// sink that keeps its own chunks can write only the unsaved tail,
-    /// `body[from - body_from..]` (in UTF-16 units).
-    pub from: Offset,
-    /// The body to compact into the row, covering `[body_from, seq)`; `None` seals in place
-    /// (the body is too large for one row and stays as chunk rows, all already committed).
-    pub body: Option<String>,
-    pub body_from: Offset,
-}
-
-/// A successful store answer.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StoreReply {
-    /// A write ran; it says nothing about what the row now holds.
-    Applied,
-    Probe(Option<OpenProbe>),
-    Host(Option<String>),
-    State(RowState),
-    /// A sink refused the open ([`StoreOp::MarkStreaming`] only): a settled answer about the
-    /// app's data, never retried (409 `open_refused`), unlike a failure (503).
-    Refused(String),
-}
-
-/// A failed store operation: it may or may not have committed.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{0}")]
-pub struct StoreFailure(pub String);
-
 /// Something for the shell to do, drained with [`LiveStream::poll_output`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub enum Output {
+    /// Perform a store operation, and answer it with [`LiveStream::handle_store`].
     Store(StoreRequest),
     /// A parked reader has frames: pull it.
     Wake(ReaderId),
     /// Store what the lease alarm needs (the stream id and `host_token`) and set the alarm one
     /// lease from now; answer with [`LiveStream::handle_lease_armed`]. The open waits for it
     /// before it marks the row.
-    ArmLease {
-        host_token: String,
-    },
+    ArmLease { host_token: String },
     /// Set the lease alarm one lease from now again (the stream is alive here).
     RenewLease,
     /// Undo the [`Output::ArmLease`] with `host_token`: that open was refused without marking
     /// the row, so its lease guards nothing, and its alarm must not seal a row another producer
     /// holds. The object restores what its lease held before that arming (an earlier stream's
     /// lease keeps guarding its row), or holds nothing.
-    DisarmLease {
-        host_token: String,
-    },
+    DisarmLease { host_token: String },
     /// A request settled.
     Settled(Settlement),
     /// Something worth one log line.
@@ -178,7 +107,7 @@ pub enum OpenError {
     #[error(transparent)]
     Refused(#[from] OpenRefused),
     #[error("the store failed while opening: {0}")]
-    Store(String),
+    Store(StoreError),
     #[error("the lease could not be armed, so the row was not marked: {0}")]
     Lease(String),
 }
@@ -187,7 +116,7 @@ pub enum OpenError {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum FlushError {
     #[error("checkpoint failed with {durable_seq} of {seq} characters durable: {reason}")]
-    CheckpointFailed { seq: Offset, durable_seq: Offset, reason: String },
+    CheckpointFailed { seq: Offset, durable_seq: Offset, reason: CheckpointError },
     #[error("the stream ended with only {durable_seq} of {seq} characters durable")]
     EndedShort { seq: Offset, durable_seq: Offset },
     #[error("the stream is not open")]
@@ -209,7 +138,49 @@ pub struct SealShortfall {
     pub status: EndStatus,
     pub seq: Offset,
     pub durable_seq: Offset,
-    pub reason: String,
+    pub reason: Shortfall,
+}
+
+/// Why a seal fell short.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Shortfall {
+    /// The terminal write failed (after its retries).
+    #[error(transparent)]
+    Store(StoreError),
+    /// An in-place seal's tail could not be committed as chunks first.
+    #[error("the tail could not be committed before the seal")]
+    TailNotCommitted,
+    #[error("the stream is not open")]
+    NotOpen,
+}
+
+/// Why one checkpoint attempt did not confirm its slice.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CheckpointError {
+    /// The write failed (whether it may have committed, the store error says; in mapped tables
+    /// a read-back then decides what landed).
+    #[error(transparent)]
+    Store(StoreError),
+    /// The write's answer failed, and so did the read-back that would have decided.
+    #[error("the read-back failed: {0}")]
+    ReadBack(StoreError),
+    /// The store holds more than was produced here: someone else wrote to the row.
+    #[error("the store holds {stored} characters but only {produced} were produced here")]
+    Overclaim { stored: Offset, produced: Offset },
+    /// The store confirmed less than the slice: its `from` was stale, and the guarded
+    /// statements made it a no-op.
+    #[error("the store confirmed {stored} of {to}")]
+    Short { stored: Offset, to: Offset },
+}
+
+impl CheckpointError {
+    /// The store's error, where the store failed (it says whether the write may have committed).
+    pub fn store_error(&self) -> Option<&StoreError> {
+        match self {
+            CheckpointError::Store(e) | CheckpointError::ReadBack(e) => Some(e),
+            CheckpointError::Overclaim { .. } | CheckpointError::Short { .. } => None,
+        }
+    }
 }
 
 /// A push that was refused.
@@ -248,19 +219,19 @@ pub enum StreamEvent {
         to: Offset,
         attempt: u32,
         will_retry: bool,
-        error: String,
+        error: CheckpointError,
     },
     /// A checkpoint round gave up; the text stays in the buffer.
     CheckpointFailed {
         from: Offset,
         to: Offset,
-        error: String,
+        error: CheckpointError,
     },
     Sealed {
         status: EndStatus,
         seq: Offset,
         durable_seq: Offset,
-        shortfall: Option<String>,
+        shortfall: Option<Shortfall>,
     },
     ReaderDropped {
         reader: ReaderId,
@@ -602,8 +573,7 @@ impl LiveStream {
                 self.settle(Settlement::Sealed(ticket, outcome));
             }
             Phase::Opening(_) | Phase::Retired => {
-                let shortfall =
-                    SealShortfall { status, seq: self.seq(), durable_seq: self.durable_seq, reason: "the stream is not open".into() };
+                let shortfall = SealShortfall { status, seq: self.seq(), durable_seq: self.durable_seq, reason: Shortfall::NotOpen };
                 self.settle(Settlement::Sealed(ticket, Err(shortfall)));
             }
         }
@@ -712,21 +682,27 @@ impl LiveStream {
 
     // ---- store replies
 
-    /// Feeds the store's answer to operation `op`.
-    pub fn handle_store(&mut self, op: OpId, result: Result<StoreReply, StoreFailure>, now: Timestamp) {
+    /// Feeds the store's answer to one of the stream's requests (an answer to a request no
+    /// longer awaited, such as a late reply after its failure was answered, changes nothing).
+    pub fn handle_store(&mut self, answer: StoreAnswer, now: Timestamp) {
         self.clock = self.clock.max(now);
-        match &self.phase {
-            Phase::Opening(_) => return self.open_progress(|opener, cfg, out| opener.on_store_reply(op, result, cfg, now, out), now),
-            Phase::Sealing(Sealing { write: SealStep::Writing { op: id, attempt, compacts }, .. }) if *id == op => {
+        let StoreAnswer { id: op, reply } = answer;
+        match (&self.phase, reply) {
+            (Phase::Opening(_), reply) => self.open_progress(|opener, cfg, out| opener.on_store_reply(op, reply, cfg, now, out), now),
+            (Phase::Sealing(Sealing { write: SealStep::Writing { op: id, attempt, compacts }, .. }), Reply::Seal(result)) if *id == op => {
                 let (attempt, compacts) = (*attempt, *compacts);
-                return self.on_seal_reply(result, attempt, compacts, now);
+                self.on_seal_reply(result, attempt, compacts, now)
             }
-            _ => {}
+            (_, reply) => self.handle_round_reply(op, reply, now),
         }
-        match self.ck.on_reply(op, result, &self.cfg.mode) {
+    }
+
+    /// A store answer for the checkpoint round.
+    fn handle_round_reply(&mut self, op: OpId, reply: Reply, now: Timestamp) {
+        match self.ck.on_reply(op, reply, &self.cfg.mode) {
             None => {} // the reply of an operation no longer awaited
             Some(RoundReply::ReadBack { from, write_error }) => {
-                let op = self.out.request(StoreOp::ReadState);
+                let op = self.out.request(ReadState);
                 self.ck.reading_back(op, from, write_error);
             }
             Some(RoundReply::Confirmed { from, state, write_error }) => self.on_confirmed(from, state, write_error, now),
@@ -872,7 +848,7 @@ impl LiveStream {
     fn start_round(&mut self) {
         let from = self.durable_seq;
         let to = self.buf.capped_end(from, self.seq(), self.cfg.max_slice_bytes);
-        let op = self.out.request(StoreOp::Append { from, to, text: self.buf.slice(from, to).to_owned() });
+        let op = self.out.request(Checkpoint { from, to, text: self.buf.slice(from, to).to_owned() });
         self.ck.start(to, op, from);
     }
 
@@ -884,18 +860,17 @@ impl LiveStream {
         if from >= to {
             return self.round_succeeded(now);
         }
-        let op = self.out.request(StoreOp::Append { from, to, text: self.buf.slice(from, to).to_owned() });
+        let op = self.out.request(Checkpoint { from, to, text: self.buf.slice(from, to).to_owned() });
         self.ck.sent(op, from);
     }
 
-    fn on_confirmed(&mut self, from: Offset, state: RowState, write_error: Option<String>, now: Timestamp) {
+    fn on_confirmed(&mut self, from: Offset, state: RowState, write_error: Option<StoreError>, now: Timestamp) {
         let Some(to) = self.ck.round_end() else { return };
         if state.cancel {
             self.cancelled = true;
         }
         if state.seq > self.seq() {
-            let error = format!("the store holds {} characters but only {} were produced here", state.seq, self.seq());
-            return self.attempt_failed(from, error, now);
+            return self.attempt_failed(from, CheckpointError::Overclaim { stored: state.seq, produced: self.seq() }, now);
         }
         if state.seq > self.durable_seq {
             self.advance_durable(state.seq);
@@ -905,12 +880,12 @@ impl LiveStream {
         } else {
             // A confirmation short of the slice: this slice's `from` was stale, the guarded
             // statements made it a no-op, and the retry re-covers from the confirmed length.
-            let error = write_error.unwrap_or_else(|| format!("the store confirmed {} of {to}", state.seq));
+            let error = write_error.map_or(CheckpointError::Short { stored: state.seq, to }, CheckpointError::Store);
             self.attempt_failed(from, error, now);
         }
     }
 
-    fn attempt_failed(&mut self, from: Offset, error: String, now: Timestamp) {
+    fn attempt_failed(&mut self, from: Offset, error: CheckpointError, now: Timestamp) {
         let Some(to) = self.ck.round_end() else { return };
         // A pending seal (other than an in-place one, which needs these chunks) writes the whole
         // body anyway, so it supersedes and repairs this slice: no retry.
@@ -924,7 +899,7 @@ impl LiveStream {
         }
     }
 
-    fn round_failed(&mut self, from: Offset, to: Offset, error: String, now: Timestamp) {
+    fn round_failed(&mut self, from: Offset, to: Offset, error: CheckpointError, now: Timestamp) {
         self.stats.failures += 1;
         self.event(StreamEvent::CheckpointFailed { from, to, error: error.clone() });
         let stall = match &mut self.phase {
@@ -982,13 +957,13 @@ impl LiveStream {
         let compacts = body.is_some();
         let (status, error) = (sealing.seal.status, sealing.seal.error.clone());
         let write = SealWrite { status, error, seq: self.seq(), from: self.durable_seq, body, body_from: self.buf.floor() };
-        let op = self.out.request(StoreOp::Seal(write));
+        let op = self.out.request(write);
         if let Phase::Sealing(sealing) = &mut self.phase {
             sealing.write = SealStep::Writing { op, attempt, compacts };
         }
     }
 
-    fn on_seal_reply(&mut self, result: Result<StoreReply, StoreFailure>, attempt: u32, compacts: bool, now: Timestamp) {
+    fn on_seal_reply(&mut self, result: Result<(), StoreError>, attempt: u32, compacts: bool, now: Timestamp) {
         match (result, self.cfg.retry_delay(attempt + 1)) {
             (Ok(_), _) => self.finish_seal(None, compacts, now),
             (Err(_), Some(delay)) => {
@@ -997,11 +972,11 @@ impl LiveStream {
                     sealing.write = SealStep::Backoff { until: now + delay, attempt };
                 }
             }
-            (Err(e), None) => self.finish_seal(Some(e.0), compacts, now),
+            (Err(e), None) => self.finish_seal(Some(e), compacts, now),
         }
     }
 
-    fn finish_seal(&mut self, failure: Option<String>, compacted: bool, now: Timestamp) {
+    fn finish_seal(&mut self, failure: Option<StoreError>, compacted: bool, now: Timestamp) {
         let Phase::Sealing(sealing) = &mut self.phase else { return };
         let tickets = std::mem::take(&mut sealing.tickets);
         let seal = sealing.seal.clone();
@@ -1013,8 +988,8 @@ impl LiveStream {
         // A seal that did not commit is a shortfall even when every character is durable as
         // chunk rows: the row's terminal status was not written.
         let reason = match failure {
-            Some(reason) => Some(reason),
-            None => (self.durable_seq < seq).then(|| "the tail could not be committed before the seal".to_owned()),
+            Some(e) => Some(Shortfall::Store(e)),
+            None => (self.durable_seq < seq).then_some(Shortfall::TailNotCommitted),
         };
         let shortfall = reason.map(|reason| SealShortfall { status: seal.status, seq, durable_seq: self.durable_seq, reason });
         self.ck = Checkpointer::default();

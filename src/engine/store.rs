@@ -1,0 +1,317 @@
+//! The boundary between the live stream and whatever stores its text: the operations the
+//! stream asks for, each with the type of its reply, and the app's own store for embedders.
+//!
+//! ```text
+//!   LiveStream ──Output::Store(StoreRequest)──▶ shell ──▶ Tables (SQL on D1, SQLite, …)
+//!        ▲                                         │   or run_on_sink (an app's CheckpointSink)
+//!        └────────── handle_store(StoreAnswer) ◀───┘
+//! ```
+//!
+//! A [`StoreRequest`] holds one [`Request`] per kind of operation, and a request is answered
+//! only through its own [`Request::answer`], which takes that operation's reply type: an
+//! executor answering a probe cannot hand back a host. The answer carries the operation's id,
+//! which only the stream mints. A store that fails says whether the write may have committed
+//! ([`StoreError`]); the stream's retries do not depend on it (every statement is idempotent),
+//! but logs, hooks and timeouts do.
+
+use super::durable::{OpenProbe, RowState};
+use super::frame::EndStatus;
+use super::reading::DurableText;
+use super::time::Timestamp;
+use super::utf16::Offset;
+use std::future::Future;
+use std::pin::Pin;
+use thiserror::Error;
+
+/// Names one store operation, so its reply finds its way back. Only the stream mints one
+/// (with the operation's request), so an answer cannot name an operation it was not asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub(crate) u64);
+
+/// An operation, and what the store answers it with.
+pub trait Operation {
+    type Reply;
+}
+
+/// Read the row's length and status for the open verdict (mapped tables only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeOpen;
+
+/// Mark the row `streaming`, claiming it with `host_token` where a host column is mapped. A
+/// sink also gets the app's `meta` and the open's start time, and may refuse the open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkStreaming {
+    pub host_token: String,
+    pub meta: Option<serde_json::Value>,
+    pub started_at: Timestamp,
+}
+
+/// Read the host column back: the open CAS's winner (mapped tables with a host column only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadHost;
+
+/// One checkpoint: `text` covers `[from, to)`. The store answers what it now holds: mapped
+/// tables read the row in the write's own transaction; a sink reports the length it stored
+/// (normally `to`) and whether a cancel was requested.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub from: Offset,
+    pub to: Offset,
+    pub text: String,
+}
+
+/// Read the row's stored length and cancel flag: the read-back after a checkpoint whose answer
+/// failed (mapped tables only), which decides what landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadState;
+
+/// The terminal write of a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealWrite {
+    pub status: EndStatus,
+    pub error: Option<String>,
+    /// The produced length.
+    pub seq: Offset,
+    /// What the store already holds: `[0, from)` was confirmed durable before this seal, so a
+    /// sink that keeps its own chunks can write only the unsaved tail,
+    /// `body[from - body_from..]` (in UTF-16 units).
+    pub from: Offset,
+    /// The body to compact into the row, covering `[body_from, seq)`; `None` seals in place
+    /// (the body is too large for one row and stays as chunk rows, all already committed).
+    pub body: Option<String>,
+    pub body_from: Offset,
+}
+
+/// How the store answers a mark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarkOutcome {
+    /// The row is the stream's (for mapped tables with a host column, the host read decides).
+    Marked,
+    /// A sink refused the open: a settled answer about the app's data, never retried (409
+    /// `open_refused`), unlike a failure (503).
+    Refused(String),
+}
+
+impl Operation for ProbeOpen {
+    /// The row, or `None`: there is none.
+    type Reply = Option<OpenProbe>;
+}
+impl Operation for MarkStreaming {
+    type Reply = MarkOutcome;
+}
+impl Operation for ReadHost {
+    /// The token the host column holds.
+    type Reply = Option<String>;
+}
+impl Operation for Checkpoint {
+    type Reply = RowState;
+}
+impl Operation for ReadState {
+    type Reply = RowState;
+}
+impl Operation for SealWrite {
+    type Reply = ();
+}
+
+/// A failed store operation, and whether its write may have committed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum StoreError {
+    /// Nothing was applied: it failed before the database saw it, or the database refused it
+    /// and rolled back (or it was a read).
+    #[error("{0}")]
+    NotCommitted(String),
+    /// The outcome is unknown: the write may have committed, but its reply was lost or did not
+    /// come in time.
+    #[error("{0} (the write may have committed)")]
+    MayHaveCommitted(String),
+}
+
+impl StoreError {
+    pub fn may_have_committed(&self) -> bool {
+        matches!(self, StoreError::MayHaveCommitted(_))
+    }
+}
+
+/// Which store call runs: the operations of [`StoreRequest`], and the shell's own reads and
+/// writes. An executor may log it; a test build's fault plan targets by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    ProbeOpen,
+    MarkStreaming,
+    ReadHost,
+    Checkpoint,
+    ReadState,
+    Seal,
+    /// `GET /text`, `/ui` from the store, the lease's row read.
+    ReadDurable,
+    /// `POST /cancel`'s flag.
+    RequestCancel,
+    /// A chat's streaming answer, or an answer's chat (the chat column's reads).
+    ReadChat,
+}
+
+/// One operation the stream asked for, answered only with [`Request::answer`].
+#[derive(Debug)]
+#[must_use = "a store request must be answered (LiveStream::handle_store), or the stream waits for it"]
+pub struct Request<Op> {
+    id: OpId,
+    op: Op,
+}
+
+impl<Op> Request<Op> {
+    pub(crate) fn new(id: OpId, op: Op) -> Self {
+        Self { id, op }
+    }
+
+    pub fn id(&self) -> OpId {
+        self.id
+    }
+
+    /// What is asked.
+    pub fn op(&self) -> &Op {
+        &self.op
+    }
+}
+
+/// What the stream asks the store to do ([`Output::Store`](super::live::Output::Store)).
+#[derive(Debug)]
+#[must_use = "a store request must be answered (LiveStream::handle_store), or the stream waits for it"]
+pub enum StoreRequest {
+    ProbeOpen(Request<ProbeOpen>),
+    MarkStreaming(Request<MarkStreaming>),
+    ReadHost(Request<ReadHost>),
+    Checkpoint(Request<Checkpoint>),
+    ReadState(Request<ReadState>),
+    Seal(Request<SealWrite>),
+}
+
+/// A store's answer to one request, fed back with
+/// [`LiveStream::handle_store`](super::live::LiveStream::handle_store).
+#[derive(Debug)]
+pub struct StoreAnswer {
+    pub(crate) id: OpId,
+    pub(crate) reply: Reply,
+}
+
+/// An answer's reply, of the kind its operation asked for (the only way to build one).
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Probe(Result<Option<OpenProbe>, StoreError>),
+    Mark(Result<MarkOutcome, StoreError>),
+    Host(Result<Option<String>, StoreError>),
+    Checkpoint(Result<RowState, StoreError>),
+    State(Result<RowState, StoreError>),
+    Seal(Result<(), StoreError>),
+}
+
+/// Each operation's `answer`, its variant of [`StoreRequest`] and its reply.
+macro_rules! requests {
+    ($($op:ident => $variant:ident, $reply:ident;)*) => {$(
+        impl Request<$op> {
+            /// Answers the request with the store's reply, or its failure.
+            pub fn answer(self, reply: Result<<$op as Operation>::Reply, StoreError>) -> StoreAnswer {
+                StoreAnswer { id: self.id, reply: Reply::$reply(reply) }
+            }
+        }
+
+        impl From<Request<$op>> for StoreRequest {
+            fn from(request: Request<$op>) -> Self {
+                StoreRequest::$variant(request)
+            }
+        }
+    )*
+
+        impl StoreRequest {
+            pub fn id(&self) -> OpId {
+                match self {
+                    $(StoreRequest::$variant(r) => r.id,)*
+                }
+            }
+
+            /// An answer to this request saying it failed with `error`, made without giving
+            /// the request up: a shell whose store gave no answer (a lost reply, a timeout)
+            /// answers with it. Of two answers to one request the stream takes the first.
+            pub fn failed(&self, error: StoreError) -> StoreAnswer {
+                match self {
+                    $(StoreRequest::$variant(r) => StoreAnswer { id: r.id, reply: Reply::$reply(Err(error)) },)*
+                }
+            }
+        }
+    };
+}
+
+requests! {
+    ProbeOpen => ProbeOpen, Probe;
+    MarkStreaming => MarkStreaming, Mark;
+    ReadHost => ReadHost, Host;
+    Checkpoint => Checkpoint, Checkpoint;
+    ReadState => ReadState, State;
+    SealWrite => Seal, Seal;
+}
+
+impl StoreRequest {
+    /// Which store call this is.
+    pub fn kind(&self) -> OpKind {
+        match self {
+            StoreRequest::ProbeOpen(_) => OpKind::ProbeOpen,
+            StoreRequest::MarkStreaming(_) => OpKind::MarkStreaming,
+            StoreRequest::ReadHost(_) => OpKind::ReadHost,
+            StoreRequest::Checkpoint(_) => OpKind::Checkpoint,
+            StoreRequest::ReadState(_) => OpKind::ReadState,
+            StoreRequest::Seal(_) => OpKind::Seal,
+        }
+    }
+}
+
+/// A store call in progress.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + 'a>>;
+
+/// The app's own checkpoint store (the seed's "commit" mode), which an embedding Worker
+/// installs in place of the mapped tables. A stream with a sink opens with [`Self::open`]
+/// (after the lease is armed), checkpoints with [`Self::checkpoint`] and ends with
+/// [`Self::seal`]; it never probes, reads a host or reads back. The mapped tables are one
+/// implementation ([`Tables`](super::durable::Tables)), for a sink that wraps them.
+pub trait CheckpointSink {
+    /// A stream opens: mark its message as streaming. `open.meta` is the app's `meta` from the
+    /// open body and `open.started_at` the open's start time. [`MarkOutcome::Refused`] refuses
+    /// the open (409, never retried); an error is retried, then answered 503.
+    fn open<'a>(&'a self, stream_id: &'a str, open: &'a MarkStreaming) -> StoreFuture<'a, MarkOutcome>;
+
+    /// One checkpoint of `[slice.from, slice.to)`: answers the length the store now holds
+    /// (`slice.to` when the whole slice committed) and whether a cancel was requested. An error
+    /// is retried.
+    fn checkpoint<'a>(&'a self, stream_id: &'a str, slice: &'a Checkpoint) -> StoreFuture<'a, RowState>;
+
+    /// The terminal write.
+    fn seal<'a>(&'a self, stream_id: &'a str, write: &'a SealWrite) -> StoreFuture<'a, ()>;
+
+    /// The durable text of a stream, or `None` when it has no row.
+    fn read_durable<'a>(&'a self, stream_id: &'a str) -> StoreFuture<'a, Option<DurableText>>;
+
+    /// Sets the row's cancel flag; `false` when there is no such row.
+    fn request_cancel<'a>(&'a self, stream_id: &'a str) -> StoreFuture<'a, bool>;
+}
+
+/// Answers a request of a stream whose store is `sink` (`CheckpointMode::Sink`).
+pub async fn run_on_sink(sink: &dyn CheckpointSink, stream_id: &str, request: StoreRequest) -> StoreAnswer {
+    match request {
+        StoreRequest::MarkStreaming(r) => {
+            let reply = sink.open(stream_id, r.op()).await;
+            r.answer(reply)
+        }
+        StoreRequest::Checkpoint(r) => {
+            let reply = sink.checkpoint(stream_id, r.op()).await;
+            r.answer(reply)
+        }
+        StoreRequest::Seal(r) => {
+            let reply = sink.seal(stream_id, r.op()).await;
+            r.answer(reply)
+        }
+        // A stream with a sink never asks these (its open is the mark; its checkpoint's answer
+        // is the truth): a failure, never a made-up row.
+        other @ (StoreRequest::ProbeOpen(_) | StoreRequest::ReadHost(_) | StoreRequest::ReadState(_)) => {
+            let kind = other.kind();
+            other.failed(StoreError::NotCommitted(format!("a checkpoint sink is never asked for {kind:?}")))
+        }
+    }
+}
