@@ -27,7 +27,7 @@ step "cargo fmt --check"
 cargo fmt --check || die "cargo fmt --check: run cargo fmt"
 
 # Native clippy never sees src/edge (wasm32 only), so the wasm32 target is linted too: the
-# production build, the embedding path (no standalone fetch handler, README "Embedding"), and the
+# production build, the embedding path (no standalone fetch handler, docs/EMBEDDING.md), and the
 # dev build's features (its code is compiled in no other build).
 T="$(now)"
 step "cargo clippy (native, all targets, -D warnings)"

@@ -16,7 +16,7 @@
 //! - [`install_event_hook`]: an [`EventHook`](engine::hook::EventHook) told of checkpoint
 //!   failures, seal shortfalls, dropped readers and interrupted seals.
 //!
-//! `examples/embed/` is a complete one (README, "Embedding").
+//! `examples/embed/` is a complete one (docs/EMBEDDING.md).
 //!
 //! ## The engine
 //!

@@ -1,4 +1,4 @@
-// The embedding path (README "Embedding"), in the real runtime: examples/embed/ is a Rust Worker
+// The embedding path (docs/EMBEDDING.md), in the real runtime: examples/embed/ is a Rust Worker
 // that depends on rindle-streams without its standalone handler, exports its Durable Object,
 // calls handle_request from its own fetch handler and installs its own authorizer, checkpoint
 // sink and event hook (see its src/lib.rs for the switches used here). One stack for the file.

@@ -1,4 +1,4 @@
-//! A Worker that embeds rindle-streams (README "Embedding"), and the fixture of the e2e test of
+//! A Worker that embeds rindle-streams (docs/EMBEDDING.md), and the fixture of the e2e test of
 //! that path (tests/e2e/embed.test.mjs). It exports the stream's Durable Object, calls
 //! `handle_request` from its own fetch handler, and installs, in its start event:
 //!
@@ -10,7 +10,7 @@
 //!   with `{"failAppends": true}`, and logs what each open and seal carries;
 //! - an event hook that logs every notice, and panics on a notice about a stream whose id
 //!   starts with `panic-`: on wasm32 that aborts the instance, and the lease seals the lost
-//!   stream's row `interrupted` (README "Embedding").
+//!   stream's row `interrupted` (docs/EMBEDDING.md).
 //!
 //! The `refuse`, `failAppends` and `panic-` switches are the test's, not a pattern to copy.
 #![cfg(target_arch = "wasm32")]
