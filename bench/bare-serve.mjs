@@ -17,6 +17,7 @@
 // config's `main`, such as the dev build.)
 // and prints "Ready on http://IP:P" once the Worker answers there. The entry socket (through
 // miniflare's entry Worker) is on a port of the system's choosing and is not used.
+import { createServer } from 'node:net';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Log, LogLevel, Miniflare } from 'miniflare';
@@ -35,6 +36,21 @@ const { values } = parseArgs({
   },
 });
 if (!values.port || !values['persist-to']) throw new Error('bare-serve: --port and --persist-to are required');
+
+// workerd exits at once when the Worker's port is taken (miniflare throws "Address already in
+// use", which the harness retries on with fresh ports), but hangs for ever when the inspector's
+// port is: probe it first and fail the same way, so a port picked by freePort() and taken by
+// another test in the meantime is retried instead of waited on.
+if (values['inspector-port']) {
+  const port = Number(values['inspector-port']);
+  await new Promise((res) => {
+    const probe = createServer().once('error', (e) => {
+      console.error(`bare-serve: ${e.code === 'EADDRINUSE' ? 'Address already in use' : e.message} (inspector ${values.ip}:${port})`);
+      process.exit(1);
+    });
+    probe.listen(port, values.ip, () => probe.close(res));
+  });
+}
 
 const configPath = resolve(values.config);
 const config = unstable_readConfig({ config: configPath });
@@ -63,7 +79,15 @@ const mf = new Miniflare({
     },
   ],
 });
+// Any other way workerd can fail to start without miniflare noticing ends here, with a message,
+// rather than at the harness's own deadline.
+const STARTUP_MS = 45_000;
+const startupTimer = setTimeout(() => {
+  console.error(`bare-serve: workerd did not start within ${STARTUP_MS} ms`);
+  process.exit(1);
+}, STARTUP_MS);
 const url = await mf.unsafeGetDirectURL(config.name);
+clearTimeout(startupTimer);
 console.log(`Ready on ${url.origin}`);
 
 const stop = () => mf.dispose().finally(() => process.exit(0));
