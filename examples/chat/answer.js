@@ -123,12 +123,10 @@ export const tools = {
  * A mock model that plays `steps` (one per call), one part every `delayMs`. It stops when the
  * call is aborted or its stream cancelled, and says so through `onStop(reason)`. `holdEnd`, a
  * function returning a promise, holds the last step before its last two parts (the text's end
- * and the finish) until that promise settles (or the call is aborted); with `hold`
- * (`{ step, part, until }`), it waits for the promise `until` before part `part` of step `step`:
- * a test holds the answer until it has done what it must mid-answer, instead of racing the
- * model's clock.
+ * and the finish) until that promise settles (or the call is aborted): a test holds the answer
+ * until it has done what it must mid-answer, instead of racing the model's clock.
  */
-export function scriptedModel(steps, { delayMs = 0, onStop, holdEnd, hold } = {}) {
+export function scriptedModel(steps, { delayMs = 0, onStop, holdEnd } = {}) {
   let call = 0;
   return new MockLanguageModelV4({
     doStream: async ({ abortSignal }) => {
@@ -143,7 +141,6 @@ export function scriptedModel(steps, { delayMs = 0, onStop, holdEnd, hold } = {}
             const aborted = new Promise((resolve) => abortSignal?.addEventListener('abort', resolve, { once: true }));
             await Promise.race([holdEnd(), aborted]);
           }
-          if (hold && step === hold.step && i === hold.part) await hold.until;
           if (abortSignal?.aborted) {
             onStop?.('aborted');
             return controller.error(abortSignal.reason);
@@ -160,22 +157,10 @@ export function scriptedModel(steps, { delayMs = 0, onStop, holdEnd, hold } = {}
   });
 }
 
-/**
- * Where an answer held mid-way waits (see `scriptedModel`): in the last step (the text), at a
- * part drawn from the seed in its middle half, so the page shows reasoning, the tool call and
- * some text, and the rest of the text is still to come.
- */
-export function holdPoint({ seed, kind = 'full', words = 40 }) {
-  const steps = answerScript({ seed, kind, words });
-  const last = steps.length - 1;
-  const n = steps[last].length;
-  return { step: last, part: Math.floor(n / 4) + (seed % Math.max(1, Math.floor(n / 2))) };
-}
-
-/** `streamText` of the scripted answer (what the example's producer runs); `holdEnd` and `hold` as in scriptedModel. */
-export function streamAnswer({ seed, kind = 'full', words, delayMs = 0, abortSignal, onStop, holdEnd, hold, prompt = 'What is the weather?' }) {
+/** `streamText` of the scripted answer (what the example's producer runs); `holdEnd` as in scriptedModel. */
+export function streamAnswer({ seed, kind = 'full', words, delayMs = 0, abortSignal, onStop, holdEnd, prompt = 'What is the weather?' }) {
   return streamText({
-    model: scriptedModel(answerScript({ seed, kind, words }), { delayMs, onStop, holdEnd, hold }),
+    model: scriptedModel(answerScript({ seed, kind, words }), { delayMs, onStop, holdEnd }),
     prompt,
     tools,
     stopWhen: stepCountIs(3),

@@ -22,7 +22,7 @@
 // refuses a second answer while one is in flight in the chat (no read-then-insert race).
 import { readUIMessageStream } from 'ai';
 import { openStream, readUIMessage, RindleError, signStreamToken } from '../../public/producer.js';
-import { holdPoint, seedOf, streamAnswer, uiStreamOptions } from './answer.js';
+import { seedOf, streamAnswer, uiStreamOptions } from './answer.js';
 
 const CHAT_ID = /^[A-Za-z0-9._:-]{1,64}$/;
 /**
@@ -35,12 +35,6 @@ const IN_FLIGHT = `(status = 'streaming' OR (status = 'pending' AND created_at >
 const json = (status, body) => Response.json(body, { status });
 const fail = (status, error, message) => json(status, { error, message });
 
-/**
- * Test knob (MOCK_HOLD=1 only): each answer holds mid-way (answer.js `holdPoint`) until
- * `POST /api/test/release/:answerId`, so a test reloads or opens a tab while it is surely in flight.
- */
-const holds = new Map();
-
 export default {
   async fetch(request, env, ctx) {
     const url = new URL(request.url);
@@ -50,11 +44,6 @@ export default {
       if (path === '/api/chat' || path === '/api/chat/stock') {
         if (request.method !== 'POST') return fail(405, 'method_not_allowed', `POST ${path} starts an answer`);
         return await startAnswer(request, env, ctx, { stock: path === '/api/chat/stock' });
-      }
-      const release = /^\/api\/test\/release\/([^/]+)$/.exec(path);
-      if (release && env.MOCK_HOLD === '1' && request.method === 'POST') {
-        holds.get(decodeURIComponent(release[1]))?.release();
-        return json(200, { released: true });
       }
       const m = /^\/api\/chat\/([^/]+)\/(stream|messages)$/.exec(path);
       if (m) {
@@ -120,19 +109,11 @@ async function startAnswer(request, env, ctx, { stock }) {
   }
   const seed = seedOf(text);
   const words = Number(env.MOCK_WORDS ?? 40);
-  let hold;
-  if (env.MOCK_HOLD === '1') {
-    let release;
-    const until = new Promise((resolve) => (release = resolve));
-    holds.set(answerId, { release });
-    hold = { ...holdPoint({ seed, words }), until: until.finally(() => holds.delete(answerId)) };
-  }
   const result = streamAnswer({
     seed,
     kind: 'full',
     words,
     delayMs: Number(env.MOCK_DELAY_MS ?? 40),
-    hold,
     prompt: text || 'Hello',
     abortSignal: stream.signal, // a reader's cancel stops the model call
     onStop: (why) => console.log(`model_stopped ${answerId} ${why}`),

@@ -23,12 +23,12 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { readUIMessageStream } from 'ai';
 import { ROOT, browserSession, startStack } from '../e2e/harness.mjs';
 import {
   durableFromDb, planCuts, rng, seedFromEnv, startHold, startProxy, uiChunksOf, uiMessageOf, until, withTimeout,
 } from '../e2e/util.mjs';
 import { seedOf, streamAnswer, uiStreamOptions } from '../../examples/chat/answer.js';
+import { projectPart, renderedMessages, sourceMessage, waitAnswered } from './chat-page.mjs';
 
 const SHOTS = join(ROOT, 'test-artifacts');
 const LEASE_MS = 3000;
@@ -72,25 +72,11 @@ test.after(async () => {
 const sourceStream = (answerId, question) =>
   streamAnswer({ seed: seedOf(question), kind: 'full', words: WORDS, prompt: question }).toUIMessageStream(uiStreamOptions(answerId));
 
-async function sourceMessage(answerId, question) {
-  let message;
-  for await (const snapshot of readUIMessageStream({ stream: sourceStream(answerId, question) })) message = snapshot;
-  return message;
-}
-
 /** How many UI chunks the answer to `question` has. */
 async function sourceChunkCount(question) {
   let n = 0;
   for await (const _ of sourceStream('count', question)) n += 1;
   return n;
-}
-
-/** What the page renders of a part (see Part in examples/chat/page/main.jsx). */
-function projectPart(part) {
-  if (part.type === 'text' || part.type === 'reasoning') return { type: part.type, state: part.state, text: part.text };
-  if (part.type === 'step-start') return { type: part.type };
-  if (part.type.startsWith('tool-')) return { type: part.type, state: part.state, toolCallId: part.toolCallId, input: part.input, output: part.output };
-  return { type: part.type, json: part };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -125,45 +111,9 @@ async function startAnswer(question, { chatId = newChatId(), query = '' } = {}) 
   return { page, chatId, answerId };
 }
 
-/** How much of the answer the page shows (reasoning and text, UTF-16 units); runs in the page. */
-function shownLength() {
-  const shown = document.querySelectorAll('article[data-role="assistant"] [data-type="reasoning"] .text, article[data-role="assistant"] [data-type="text"]');
-  return [...shown].reduce((n, el) => n + el.textContent.length, 0);
-}
-
-/** Wait until the page is no longer streaming and shows the finished text part. */
-const waitAnswered = (page) =>
-  page.waitForFunction(
-    () => document.getElementById('status').dataset.status === 'ready'
-      && document.querySelector('article[data-role="assistant"] [data-type="text"][data-state="done"]') !== null,
-    null,
-    { polling: 50 },
-  );
-
-/** The page's messages as rendered: [{ id, role, parts: [projected part] }]. */
-const renderedMessages = (page) =>
-  page.evaluate(() =>
-    [...document.querySelectorAll('article.message')].map((article) => ({
-      id: article.dataset.id,
-      role: article.dataset.role,
-      parts: [...article.querySelectorAll('.part')].map((el) => {
-        const type = el.dataset.type;
-        const state = el.dataset.state;
-        if (type === 'text') return { type, state, text: el.textContent };
-        if (type === 'reasoning') return { type, state, text: el.querySelector('.text').textContent };
-        if (type === 'step-start') return { type };
-        if (type.startsWith('tool-')) {
-          const json = (sel) => (el.querySelector(sel) ? JSON.parse(el.querySelector(sel).textContent) : undefined);
-          return { type, state, toolCallId: el.dataset.toolCallId, input: json('pre.input'), output: json('pre.output') };
-        }
-        return { type, json: JSON.parse(el.textContent) };
-      }),
-    })),
-  );
-
 /** The page shows the question once and the answer once, with exactly the source's parts. */
 async function assertShowsAnswer(page, { question, answerId }, label) {
-  const source = await sourceMessage(answerId, question);
+  const source = await sourceMessage(answerId, question, WORDS);
   const messages = await renderedMessages(page);
   assert.deepEqual(
     messages.map((m) => m.role),

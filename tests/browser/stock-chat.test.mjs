@@ -4,7 +4,8 @@
 // through rindle (consumeSseStream); `resume: true` resumes from rindle (the answer the history
 // left out, by name, or the chat's resume GET, 204 when none).
 //
-// Every answer is held mid-way by the mock model (MOCK_HOLD=1) until the test releases it, so a
+// The model holds every answer before its end (MOCK_HOLD_URL, util.mjs's startHold, the same hold
+// as chat.test.mjs) until the test releases it, and the test waits until the model is there, so a
 // reload or a second tab surely comes mid-answer; no step waits on the clock. Cases: send; a
 // reload mid-answer; a second tab; a reconnect after the answer finished (the history has it,
 // the resume GET answers 204). In each the rendered message equals the source, no part twice,
@@ -17,7 +18,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { ROOT, browserSession, startStack } from '../e2e/harness.mjs';
-import { seedFromEnv, uiChunksOf, until } from '../e2e/util.mjs';
+import { seedFromEnv, startHold, uiChunksOf, until, withTimeout } from '../e2e/util.mjs';
 import { openStream, signStreamToken } from '../../public/producer.js';
 import { seedOf, streamAnswer, uiStreamOptions } from '../../examples/chat/answer.js';
 import { assertShowsAnswer, waitAnswered, waitSomeText } from './chat-page.mjs';
@@ -27,14 +28,17 @@ const WORDS = 40;
 const SHOTS = join(ROOT, 'test-artifacts');
 let stack;
 let session;
+let hold;
 
 test.before(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  stack = await startStack({ chat: true, name: 'browser-stock-chat', chatVars: { MOCK_DELAY_MS: '5', MOCK_WORDS: String(WORDS), MOCK_HOLD: '1' } });
+  hold = await startHold();
+  stack = await startStack({ chat: true, name: 'browser-stock-chat', chatVars: { MOCK_DELAY_MS: '5', MOCK_WORDS: String(WORDS), MOCK_HOLD_URL: hold.url } });
   session = await browserSession({ viewport: { width: 900, height: 1000 } });
 });
 test.after(async () => {
   await session?.close();
+  await hold?.close();
   await stack?.stop();
 });
 
@@ -43,7 +47,7 @@ const question = (what) => `${what} #${SEED}-${++n}: weather? 東京 👍🏽`;
 const newChat = () => `chat-${process.pid}-${SEED % 100000}-${++n}`;
 const rowOf = (id) => stack.db.get('SELECT status FROM messages WHERE id = ?', id);
 const waitRow = (id, status) => until(() => rowOf(id)?.status === status, `row ${id} to be ${status}`, 20_000);
-const release = (id) => fetch(`${stack.baseUrl}/api/test/release/${id}`, { method: 'POST' });
+const release = (id) => hold.release(id);
 
 async function openChat(chatId, transport, page) {
   page ??= await session.context.newPage();
@@ -52,13 +56,15 @@ async function openChat(chatId, transport, page) {
   return page;
 }
 
-/** Ask on `page`; resolves with the answer's id once the answer (held mid-way) shows some text. */
+/** Ask on `page`; resolves with the answer's id once the model holds it before its end and the page shows its text. */
 async function ask(page, q) {
   await page.fill('#prompt', q);
   await page.click('#send');
   const article = await page.waitForSelector('article[data-role="assistant"][data-id^="a-"]');
+  const answerId = await article.getAttribute('data-id');
+  await withTimeout(hold.held(answerId), 30_000, `the model of ${answerId} to reach its hold`);
   await waitSomeText(page);
-  return article.getAttribute('data-id');
+  return answerId;
 }
 
 test('stock: send: the answer streams back on the POST and rindle holds the same chunks; equal to the source', async () => {
