@@ -7,7 +7,9 @@
 // UI_VALIDATION or ALLOWED_ORIGINS refuses every request with a message naming it.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { startStack } from './harness.mjs';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ROOT, startStack } from './harness.mjs';
 import { api, call, d1Snapshot, isError, newStream, ok } from './util.mjs';
 
 let stack;
@@ -54,6 +56,16 @@ const CASES = [
   ['providerMetadata that is an array', pm([]), 'providerMetadata'],
   ['providerMetadata whose provider entry is a string', pm({ openai: 'x' }), 'providerMetadata.openai'],
   ['a citation with a negative startIndex', { type: 'text-end', id: 't', citations: [{ source: { type: 'source', sourceType: 'url', id: '1', url: 'u' }, startIndex: -1 }] }, 'citations[0].startIndex'],
+  ['text-end without id', { type: 'text-end' }, 'id'],
+  ['reasoning-start without id', { type: 'reasoning-start' }, 'id'],
+  ['reasoning-end without id', { type: 'reasoning-end' }, 'id'],
+  ['tool-input-error without errorText', { type: 'tool-input-error', toolCallId: 'c', toolName: 'w', input: {} }, 'errorText'],
+  ['tool-approval-request without approvalId', { type: 'tool-approval-request', toolCallId: 'c' }, 'approvalId'],
+  ['tool-approval-response without approved', { type: 'tool-approval-response', approvalId: 'a' }, 'approved'],
+  ['tool-output-error without toolCallId', { type: 'tool-output-error', errorText: 'e' }, 'toolCallId'],
+  ['tool-output-denied without toolCallId', { type: 'tool-output-denied' }, 'toolCallId'],
+  ['reasoning-file without mediaType', { type: 'reasoning-file', url: 'https://x/y.png' }, 'mediaType'],
+  ['steering-message without parts', { type: 'steering-message', id: 's' }, 'parts'],
   ['an unknown type "text"', { type: 'text', text: 'hi' }, 'type'],
   ['a type with a typo "text_delta"', { type: 'text_delta', id: 't', delta: 'x' }, 'type'],
   ['the last of two "delta" keys wrong (JSON.parse keeps the last)', '{"type":"text-delta","id":"t","delta":"ok","delta":false}', 'delta'],
@@ -79,8 +91,17 @@ for (const [name, chunk, field] of CASES) {
   });
 }
 
-test('strict battery summary: at least 20 cases, every chunk kind the issue names', () => {
+test('strict battery summary: at least 20 cases; every known chunk type with a required field has a case missing one, and an unknown type has one', () => {
   assert.ok(CASES.length >= 20, `${CASES.length} cases`);
+  // The known types and their required fields: the strict table the Worker validates with (derived from the installed ai).
+  const table = JSON.parse(readFileSync(join(ROOT, 'src/engine/ui_chunks.json'), 'utf8')).types;
+  const required = (fields) => Object.entries(fields).filter(([, t]) => !(typeof t === 'object' && 'optional' in t)).map(([f]) => f);
+  const missingOne = (type) =>
+    CASES.some(([, chunk, field]) => typeof chunk === 'object' && chunk.type === type && required(table[type]).includes(field) && !(field in chunk));
+  const uncovered = Object.keys(table).filter((type) => required(table[type]).length > 0 && !missingOne(type));
+  assert.deepEqual(uncovered, [], 'known types without a missing-field case');
+  assert.ok(CASES.some(([, chunk]) => typeof chunk === 'object' && chunk.type.startsWith('data-') && !('data' in chunk)), 'data-* without data');
+  assert.ok(CASES.some(([, chunk, field]) => field === 'type' && typeof chunk === 'object' && !(chunk.type in table)), 'an unknown type');
 });
 
 test('strict: a line split across appends is judged whole: the fragment waits, the bad line and what follows it are refused', async () => {
