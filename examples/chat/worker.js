@@ -90,6 +90,9 @@ async function startAnswer(request, env, ctx, { stock }) {
   // answer), then the question and the answer's row, which must exist before the stream opens
   // (SPEC §5). Each statement applies only while no answer is in flight in the chat, so two
   // concurrent sends cannot both start one: the database decides, not a read before the insert.
+  // Tests only (MOCK_HOLD_START=1 with MOCK_HOLD_URL): each send waits here, just before its writes,
+  // until the test releases it, so a test lets concurrent sends reach the writes together.
+  if (env.MOCK_HOLD_URL && env.MOCK_HOLD_START === '1') await fetch(`${env.MOCK_HOLD_URL}/start-${question.id}`).then((res) => res.arrayBuffer());
   const idle = `NOT EXISTS (SELECT 1 FROM messages WHERE chat_id = ?1 AND role = 'assistant' AND ${IN_FLIGHT})`;
   const results = await env.DB.batch([
     env.DB.prepare(`DELETE FROM messages WHERE chat_id = ?1 AND id NOT IN (SELECT value FROM json_each(?2)) AND ${idle}`).bind(chatId, JSON.stringify(keep)),
