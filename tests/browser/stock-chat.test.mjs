@@ -182,22 +182,59 @@ for (const transport of ['stock', 'rindle']) {
   });
 }
 
-test('one answer at a time per chat is the database\'s decision: of six concurrent sends, one starts an answer, five get 409', async () => {
+test('the history assembles a finished answer from its body and overlapping chunk rows (offset-aware, as /text): shown once, equal to the source', async () => {
+  const q = question('history');
   const chatId = newChat();
-  const send = (i) =>
-    fetch(`${stack.baseUrl}/api/chat`, {
+  const answerId = `a-history-${SEED}-${++n}`;
+  const source = streamAnswer({ seed: seedOf(q), kind: 'full', words: WORDS, prompt: q }).toUIMessageStream(uiStreamOptions(answerId));
+  let text = '';
+  for await (const chunk of source) text += `${JSON.stringify(chunk)}\n`;
+  // Cut points off a surrogate pair's second half, so each piece is valid UTF-16 for D1.
+  const at = (f) => {
+    let i = Math.floor(text.length * f);
+    while (/[\uDC00-\uDFFF]/.test(text[i])) i += 1;
+    return i;
+  };
+  // The body holds [0, 40%); chunk rows (seq = the offset at their end) hold [30%, 70%) and
+  // [60%, 100%): each overlaps what comes before it, as a checkpoint retried after a lost reply does.
+  const [a, b, c, d] = [at(0.3), at(0.4), at(0.6), at(0.7)];
+  stack.db.run(`INSERT INTO messages (id, chat_id, role, body, status) VALUES (?, ?, 'user', ?, 'complete')`, `q-${answerId}`, chatId,
+    JSON.stringify({ id: `q-${answerId}`, role: 'user', parts: [{ type: 'text', text: q }] }));
+  stack.db.run(`INSERT INTO messages (id, chat_id, role, body, status) VALUES (?, ?, 'assistant', ?, 'complete')`, answerId, chatId, text.slice(0, b));
+  stack.db.run(`INSERT INTO message_chunks (id, streamId, seq, text) VALUES (?, ?, ?, ?)`, `${answerId}-1`, answerId, d, text.slice(a, d));
+  stack.db.run(`INSERT INTO message_chunks (id, streamId, seq, text) VALUES (?, ?, ?, ?)`, `${answerId}-2`, answerId, text.length, text.slice(c));
+  const page = await openChat(chatId, 'rindle');
+  await waitAnswered(page);
+  await assertShowsAnswer(page, { question: q, answerId, words: WORDS }, 'history from body + chunk rows');
+  await page.close();
+});
+
+test('one answer at a time per chat is the database\'s decision: six sends held just before their writes, released together: one starts an answer, five get 409', { timeout: 120_000 }, async (t) => {
+  // A stack of its own whose sends wait before their writes (MOCK_HOLD_START), so all six have
+  // passed any check a read before the insert could make: only the writes' own condition decides.
+  const raceHold = await startHold();
+  const race = await startStack({ chat: true, name: 'browser-stock-chat-race', chatVars: { MOCK_DELAY_MS: '5', MOCK_WORDS: String(WORDS), MOCK_HOLD_URL: raceHold.url, MOCK_HOLD_START: '1' } });
+  t.after(async () => {
+    await race.stop();
+    await raceHold.close();
+  });
+  const chatId = newChat();
+  const sends = [0, 1, 2, 3, 4, 5].map((i) =>
+    fetch(`${race.baseUrl}/api/chat`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ id: chatId, trigger: 'submit-message', messages: [{ id: `u-${i}`, role: 'user', parts: [{ type: 'text', text: question(`race-${i}`) }] }] }),
-    }).then(async (res) => ({ status: res.status, body: await res.json() }));
-  const answers = await Promise.all([0, 1, 2, 3, 4, 5].map(send));
+    }).then(async (res) => ({ status: res.status, body: await res.json() })));
+  await withTimeout(Promise.all([0, 1, 2, 3, 4, 5].map((i) => raceHold.held(`start-u-${i}`))), 30_000, 'the six sends to reach their writes');
+  for (let i = 0; i < 6; i++) raceHold.release(`start-u-${i}`);
+  const answers = await Promise.all(sends);
   const started = answers.filter((a) => a.status === 200);
   assert.equal(started.length, 1, JSON.stringify(answers.map((a) => a.status)));
   assert.deepEqual(answers.filter((a) => a.status !== 200).map((a) => [a.status, a.body.error]), Array(5).fill([409, 'answer_in_progress']));
-  const assistants = stack.db.all(`SELECT id FROM messages WHERE chat_id = ? AND role = 'assistant'`, chatId);
+  const assistants = race.db.all(`SELECT id FROM messages WHERE chat_id = ? AND role = 'assistant'`, chatId);
   assert.deepEqual(assistants.map((r) => r.id), [started[0].body.streamId], 'one answer row');
-  await release(started[0].body.streamId);
-  await waitRow(started[0].body.streamId, 'complete');
+  raceHold.release(started[0].body.streamId);
+  await until(() => race.db.get('SELECT status FROM messages WHERE id = ?', started[0].body.streamId)?.status === 'complete', 'the answer to complete', 20_000);
 });
 
 test('no uncaught page errors', () => {
