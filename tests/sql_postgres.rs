@@ -410,6 +410,9 @@ fn an_existing_schema_with_its_own_column_types_works() {
     assert_eq!(row["status"], ColumnValue::Text("cancelled".into()));
     assert_eq!(row["error"], ColumnValue::Text("stopped".into()));
     assert!(db.query(&sql.read_chunks(id)).is_empty());
+    // The one-statement durable read binds the uuid key and the text stream column apart.
+    let durable = rindle_streams::engine::durable::durable_of_rows(&db.query(&sql.read_durable(id))).unwrap();
+    assert_eq!((durable.text.as_str(), durable.seq, durable.status.as_str()), ("hi!", Offset(3), "cancelled"));
 }
 
 #[test]
@@ -452,4 +455,27 @@ fn every_statement_is_small_and_every_value_a_parameter() {
         assert!(s.sql.len() < 2_000, "{} bytes of SQL text", s.sql.len());
         assert!(!s.sql.contains('?'), "{}", s.sql);
     }
+}
+
+#[test]
+fn the_durable_read_is_one_statement_and_a_rehydration_claim_has_one_winner() {
+    use rindle_streams::engine::durable::durable_of_rows;
+    use rindle_streams::engine::store::{next_host_token, ClaimHost};
+    let db = db!("durable_read_claim");
+    let read = || durable_of_rows(&db.query(&db.sql.read_durable(ID))).unwrap();
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap(), vec![1]);
+    checkpoint(&db, 0, 3, "a😀");
+    checkpoint(&db, 3, 8, "👍🏽b");
+    let durable = read();
+    assert_eq!((durable.text.as_str(), durable.seq, durable.status.as_str()), ("a😀👍🏽b", Offset(8), "streaming"));
+    // The claim wins from the lost token, a replay of it wins again (its first reply lost), and
+    // an instance claiming from another token changes nothing and reads the winner's.
+    let next = next_host_token("A");
+    let winner = perform(&db, ID, &ClaimHost { old: "A".into(), new: next.clone() }).unwrap();
+    assert_eq!(winner.as_deref(), Some(next.as_str()));
+    assert_eq!(perform(&db, ID, &ClaimHost { old: "A".into(), new: next.clone() }).unwrap().as_deref(), Some(next.as_str()));
+    let loser = perform(&db, ID, &ClaimHost { old: "B".into(), new: "B~1".into() }).unwrap();
+    assert_eq!(loser.as_deref(), Some(next.as_str()), "the loser sees the winner's token");
+    db.batch(&db.sql.compact(ID, "a😀👍🏽b", EndStatus::Interrupted, None)).unwrap();
+    assert_eq!((read().text.as_str(), read().status.as_str()), ("a😀👍🏽b", "interrupted"));
 }

@@ -227,3 +227,34 @@ fn the_tables_chat_reads_answer_through_the_executor() {
     assert_eq!(support::block_on(tables.chat_of(ID)).unwrap().as_deref(), Some("chat-1"));
     assert_eq!(support::block_on(tables.chat_of("nope")).unwrap(), None);
 }
+
+#[test]
+fn the_durable_read_is_one_statement_over_the_row_and_its_chunks() {
+    let db = example();
+    let read = || rindle_streams::engine::durable::durable_of_rows(&db.query(&db.sql.read_durable(ID))).unwrap();
+    assert!(db.sql.read_durable(ID).sql.contains("UNION ALL"), "one statement, one snapshot");
+    assert_eq!((read().text, read().seq), (String::new(), Offset(0)), "a row without chunks");
+    db.batch(&db.sql.append(ID, Offset(0), Offset(4), "a😀b")).unwrap();
+    db.batch(&db.sql.append(ID, Offset(4), Offset(6), "cd")).unwrap();
+    assert_eq!((read().text, read().seq, read().status), ("a😀bcd".to_owned(), Offset(6), "pending".to_owned()));
+    db.batch(&db.sql.compact(ID, "a😀bcd!", EndStatus::Error, Some("boom"))).unwrap();
+    let sealed = read();
+    assert_eq!((sealed.text.as_str(), sealed.seq, sealed.error.as_deref()), ("a😀bcd!", Offset(7), Some("boom")));
+    assert_eq!(rindle_streams::engine::durable::durable_of_rows(&db.query(&db.sql.read_durable("nope"))), None, "no row");
+}
+
+#[test]
+fn a_rehydration_claims_the_row_from_the_lost_token_once_and_a_replay_wins_again() {
+    use rindle_streams::engine::store::next_host_token;
+    let db = example();
+    db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
+    let next = next_host_token("A");
+    assert_eq!((next.as_str(), next_host_token(&next).as_str()), ("A~1", "A~2"));
+    let claim = db.sql.claim_host(ID, "A", &next).unwrap();
+    assert_eq!(db.batch(std::slice::from_ref(&claim)).unwrap(), vec![1]);
+    assert_eq!(db.batch(&[claim]).unwrap(), vec![1], "a replay after a lost reply finds its own claim");
+    assert_eq!(db.batch(&[db.sql.claim_host(ID, "B", "B~1").unwrap()]).unwrap(), vec![0], "another token claims nothing");
+    assert_eq!(db.message_column(ID, "host"), ColumnValue::Text("A~1".into()));
+    db.batch(&[db.sql.seal_in_place(ID, EndStatus::Interrupted, None)]).unwrap();
+    assert_eq!(db.batch(&[db.sql.claim_host(ID, "A~1", "A~2").unwrap()]).unwrap(), vec![0], "a sealed row is never claimed");
+}

@@ -48,7 +48,7 @@ impl Op {
             OpKind::Checkpoint => Op::Append,
             OpKind::ReadState => Op::ReadState,
             OpKind::Seal => Op::Seal,
-            OpKind::ReadDurable | OpKind::RequestCancel | OpKind::ReadChat => return None,
+            OpKind::ReadDurable | OpKind::RequestCancel | OpKind::ReadChat | OpKind::ClaimHost => return None,
         })
     }
 

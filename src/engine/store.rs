@@ -65,6 +65,26 @@ pub struct Checkpoint {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadState;
 
+/// Claim a `streaming` row for a rehydrating instance (SPEC §10): where a host column is
+/// mapped, the row passes from the lost instance's token `old` to `new` (= [`next_host_token`]
+/// of `old`), and only if it still holds one of the two, so a replay after a lost reply wins
+/// again and two instances racing from one token cannot both win. Answers the row's holder
+/// after the claim: the claim won when it is `new`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimHost {
+    pub old: String,
+    pub new: String,
+}
+
+/// The token a rehydration claims the row with: derived from the lost instance's, so the claim's
+/// compare-and-swap names both and a retry after a lost reply finds its own claim.
+pub fn next_host_token(old: &str) -> String {
+    match old.rsplit_once('~').and_then(|(base, n)| Some((base, n.parse::<u64>().ok()?))) {
+        Some((base, n)) => format!("{base}~{}", n + 1),
+        None => format!("{old}~1"),
+    }
+}
+
 /// The terminal write of a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealWrite {
@@ -109,6 +129,10 @@ impl Operation for Checkpoint {
 impl Operation for ReadState {
     type Reply = RowState;
 }
+impl Operation for ClaimHost {
+    /// The token the host column holds after the claim.
+    type Reply = Option<String>;
+}
 impl Operation for SealWrite {
     type Reply = ();
 }
@@ -148,6 +172,8 @@ pub enum OpKind {
     RequestCancel,
     /// A chat's streaming answer, or an answer's chat (the chat column's reads).
     ReadChat,
+    /// A rehydrating instance's claim of the row ([`ClaimHost`]).
+    ClaimHost,
 }
 
 /// One operation the stream asked for, answered only with [`Request::answer`].

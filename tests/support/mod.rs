@@ -8,10 +8,10 @@ pub mod driver;
 pub mod pg;
 
 use rindle_streams::engine::durable::{
-    ColumnValue, Dialect, MappedSql, Row, SqlExecutor, Statement, TableMapping, Tables, TablesOp, Value,
+    durable_of_rows, ColumnValue, Dialect, MappedSql, Row, SqlExecutor, Statement, TableMapping, Tables, TablesOp, Value,
 };
 use rindle_streams::engine::live::lease::{HostColumn, LeaseRow};
-use rindle_streams::engine::reading::{assemble_durable_text, ChunkRow, DurableText};
+use rindle_streams::engine::reading::DurableText;
 use rindle_streams::engine::store::{OpKind, StoreAnswer, StoreError, StoreFuture, StoreRequest};
 use rusqlite::{params_from_iter, Connection};
 use std::future::{ready, Future};
@@ -82,23 +82,10 @@ pub trait Store {
         self.transact(statements, None).map(|(changes, _)| changes)
     }
 
-    /// The durable text of `id` as a reader would get it: body plus chunk rows.
+    /// The durable text of `id` as a reader would get it: body plus chunk rows, read as the
+    /// Worker reads it (one statement).
     fn durable_text(&self, id: &str) -> String {
-        let row = self.query(&self.sql().read_row(id)).into_iter().next();
-        let body = match row.as_ref().and_then(|r| r.get("body")) {
-            Some(ColumnValue::Text(b)) => b.clone(),
-            _ => String::new(),
-        };
-        let chunks = self
-            .query(&self.sql().read_chunks(id))
-            .into_iter()
-            .map(|r| {
-                let seq = r["seq"].as_offset().unwrap();
-                let ColumnValue::Text(text) = r["text"].clone() else { panic!("chunk text") };
-                ChunkRow { seq, text }
-            })
-            .collect();
-        assemble_durable_text(&body, chunks)
+        durable_of_rows(&self.query(&self.sql().read_durable(id))).map(|d| d.text).unwrap_or_default()
     }
 
     /// One column of the message row.

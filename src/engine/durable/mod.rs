@@ -11,4 +11,4 @@ pub use mapping::{ColumnNames, Ident, MappingError, TableMapping};
 pub use plan::{Executed, StorePlan, TablesOp};
 pub use rows::{judge_host, judge_probe, ColumnValue, OpenProbe, OpenRefused, RowState, UnusableRow};
 pub use sql::{chunk_id, Dialect, MappedSql, Statement, Value};
-pub use tables::{Row, SqlExecutor, Tables};
+pub use tables::{durable_of_rows, Row, SqlExecutor, Tables};

@@ -6,7 +6,7 @@ use super::rows::{ColumnValue, OpenProbe, RowState};
 use super::sql::{MappedSql, Statement};
 use super::tables::{Row, SqlExecutor};
 use crate::engine::store::{
-    Checkpoint, MarkOutcome, MarkStreaming, OpKind, Operation, ProbeOpen, ReadHost, ReadState, SealWrite, StoreError,
+    Checkpoint, ClaimHost, MarkOutcome, MarkStreaming, OpKind, Operation, ProbeOpen, ReadHost, ReadState, SealWrite, StoreError,
 };
 
 /// What an executor must run for one operation.
@@ -114,6 +114,24 @@ impl TablesOp for ReadState {
 
     fn reply(executed: Executed) -> Result<RowState, StoreError> {
         row_state(&executed).map_err(|e| StoreError::NotCommitted(e.to_string()))
+    }
+}
+
+impl TablesOp for ClaimHost {
+    const KIND: OpKind = OpKind::ClaimHost;
+
+    /// The claim, then the host read in the same transaction: the row's holder decides, so a
+    /// replay whose first reply was lost reads its own claim. Nothing to claim without a host
+    /// column (never asked then).
+    fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
+        match (sql.claim_host(stream_id, &self.old, &self.new), sql.read_host(stream_id)) {
+            (Some(claim), Some(read)) => StorePlan::BatchThenQuery(vec![claim], read),
+            _ => StorePlan::Batch(vec![]),
+        }
+    }
+
+    fn reply(executed: Executed) -> Result<Option<String>, StoreError> {
+        Ok(executed.rows.first().and_then(|row| text(row.get("host"))))
     }
 }
 

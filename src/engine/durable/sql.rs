@@ -174,6 +174,29 @@ impl MappedSql {
         }
     }
 
+    /// A rehydration's claim (see [`crate::engine::store::ClaimHost`]): the row passes from
+    /// `old` to `new` only while it is `streaming` and holds one of the two. `None` when no host
+    /// column is mapped.
+    pub fn claim_host(&self, stream_id: &str, old: &str, new: &str) -> Option<Statement> {
+        let m = &self.map;
+        let host = m.host.as_ref()?;
+        let p = |n| self.p(n);
+        Some(Statement {
+            sql: format!(
+                "UPDATE {} SET {host} = {} WHERE {} = {} AND {} = {} AND ({host} = {} OR {host} = {})",
+                m.message,
+                p(1),
+                m.key,
+                p(2),
+                m.status,
+                p(3),
+                p(4),
+                p(5)
+            ),
+            params: vec![new.into(), stream_id.into(), STATUS_STREAMING.into(), old.into(), new.into()],
+        })
+    }
+
     /// The read-back half of the open CAS; `None` when no host column is mapped.
     pub fn read_host(&self, stream_id: &str) -> Option<Statement> {
         let m = &self.map;
@@ -341,6 +364,35 @@ impl MappedSql {
             sql: format!("SELECT {chat} AS chat FROM {} WHERE {} = {}", m.message, m.key, self.p(1)),
             params: vec![stream_id.into()],
         })
+    }
+
+    /// The durable text in ONE statement, so ONE snapshot: the row (`part` 0: body, length,
+    /// status, error) and its chunk rows (`part` 1: text and end offset), as `UNION ALL`. Two
+    /// queries could straddle a compaction and return the row before it with the chunks after
+    /// it (a shorter text, which would let a rehydrated `durableSeq` fall). Each branch binds
+    /// the id with its own placeholder: the key and the chunk's stream column may differ in
+    /// type (a `uuid` key), and Postgres infers one type per placeholder.
+    pub fn read_durable(&self, stream_id: &str) -> Statement {
+        let m = &self.map;
+        let error = m.error.as_ref().map_or_else(|| "NULL".to_owned(), |col| col.to_string());
+        Statement {
+            sql: format!(
+                "SELECT 0 AS part, {} AS text, {} AS seq, {} AS status, {error} AS error FROM {} WHERE {} = {} \
+                 UNION ALL SELECT 1, {}, {}, NULL, NULL FROM {} WHERE {} = {}",
+                m.body,
+                m.seq,
+                m.status,
+                m.message,
+                m.key,
+                self.p(1),
+                m.chunk_text,
+                m.chunk_seq,
+                m.chunks,
+                m.chunk_stream,
+                self.p(2)
+            ),
+            params: vec![stream_id.into(), stream_id.into()],
+        }
     }
 
     /// The chunk half of the durable text, in `seq` order.

@@ -107,20 +107,11 @@ impl Tables {
         }
     }
 
-    /// The durable text of a stream (body plus chunk rows), or `None` when it has no row.
+    /// The durable text of a stream (body plus chunk rows), or `None` when it has no row: one
+    /// statement, one snapshot (see [`MappedSql::read_durable`]).
     pub async fn read_durable(&self, stream_id: &str) -> Result<Option<DurableText>, StoreError> {
-        let rows = self.exec.query(OpKind::ReadDurable, &self.sql.read_row(stream_id)).await?;
-        let Some(row) = rows.first() else { return Ok(None) };
-        let chunks = self
-            .exec
-            .query(OpKind::ReadDurable, &self.sql.read_chunks(stream_id))
-            .await?
-            .iter()
-            .filter_map(|c| Some(ChunkRow { seq: c.get("seq")?.as_offset()?, text: text(c.get("text")).unwrap_or_default() }))
-            .collect();
-        let body = text(row.get("body")).unwrap_or_default();
-        let status = text(row.get("status")).unwrap_or_default();
-        Ok(Some(DurableText { error: text(row.get("error")), ..DurableText::assemble(&body, chunks, status) }))
+        let rows = self.exec.query(OpKind::ReadDurable, &self.sql.read_durable(stream_id)).await?;
+        Ok(durable_of_rows(&rows))
     }
 
     /// The key of the answer of chat `chat_id` that is streaming, if any; `None` too when no
@@ -174,4 +165,18 @@ impl CheckpointSink for Tables {
     fn request_cancel<'a>(&'a self, stream_id: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(Tables::request_cancel(self, stream_id))
     }
+}
+
+/// Assembles the rows of [`MappedSql::read_durable`]: the row (`part` 0) and its chunks.
+pub fn durable_of_rows(rows: &[Row]) -> Option<DurableText> {
+    let is_row = |r: &&Row| r.get("part").and_then(ColumnValue::as_offset) == Some(crate::engine::utf16::Offset::ZERO);
+    let row = rows.iter().find(is_row)?;
+    let chunks = rows
+        .iter()
+        .filter(|r| !is_row(r))
+        .filter_map(|c| Some(ChunkRow { seq: c.get("seq")?.as_offset()?, text: text(c.get("text")).unwrap_or_default() }))
+        .collect();
+    let body = text(row.get("text")).unwrap_or_default();
+    let status = text(row.get("status")).unwrap_or_default();
+    Some(DurableText { error: text(row.get("error")), ..DurableText::assemble(&body, chunks, status) })
 }
