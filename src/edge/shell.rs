@@ -437,7 +437,7 @@ impl Shell {
             StreamEvent::CheckpointFailed { from, to, error } => {
                 log("error", "checkpoint_failed", id, json!({"from": from, "to": to, "error": error.to_string()}))
             }
-            StreamEvent::Sealed { status, seq, durable_seq, shortfall } => log(
+            StreamEvent::Sealed { status, seq, durable_seq, shortfall, .. } => log(
                 if shortfall.is_some() { "error" } else { "info" },
                 "sealed",
                 id,

@@ -72,6 +72,9 @@ pub struct StreamConfig {
     /// The lease alarm's period (SPEC §7): armed before the row is marked, renewed every half
     /// lease while the stream is alive here.
     pub lease_ms: Millis,
+    /// How long a rehydrated stream waits for its producer's resume before it seals
+    /// `interrupted` (SPEC §10). 0 turns rehydration off: a reset seals `interrupted` at once.
+    pub resume_window_ms: Millis,
     pub mode: CheckpointMode,
     /// What the stream's text is (SPEC §9): chosen by the open request, not a var.
     pub format: Format,
@@ -100,6 +103,7 @@ impl Default for StreamConfig {
             max_slice_bytes: 256 * 1024,
             max_compact_bytes: 1_900_000,
             lease_ms: Millis(10_000),
+            resume_window_ms: Millis(30_000),
             mode: CheckpointMode::Tables { host_cas: true },
             format: Format::Text,
             ui_validation: Validation::Strict,
@@ -236,6 +240,7 @@ impl Settings {
             reader_pacing_us: number("READER_PACING_US", defaults.reader_pacing_us, 0, 10_000)?,
             reader_pacing_burst: number("READER_PACING_BURST", defaults.reader_pacing_burst, 1, 64)?,
             lease_ms: ms("LEASE_MS", defaults.lease_ms, 1000, 3_600_000)?,
+            resume_window_ms: ms("RESUME_WINDOW_MS", defaults.resume_window_ms, 0, 3_600_000)?,
             keepalive_ms: ms("KEEPALIVE_MS", defaults.keepalive_ms, 100, 600_000)?,
             retain_chars,
             mode: if custom_sink { CheckpointMode::Sink } else { CheckpointMode::Tables { host_cas: mapping.host.is_some() } },

@@ -43,6 +43,9 @@ pub enum InterruptCause {
     /// Its live stream was lost (evicted, crashed, redeployed, or its open never completed) and
     /// the lease alarm sealed the row from its durable text.
     LeaseExpired,
+    /// Its live stream was lost, a new instance rehydrated it, and its producer did not resume
+    /// within `RESUME_WINDOW_MS` (SPEC §10).
+    ResumeWindowExpired,
 }
 
 impl StreamNotice {
@@ -57,13 +60,13 @@ impl StreamNotice {
             StreamEvent::ReaderDropped { reader, reason } => {
                 vec![StreamNotice::ReaderDropped { stream_id: id(), reader: *reader, reason: *reason }]
             }
-            StreamEvent::Sealed { status, seq, durable_seq, shortfall } => {
+            StreamEvent::Sealed { status, seq, durable_seq, shortfall, cause } => {
                 let mut notices = Vec::new();
                 if *status == EndStatus::Interrupted {
                     notices.push(StreamNotice::Interrupted {
                         stream_id: id(),
                         durable_seq: *durable_seq,
-                        cause: InterruptCause::IdleProducer,
+                        cause: cause.unwrap_or(InterruptCause::IdleProducer),
                     });
                 }
                 if let Some(reason) = shortfall {

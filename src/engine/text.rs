@@ -121,6 +121,14 @@ impl TextBuffer {
         self.locate(from).unit + utf16::len(fitted)
     }
 
+    /// The end of the last complete line in `[from, to)` (just after its `\n`); `None` when
+    /// no line ends there.
+    pub fn last_line_end(&self, from: Offset, to: Offset) -> Option<Offset> {
+        let slice = self.slice(from, to);
+        let end = slice.rfind('\n')? + 1;
+        Some(self.locate(from).unit + utf16::len(&slice[..end]))
+    }
+
     /// Drops everything below `offset` (floored to a character start).
     pub fn trim_below(&mut self, offset: Offset) {
         let at = self.locate(offset);

@@ -12,6 +12,7 @@
 //! - `open`: the open handshake (probe, arm the lease, mark, read the host);
 //! - `checkpoint`: when a checkpoint round is due and one round's protocol;
 //! - `lease`: the lease alarm's decision;
+//! - `resume`: rehydration, the producer's resume and fence, the resume window, parked readers;
 //! - `readers`: bounded queues, dialects, pacing, merging;
 //! - `outbox`: where outputs wait for the shell.
 
@@ -20,8 +21,10 @@ pub mod lease;
 mod open;
 mod outbox;
 mod readers;
+mod resume;
 mod stream;
 
 pub use open::Producer;
 pub use readers::{Dialect, DropReason, Pull, ReaderId, SharedFrame, Wire};
+pub use resume::{window_expired_error, Fenced, Rehydration, ResumeGrant, ResumeRefused, FIRST_EPOCH};
 pub use stream::*;

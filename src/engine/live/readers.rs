@@ -110,6 +110,8 @@ struct Reader {
     idle_since: Timestamp,
     /// Woken for a keep-alive ping: the next pull with nothing queued returns one.
     ping: bool,
+    /// Waits for text not here yet: offered no frames until released.
+    held: bool,
 }
 
 impl Reader {
@@ -357,10 +359,34 @@ impl Readers {
                 deferred: false,
                 idle_since: now,
                 ping: false,
+                held: false,
             },
         );
         self.readers_changed();
         id
+    }
+
+    /// Registers a reader that gets nothing until [`Self::release`] (it waits for text that is
+    /// not here yet); it is pinged while it waits.
+    pub fn attach_held(&mut self, dialect: Dialect, now: Timestamp) -> ReaderId {
+        let id = self.attach(dialect, vec![], now);
+        if let Some(r) = self.readers.get_mut(&id) {
+            r.held = true;
+        }
+        id
+    }
+
+    /// Gives a held reader its replay and the live frames from now on; `true`: wake it (it
+    /// was parked waiting for data).
+    pub fn release(&mut self, id: ReaderId, replay: Vec<Frame>) -> bool {
+        let served = self.served;
+        let Some(r) = self.readers.get_mut(&id) else { return false };
+        let only = Dialects { events: r.dialect == Dialect::Events, ui: r.dialect == Dialect::Ui };
+        let dialect = r.dialect;
+        r.finished = replay.last().is_some_and(Frame::is_terminal);
+        r.queue = replay.into_iter().map(|f| SharedFrame::new(f, served, only)).filter(|f| f.worth_queueing(dialect)).collect();
+        r.held = false;
+        std::mem::take(&mut r.parked)
     }
 
     /// Queues `frame` for every live reader. Returns the readers to wake now (parked ones
@@ -374,7 +400,7 @@ impl Readers {
         let slack = self.slack();
         let mut wake = Vec::new();
         let mut dropped = Vec::new();
-        for (id, r) in self.readers.iter_mut().filter(|(_, r)| !r.finished) {
+        for (id, r) in self.readers.iter_mut().filter(|(_, r)| !r.finished && !r.held) {
             if r.dialect == Dialect::Ui && !worth_ui {
                 continue;
             }

@@ -5,9 +5,11 @@ use super::lease::Holding;
 use super::open::{Opener, Producer, Progress};
 use super::outbox::Outbox;
 use super::readers::{Dialect, Pacing, Pull, ReaderId, Readers};
+use super::resume::Survival;
 use crate::engine::config::{CheckpointMode, StreamConfig};
 use crate::engine::durable::{OpenRefused, RowState};
 use crate::engine::frame::{EndStatus, Frame};
+use crate::engine::hook::InterruptCause;
 use crate::engine::store::{Checkpoint, OpId, ReadState, Reply, SealWrite, StoreAnswer, StoreError, StoreRequest};
 use crate::engine::text::TextBuffer;
 use crate::engine::time::{Millis, Timestamp};
@@ -232,6 +234,8 @@ pub enum StreamEvent {
         seq: Offset,
         durable_seq: Offset,
         shortfall: Option<Shortfall>,
+        /// Why an `interrupted` seal happened.
+        cause: Option<InterruptCause>,
     },
     ReaderDropped {
         reader: ReaderId,
@@ -276,12 +280,14 @@ pub(crate) struct Seal {
     pub error: Option<String>,
     /// The body cannot be compacted into one row: commit the tail as chunks, then seal in place.
     pub in_place: bool,
+    /// Why an `interrupted` seal happened (the hook is told).
+    pub cause: Option<InterruptCause>,
 }
 
 /// The seal in progress: one phase, holding everything only a sealing stream has.
 #[derive(Debug)]
 pub(crate) struct Sealing {
-    seal: Seal,
+    pub(super) seal: Seal,
     /// An in-place seal's tail could not be committed; seal with what is durable.
     tail_abandoned: bool,
     write: SealStep,
@@ -318,26 +324,28 @@ pub enum StreamState {
 #[derive(Debug)]
 pub struct LiveStream {
     id: String,
-    cfg: StreamConfig,
-    phase: Phase,
-    buf: TextBuffer,
+    pub(super) cfg: StreamConfig,
+    pub(super) phase: Phase,
+    pub(super) buf: TextBuffer,
     /// A `ui` stream's unfinished last line (only complete lines enter `buf`).
-    ui_lines: Option<LineAssembler>,
-    durable_seq: Offset,
+    pub(super) ui_lines: Option<LineAssembler>,
+    pub(super) durable_seq: Offset,
     cancelled: bool,
-    readers: Readers,
+    pub(super) readers: Readers,
     /// The app's `meta` from the open.
     meta: Option<serde_json::Value>,
     ck: Checkpointer,
     /// When the lease is renewed next (set once the open armed it, while the stream is alive).
-    lease_renew_at: Option<Timestamp>,
+    pub(super) lease_renew_at: Option<Timestamp>,
     flush_waiters: Vec<(Ticket<FlushOutcome>, Offset)>,
     /// The producer's last append or flush (for the idle timeout).
-    last_activity: Timestamp,
+    pub(super) last_activity: Timestamp,
     /// The latest time an input brought (reader pacing reads it when frames fan out).
-    clock: Timestamp,
-    out: Outbox,
+    pub(super) clock: Timestamp,
+    pub(super) out: Outbox,
     stats: Stats,
+    /// The producer epoch, the resume window and the parked readers (`live/resume.rs`).
+    pub(super) survival: Survival,
 }
 
 impl LiveStream {
@@ -345,10 +353,15 @@ impl LiveStream {
     /// [`Settlement::Opened`].
     #[must_use = "the stream must be driven, and its ticket awaited"]
     pub fn open(stream_id: &str, cfg: StreamConfig, producer: Producer, now: Timestamp) -> (Self, Ticket<OpenOutcome>) {
-        let mut out = Outbox::default();
-        let ticket = out.ticket();
-        let meta = producer.meta.clone();
-        let opener = Opener::start(ticket, producer, &cfg, now, &mut out);
+        let mut stream = Self::new_live(stream_id, cfg, producer.meta.clone(), now);
+        let ticket = stream.out.ticket();
+        stream.phase = Phase::Opening(Opener::start(ticket, producer, &stream.cfg, now, &mut stream.out));
+        (stream, ticket)
+    }
+
+    /// A stream in phase `Live` with nothing produced: what [`Self::open`] starts from (in
+    /// phase `Opening`) and [`Self::rehydrate`] fills.
+    pub(super) fn new_live(stream_id: &str, cfg: StreamConfig, meta: Option<serde_json::Value>, now: Timestamp) -> Self {
         let readers = Readers::new(
             cfg.max_queued_frames,
             cfg.merge_queued_chunks,
@@ -356,10 +369,10 @@ impl LiveStream {
             cfg.keepalive_ms,
         );
         let ui_lines = (cfg.format == Format::Ui).then(|| LineAssembler::new(cfg.ui_validation));
-        let stream = Self {
+        Self {
             id: stream_id.to_owned(),
             cfg,
-            phase: Phase::Opening(opener),
+            phase: Phase::Live,
             buf: TextBuffer::new(),
             ui_lines,
             durable_seq: Offset::ZERO,
@@ -371,10 +384,10 @@ impl LiveStream {
             flush_waiters: Vec::new(),
             last_activity: now,
             clock: now,
-            out,
+            out: Outbox::default(),
             stats: Stats::default(),
-        };
-        (stream, ticket)
+            survival: Survival::opened(),
+        }
     }
 
     // ---- getters
@@ -489,6 +502,7 @@ impl LiveStream {
         if !text.is_empty() {
             let (from, seq) = self.buf.push(text);
             self.fan_out(Frame::Chunk { from, seq, text: text.to_owned() });
+            self.unpark(false);
             self.drive(now);
         }
     }
@@ -554,6 +568,17 @@ impl LiveStream {
     /// Seals with `status`; settles with [`Settlement::Sealed`]. A second seal joins the first
     /// (or, once ended, gets the first one's outcome): a stream seals once.
     pub fn seal(&mut self, status: EndStatus, error: Option<String>, now: Timestamp) -> Ticket<SealOutcome> {
+        self.seal_because(status, error, None, now)
+    }
+
+    /// [`Self::seal`], saying why an `interrupted` seal happened.
+    pub(super) fn seal_because(
+        &mut self,
+        status: EndStatus,
+        error: Option<String>,
+        cause: Option<InterruptCause>,
+        now: Timestamp,
+    ) -> Ticket<SealOutcome> {
         let ticket = self.out.ticket();
         match &mut self.phase {
             Phase::Live => {
@@ -561,7 +586,7 @@ impl LiveStream {
                 if let Some(fragment) = self.ui_lines.as_mut().and_then(LineAssembler::take_partial) {
                     self.append(&fragment, now);
                 }
-                let seal = Seal { status, error, in_place: self.must_seal_in_place() };
+                let seal = Seal { status, error, in_place: self.must_seal_in_place(), cause };
                 self.phase = Phase::Sealing(Sealing { seal, tail_abandoned: false, write: SealStep::AwaitingRound, tickets: vec![ticket] });
                 self.ck.stop_cadence();
                 self.drive(now);
@@ -617,6 +642,7 @@ impl LiveStream {
     /// Records a cancel request; the producer learns it from its next receipt.
     pub fn cancel(&mut self) {
         self.cancelled = true;
+        self.cancel_in_gap();
     }
 
     // ---- reader inputs
@@ -633,12 +659,24 @@ impl LiveStream {
     /// start of the line holding `from`.
     #[must_use = "a reader's frames queue until it is pulled or detached"]
     pub fn subscribe_as(&mut self, dialect: Dialect, from: Offset) -> ReaderId {
+        if matches!(self.phase, Phase::Retired) {
+            return self.readers.attach(dialect, vec![Frame::Absent], self.clock);
+        }
+        if let Some(parked) = self.park(dialect, from) {
+            return parked;
+        }
+        let replay = self.replay(dialect, from);
+        self.readers.attach(dialect, replay, self.clock)
+    }
+
+    /// What a reader joining at `from` is replayed: `open`, the text from there, a `durable`
+    /// and (if ended) `end`; `stale` when the text there is no longer held.
+    pub(super) fn replay(&self, dialect: Dialect, from: Offset) -> Vec<Frame> {
         let ended = match &self.phase {
             // A reader that joins while the stream opens is attached (the text is empty so
             // far); it gets `absent` only if the open fails.
-            Phase::Opening(_) | Phase::Live | Phase::Sealing(_) => None,
+            Phase::Opening(_) | Phase::Live | Phase::Sealing(_) | Phase::Retired => None,
             Phase::Ended { seal, .. } => Some(seal.clone()),
-            Phase::Retired => return self.readers.attach(dialect, vec![Frame::Absent], self.clock),
         };
         let seq = self.seq();
         let wanted = from.min(seq);
@@ -647,7 +685,7 @@ impl LiveStream {
             Dialect::Events => Some(self.buf.char_floor(wanted)),
             Dialect::Ui => self.buf.line_start(wanted),
         };
-        let Some(at) = at else { return self.readers.attach(dialect, vec![self.stale_frame()], self.clock) };
+        let Some(at) = at else { return vec![self.stale_frame()] };
         let mut replay =
             vec![Frame::Open { stream_id: self.id.clone(), from: at, seq, durable_seq: self.durable_seq, ended: ended.is_some() }];
         if seq > at {
@@ -659,7 +697,7 @@ impl LiveStream {
         if let Some(seal) = ended {
             replay.push(self.end_frame(&seal));
         }
-        self.readers.attach(dialect, replay, self.clock)
+        replay
     }
 
     /// Takes what is queued for a reader, as SSE bytes (`Pending` while it waits for data or
@@ -717,7 +755,7 @@ impl LiveStream {
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         let phase_deadline = match &self.phase {
             Phase::Opening(opener) => opener.deadline(),
-            Phase::Live => self.idle_deadline(),
+            Phase::Live => [self.idle_deadline(), self.survival.window].into_iter().flatten().min(),
             Phase::Sealing(Sealing { write: SealStep::Backoff { until, .. }, .. }) => Some(*until),
             Phase::Ended { linger_until, .. } => Some(*linger_until),
             _ => None,
@@ -738,10 +776,12 @@ impl LiveStream {
                 self.phase = Phase::Retired;
                 self.out.push(Output::Retired);
             }
+            Phase::Live if self.window_due(now) => self.expire_window(now),
             Phase::Live if self.idle_deadline().is_some_and(|d| d <= now) => {
                 let idle_s = self.cfg.idle_timeout_ms.as_secs();
+                let error = Some(format!("the producer sent nothing for {idle_s} s"));
                 // Nobody awaits this seal's ticket: its outcome is logged and framed.
-                let _ = self.seal(EndStatus::Interrupted, Some(format!("the producer sent nothing for {idle_s} s")), now);
+                let _ = self.seal_because(EndStatus::Interrupted, error, Some(InterruptCause::IdleProducer), now);
             }
             _ => {}
         }
@@ -847,7 +887,12 @@ impl LiveStream {
 
     fn start_round(&mut self) {
         let from = self.durable_seq;
-        let to = self.buf.capped_end(from, self.seq(), self.cfg.max_slice_bytes);
+        let mut to = self.buf.capped_end(from, self.seq(), self.cfg.max_slice_bytes);
+        if self.ui_lines.is_some() && to < self.seq() {
+            // A `ui` checkpoint ends at a line end, so a stream rehydrated from it resumes at
+            // one (unless one line is longer than a slice).
+            to = self.buf.last_line_end(from, to).unwrap_or(to);
+        }
         let op = self.out.request(Checkpoint { from, to, text: self.buf.slice(from, to).to_owned() });
         self.ck.start(to, op, from);
     }
@@ -998,6 +1043,7 @@ impl LiveStream {
             seq,
             durable_seq: self.durable_seq,
             shortfall: shortfall.as_ref().map(|s| s.reason.clone()),
+            cause: seal.cause,
         });
         let outcome = self.seal_outcome(seal.status, shortfall.clone());
         for ticket in tickets {
@@ -1005,6 +1051,8 @@ impl LiveStream {
         }
         let durable_seq = self.durable_seq;
         self.settle_waiters(|at| Some(if at <= durable_seq { Ok(durable_seq) } else { Err(FlushError::EndedShort { seq, durable_seq }) }));
+        // Readers parked past the text get what there is, then the end.
+        self.unpark(true);
         let end = self.end_frame(&seal);
         self.finish_readers(end);
         self.phase = Phase::Ended { seal, shortfall, linger_until: now + self.cfg.linger_ms };

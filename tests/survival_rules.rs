@@ -1,0 +1,305 @@
+//! One named test per rule of SPEC §10 (surviving the object): rehydration, the producer's
+//! resume and its fence, the resume window, a cancel in the gap, and parked readers. Each drives
+//! the pure state machine against real SQLite in virtual time, as `live_rules.rs` does.
+
+mod support;
+
+use rindle_streams::engine::config::StreamConfig;
+use rindle_streams::engine::frame::{EndStatus, Frame};
+use rindle_streams::engine::hook::{InterruptCause, StreamNotice};
+use rindle_streams::engine::live::{Fenced, LiveStream, Rehydration, ResumeGrant, ResumeRefused, StreamEvent, StreamState};
+use rindle_streams::engine::time::{Millis, Timestamp};
+use rindle_streams::engine::ui::Format;
+use rindle_streams::engine::utf16::{self, Offset};
+use std::rc::Rc;
+use support::driver::{Driver, UiEvent, STREAM, TOKEN};
+use support::{SqliteDb, Store};
+
+const WINDOW: u64 = 30_000;
+
+fn cfg() -> StreamConfig {
+    StreamConfig { checkpoint_chars: Offset(8), ..StreamConfig::default() }
+}
+
+fn ui_cfg() -> StreamConfig {
+    StreamConfig { format: Format::Ui, ui_checkpoint_chars: Offset(8), ..StreamConfig::default() }
+}
+
+fn line(delta: &str) -> String {
+    format!("{{\"type\":\"text-delta\",\"id\":\"t\",\"delta\":{}}}\n", serde_json::to_string(delta).unwrap())
+}
+
+/// The row a lost instance left: `streaming`, `durable` checkpointed.
+fn lost_row(durable: &str) -> Rc<SqliteDb> {
+    let db = SqliteDb::new();
+    db.insert_message(STREAM);
+    db.batch(&[db.sql.mark_streaming(STREAM, TOKEN)]).unwrap();
+    if !durable.is_empty() {
+        db.batch(&db.sql.append(STREAM, Offset(0), utf16::len(durable), durable)).unwrap();
+    }
+    Rc::new(db)
+}
+
+/// A fresh instance's stream rebuilt from the row's one-statement durable read, at `now`.
+fn rehydrated(durable: &str, cfg: StreamConfig, epoch: u64) -> Driver {
+    let db = lost_row(durable);
+    let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().expect("the row");
+    assert_eq!(read.status, "streaming");
+    let stream = LiveStream::rehydrate(STREAM, cfg, Rehydration { durable: read, epoch, meta: None, resume_by: None }, Timestamp(0));
+    Driver::with_stream(stream, db)
+}
+
+fn resume(d: &mut Driver) -> Result<ResumeGrant, ResumeRefused> {
+    let r = d.stream.resume(d.now);
+    d.drain();
+    r
+}
+
+fn sealed_with(d: &Driver) -> Option<(EndStatus, Option<InterruptCause>)> {
+    d.events.iter().find_map(|e| match e {
+        StreamEvent::Sealed { status, cause, .. } => Some((*status, *cause)),
+        _ => None,
+    })
+}
+
+// ---- rehydration
+
+#[test]
+fn a_rehydrated_stream_is_live_at_the_durable_text_with_its_lease_armed() {
+    let d = rehydrated("héllo 😀", cfg(), 3);
+    let d_len = utf16::len("héllo 😀");
+    assert_eq!((d.stream.state(), d.stream.seq(), d.stream.durable_seq()), (StreamState::Live, d_len, d_len));
+    assert!(d.stream.rehydrated());
+    assert_eq!(d.stream.epoch(), 3, "the epoch the lost instance stored");
+    assert_eq!(d.renewals, 1, "the lease is renewed at once");
+    assert_eq!(d.stream.resume_by(), Some(Timestamp(WINDOW)));
+    assert!(d.pending.is_empty(), "nothing to write: the text is durable");
+}
+
+#[test]
+fn a_reader_of_a_rehydrated_stream_gets_the_durable_text() {
+    let mut d = rehydrated("héllo 😀", cfg(), 1);
+    let r = d.subscribe(Offset(1));
+    assert_eq!(
+        d.read(r),
+        vec![
+            Frame::Open { stream_id: STREAM.into(), from: Offset(1), seq: Offset(8), durable_seq: Offset(8), ended: false },
+            Frame::Chunk { from: Offset(1), seq: Offset(8), text: "éllo 😀".into() },
+            Frame::Durable { seq: Offset(8) },
+        ]
+    );
+}
+
+// ---- the fence
+
+#[test]
+fn a_write_to_a_rehydrated_stream_before_its_resume_is_refused_resume_required() {
+    let d = rehydrated("abc", cfg(), 1);
+    let required = Err(Fenced::ResumeRequired { seq: Offset(3), durable_seq: Offset(3) });
+    assert_eq!(d.stream.admit(None), required);
+    assert_eq!(d.stream.admit(Some(1)), required, "even the lost connection's own epoch");
+}
+
+#[test]
+fn a_resume_fences_the_connection_it_replaces() {
+    let mut d = Driver::open(cfg());
+    assert_eq!((d.stream.epoch(), d.stream.admit(None), d.stream.admit(Some(1))), (1, Ok(()), Ok(())));
+    d.push("ab");
+    let grant = resume(&mut d).unwrap();
+    assert_eq!(grant, ResumeGrant { seq: Offset(2), durable_seq: Offset(0), format: Format::Text, epoch: 2 }, "the live seq");
+    assert_eq!(d.stream.admit(Some(1)), Err(Fenced::Superseded { current: 2 }));
+    assert_eq!(d.stream.admit(None), Err(Fenced::Superseded { current: 2 }), "no header once a resume happened");
+    assert_eq!(d.stream.admit(Some(7)), Err(Fenced::Superseded { current: 2 }), "an epoch never issued");
+    assert_eq!(d.stream.admit(Some(2)), Ok(()));
+}
+
+#[test]
+fn a_resume_is_idempotent_in_effect_it_fences_again_and_answers_the_same_seq() {
+    let mut d = rehydrated("abc", cfg(), 1);
+    let first = resume(&mut d).unwrap();
+    let second = resume(&mut d).unwrap();
+    assert_eq!((first.seq, first.epoch, second.seq, second.epoch), (Offset(3), 2, Offset(3), 3));
+    assert_eq!(d.stream.admit(Some(2)), Err(Fenced::Superseded { current: 3 }), "two producers resuming: one continues");
+}
+
+// ---- S and P across the reset
+
+#[test]
+fn the_resumed_producer_continues_at_d_and_s_and_p_hold_over_the_durable_text_and_what_follows() {
+    let mut d = rehydrated("a😀b", cfg(), 1);
+    let r = d.subscribe(Offset(0));
+    let _ = d.read(r);
+    let grant = resume(&mut d).unwrap();
+    assert_eq!((grant.seq, grant.durable_seq, grant.epoch), (Offset(4), Offset(4), 2));
+    let mut last_durable = d.stream.durable_seq();
+    for piece in ["c👍🏽", "d", "ZWJ👩‍👩‍👧", "end"] {
+        assert_eq!(d.stream.admit(Some(grant.epoch)), Ok(()));
+        d.push(piece);
+        d.answer_all();
+        assert!(d.stream.durable_seq() >= last_durable, "P: durableSeq never falls");
+        last_durable = d.stream.durable_seq();
+    }
+    let _ = d.close();
+    d.answer_all();
+    let whole = "a😀bc👍🏽dZWJ👩‍👩‍👧end";
+    assert_eq!((d.db.status(STREAM), d.db.durable_text(STREAM)), ("complete".to_owned(), whole.to_owned()));
+    let text: String = d
+        .read(r)
+        .into_iter()
+        .filter_map(|f| match f {
+            Frame::Chunk { text, .. } => Some(text),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, &whole["a😀b".len()..], "S: the reader saw the durable text, then exactly what followed");
+}
+
+#[test]
+fn a_ui_stream_resumes_at_a_line_end_and_its_unfinished_line_is_dropped_for_the_resend() {
+    let mut d = Driver::open(ui_cfg());
+    let first = line("hi");
+    d.push_ndjson(first.as_bytes()).unwrap();
+    d.push_ndjson(b"{\"type\":\"text-de").unwrap(); // the connection is lost mid-line
+    let grant = resume(&mut d).unwrap();
+    assert_eq!(grant.seq, utf16::len(&first), "a line end");
+    let second = line("🙂");
+    d.push_ndjson(second.as_bytes()).unwrap();
+    let _ = d.close();
+    d.answer_all();
+    assert_eq!(d.db.durable_text(STREAM), format!("{first}{second}"), "the lost fragment never enters the text");
+}
+
+#[test]
+fn a_ui_checkpoint_ends_at_a_line_end_so_a_rehydrated_ui_stream_resumes_at_one() {
+    let cfg = StreamConfig { max_slice_bytes: 100, ..ui_cfg() };
+    let mut d = Driver::open(cfg);
+    let lines: String = (0..6).map(|i| line(&format!("part {i} 😀"))).collect();
+    d.push_ndjson(lines.as_bytes()).unwrap();
+    while let Some(ck) = d.peek_checkpoint() {
+        assert!(ck.text.ends_with('\n'), "a slice ends at a line end: {:?}", ck.text);
+        d.answer(support::Fault::None);
+    }
+    assert_eq!(d.stream.durable_seq(), utf16::len(&lines));
+}
+
+// ---- the window
+
+#[test]
+fn a_producer_that_never_resumes_is_sealed_interrupted_when_the_window_passes_with_the_durable_text() {
+    let mut d = rehydrated("saved 😀", cfg(), 1);
+    d.advance(WINDOW - 1);
+    assert_eq!(d.stream.state(), StreamState::Live);
+    d.advance(1);
+    d.answer_all();
+    assert_eq!(d.stream.state(), StreamState::Ended(EndStatus::Interrupted));
+    assert_eq!(sealed_with(&d), Some((EndStatus::Interrupted, Some(InterruptCause::ResumeWindowExpired))));
+    assert_eq!((d.db.status(STREAM), d.db.durable_text(STREAM)), ("interrupted".to_owned(), "saved 😀".to_owned()));
+    let notices = d.events.iter().flat_map(|e| StreamNotice::of(STREAM, e)).collect::<Vec<_>>();
+    assert!(notices.iter().any(|n| matches!(n, StreamNotice::Interrupted { cause: InterruptCause::ResumeWindowExpired, .. })));
+    assert_eq!(
+        resume(&mut d),
+        Err(ResumeRefused::Closed { status: EndStatus::Interrupted, seq: Offset(8), durable_seq: Offset(8) }),
+        "a late resume learns the status"
+    );
+}
+
+#[test]
+fn a_resume_within_the_window_closes_it() {
+    let mut d = rehydrated("abc", StreamConfig { idle_timeout_ms: Millis::ZERO, ..cfg() }, 1);
+    d.advance(WINDOW - 1);
+    resume(&mut d).unwrap();
+    d.advance(10 * WINDOW);
+    assert_eq!(d.stream.state(), StreamState::Live);
+}
+
+#[test]
+fn a_second_rehydration_keeps_the_window_the_first_one_started() {
+    let db = lost_row("abc");
+    let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().unwrap();
+    let from = Rehydration { durable: read, epoch: 2, meta: None, resume_by: Some(Timestamp(5_000)) };
+    let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg(), from, Timestamp(0)), db);
+    d.advance(5_000);
+    d.answer_all();
+    assert_eq!(d.stream.state(), StreamState::Ended(EndStatus::Interrupted));
+}
+
+#[test]
+fn a_cancel_in_the_gap_seals_cancelled_and_the_resuming_producer_learns_it() {
+    let mut d = rehydrated("abc", cfg(), 1);
+    d.stream.cancel();
+    d.drain();
+    d.answer_all();
+    assert_eq!(d.db.status(STREAM), "cancelled");
+    assert_eq!(sealed_with(&d), Some((EndStatus::Cancelled, None)));
+    assert_eq!(resume(&mut d), Err(ResumeRefused::Closed { status: EndStatus::Cancelled, seq: Offset(3), durable_seq: Offset(3) }));
+}
+
+#[test]
+fn a_cancel_after_the_resume_reaches_the_producer_as_before() {
+    let mut d = rehydrated("abc", cfg(), 1);
+    resume(&mut d).unwrap();
+    d.stream.cancel();
+    d.drain();
+    assert_eq!(d.stream.state(), StreamState::Live, "the producer is told on its next receipt");
+    assert!(d.push("d").cancelled);
+}
+
+// ---- parked readers
+
+#[test]
+fn a_reader_past_the_rehydrated_seq_is_parked_until_the_resent_text_reaches_it() {
+    let mut d = rehydrated("abc", cfg(), 1);
+    let r = d.subscribe(Offset(6));
+    assert_eq!(d.read(r), vec![], "parked: no clamped replay, no absent");
+    let grant = resume(&mut d).unwrap();
+    assert_eq!(grant.seq, Offset(3));
+    d.push("de");
+    assert_eq!(d.read(r), vec![], "still short of its offset");
+    d.wakes.clear();
+    d.push("fgh");
+    assert!(d.wakes.contains(&r), "woken when the text reaches it");
+    assert_eq!(
+        d.read(r),
+        vec![
+            Frame::Open { stream_id: STREAM.into(), from: Offset(6), seq: Offset(8), durable_seq: Offset(3), ended: false },
+            Frame::Chunk { from: Offset(6), seq: Offset(8), text: "gh".into() },
+        ],
+        "served from exactly its offset"
+    );
+    d.push("i");
+    assert_eq!(d.read(r), vec![Frame::Chunk { from: Offset(8), seq: Offset(9), text: "i".into() }]);
+}
+
+#[test]
+fn a_ui_reader_past_the_rehydrated_seq_is_served_from_exactly_its_line() {
+    let (a, b, c) = (line("one"), line("two 😀"), line("three"));
+    let mut d = rehydrated(&a, ui_cfg(), 1);
+    let after_b = utf16::len(&a) + utf16::len(&b);
+    let r = d.subscribe_ui(after_b);
+    assert_eq!(d.read_ui(r), None, "parked");
+    resume(&mut d).unwrap();
+    d.push_ndjson(b.as_bytes()).unwrap();
+    d.push_ndjson(c.as_bytes()).unwrap();
+    let events = d.read_ui(r).expect("released");
+    let lines: Vec<_> = events.iter().filter(|e| e.id.is_some()).map(|e: &UiEvent| format!("{}\n", e.data)).collect();
+    assert_eq!(lines, vec![c.clone()], "no duplicated chunk: only the lines after its offset");
+}
+
+#[test]
+fn a_parked_reader_gets_the_interrupted_ending_when_the_producer_never_returns() {
+    let mut d = rehydrated("abc", cfg(), 1);
+    let r = d.subscribe(Offset(10));
+    d.advance(WINDOW);
+    d.answer_all();
+    let frames = d.read(r);
+    assert!(matches!(frames.first(), Some(Frame::Open { from: Offset(3), seq: Offset(3), .. })), "{frames:?}");
+    assert!(matches!(frames.last(), Some(Frame::End { status: EndStatus::Interrupted, seq: Offset(3), .. })), "{frames:?}");
+}
+
+#[test]
+fn a_reader_past_the_end_of_a_stream_never_rehydrated_still_joins_at_the_end() {
+    let mut d = Driver::open(cfg());
+    d.push("abc");
+    let r = d.subscribe(Offset(10));
+    assert!(matches!(d.read(r)[..], [Frame::Open { from: Offset(3), .. }]));
+}
