@@ -19,16 +19,29 @@ impl Object {
     /// Pushes one piece of an append body. `Ok(Err(_))` is bad input (the piece, or the line it
     /// finished, was refused: refuse the request once its body is read); `Err(_)` means the
     /// stream cannot take pushes (answer at once).
-    fn push(&self, route: &Route, pieces: &mut BodyPieces, piece: &[u8]) -> Result<Result<PushReceipt, ApiError>, ApiError> {
+    /// Each piece is admitted by the producer epoch in the same borrow as its push, so a resume
+    /// between two pieces cuts the replaced connection off: nothing of it is interleaved.
+    fn push(
+        &self,
+        route: &Route,
+        pieces: &mut BodyPieces,
+        piece: &[u8],
+        epoch: Option<u64>,
+    ) -> Result<Result<PushReceipt, ApiError>, ApiError> {
         let pushed = match pieces {
             BodyPieces::Text(utf8) => match utf8.feed(piece) {
-                Ok(text) => self.shell.feed(|s, now| s.push(&text, now)),
+                Ok(text) => self.shell.feed(|s, now| s.admit(epoch).map(|()| s.push(&text, now))),
                 Err(e) => {
                     let seq = self.shell.inspect(LiveStream::seq).unwrap_or_default();
                     return Ok(Err(ApiError::bad_utf8(e).with("seq", seq)));
                 }
             },
-            BodyPieces::Ui => self.shell.feed(|s, now| s.push_ndjson(piece, now)),
+            BodyPieces::Ui => self.shell.feed(|s, now| s.admit(epoch).map(|()| s.push_ndjson(piece, now))),
+        };
+        let pushed = match pushed {
+            Some(Err(fenced)) => return Err(super::revive::fenced(&route.stream_id, fenced)),
+            Some(Ok(pushed)) => Some(pushed),
+            None => None,
         };
         match pushed {
             Some(Ok(receipt)) => Ok(Ok(receipt)),
@@ -43,8 +56,11 @@ impl Object {
     /// validated one by one: the lines before a bad one stay); a streaming body (no
     /// content-length) is pushed piece by piece, reassembling characters split across pieces,
     /// and ends early when a cancel arrives.
-    pub(super) async fn append(self: &Rc<Self>, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
+    pub(super) async fn append(self: &Rc<Self>, route: &Route, req: &mut Request, epoch: Option<u64>) -> Result<Response, ApiError> {
         self.require_live(route)?;
+        if let Some(Err(fenced)) = self.shell.inspect(|s| s.admit(epoch)) {
+            return Err(super::revive::fenced(&route.stream_id, fenced));
+        }
         let max = self.settings().max_append_bytes;
         let declared = req.headers().get("content-length").ok().flatten().and_then(|l| l.parse::<u64>().ok());
         if declared.is_some_and(|n| n > max as u64) {
@@ -60,9 +76,9 @@ impl Object {
             if let BodyPieces::Text(_) = pieces {
                 std::str::from_utf8(&bytes).map_err(|e| ApiError::bad_utf8(BadUtf8 { offset: e.valid_up_to() as u64 }))?;
             }
-            receipt = self.push(route, &mut pieces, &bytes)??;
+            receipt = self.push(route, &mut pieces, &bytes, epoch)??;
         } else {
-            receipt = self.append_streaming(route, req, receipt, max).await?;
+            receipt = self.append_streaming(route, req, receipt, max, epoch).await?;
         }
         http::json(200, &json!({"seq": receipt.seq, "durableSeq": receipt.durable_seq, "cancelled": receipt.cancelled}))
             .map_err(unavailable)
@@ -84,6 +100,7 @@ impl Object {
         req: &mut Request,
         receipt: PushReceipt,
         max: usize,
+        epoch: Option<u64>,
     ) -> Result<PushReceipt, ApiError> {
         let body = req.inner().body().ok_or_else(|| ApiError::new(400, "bad_request", "the append has no body"))?;
         let intake = Rc::new(RefCell::new(Intake {
@@ -91,6 +108,7 @@ impl Object {
             route: route.clone(),
             pieces: BodyPieces::of(self.shell.inspect(LiveStream::format).unwrap_or_default()),
             max,
+            epoch,
             total: 0,
             receipt,
             refusal: None,
@@ -124,6 +142,8 @@ struct Intake {
     route: Route,
     pieces: BodyPieces,
     max: usize,
+    /// The producer epoch the request carries.
+    epoch: Option<u64>,
     /// Bytes of the body so far.
     total: usize,
     receipt: PushReceipt,
@@ -147,7 +167,7 @@ impl Intake {
             self.refusal = Some(ApiError::too_large(self.max).with("seq", self.receipt.seq));
             return true;
         }
-        match self.object.push(&self.route, &mut self.pieces, piece) {
+        match self.object.push(&self.route, &mut self.pieces, piece, self.epoch) {
             Ok(Ok(pushed)) => self.receipt = pushed,
             Ok(Err(bad)) => self.refusal = Some(bad),
             Err(fatal) => {

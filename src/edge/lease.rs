@@ -86,8 +86,15 @@ impl LeaseStore {
         self.state.storage().set_alarm(self.lease).await
     }
 
+    /// A rehydration won the row with `host_token` (SPEC §10): the alarm's proof of ownership
+    /// is that token from now on.
+    pub async fn rehost(&self, host_token: &str) -> worker::Result<()> {
+        self.meter.storage(|s| s.puts += 1);
+        self.state.storage().put(HOST_TOKEN_KEY, host_token).await
+    }
+
     /// The stream id and host token the last armed lease stored.
-    async fn stored(&self) -> Stored {
+    pub(super) async fn stored(&self) -> Stored {
         let storage = self.state.storage();
         self.meter.storage(|s| s.gets += 2);
         let stream_id = storage.get::<String>(STREAM_ID_KEY).await.ok().flatten();
@@ -108,6 +115,11 @@ impl StreamObject {
             return Ok(());
         };
         let o = self.object(&stream_id).map_err(|e| worker::Error::RustError(e.message))?;
+        // A fresh instance that finds its row `streaming` rebuilds it and waits for its producer
+        // (SPEC §10) instead of sealing it; a failure leaves the decision below to the row.
+        if let Err(e) = self.revive(&o).await {
+            log("error", "rehydration_failed", &stream_id, json!({"error": e.message}));
+        }
         let cfg = &o.setup.settings.stream;
         let mut row = None;
         loop {

@@ -14,6 +14,7 @@ mod lease;
 mod meter;
 mod object;
 mod pump;
+mod revive;
 mod setup;
 mod shell;
 mod sse;

@@ -29,6 +29,9 @@ pub struct StreamObject {
     /// Readers that came before the open (the row was inserted, the stream not opened yet),
     /// woken when it opens here (see `ui::format_or_await_open`).
     pub(super) awaiting_open: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
+    /// How far this instance got with rebuilding a lost stream (SPEC §10, `revive.rs`).
+    pub(super) revival: std::cell::Cell<super::revive::Revival>,
+    pub(super) revival_waiters: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
 }
 
 /// An object that knows its stream.
@@ -44,7 +47,16 @@ const MAX_PUMP_BODY_BYTES: usize = 1 << 20;
 
 impl DurableObject for StreamObject {
     fn new(state: State, env: Env) -> Self {
-        Self { state, env, setup: RefCell::new(None), object: RefCell::new(None), meter: Rc::default(), awaiting_open: RefCell::default() }
+        Self {
+            state,
+            env,
+            setup: RefCell::new(None),
+            object: RefCell::new(None),
+            meter: Rc::default(),
+            awaiting_open: RefCell::default(),
+            revival: std::cell::Cell::default(),
+            revival_waiters: RefCell::default(),
+        }
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
@@ -152,17 +164,27 @@ impl StreamObject {
                 return Err(ApiError::forbidden());
             }
         }
+        // A fresh instance whose stream was lost while streaming rebuilds it first, whoever
+        // woke it (SPEC §10); `/text` reads D1 anyway, and an open starts a stream of its own.
+        if !matches!(route.action, Action::Open | Action::Text) {
+            self.revive(&o).await?;
+        }
         let r = match route.action {
             Action::Open => self.open(&o, &route, &mut req).await,
-            Action::Append => o.append(&route, &mut req).await,
-            Action::Flush => o.flush(&route).await,
-            Action::Close => o.seal(&route, None).await,
+            Action::Append => {
+                let epoch = super::revive::epoch_of(&req)?;
+                o.append(&route, &mut req, epoch).await
+            }
+            Action::Flush => o.flush(&route, super::revive::epoch_of(&req)?).await,
+            Action::Close => o.seal(&route, None, super::revive::epoch_of(&req)?).await,
             Action::Fail => {
+                let epoch = super::revive::epoch_of(&req)?;
                 let body = http::small_json(&mut req, 64 * 1024, "the fail body must be {\"error\": \"…\"}").await?;
                 let message =
                     body.as_ref().and_then(|b| b.get("error")).and_then(|e| e.as_str()).unwrap_or("the producer failed the stream");
-                o.seal(&route, Some(message.to_owned())).await
+                o.seal(&route, Some(message.to_owned()), epoch).await
             }
+            Action::Resume => self.resume_producer(&o, &route).await,
             Action::Events => o.events(&req, &target),
             Action::Ui => self.ui(&o, &req, &target, &route).await,
             Action::Stream => self.resume(&o, &req, &target, &route).await,
@@ -184,7 +206,7 @@ impl StreamObject {
         let body = http::small_json(req, 64 * 1024, "the open body must be {\"format\": \"text\" | \"ui\", \"meta\": …}").await?;
         let OpenRequest { format, meta } = OpenRequest::parse(body)?;
         let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
-        let (stream, ticket) = LiveStream::open(&route.stream_id, cfg, Producer { host_token: random_token(), meta }, now());
+        let (stream, ticket) = LiveStream::open(&route.stream_id, cfg, Producer { host_token: random_token(), meta: meta.clone() }, now());
         let Some(settled) = o.shell.install(stream, ticket) else {
             return Err(ApiError::open_refused(&route.stream_id, crate::engine::durable::OpenRefused::AlreadyOpenHere));
         };
@@ -193,9 +215,13 @@ impl StreamObject {
             let _ = waiter.send(());
         }
         self.remember_format(&route.stream_id, format).await;
+        self.remember_meta(&route.stream_id, meta.as_ref()).await;
         o.shell.feed(|_, _| ()); // performs the first request queued by `open`
         match settled.await.map_err(unavailable)? {
-            Ok(()) => http::json(200, &json!({"streamId": route.stream_id, "seq": 0, "durableSeq": 0})).map_err(unavailable),
+            Ok(()) => {
+                http::json(200, &json!({"streamId": route.stream_id, "seq": 0, "durableSeq": 0, "epoch": crate::engine::live::FIRST_EPOCH}))
+                    .map_err(unavailable)
+            }
             Err(OpenError::Refused(reason)) => Err(ApiError::open_refused(&route.stream_id, reason)),
             Err(OpenError::Store(e)) => Err(ApiError::store_unavailable(e)),
             Err(e @ OpenError::Lease(_)) => Err(unavailable(e)),
@@ -247,9 +273,12 @@ impl Object {
         }
     }
 
-    async fn flush(&self, route: &Route) -> Result<Response, ApiError> {
+    async fn flush(&self, route: &Route, epoch: Option<u64>) -> Result<Response, ApiError> {
         let shell = &self.shell;
-        let settled = shell.feed(|s, now| shell.await_ticket(s.flush(now))).ok_or_else(|| ApiError::not_open(&route.stream_id))?;
+        let settled = shell
+            .feed(|s, now| s.admit(epoch).map(|()| shell.await_ticket(s.flush(now))))
+            .ok_or_else(|| ApiError::not_open(&route.stream_id))?
+            .map_err(|f| super::revive::fenced(&route.stream_id, f))?;
         match settled.await.map_err(unavailable)? {
             Ok(durable_seq) => {
                 let seq = shell.inspect(LiveStream::seq).unwrap_or(durable_seq);
@@ -264,17 +293,19 @@ impl Object {
 
     /// `close` (error `None`) or `fail`. A seal that cannot commit still ends the stream:
     /// readers get `end` with the durable length, and the caller gets a 503 with the shortfall.
-    async fn seal(&self, route: &Route, error: Option<String>) -> Result<Response, ApiError> {
+    async fn seal(&self, route: &Route, error: Option<String>, epoch: Option<u64>) -> Result<Response, ApiError> {
         let shell = &self.shell;
         let settled = shell
             .feed(|s, now| {
+                s.admit(epoch)?;
                 let ticket = match error {
                     Some(e) => s.fail(&e, now),
                     None => s.close(now),
                 };
-                shell.await_ticket(ticket)
+                Ok(shell.await_ticket(ticket))
             })
-            .ok_or_else(|| ApiError::not_open(&route.stream_id))?;
+            .ok_or_else(|| ApiError::not_open(&route.stream_id))?
+            .map_err(|f| super::revive::fenced(&route.stream_id, f))?;
         match settled.await.map_err(unavailable)? {
             Ok(r) => http::json(200, &json!({"status": r.status, "seq": r.seq, "durableSeq": r.durable_seq})).map_err(unavailable),
             Err(short) => Err(ApiError::new(503, "seal_failed", short.to_string())
@@ -341,6 +372,8 @@ impl Object {
                 "readerWrites": st.reader_writes,
                 "readerPacingMs": s.reader_pacing_ms(),
                 "retainedBytes": s.retained_bytes(),
+                "epoch": s.epoch(),
+                "rehydrated": s.rehydrated(),
                 "d1": d1,
                 "meter": meter.snapshot(),
             });

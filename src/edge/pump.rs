@@ -393,7 +393,6 @@ impl StreamObject {
     /// (`starting_after` the stored mark), checks the replay against `durable_text`, pushes
     /// what comes after it, and ends the stream as a pump does; the object counts as pumping
     /// meanwhile. A storage error is returned as is (the record stays for another try).
-    #[expect(dead_code, reason = "the seam rehydration (issue 35) calls; it has no caller before that lands")]
     pub(super) async fn reattach_pump(&self, o: &Rc<Object>, durable_from: Offset, durable_text: &str) -> worker::Result<PumpReattach> {
         let run = PumpRun::new(Rc::clone(&o.shell), &self.state, self.env.clone(), Rc::clone(&self.meter));
         let Some(record) = run.record().await? else { return Ok(PumpReattach::NoRecord) };

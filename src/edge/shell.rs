@@ -179,6 +179,20 @@ impl Shell {
         Some(self.await_ticket(opened))
     }
 
+    /// Installs a stream rebuilt from the store (SPEC §10); `false` (and nothing changes) when a
+    /// stream is already here.
+    pub fn install_rehydrated(self: &Rc<Self>, stream: LiveStream) -> bool {
+        {
+            let mut slot = self.live.borrow_mut();
+            if slot.is_some() {
+                return false;
+            }
+            *slot = Some(stream);
+        }
+        self.feed(|_, _| ()); // performs the lease renewal queued by `rehydrate`, arms the window
+        true
+    }
+
     /// Is a stream (opening, live, sealing or lingering) held here?
     pub fn holds_stream(&self) -> bool {
         self.live.borrow().is_some()

@@ -25,11 +25,14 @@ pub enum Action {
     Cancel,
     Pump,
     Stats,
+    /// `POST /resume`: the producer takes over again after a lost connection or a reset
+    /// object (SPEC §10).
+    Resume,
 }
 
 impl Action {
     /// Every route, in declaration order (`action as usize` indexes it).
-    pub const ALL: [Action; 12] = [
+    pub const ALL: [Action; 13] = [
         Action::Open,
         Action::Append,
         Action::Flush,
@@ -42,6 +45,7 @@ impl Action {
         Action::Cancel,
         Action::Pump,
         Action::Stats,
+        Action::Resume,
     ];
 
     /// The route's path segment.
@@ -59,6 +63,7 @@ impl Action {
             Action::Cancel => "cancel",
             Action::Pump => "pump",
             Action::Stats => "stats",
+            Action::Resume => "resume",
         }
     }
 
@@ -228,6 +233,36 @@ impl ApiError {
         Self::new(409, "closed", format!("stream {stream_id} is closed"))
     }
 
+    /// A resume of a sealed stream: 409 `closed` naming its status (SPEC §10).
+    pub fn closed_as(stream_id: &str, status: &str, seq: Offset, durable_seq: Offset) -> Self {
+        Self::new(409, "closed", format!("stream {stream_id} is {status}"))
+            .with("status", status)
+            .with("seq", seq)
+            .with("durableSeq", durable_seq)
+    }
+
+    /// A write from a producer connection a resume replaced.
+    pub fn superseded(stream_id: &str, current: u64) -> Self {
+        Self::new(
+            409,
+            "superseded",
+            format!("a newer producer of stream {stream_id} resumed it (epoch {current}); this connection is fenced"),
+        )
+        .with("epoch", current)
+    }
+
+    /// A write to a rehydrated stream before its producer resumed.
+    pub fn resume_required(stream_id: &str, seq: Offset, durable_seq: Offset) -> Self {
+        Self::new(409, "resume_required", format!("stream {stream_id} was rehydrated after a reset; POST resume, then continue from seq"))
+            .with("seq", seq)
+            .with("durableSeq", durable_seq)
+    }
+
+    /// An `x-rindle-epoch` header that is not a decimal number.
+    pub fn bad_epoch(raw: &str) -> Self {
+        Self::new(400, "bad_epoch", format!("x-rindle-epoch {raw:?} is not a decimal number"))
+    }
+
     pub fn too_large(max_bytes: usize) -> Self {
         Self::new(413, "too_large", format!("an append may carry at most {max_bytes} bytes")).with("maxBytes", max_bytes)
     }
@@ -331,6 +366,7 @@ mod tests {
             ("POST", "cancel", Action::Cancel),
             ("POST", "pump", Action::Pump),
             ("GET", "stats", Action::Stats),
+            ("POST", "resume", Action::Resume),
         ] {
             let got = r(method, &format!("/streams/m-1/{action}")).unwrap().unwrap();
             assert_eq!(got, Route { stream_id: "m-1".into(), action: expected });

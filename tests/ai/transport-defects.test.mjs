@@ -199,7 +199,7 @@ test('defect: giveUpAfterMs outlasts LEASE_MS: after a kill, the reader ends wit
   // give-up (10 s) always came first; the default now follows the server's x-rindle-lease-ms.
   const lease = await startStack({
     name: 'ai-giveup-lease',
-    vars: { LEASE_MS: '30000', CHECKPOINT_INTERVAL_MS: '600000', UI_CHECKPOINT_CHARS: '1048576', SSE_RETRY_MS: '200' },
+    vars: { LEASE_MS: '30000', CHECKPOINT_INTERVAL_MS: '600000', UI_CHECKPOINT_CHARS: '1048576', SSE_RETRY_MS: '200', RESUME_WINDOW_MS: '0' },
   });
   t.after(() => lease.stop());
   const id = newStream(lease, 'giveup');

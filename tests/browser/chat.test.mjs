@@ -51,7 +51,8 @@ test.before(async () => {
     chat: true,
     name: 'browser-chat',
     // SSE_RETRY_MS: the transport's first reconnect after a cut waits at most this long.
-    vars: { LEASE_MS: String(LEASE_MS), SSE_RETRY_MS: '100' },
+    // RESUME_WINDOW_MS=0: the kill takes the chat's producer with it; the row is sealed `interrupted` at once.
+    vars: { LEASE_MS: String(LEASE_MS), SSE_RETRY_MS: '100', RESUME_WINDOW_MS: '0' },
     // ~130 model parts, one every 10 ms, then the hold until the test releases the answer.
     chatVars: { MOCK_DELAY_MS: '10', MOCK_WORDS: String(WORDS), MOCK_HOLD_URL: hold.url },
   });

@@ -25,6 +25,8 @@ export const FIXTURES_DIR = fileURLToPath(new URL('./fixtures/', import.meta.url
  */
 export const RECORDER_VARS = {
   CHECKPOINT_CHARS: '100000', CHECKPOINT_INTERVAL_MS: '60000', LINGER_MS: '3000', LEASE_MS: '1500', IDLE_TIMEOUT_MS: '3000',
+  // A reset seals `interrupted` at once (no rehydration): the fixtures record that ending.
+  RESUME_WINDOW_MS: '0',
 };
 /** A second stack where readers overflow at once: 4 queued frames, one write per N × 10 ms. */
 export const STALE_VARS = { ...RECORDER_VARS, MAX_QUEUED_FRAMES: '4', READER_PACING_US: '10000', READER_PACING_BURST: '1' };

@@ -27,7 +27,7 @@ let stack;
 test.before(async () => {
   // Never skipped: scripts/test.sh builds the example; a missing build fails here, loudly.
   assert.ok(existsSync(EMBED_SHIM), `${EMBED_SHIM} is missing: run BUILD_CRATE=examples/embed scripts/build.sh`);
-  stack = await startStack({ name: 'e2e-embed', config: join(EMBED, 'wrangler.toml'), vars: { LEASE_MS: String(LEASE_MS) } });
+  stack = await startStack({ name: 'e2e-embed', config: join(EMBED, 'wrangler.toml'), vars: { LEASE_MS: String(LEASE_MS), RESUME_WINDOW_MS: '0' } });
 });
 test.after(async () => {
   await stack?.stop();

@@ -38,7 +38,8 @@ test.before(async () => {
   stack = await startStack({
     name: 'e2e-eviction',
     // Small checkpoints so every stream has committed chunk rows AND an uncommitted tail.
-    vars: { LEASE_MS: String(LEASE_MS), CHECKPOINT_CHARS: '120', CHECKPOINT_INTERVAL_MS: '150' },
+    // RESUME_WINDOW_MS=0: no rehydration, a reset seals `interrupted` (survival.test.mjs has the window).
+    vars: { LEASE_MS: String(LEASE_MS), CHECKPOINT_CHARS: '120', CHECKPOINT_INTERVAL_MS: '150', RESUME_WINDOW_MS: '0' },
   });
 });
 test.after(async () => {

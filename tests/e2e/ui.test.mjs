@@ -37,7 +37,7 @@ const LINGER_MS = 300; // finished streams retire quickly, so their /ui comes fr
 let stack;
 
 test.before(async () => {
-  stack = await startStack({ name: 'e2e-ui', vars: { LINGER_MS: String(LINGER_MS), LEASE_MS: '1000' } });
+  stack = await startStack({ name: 'e2e-ui', vars: { LINGER_MS: String(LINGER_MS), LEASE_MS: '1000', RESUME_WINDOW_MS: '0' } });
 });
 test.after(async () => {
   await stack?.stop();

@@ -1,0 +1,202 @@
+//! Surviving the object (SPEC §10), performed: a fresh instance that finds its stream's row
+//! `streaming` rebuilds the live stream from D1 ([`LiveStream::rehydrate`]), once, however it
+//! was woken (the lease alarm, a reader, the producer); `POST /resume`; the producer epoch on
+//! writes (`x-rindle-epoch`). The decisions are the engine's (`engine/live/resume.rs`).
+//!
+//! What the object keeps for it, beside the lease's stream id and host token: the producer
+//! epoch (stored before a resume answers, so a replaced connection stays fenced across a
+//! reset), the open's `meta` (the authorizer sees it after a rehydration), and the window's
+//! deadline (so a second reset does not restart it; cleared by a resume).
+
+use super::http::{self, unavailable};
+use super::object::{Object, StreamObject};
+use super::pump::PumpReattach;
+use super::shell::{log, now};
+use super::store::Store;
+use crate::engine::api::{ApiError, Route};
+use crate::engine::config::{CheckpointMode, StreamConfig};
+use crate::engine::frame::STATUS_STREAMING;
+use crate::engine::live::{Fenced, LiveStream, Rehydration, ResumeRefused, FIRST_EPOCH};
+use crate::engine::store::{next_host_token, ClaimHost};
+use crate::engine::time::{Millis, Timestamp};
+use crate::engine::utf16::Offset;
+use serde_json::json;
+use std::rc::Rc;
+use worker::{Request, Response};
+
+/// The storage key of the producer epoch (absent: [`FIRST_EPOCH`]).
+const EPOCH_KEY: &str = "epoch";
+/// The storage key of the open's `meta`.
+const META_KEY: &str = "meta";
+/// The storage key of the resume window's deadline (ms on the object's clock).
+const RESUME_BY_KEY: &str = "resumeBy";
+
+/// The request header carrying the producer epoch.
+pub const EPOCH_HEADER: &str = "x-rindle-epoch";
+
+/// The producer epoch a write carries: `None` without the header; 400 `bad_epoch` when it is
+/// not a decimal number.
+pub fn epoch_of(req: &Request) -> Result<Option<u64>, ApiError> {
+    match req.headers().get(EPOCH_HEADER).ok().flatten() {
+        None => Ok(None),
+        Some(raw) => raw.trim().parse::<u64>().map(Some).map_err(|_| ApiError::bad_epoch(&raw)),
+    }
+}
+
+/// A write the fence refused, as the API answers it.
+pub fn fenced(stream_id: &str, f: Fenced) -> ApiError {
+    match f {
+        Fenced::Superseded { current } => ApiError::superseded(stream_id, current),
+        Fenced::ResumeRequired { seq, durable_seq } => ApiError::resume_required(stream_id, seq, durable_seq),
+    }
+}
+
+/// How far this instance got with rehydration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) enum Revival {
+    /// Not tried yet (a fresh instance).
+    #[default]
+    Untried,
+    /// One attempt is under way: later callers wait for it (single flight).
+    Running,
+    /// Decided: rebuilt, or nothing to rebuild here.
+    Settled,
+}
+
+impl StreamObject {
+    /// Remembers the open's `meta` for a later rehydration (nothing without one).
+    pub(super) async fn remember_meta(&self, stream_id: &str, meta: Option<&serde_json::Value>) {
+        let Some(meta) = meta else { return };
+        self.meter.storage(|s| s.puts += 1);
+        if let Err(e) = self.state.storage().put(META_KEY, meta).await {
+            log("error", "meta_not_stored", stream_id, json!({"error": e.to_string()}));
+        }
+    }
+
+    /// Rebuilds the stream if this is a fresh instance of an object whose stream was lost while
+    /// `streaming`, once per instance: concurrent callers wait for the one attempt. A store
+    /// failure is returned (503) and the next caller tries again.
+    pub(super) async fn revive(&self, o: &Rc<Object>) -> Result<(), ApiError> {
+        loop {
+            if o.shell.holds_stream() || o.settings().stream.resume_window_ms == Millis::ZERO {
+                return Ok(());
+            }
+            match self.revival.get() {
+                Revival::Settled => return Ok(()),
+                Revival::Running => {
+                    let (tx, rx) = futures::channel::oneshot::channel();
+                    self.revival_waiters.borrow_mut().push(tx);
+                    let _ = rx.await;
+                }
+                Revival::Untried => break,
+            }
+        }
+        self.revival.set(Revival::Running);
+        let result = self.rehydrate(o).await;
+        self.revival.set(if result.is_ok() { Revival::Settled } else { Revival::Untried });
+        for waiter in self.revival_waiters.take() {
+            let _ = waiter.send(());
+        }
+        result
+    }
+
+    /// One attempt: the lease says this object armed it for this stream, the window has not
+    /// passed, the row is `streaming` (one atomic read), and, with a host column, the claim
+    /// from the lost instance's token wins.
+    async fn rehydrate(&self, o: &Rc<Object>) -> Result<(), ApiError> {
+        let stream_id = o.shell.stream_id.clone();
+        let lease = self.lease_store().map_err(unavailable)?;
+        let (Some(armed_for), token) = lease.stored().await else { return Ok(()) };
+        if armed_for != stream_id {
+            return Ok(());
+        }
+        let storage = self.state.storage();
+        self.meter.storage(|s| s.gets += 3);
+        let resume_by = storage.get::<u64>(RESUME_BY_KEY).await.map_err(ApiError::store_unavailable)?.map(Timestamp);
+        if resume_by.is_some_and(|at| at <= now()) {
+            return Ok(()); // the window passed in an earlier life: the lease seals the row
+        }
+        let durable = o.setup.store.sink().read_durable(&stream_id).await.map_err(ApiError::store_unavailable)?;
+        let Some(durable) = durable.filter(|d| d.status == STATUS_STREAMING) else { return Ok(()) };
+        let token = match (&*o.setup.store, &o.settings().stream.mode, token) {
+            (Store::Tables(tables), CheckpointMode::Tables { host_cas: true }, Some(old)) => {
+                let next = next_host_token(&old);
+                let holder =
+                    tables.perform(&stream_id, &ClaimHost { old, new: next.clone() }).await.map_err(ApiError::store_unavailable)?;
+                if holder.as_deref() != Some(next.as_str()) {
+                    log("warn", "rehydration_refused", &stream_id, json!({"holder": holder}));
+                    return Ok(());
+                }
+                Some(next)
+            }
+            // A host column and no token to prove ownership with: the row is left to the lease.
+            (Store::Tables(_), CheckpointMode::Tables { host_cas: true }, None) => return Ok(()),
+            (_, _, token) => token,
+        };
+        let epoch = storage.get::<u64>(EPOCH_KEY).await.map_err(ApiError::store_unavailable)?.unwrap_or(FIRST_EPOCH);
+        let meta = storage.get::<serde_json::Value>(META_KEY).await.map_err(ApiError::store_unavailable)?;
+        let format = self.format(o).await?.unwrap_or_default();
+        let now = now();
+        let window = resume_by.unwrap_or(now + o.settings().stream.resume_window_ms);
+        if let Some(token) = &token {
+            lease.rehost(token).await.map_err(ApiError::store_unavailable)?;
+        }
+        if resume_by.is_none() {
+            self.meter.storage(|s| s.puts += 1);
+            storage.put(RESUME_BY_KEY, window.0).await.map_err(ApiError::store_unavailable)?;
+        }
+        let durable_text = durable.text.clone();
+        let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
+        let from = Rehydration { durable, epoch, meta, resume_by: Some(window) };
+        let d = from.durable.seq;
+        if !o.shell.install_rehydrated(LiveStream::rehydrate(&stream_id, cfg, from, now)) {
+            return Ok(());
+        }
+        log("warn", "rehydrated", &stream_id, json!({"durableSeq": d, "epoch": epoch, "resumeBy": window.0}));
+        // The object may be its own producer: a background pump re-attaches, and resumes the
+        // stream itself (it fences any HTTP producer).
+        match self.reattach_pump(o, Offset::ZERO, &durable_text).await {
+            Ok(PumpReattach::Started) => {
+                let _ = o.shell.feed(|s, now| s.resume(now));
+            }
+            Ok(PumpReattach::NoRecord | PumpReattach::Interrupted(_)) => {}
+            Err(e) => log("error", "pump_reattach_failed", &stream_id, json!({"error": e.to_string()})),
+        }
+        Ok(())
+    }
+
+    /// `POST /resume`: a new epoch and where to continue. The epoch is stored before the answer,
+    /// so the connection it replaces stays fenced across a reset.
+    pub(super) async fn resume_producer(&self, o: &Rc<Object>, route: &Route) -> Result<Response, ApiError> {
+        let granted = o.shell.feed(|s, now| s.resume(now));
+        let grant = match granted {
+            Some(Ok(grant)) => grant,
+            Some(Err(ResumeRefused::Closed { status, seq, durable_seq })) => {
+                return Err(ApiError::closed_as(&route.stream_id, status.as_str(), seq, durable_seq))
+            }
+            Some(Err(ResumeRefused::NotOpen)) | None => return Err(self.not_resumable(o, route).await),
+        };
+        let storage = self.state.storage();
+        self.meter.storage(|s| {
+            s.puts += 1;
+            s.deletes += 1;
+        });
+        storage.put(EPOCH_KEY, grant.epoch).await.map_err(ApiError::store_unavailable)?;
+        storage.delete(RESUME_BY_KEY).await.map_err(ApiError::store_unavailable)?;
+        log("info", "resumed", &route.stream_id, json!({"seq": grant.seq, "durableSeq": grant.durable_seq, "epoch": grant.epoch}));
+        http::json(200, &json!({"seq": grant.seq, "durableSeq": grant.durable_seq, "format": grant.format.as_str(), "epoch": grant.epoch}))
+            .map_err(unavailable)
+    }
+
+    /// Why no stream here can resume: its row is sealed (409 naming the status), or there is
+    /// nothing streaming here (404 `not_open`).
+    async fn not_resumable(&self, o: &Object, route: &Route) -> ApiError {
+        match o.setup.store.sink().read_durable(&route.stream_id).await {
+            Ok(Some(row)) if row.status != STATUS_STREAMING && crate::engine::frame::EndStatus::parse(&row.status).is_some() => {
+                ApiError::closed_as(&route.stream_id, &row.status, row.seq, row.seq)
+            }
+            Ok(_) => ApiError::not_open(&route.stream_id),
+            Err(e) => ApiError::store_unavailable(e),
+        }
+    }
+}

@@ -1,0 +1,178 @@
+// Surviving the object (SPEC §10), over raw HTTP against the real runtime: the runtime's whole
+// process group is killed with SIGKILL mid-answer and restarted (one restart for the file: every
+// case starts before the kill and is checked after it).
+//
+// - text: a producer that resumes after the restart continues exactly from the rehydrated
+//   `seq = durableSeq`, and the row ends `complete` with exactly the produced text, no chunk rows;
+//   a write before the resume is 409 `resume_required`; two resumes at once both answer, and the
+//   connection the second fenced gets 409 `superseded`, nothing of it written;
+// - a reader whose offset lies past the rehydrated seq is parked, then served from exactly its
+//   offset once the re-sent text reaches it (no clamped replay, no `absent`);
+// - ui: the resume answers a line end (the unfinished line the old instance held is re-sent);
+// - a cancel in the gap seals `cancelled`, and the resume answers 409 `closed` naming it;
+// - a producer that never returns: the alarm rehydrates, the window passes, the row is sealed
+//   `interrupted` with its durable prefix;
+// - a resume of a sealed stream: 409 `closed` naming `complete`.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { startStack, readSse } from './harness.mjs';
+import { api, durableFromDb, isError, newStream, ok, rng, seedFromEnv, emojiText, insidePair, ndjson, until, withTimeout } from './util.mjs';
+
+/** `i` moved off the inside of a surrogate pair of `s`. */
+const cutAt = (s, i) => (insidePair(s, i) ? i - 1 : i);
+
+const LEASE_MS = 1500;
+const WINDOW_MS = 5000;
+
+let stack;
+test.before(async () => {
+  stack = await startStack({
+    name: 'e2e-survival',
+    vars: { LEASE_MS: String(LEASE_MS), RESUME_WINDOW_MS: String(WINDOW_MS), CHECKPOINT_CHARS: '64', CHECKPOINT_INTERVAL_MS: '60000' },
+  });
+});
+test.after(async () => {
+  await stack?.stop();
+});
+
+/** A producer call carrying `epoch` (no header when undefined). */
+function write(c, action, body, epoch) {
+  const headers = { authorization: `Bearer ${c.token}`, 'content-type': 'text/plain; charset=utf-8' };
+  if (epoch !== undefined) headers['x-rindle-epoch'] = String(epoch);
+  return fetch(c.url(action), { method: 'POST', headers, body }).then(async (res) => {
+    const raw = await res.text();
+    let json;
+    try {
+      json = JSON.parse(raw);
+    } catch {}
+    return { status: res.status, headers: res.headers, raw, json };
+  });
+}
+
+const resume = (c) => write(c, 'resume', undefined);
+
+test('a reset mid-answer: rehydration, resume, the fence, parked readers, the window, a cancel in the gap', async () => {
+  const seed = seedFromEnv();
+  console.log(`survival: E2E_SEED=${seed}`);
+  const r = rng(seed);
+
+  // text: a durable prefix, then a live tail the old instance lost.
+  const text = api(stack, newStream(stack, 'surv-text'));
+  ok(await text.open());
+  const produced = emojiText(r, 400);
+  const cut = 150 + Math.floor(r() * 100);
+  const head = produced.slice(0, cutAt(produced, cut));
+  ok(await text.append(head));
+  const flushed = ok(await text.flush());
+  const tail = produced.slice(head.length, cutAt(produced, head.length + 60));
+  const liveSeq = ok(await text.append(tail)).seq;
+  assert.equal(liveSeq, head.length + tail.length);
+  const confirmedDurable = flushed.durableSeq;
+
+  // ui: complete lines durable, one more line and a fragment only live.
+  const ui = api(stack, newStream(stack, 'surv-ui'));
+  ok(await ui.open(undefined, 'ui'));
+  const lines = ['start', 'a 😀', 'b 👩‍👩‍👧', 'c 🇯🇵', 'd 流式', 'e'].map((delta, i) => (i === 0 ? { type: 'start' } : { type: 'text-delta', id: 't', delta }));
+  const uiText = ndjson([...lines, { type: 'finish' }]);
+  const uiDurable = ndjson(lines.slice(0, 3));
+  ok(await write(ui, 'append', uiDurable));
+  ok(await ui.flush());
+  ok(await write(ui, 'append', ndjson(lines.slice(3, 4)) + '{"type":"text-de'));
+
+  // cancel in the gap; a producer that never returns; a stream sealed before the reset.
+  const gap = api(stack, newStream(stack, 'surv-gap'));
+  ok(await gap.open());
+  ok(await gap.append('saved before the reset'));
+  ok(await gap.flush());
+  const gone = api(stack, newStream(stack, 'surv-gone'));
+  ok(await gone.open());
+  ok(await gone.append('kept 😀'));
+  ok(await gone.flush());
+  ok(await gone.append(' lost'));
+  const sealed = api(stack, newStream(stack, 'surv-sealed'));
+  ok(await sealed.open());
+  ok(await sealed.append('done'));
+  ok(await sealed.close());
+
+  await stack.kill();
+  await stack.restart();
+
+  // The producer's first write after the reset: the stream was rebuilt and waits for its resume.
+  const required = isError(await write(text, 'append', 'x'), 409, 'resume_required', 'a write before the resume');
+  const d = required.seq;
+  assert.equal(required.durableSeq, d);
+  assert.ok(d >= confirmedDurable, `P: the rehydrated seq ${d} is at least the confirmed durableSeq ${confirmedDurable}`);
+  assert.equal(durableFromDb(stack.db, text.id).text, produced.slice(0, d), 'the rehydrated seq is the durable text');
+
+  // A reader at the old live seq, past the rehydrated text: parked.
+  const parked = await readSse(text.eventsUrl(liveSeq));
+  assert.equal(parked.status, 200);
+
+  // Two producers resume at once: both answer, each fencing the one before.
+  const [one, two] = await Promise.all([resume(text), resume(text)]);
+  const grants = [ok(one, 'resume'), ok(two, 'resume')].sort((a, b) => a.epoch - b.epoch);
+  assert.deepEqual(grants.map((g) => [g.seq, g.durableSeq, g.format]), [[d, d, 'text'], [d, d, 'text']]);
+  assert.deepEqual(grants.map((g) => g.epoch), [2, 3]);
+  isError(await write(text, 'append', 'FENCED', 2), 409, 'superseded', 'the fenced producer');
+  isError(await write(text, 'append', 'FENCED'), 409, 'superseded', 'no epoch once a resume happened');
+  isError(await write(text, 'append', 'x', 'two'), 400, 'bad_epoch');
+  assert.equal(parked.frames.filter((f) => f.data !== undefined).length, 0, 'the parked reader got nothing yet');
+
+  // The winner re-sends from the returned seq and finishes.
+  const rest = produced.slice(d);
+  const mid = Math.floor(rest.length / 2);
+  const safeMid = cutAt(rest, mid);
+  ok(await write(text, 'append', rest.slice(0, safeMid), 3));
+  ok(await write(text, 'append', rest.slice(safeMid), 3));
+  assert.equal(ok(await write(text, 'close', undefined, 3)).status, 'complete');
+  const final = durableFromDb(stack.db, text.id);
+  assert.equal(final.row.status, 'complete');
+  assert.equal(final.text, produced, 'S: exactly the produced text');
+  assert.equal(final.chunks.length, 0, 'compacted');
+
+  await withTimeout(parked.next((f) => f.json?.type === 'end'), 10_000, 'the parked reader to end');
+  parked.close();
+  const frames = parked.frames.filter((f) => f.data !== undefined).map((f) => f.json);
+  assert.equal(frames[0].type, 'open');
+  assert.equal(frames[0].from, liveSeq, 'served from exactly its offset');
+  const seen = frames.filter((f) => f.type === 'chunk').map((f) => f.text).join('');
+  assert.equal(seen, produced.slice(liveSeq), 'no seam: exactly the text after its offset');
+
+  // ui: the resume answers the durable line end; the rest is re-sent from there.
+  const uiGrant = ok(await resume(ui));
+  assert.equal(uiGrant.format, 'ui');
+  assert.equal(uiGrant.seq, uiDurable.length, 'a line end');
+  ok(await write(ui, 'append', uiText.slice(uiGrant.seq), uiGrant.epoch));
+  ok(await write(ui, 'close', undefined, uiGrant.epoch));
+  assert.equal(durableFromDb(stack.db, ui.id).text, uiText);
+
+  // A cancel in the gap: cancelled, and the resume learns it.
+  ok(await gap.cancel());
+  await until(() => durableFromDb(stack.db, gap.id).row.status === 'cancelled', 'the gap stream to be sealed cancelled', 10_000);
+  const closed = isError(await resume(gap), 409, 'closed', 'resume after a cancel in the gap');
+  assert.equal(closed.status, 'cancelled');
+  assert.equal(durableFromDb(stack.db, gap.id).text, 'saved before the reset');
+
+  // Sealed before the reset: 409 naming its status.
+  assert.equal(isError(await resume(sealed), 409, 'closed', 'resume of a sealed stream').status, 'complete');
+
+  // Nobody came back for `gone`: the alarm rehydrated it, and the window sealed it.
+  await until(() => durableFromDb(stack.db, gone.id).row.status === 'interrupted', 'the window to seal the abandoned stream', WINDOW_MS + 4 * LEASE_MS + 10_000);
+  assert.equal(durableFromDb(stack.db, gone.id).text, 'kept 😀', 'the durable prefix is kept');
+});
+
+test('resume on a live stream answers its own seq and fences the connection it replaces', async () => {
+  const c = api(stack, newStream(stack, 'surv-live'));
+  const opened = ok(await c.open());
+  assert.equal(opened.epoch, 1);
+  ok(await c.append('ab😀'));
+  const grant = ok(await resume(c));
+  assert.deepEqual([grant.seq, grant.epoch], [4, 2]);
+  isError(await write(c, 'append', 'x', 1), 409, 'superseded');
+  ok(await write(c, 'append', 'c', 2));
+  const stats = ok(await c.stats());
+  assert.deepEqual([stats.epoch, stats.rehydrated], [2, false]);
+  ok(await write(c, 'close', undefined, 2));
+  assert.equal(durableFromDb(stack.db, c.id).text, 'ab😀c');
+  isError(await resume(api(stack, newStream(stack, 'surv-never'))), 404, 'not_open');
+});
