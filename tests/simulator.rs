@@ -23,8 +23,18 @@
 //! the end of every schedule the alarm must leave no row `streaming` and never touch a row
 //! already sealed. A seal that could not commit is repaired the way the alarm does it.
 //!
-//! The store is a parameter: the same schedules run on SQLite (the D1 dialect, 2000 schedules)
-//! and on a real PostgreSQL (the Postgres dialect, 1000 schedules; the cluster of
+//! Surviving the object (SPEC §10): 35% of the schedules reset the object up to three times
+//! mid-stream, and a fresh instance rebuilds the stream as the Worker does (the host claim from
+//! the lost token, the one-statement durable read, [`LiveStream::rehydrate`]); P must hold across
+//! it, a write before the resume is refused, readers reconnect from what they hold (past the
+//! rebuilt text: parked) and must still get exactly the produced text. Then the producer
+//! resumes after a while and re-sends what was lost (a `ui` producer its unfinished line too),
+//! or never returns (the window seals `interrupted` at the durable text), or a cancel comes
+//! first (`cancelled`); either way every reader, parked ones too, gets its ending.
+//!
+//! The store is a parameter: the same schedules run on SQLite (the D1 dialect, 10,000
+//! schedules on 2 threads in the release build that scripts/test.sh runs, 2,000 in a debug
+//! `cargo test`) and on a real PostgreSQL (the Postgres dialect, 1000 schedules; the cluster of
 //! `scripts/pg.sh`, see tests/sql_postgres.rs for when it is there).
 //!
 //! `SIM_SCHEDULES=n` changes the number of schedules of both; `SIM_SEED=s` replays one;
@@ -37,10 +47,11 @@ use rindle_streams::engine::durable::{ColumnValue, SqlExecutor, Tables};
 use rindle_streams::engine::frame::{EndStatus, Frame};
 use rindle_streams::engine::live::lease::{self, HostColumn, LeaseDecision, LeaseRow, Release};
 use rindle_streams::engine::live::{
-    Dialect, LiveStream, OpenError, Output, Producer, Pull, PushError, ReaderId, SealOutcome, Settlement, StreamState, Ticket,
+    window_expired_error, Dialect, Fenced, LiveStream, OpenError, Output, Producer, Pull, PushError, ReaderId, Rehydration, SealOutcome,
+    Settlement, StreamState, Ticket,
 };
 use rindle_streams::engine::reading::DurableText;
-use rindle_streams::engine::store::{OpKind, StoreRequest};
+use rindle_streams::engine::store::{next_host_token, ClaimHost, OpKind, StoreRequest};
 use rindle_streams::engine::time::{Millis, Timestamp};
 use rindle_streams::engine::ui::{Format, MAX_LINE_BYTES};
 use rindle_streams::engine::utf16::{self, Offset};
@@ -276,6 +287,14 @@ struct Sim {
     cancelled_at_close: bool,
     /// The lease re-ran a seal that could not commit, and it committed.
     repaired: bool,
+    /// Fresh instances that rebuilt the stream (SPEC §10), and the producer's resumes.
+    rehydrations: u64,
+    resumes: u64,
+    /// Readers that rejoined a rebuilt stream past its text, and were parked.
+    parked: u64,
+    /// After a rehydration the producer never came back (or a cancel came first): the stream
+    /// ended without its seal, at its durable text.
+    abandoned: Option<EndStatus>,
 }
 
 impl Sim {
@@ -334,6 +353,10 @@ impl Sim {
             seal_ticket: None,
             cancelled_at_close: false,
             repaired: false,
+            rehydrations: 0,
+            resumes: 0,
+            parked: 0,
+            abandoned: None,
         };
         sim.drain();
         sim
@@ -516,10 +539,16 @@ impl Sim {
         };
         // The durable length the stream ended with (the `end` frame's seq). Readers are drained
         // before the lease may repair a seal that fell short, so it is still the seal's.
-        let durable_at_end = self.seal_outcome().map(|o| match o {
-            Ok(report) => report.durable_seq,
-            Err(shortfall) => shortfall.durable_seq,
-        });
+        let durable_at_end = self
+            .seal_outcome()
+            .map(|o| match o {
+                Ok(report) => report.durable_seq,
+                Err(shortfall) => shortfall.durable_seq,
+            })
+            .or(self.abandoned.map(|_| self.stream.durable_seq()));
+        let window_error = window_expired_error(self.cfg.resume_window_ms);
+        let abandoned = self.abandoned.is_some();
+        let held = |r: &UiReader| if abandoned { r.cursor.max(r.resume_from) } else { r.cursor };
         let (seed, produced) = (self.seed, &self.produced);
         let r = &mut self.ui_readers[i];
         let mut unsaved = false;
@@ -545,12 +574,18 @@ impl Sim {
                     };
                     let expected = match status {
                         // Shown lines past what was saved: an error that says so, whatever the status.
-                        _ if r.cursor > durable => {
+                        // A reader parked past the text of a stream that ended without its
+                        // producer holds what it asked for (its line start lay past the text).
+                        _ if held(r) > durable => {
                             unsaved = true;
-                            let reason = if status == EndStatus::Error { ": model error" } else { "" };
+                            let reason = match status {
+                                EndStatus::Error => ": model error".to_owned(),
+                                EndStatus::Interrupted => format!(": {window_error}"),
+                                _ => String::new(),
+                            };
                             format!(
                                 r#"{{"type":"error","errorText":"only part of the answer shown was saved ({durable} of {} UTF-16 units): the stream ended {}{reason}; reload to see the saved answer"}}"#,
-                                r.cursor,
+                                held(r),
                                 status.as_str()
                             )
                         }
@@ -558,7 +593,10 @@ impl Sim {
                         EndStatus::Complete => r#"{"type":"finish"}"#.to_owned(),
                         EndStatus::Cancelled => r#"{"type":"abort"}"#.to_owned(),
                         EndStatus::Error => r#"{"type":"error","errorText":"model error"}"#.to_owned(),
-                        EndStatus::Interrupted => die(seed, "no idle timeout in the simulator".into()),
+                        // Only the resume window seals a simulated stream `interrupted`.
+                        EndStatus::Interrupted => {
+                            format!(r#"{{"type":"error","errorText":{}}}"#, serde_json::Value::from(window_error.as_str()))
+                        }
                     };
                     if event.data != expected {
                         die(seed, format!("ui ending {:?} for {status:?}, expected {expected:?}", event.data));
@@ -606,12 +644,15 @@ impl Sim {
         let durable_now = utf16::len(&self.db.durable_text(STREAM));
         let mut rejoin = false;
         let (seed, produced) = (self.seed, &self.produced);
+        // A reader parked past the text of a stream that then ended without its producer gets
+        // what there is: its join moves down to the end of the text.
+        let ended_at = self.abandoned.map(|_| self.stream.seq());
         for frame in parse_sse(&wire) {
             let r = &mut self.readers[i];
             let have = utf16::len(&r.text);
             match frame {
                 Frame::Open { from, .. } => {
-                    if r.opened || from > r.asked || from + Offset(1) < r.asked {
+                    if r.opened || from > r.asked || (from + Offset(1) < r.asked && ended_at != Some(from)) {
                         die(seed, format!("bad open from {from} for asked {}", r.asked));
                     }
                     r.text = utf16::slice(&r.text, Offset(0), from).to_owned();
@@ -674,9 +715,17 @@ impl Sim {
         }
         let steps = 20 + self.rng.below(200);
         let crash_at = (crash && !crash_in_open).then(|| self.rng.below(steps));
+        // Some objects are reset and rebuilt by a fresh instance (SPEC §10), up to three times.
+        let resets: Vec<u64> = match self.rng.chance(0.35) {
+            true => (0..1 + self.rng.below(3)).map(|_| self.rng.below(steps)).collect(),
+            false => vec![],
+        };
         for step in 0..steps {
             if crash_at == Some(step) {
                 return self.crash();
+            }
+            if resets.contains(&step) && !self.reset_and_rehydrate() {
+                return;
             }
             match self.rng.below(100) {
                 0..=34 => self.push(),
@@ -748,6 +797,175 @@ impl Sim {
         if let r @ (Release::Sealed | Release::NoRow | Release::NotOurs { .. } | Release::TokenUnknown) = self.lease_alarm() {
             self.fail(format!("the alarm after retirement released with {r:?}, not by reading the sealed row"));
         }
+    }
+
+    /// The object is reset and a fresh instance rebuilds the stream from the store, as the Worker
+    /// does: the host claim from the lost token, the one-statement durable read, then
+    /// [`LiveStream::rehydrate`]. Its readers reconnect from what they hold (past the rebuilt
+    /// text: parked). Then the producer resumes after a while and re-sends what the old instance
+    /// lost (most schedules), or never comes back (the window seals `interrupted`), or a cancel
+    /// comes first (`cancelled`). `false`: the stream ended, the schedule is over.
+    fn reset_and_rehydrate(&mut self) -> bool {
+        if !matches!(self.stream.state(), StreamState::Live) {
+            return true;
+        }
+        for (_, req) in std::mem::take(&mut self.in_flight) {
+            if self.rng.chance(0.5) {
+                let _ = support::answer(&self.tables, STREAM, req, Fault::None);
+            }
+        }
+        self.check_prefix();
+        if self.db.status(STREAM) != "streaming" {
+            self.fail(format!("a live stream's row is {}", self.db.status(STREAM)));
+        }
+        // The claim, retried through faults until it answers (a request after a 503).
+        let old = self.lease_token.clone().unwrap_or_else(|| self.fail("a live stream without a lease".into()));
+        let next = next_host_token(&old);
+        let holder = (0..50)
+            .find_map(|_| {
+                let fault = self.fault();
+                self.store_ops += 1;
+                support::perform(&self.tables, STREAM, &ClaimHost { old: old.clone(), new: next.clone() }, fault).ok()
+            })
+            .unwrap_or_else(|| self.fail("the host claim never answered".into()));
+        if holder.as_deref() != Some(next.as_str()) {
+            self.fail(format!("the rehydration's claim from {old} left the host {holder:?}"));
+        }
+        self.lease_token = Some(next);
+        let durable = block_on(self.tables.read_durable(STREAM)).expect("the durable read").expect("the row");
+        if durable.text != self.db.durable_text(STREAM) || durable.seq < self.durable_high {
+            self.fail(format!("P: the rehydration read {:?} at {}, below {}", durable.text, durable.seq, self.durable_high));
+        }
+        let d = durable.seq;
+        let epoch = self.stream.epoch();
+        let from = Rehydration { durable, epoch, meta: None, resume_by: None };
+        self.stream = LiveStream::rehydrate(STREAM, self.cfg.clone(), from, self.now);
+        self.settled.clear(); // the lost instance's requests died with it; tickets number anew
+        self.rehydrations += 1;
+        self.drain();
+        if (self.stream.seq(), self.stream.durable_seq()) != (d, d) {
+            self.fail(format!("rehydrated at {} / {}, the durable text is {d}", self.stream.seq(), self.stream.durable_seq()));
+        }
+        if self.stream.admit(Some(epoch)) != Err(Fenced::ResumeRequired { seq: d, durable_seq: d }) {
+            self.fail("a write before the resume was admitted".into());
+        }
+        // The readers' connections died with the instance: each reconnects from what it holds.
+        self.readers.retain(|r| !r.done);
+        for i in 0..self.readers.len() {
+            let asked = utf16::len(&self.readers[i].text);
+            self.parked += u64::from(asked > d);
+            let id = self.stream.subscribe(asked);
+            let r = &mut self.readers[i];
+            (r.id, r.asked, r.opened) = (id, asked, false);
+        }
+        self.ui_readers.retain(|r| !r.done);
+        for i in 0..self.ui_readers.len() {
+            let from = self.ui_readers[i].resume_from;
+            self.parked += u64::from(from > d);
+            self.ui_readers[i].id = self.stream.subscribe_as(Dialect::Ui, from);
+        }
+        self.drain();
+        match self.rng.below(10) {
+            0 => {
+                self.stream.cancel();
+                self.drain();
+                self.abandon(EndStatus::Cancelled)
+            }
+            1 => {
+                let window = self.cfg.resume_window_ms.0;
+                self.advance(window);
+                self.abandon(EndStatus::Interrupted)
+            }
+            _ => {
+                let delay = self.rng.pick(&[0, 10, 300, 2000]);
+                self.advance(delay);
+                self.resume(d, epoch);
+                true
+            }
+        }
+    }
+
+    /// The producer resumes and re-sends everything past the answered `seq` (it kept what was
+    /// not durable: a `ui` producer also its unfinished line).
+    fn resume(&mut self, d: Offset, epoch: u64) {
+        let grant = self.stream.resume(self.now).unwrap_or_else(|e| self.fail(format!("resume refused: {e}")));
+        self.drain();
+        if (grant.seq, grant.epoch) != (d, epoch + 1) {
+            self.fail(format!("resume answered {grant:?}, rehydrated at {d} with epoch {epoch}"));
+        }
+        self.resumes += 1;
+        let kept = utf16::slice(&self.produced, Offset(0), d).len();
+        let mut lost = self.produced.split_off(kept).into_bytes();
+        if let Some((_, reference)) = &mut self.ui {
+            lost.extend(std::mem::take(&mut reference.partial));
+        }
+        if self.stream.admit(Some(grant.epoch)).is_err() {
+            self.fail("the resumed producer was not admitted".into());
+        }
+        let result = match &mut self.ui {
+            Some((_, reference)) => {
+                let (accepted, refused) = reference.feed(&lost);
+                self.produced.push_str(&accepted);
+                assert!(!refused, "seed {}: a re-sent line was refused by the reference", self.seed);
+                self.stream.push_ndjson(&lost, self.now)
+            }
+            None => {
+                let text = String::from_utf8(lost).expect("text");
+                self.produced.push_str(&text);
+                self.stream.push(&text, self.now)
+            }
+        };
+        match result {
+            Ok(receipt) if receipt.seq == utf16::len(&self.produced) => {}
+            other => self.fail(format!("the re-sent text was pushed as {other:?}")),
+        }
+        self.drain();
+    }
+
+    /// The stream ends without its producer, at its durable text: every reader (parked ones
+    /// too) gets that text and the end, the row holds exactly it, and the lease finds it sealed.
+    fn abandon(&mut self, status: EndStatus) -> bool {
+        while !matches!(self.stream.state(), StreamState::Ended(_)) {
+            self.advance(100);
+        }
+        self.abandoned = Some(status);
+        let kept = utf16::slice(&self.produced, Offset(0), self.stream.durable_seq()).len();
+        self.produced.truncate(kept);
+        if let Some((_, reference)) = &mut self.ui {
+            reference.partial.clear();
+        }
+        for _ in 0..4 {
+            for i in 0..self.readers.len() {
+                self.pull(i);
+            }
+            for i in 0..self.ui_readers.len() {
+                self.pull_ui(i);
+            }
+        }
+        // The stream's own seal may have fallen short (store faults): the alarm repairs it.
+        let short = matches!(self.stream.holding(), lease::Holding::Unsealed(_));
+        let release = self.lease_alarm();
+        self.interrupted |= status == EndStatus::Interrupted;
+        let (row, durable) = (self.db.status(STREAM), self.db.durable_text(STREAM));
+        if self.stream.state() != StreamState::Ended(status) || row != status.as_str() || durable != self.produced {
+            self.fail(format!(
+                "abandoned ({status:?}): the stream is {:?}, the row {row} with {durable:?} after {release:?}",
+                self.stream.state()
+            ));
+        }
+        if let Some(r) = self.readers.iter().find(|r| !r.done) {
+            self.fail(format!("reader {:?} never got a terminal frame", r.id));
+        }
+        if let Some(r) = self.ui_readers.iter().find(|r| !r.done) {
+            self.fail(format!("ui reader {:?} never got [DONE]", r.id));
+        }
+        if self.stream.resume(self.now).is_ok() {
+            self.fail("a resume of the ended stream was granted".into());
+        }
+        if release != Release::Sealed && !short {
+            self.fail(format!("the alarm after the abandoned stream's committed seal did {release:?}"));
+        }
+        false
     }
 
     /// The object dies. Every reply in flight is lost; each operation may or may not have
@@ -924,6 +1142,10 @@ struct Totals {
     ui_readers: usize,
     bad_lines: u64,
     unsaved_endings: u64,
+    rehydrations: u64,
+    resumes: u64,
+    parked: u64,
+    abandoned: u64,
 }
 
 impl Totals {
@@ -938,6 +1160,10 @@ impl Totals {
         self.ui_readers += sim.ui_readers.len();
         self.bad_lines += sim.bad_lines;
         self.unsaved_endings += sim.unsaved_endings;
+        self.rehydrations += sim.rehydrations;
+        self.resumes += sim.resumes;
+        self.parked += sim.parked;
+        self.abandoned += u64::from(sim.abandoned.is_some());
     }
 
     fn merge(&mut self, other: Totals) {
@@ -951,6 +1177,10 @@ impl Totals {
         self.ui_readers += other.ui_readers;
         self.bad_lines += other.bad_lines;
         self.unsaved_endings += other.unsaved_endings;
+        self.rehydrations += other.rehydrations;
+        self.resumes += other.resumes;
+        self.parked += other.parked;
+        self.abandoned += other.abandoned;
     }
 }
 
@@ -993,16 +1223,32 @@ fn run_schedules(backend: &'static str, default_schedules: u64, threads: u64, op
         let Some(part) = part else { return };
         totals.merge(part);
     }
-    let Totals { schedules, ops, readers, sealed_short, repaired, interrupted, ui_schedules, ui_readers, bad_lines, unsaved_endings } =
-        totals;
+    let Totals {
+        schedules,
+        ops,
+        readers,
+        sealed_short,
+        repaired,
+        interrupted,
+        ui_schedules,
+        ui_readers,
+        bad_lines,
+        unsaved_endings,
+        rehydrations,
+        resumes,
+        parked,
+        abandoned,
+    } = totals;
     println!(
         "{backend}: {schedules} schedules ({ui_schedules} ui streams) on {threads} threads in {:.1} s, {ops} store operations, {readers} readers and {ui_readers} /ui readers, \
          {bad_lines} bad lines refused, {unsaved_endings} /ui endings saying the lines shown were not all saved, {sealed_short} seals short ({repaired} repaired by the lease), \
-         {interrupted} rows sealed interrupted by the lease",
+         {interrupted} rows sealed interrupted (by the lease or the resume window), {rehydrations} rehydrations ({resumes} resumed, {parked} readers parked, \
+         {abandoned} streams abandoned in the gap)",
         started.elapsed().as_secs_f64()
     );
     assert_eq!(schedules, seeds.len() as u64);
     assert!(ops > schedules, "the simulator exercised the store");
+    assert!(seeds.len() < 100 || (resumes > 0 && parked > 0 && abandoned > 0), "the schedules reset, resume, park and abandon");
 }
 
 /// The database a thread's schedules run on, and the mapped tables on it.
@@ -1021,7 +1267,9 @@ impl Backend {
 
 #[test]
 fn contracts_s_and_p_hold_over_random_faulty_schedules() {
-    run_schedules("sqlite", 2000, 1, || Some(Backend::new(SqliteDb::new())));
+    // scripts/test.sh runs the release build: 10,000 schedules; a debug `cargo test`, 2,000.
+    let schedules = if cfg!(debug_assertions) { 2000 } else { 10_000 };
+    run_schedules("sqlite", schedules, 2, || Some(Backend::new(SqliteDb::new())));
 }
 
 #[test]

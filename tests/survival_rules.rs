@@ -303,3 +303,33 @@ fn a_reader_past_the_end_of_a_stream_never_rehydrated_still_joins_at_the_end() {
     let r = d.subscribe(Offset(10));
     assert!(matches!(d.read(r)[..], [Frame::Open { from: Offset(3), .. }]));
 }
+
+#[test]
+fn a_ui_reader_parked_past_the_text_is_told_at_the_end_that_its_lines_were_not_all_saved() {
+    let (a, b) = (line("one"), line("two"));
+    let mut d = rehydrated(&a, ui_cfg(), 1);
+    let held = utf16::len(&a) + utf16::len(&b);
+    let r = d.subscribe_ui(held);
+    d.stream.cancel();
+    d.drain();
+    d.answer_all();
+    let events = d.read_ui(r).expect("the end");
+    let ending = events.iter().find(|e| e.ending).expect("an ending");
+    let saved = utf16::len(&a);
+    assert_eq!(
+        ending.data,
+        format!(
+            r#"{{"type":"error","errorText":"only part of the answer shown was saved ({saved} of {held} UTF-16 units): the stream ended cancelled; reload to see the saved answer"}}"#
+        ),
+        "not a plain abort: the reader holds a line the store does not"
+    );
+}
+
+#[test]
+fn a_ui_line_longer_than_a_slice_is_checkpointed_whole() {
+    let mut d = Driver::open(StreamConfig { max_slice_bytes: 16, ..ui_cfg() });
+    let long = line("a line far longer than sixteen bytes 😀");
+    d.push_ndjson(long.as_bytes()).unwrap();
+    let ck = d.peek_checkpoint().expect("a checkpoint");
+    assert_eq!(ck.text, long, "one whole line, past the cap, never a cut inside it");
+}

@@ -129,6 +129,13 @@ impl TextBuffer {
         Some(self.locate(from).unit + utf16::len(&slice[..end]))
     }
 
+    /// The end of the first complete line ending in `[from, to)`; `None` when none does.
+    pub fn first_line_end(&self, from: Offset, to: Offset) -> Option<Offset> {
+        let slice = self.slice(from, to);
+        let end = slice.find('\n')? + 1;
+        Some(self.locate(from).unit + utf16::len(&slice[..end]))
+    }
+
     /// Drops everything below `offset` (floored to a character start).
     pub fn trim_below(&mut self, offset: Offset) {
         let at = self.locate(offset);

@@ -377,9 +377,10 @@ impl Readers {
     }
 
     /// Gives a held reader its replay and the live frames from now on; `true`: wake it (it
-    /// was parked waiting for data).
-    pub fn release(&mut self, id: ReaderId, replay: Vec<Frame>) -> bool {
-        let served = self.served;
+    /// was parked waiting for data). `held`: the offset the reader holds lines up to (an ending
+    /// in the replay tells a `/ui` reader holding more than was saved so).
+    pub fn release(&mut self, id: ReaderId, replay: Vec<Frame>, held: Offset) -> bool {
+        let served = ui::Served { held: self.served.held.max(held), ..self.served };
         let Some(r) = self.readers.get_mut(&id) else { return false };
         let only = Dialects { events: r.dialect == Dialect::Events, ui: r.dialect == Dialect::Ui };
         let dialect = r.dialect;

@@ -19,7 +19,7 @@
 
 use super::readers::{Dialect, ReaderId};
 use super::stream::{LiveStream, Output, Phase};
-use crate::engine::frame::EndStatus;
+use crate::engine::frame::{EndStatus, Frame};
 use crate::engine::hook::InterruptCause;
 use crate::engine::reading::DurableText;
 use crate::engine::time::{Millis, Timestamp};
@@ -199,19 +199,20 @@ impl LiveStream {
         Some(reader)
     }
 
-    /// Releases the parked readers the text now reaches (all of them when `all`: the stream
-    /// ends, and each gets what there is), each served from exactly its offset as a join
-    /// would be.
-    pub(super) fn unpark(&mut self, all: bool) {
+    /// Releases the parked readers the text now reaches, each served from exactly its offset as
+    /// a join would be. With `end` (the stream ends), all of them: each gets the text there is
+    /// and the end, told (on `/ui`) that it holds lines past what was saved.
+    pub(super) fn unpark(&mut self, end: Option<&Frame>) {
         if self.survival.parked.is_empty() {
             return;
         }
         let seq = self.seq();
-        let (due, waiting) = self.survival.parked.drain(..).partition(|p| all || p.from <= seq);
+        let (due, waiting) = self.survival.parked.drain(..).partition(|p| end.is_some() || p.from <= seq);
         self.survival.parked = waiting;
         for Parked { reader, dialect, from } in due {
-            let replay = self.replay(dialect, from);
-            if self.readers.release(reader, replay) {
+            let mut replay = self.replay(dialect, from);
+            replay.extend(end.cloned());
+            if self.readers.release(reader, replay, from) {
                 self.out.push(Output::Wake(reader));
             }
         }

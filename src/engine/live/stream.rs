@@ -502,7 +502,7 @@ impl LiveStream {
         if !text.is_empty() {
             let (from, seq) = self.buf.push(text);
             self.fan_out(Frame::Chunk { from, seq, text: text.to_owned() });
-            self.unpark(false);
+            self.unpark(None);
             self.drive(now);
         }
     }
@@ -890,8 +890,10 @@ impl LiveStream {
         let mut to = self.buf.capped_end(from, self.seq(), self.cfg.max_slice_bytes);
         if self.ui_lines.is_some() && to < self.seq() {
             // A `ui` checkpoint ends at a line end, so a stream rehydrated from it resumes at
-            // one (unless one line is longer than a slice).
-            to = self.buf.last_line_end(from, to).unwrap_or(to);
+            // one: the last within the cap, or, for one line longer than the cap, that line's
+            // end (a line is at most MAX_LINE_BYTES, well inside a D1 row).
+            let seq = self.seq();
+            to = self.buf.last_line_end(from, to).or_else(|| self.buf.first_line_end(to, seq)).unwrap_or(to);
         }
         let op = self.out.request(Checkpoint { from, to, text: self.buf.slice(from, to).to_owned() });
         self.ck.start(to, op, from);
@@ -1051,9 +1053,9 @@ impl LiveStream {
         }
         let durable_seq = self.durable_seq;
         self.settle_waiters(|at| Some(if at <= durable_seq { Ok(durable_seq) } else { Err(FlushError::EndedShort { seq, durable_seq }) }));
-        // Readers parked past the text get what there is, then the end.
-        self.unpark(true);
         let end = self.end_frame(&seal);
+        // Readers parked past the text get what there is, then the end.
+        self.unpark(Some(&end));
         self.finish_readers(end);
         self.phase = Phase::Ended { seal, shortfall, linger_until: now + self.cfg.linger_ms };
     }
