@@ -165,8 +165,9 @@ impl StreamObject {
             }
         }
         // A fresh instance whose stream was lost while streaming rebuilds it first, whoever
-        // woke it (SPEC §10); `/text` reads D1 anyway, and an open starts a stream of its own.
-        if !matches!(route.action, Action::Open | Action::Text) {
+        // woke it (SPEC §10); `/text` reads D1 anyway, an open starts a stream of its own, and
+        // `/stats` only looks.
+        if !matches!(route.action, Action::Open | Action::Text | Action::Stats) {
             self.revive(&o).await?;
         }
         let r = match route.action {
@@ -214,6 +215,8 @@ impl StreamObject {
         for waiter in self.awaiting_open.take() {
             let _ = waiter.send(());
         }
+        // An instance that opened its stream has nothing to rebuild.
+        self.revival.set(super::revive::Revival::Settled);
         self.remember_format(&route.stream_id, format).await;
         self.remember_meta(&route.stream_id, meta.as_ref()).await;
         o.shell.feed(|_, _| ()); // performs the first request queued by `open`

@@ -110,14 +110,14 @@ impl StreamObject {
         if armed_for != stream_id {
             return Ok(());
         }
+        let durable = o.setup.store.sink().read_durable(&stream_id).await.map_err(ApiError::store_unavailable)?;
+        let Some(durable) = durable.filter(|d| d.status == STATUS_STREAMING) else { return Ok(()) };
         let storage = self.state.storage();
         self.meter.storage(|s| s.gets += 3);
         let resume_by = storage.get::<u64>(RESUME_BY_KEY).await.map_err(ApiError::store_unavailable)?.map(Timestamp);
         if resume_by.is_some_and(|at| at <= now()) {
             return Ok(()); // the window passed in an earlier life: the lease seals the row
         }
-        let durable = o.setup.store.sink().read_durable(&stream_id).await.map_err(ApiError::store_unavailable)?;
-        let Some(durable) = durable.filter(|d| d.status == STATUS_STREAMING) else { return Ok(()) };
         let token = match (&*o.setup.store, &o.settings().stream.mode, token) {
             (Store::Tables(tables), CheckpointMode::Tables { host_cas: true }, Some(old)) => {
                 let next = next_host_token(&old);
