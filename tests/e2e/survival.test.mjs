@@ -1,6 +1,6 @@
 // Surviving the object (SPEC §10), over raw HTTP against the real runtime: the runtime's whole
 // process group is killed with SIGKILL mid-answer and restarted (one restart for the file: every
-// case starts before the kill and is checked after it).
+// case starts before the kill and is checked after it), then a second reset right after a resume.
 //
 // - text: a producer that resumes after the restart continues exactly from the rehydrated
 //   `seq = durableSeq`, and the row ends `complete` with exactly the produced text, no chunk rows;
@@ -175,4 +175,28 @@ test('resume on a live stream answers its own seq and fences the connection it r
   ok(await write(c, 'close', undefined, 2));
   assert.equal(durableFromDb(stack.db, c.id).text, 'ab😀c');
   isError(await resume(api(stack, newStream(stack, 'surv-never'))), 404, 'not_open');
+});
+
+test('a second reset right after a resume: the fence and the new epoch survive it, and the producer resumes again', async () => {
+  const c = api(stack, newStream(stack, 'surv-twice'));
+  ok(await c.open());
+  ok(await c.append('first 😀 '));
+  ok(await c.flush());
+  ok(await c.append('lost with the first instance'));
+  await stack.kill();
+  await stack.restart();
+  const first = ok(await resume(c));
+  assert.deepEqual([first.seq, first.epoch], [9, 2]);
+  ok(await write(c, 'append', 'second 👍🏽 ', 2));
+  await stack.kill(); // right after the resume: nothing of it durable yet but the epoch
+  await stack.restart();
+  isError(await write(c, 'append', 'x', 2), 409, 'resume_required', 'the rebuilt stream waits for a resume again');
+  const second = ok(await resume(c));
+  assert.equal(second.epoch, 3, 'the epoch the first resume stored survived the reset');
+  assert.ok(second.seq >= first.seq, 'P: durableSeq never falls');
+  isError(await write(c, 'append', 'stale', 2), 409, 'superseded');
+  const produced = 'first 😀 second 👍🏽 third';
+  ok(await write(c, 'append', produced.slice(second.seq), 3));
+  ok(await write(c, 'close', undefined, 3));
+  assert.equal(durableFromDb(stack.db, c.id).text, produced);
 });
