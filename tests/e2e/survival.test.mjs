@@ -1,6 +1,6 @@
 // Surviving the object (SPEC §10), over raw HTTP against the real runtime: the runtime's whole
-// process group is killed with SIGKILL mid-answer and restarted (one restart for the file: every
-// case starts before the kill and is checked after it), then a second reset right after a resume.
+// process group is killed with SIGKILL mid-answer and restarted (once for most cases: each starts
+// before the kill and is checked after it), then twice more for a reset right after a resume.
 //
 // - text: a producer that resumes after the restart continues exactly from the rehydrated
 //   `seq = durableSeq`, and the row ends `complete` with exactly the produced text, no chunk rows;
