@@ -242,6 +242,11 @@ impl StreamObject {
 
     async fn pump(&self, o: &Rc<Object>, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
         o.require_live(route)?;
+        // The pump becomes the producer: a fenced or not-yet-resumed producer cannot start one.
+        let epoch = super::revive::epoch_of(req)?;
+        if let Some(Err(fenced)) = o.shell.inspect(|s| s.admit(epoch)) {
+            return Err(super::revive::fenced(&route.stream_id, fenced));
+        }
         let body = req.bytes().await.map_err(|e| ApiError::new(400, "bad_request", format!("could not read the body: {e}")))?;
         if body.len() > MAX_PUMP_BODY_BYTES {
             return Err(ApiError::too_large(MAX_PUMP_BODY_BYTES));
