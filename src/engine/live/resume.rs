@@ -117,6 +117,9 @@ impl LiveStream {
         let mut stream = Self::new_live(stream_id, cfg, from.meta, now);
         let (_, seq) = stream.buf.push(&from.durable.text);
         stream.durable_seq = seq;
+        if let Some(retain) = stream.cfg.retain_chars {
+            stream.buf.trim_below(seq.saturating_sub(retain)); // as a checkpoint would (sink mode)
+        }
         if stream.format() == Format::Ui {
             stream.readers.lines_entered(seq, crate::engine::ui::holds(&from.durable.text));
         }
