@@ -264,6 +264,6 @@ test('the open meta body is accepted, and a bad open body is 400 bad_json', { ti
   assert.equal(bad.json.error, 'bad_json');
   assert.equal(rows(stack, id).row.status, 'pending', 'a refused body touches nothing');
   const res = ok(await s.open({ model: 'x', n: 1 }), 'open with meta');
-  assert.deepEqual(res, { streamId: id, seq: 0, durableSeq: 0 });
+  assert.deepEqual(res, { streamId: id, seq: 0, durableSeq: 0, epoch: 1 }, 'the first producer epoch (SPEC §10)');
   ok(await s.close(), 'close');
 });
