@@ -63,6 +63,22 @@ pub(super) enum Revival {
     Settled,
 }
 
+/// The one rehydration attempt under way: however it ends (an answer, an error, or its future
+/// dropped with its request), the next caller is let through and the waiters are woken.
+struct Attempt<'a> {
+    object: &'a StreamObject,
+    settled: bool,
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        self.object.revival.set(if self.settled { Revival::Settled } else { Revival::Untried });
+        for waiter in self.object.revival_waiters.take() {
+            let _ = waiter.send(());
+        }
+    }
+}
+
 impl StreamObject {
     /// Remembers the open's `meta` for a later rehydration (nothing without one).
     pub(super) async fn remember_meta(&self, stream_id: &str, meta: Option<&serde_json::Value>) {
@@ -92,11 +108,9 @@ impl StreamObject {
             }
         }
         self.revival.set(Revival::Running);
+        let mut attempt = Attempt { object: self, settled: false };
         let result = self.rehydrate(o).await;
-        self.revival.set(if result.is_ok() { Revival::Settled } else { Revival::Untried });
-        for waiter in self.revival_waiters.take() {
-            let _ = waiter.send(());
-        }
+        attempt.settled = result.is_ok();
         result
     }
 
