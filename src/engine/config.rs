@@ -298,12 +298,16 @@ mod tests {
         assert_eq!(s.stream.keepalive_ms, Millis(15_000));
         assert_eq!(s.sse_retry_ms, Millis(1000));
         assert_eq!(s.path_prefix, "/streams");
+        assert_eq!(s.stream.resume_window_ms, Millis(30_000), "SPEC §10");
+        assert_eq!(settings(&[("RESUME_WINDOW_MS", "0")]).unwrap().stream.resume_window_ms, Millis::ZERO, "0 turns rehydration off");
     }
 
     #[test]
     fn malformed_vars_are_refused_by_name() {
         let err = settings(&[("CHECKPOINT_CHARS", "lots")]).unwrap_err().to_string();
         assert!(err.contains("CHECKPOINT_CHARS"), "{err}");
+        let err = settings(&[("RESUME_WINDOW_MS", "-1")]).unwrap_err().to_string();
+        assert!(err.contains("RESUME_WINDOW_MS"), "{err}");
         assert!(settings(&[("PATH_PREFIX", "streams")]).is_err());
         assert!(settings(&[("COLUMNS", r#"{"body":"a\"b"}"#)]).is_err());
         assert!(settings(&[("COLUMNS", "not json")]).is_err());
