@@ -10,8 +10,9 @@
 // secret not on the allow-list, or pinned elsewhere, is 400; a lost connection re-attaches with
 // `starting_after` and the answer ends `complete`; a perturbed replay ends `interrupted` with the
 // text written so far and never a splice; an expired replay ends `complete` through the stored
-// response, or `interrupted` while it is still generating. (Re-attaching after an object reset is
-// the same code from a stored record: it waits for rehydration, issue 35 items 1-3.)
+// response, or `interrupted` while it is still generating. And with a reset: the runtime killed
+// mid-answer and restarted, a reader wakes the fresh instance, which rebuilds the stream from D1
+// and re-attaches from the stored record; the answer ends `complete`, generated once.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
@@ -285,4 +286,24 @@ test('background pump: an expired replay of a response still generating ends int
   const after = await generation(tag, (r) => r.cancels > 0);
   assert.equal(after.status, 'cancelled');
   assert.equal(after.retrieves, 1);
+});
+
+test('background pump: the runtime killed mid-answer, the rebuilt stream re-attaches to the response and the answer ends complete, generated once', { timeout: 90_000 }, async () => {
+  const { tag, id, s, g, expected } = await heldPump('reset', { seed: 109, holdAt: 50 });
+  await stack.kill(); // the object and its pump die; the upstream's generation runs on
+  await stack.restart();
+  // A reader wakes the fresh instance: it rebuilds the stream from D1 (SPEC §10) and the pump's
+  // stored record re-attaches with `starting_after`, checking the replay against the durable text.
+  const reader = await s.events(0);
+  await control('release', tag);
+  const seen = checkFrames(await untilEnd(reader, 60_000), { label: 'reader (after the reset)', produced: expected });
+  assert.equal(seen.end.status, 'complete', JSON.stringify(seen.end));
+  const { row, chunks } = rows(stack, id);
+  assert.equal(row.status, 'complete');
+  assert.equal(row.body, expected, 'the text equals the mock\'s, nothing repeated or lost across the reset');
+  assert.deepEqual(chunks, []);
+  const done = await generation(tag);
+  assert.equal(done.creates, 1, 'the answer was generated once');
+  assert.ok(done.reattaches.length >= 1, JSON.stringify(done.reattaches));
+  assert.equal((await upstreamRequests(tag, g.id)).filter((r) => r.kind === 'cancel').length, 0, 'a complete answer cancels nothing');
 });
