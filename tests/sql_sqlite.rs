@@ -5,7 +5,7 @@ mod support;
 
 use rindle_streams::engine::durable::{ColumnNames, ColumnValue, Dialect, MappedSql, RowState, TableMapping};
 use rindle_streams::engine::frame::EndStatus;
-use rindle_streams::engine::store::Checkpoint;
+use rindle_streams::engine::store::{Checkpoint, SealGuard};
 use rindle_streams::engine::utf16::Offset;
 use std::rc::Rc;
 use support::{Fault, SqliteDb, Store};
@@ -226,4 +226,36 @@ fn the_tables_chat_reads_answer_through_the_executor() {
     assert_eq!(streaming("chat-2"), None);
     assert_eq!(support::block_on(tables.chat_of(ID)).unwrap().as_deref(), Some("chat-1"));
     assert_eq!(support::block_on(tables.chat_of("nope")).unwrap(), None);
+}
+
+/// The lease's `interrupted` seal, guarded: it lands on a row still `streaming` and held by the
+/// lease's token, and on no other. Without the guard the row sealed `complete` in place by its
+/// producer would be overwritten `interrupted` and lose its chunk rows.
+#[test]
+fn the_lease_seal_is_guarded_by_streaming_and_the_host_token() {
+    let guard = |token: &str| SealGuard { host_token: Some(token.into()) };
+    for compacts in [true, false] {
+        let body = compacts.then_some("abc");
+        // Ours and still streaming: sealed, and the chunks compacted.
+        let db = example();
+        db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
+        db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
+        db.batch(&db.sql.guarded_seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard("A"))).unwrap();
+        assert_eq!((db.status(ID), db.durable_text(ID)), ("interrupted".into(), "abc".into()));
+        assert_eq!(db.chunk_count(ID), if compacts { 0 } else { 1 });
+        // Sealed `complete` in place by its producer meanwhile: untouched, chunks kept.
+        let db = example();
+        db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
+        db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
+        db.batch(&[db.sql.seal_in_place(ID, EndStatus::Complete, None)]).unwrap();
+        let changes = db.batch(&db.sql.guarded_seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard("A"))).unwrap();
+        assert!(changes.iter().all(|&n| n == 0), "{changes:?}");
+        assert_eq!((db.status(ID), db.durable_text(ID), db.chunk_count(ID)), ("complete".into(), "abc".into(), 1));
+        // Another host's row: untouched.
+        let db = example();
+        db.batch(&[db.sql.mark_streaming(ID, "B")]).unwrap();
+        db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
+        db.batch(&db.sql.guarded_seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard("A"))).unwrap();
+        assert_eq!((db.status(ID), db.chunk_count(ID)), ("streaming".into(), 1));
+    }
 }

@@ -8,6 +8,7 @@ use super::readers::{Dialect, Pacing, Pull, ReaderId, Readers};
 use crate::engine::config::{CheckpointMode, StreamConfig};
 use crate::engine::durable::{OpenRefused, RowState};
 use crate::engine::frame::{EndStatus, Frame};
+use crate::engine::hook::SealCause;
 use crate::engine::store::{Checkpoint, OpId, ReadState, Reply, SealWrite, StoreAnswer, StoreError, StoreRequest};
 use crate::engine::text::TextBuffer;
 use crate::engine::time::{Millis, Timestamp};
@@ -232,6 +233,8 @@ pub enum StreamEvent {
         seq: Offset,
         durable_seq: Offset,
         shortfall: Option<Shortfall>,
+        /// Why an `interrupted` seal happened ([`LiveStream::interrupt`]).
+        cause: Option<SealCause>,
     },
     ReaderDropped {
         reader: ReaderId,
@@ -276,6 +279,8 @@ pub(crate) struct Seal {
     pub error: Option<String>,
     /// The body cannot be compacted into one row: commit the tail as chunks, then seal in place.
     pub in_place: bool,
+    /// Why an `interrupted` seal happened (for the hook).
+    pub cause: Option<SealCause>,
 }
 
 /// The seal in progress: one phase, holding everything only a sealing stream has.
@@ -554,6 +559,15 @@ impl LiveStream {
     /// Seals with `status`; settles with [`Settlement::Sealed`]. A second seal joins the first
     /// (or, once ended, gets the first one's outcome): a stream seals once.
     pub fn seal(&mut self, status: EndStatus, error: Option<String>, now: Timestamp) -> Ticket<SealOutcome> {
+        self.seal_for(status, error, None, now)
+    }
+
+    /// Seals `interrupted` for `cause`, which the hook is told.
+    pub fn interrupt(&mut self, cause: SealCause, error: String, now: Timestamp) -> Ticket<SealOutcome> {
+        self.seal_for(EndStatus::Interrupted, Some(error), Some(cause), now)
+    }
+
+    fn seal_for(&mut self, status: EndStatus, error: Option<String>, cause: Option<SealCause>, now: Timestamp) -> Ticket<SealOutcome> {
         let ticket = self.out.ticket();
         match &mut self.phase {
             Phase::Live => {
@@ -561,7 +575,7 @@ impl LiveStream {
                 if let Some(fragment) = self.ui_lines.as_mut().and_then(LineAssembler::take_partial) {
                     self.append(&fragment, now);
                 }
-                let seal = Seal { status, error, in_place: self.must_seal_in_place() };
+                let seal = Seal { status, error, in_place: self.must_seal_in_place(), cause };
                 self.phase = Phase::Sealing(Sealing { seal, tail_abandoned: false, write: SealStep::AwaitingRound, tickets: vec![ticket] });
                 self.ck.stop_cadence();
                 self.drive(now);
@@ -601,6 +615,7 @@ impl LiveStream {
             from: self.durable_seq,
             body,
             body_from: self.buf.floor(),
+            guard: None,
         })
     }
 
@@ -741,7 +756,7 @@ impl LiveStream {
             Phase::Live if self.idle_deadline().is_some_and(|d| d <= now) => {
                 let idle_s = self.cfg.idle_timeout_ms.as_secs();
                 // Nobody awaits this seal's ticket: its outcome is logged and framed.
-                let _ = self.seal(EndStatus::Interrupted, Some(format!("the producer sent nothing for {idle_s} s")), now);
+                let _ = self.interrupt(SealCause::IdleProducer, format!("the producer sent nothing for {idle_s} s"), now);
             }
             _ => {}
         }
@@ -956,7 +971,7 @@ impl LiveStream {
         let body = (!sealing.seal.in_place).then(|| self.buf.as_str().to_owned());
         let compacts = body.is_some();
         let (status, error) = (sealing.seal.status, sealing.seal.error.clone());
-        let write = SealWrite { status, error, seq: self.seq(), from: self.durable_seq, body, body_from: self.buf.floor() };
+        let write = SealWrite { status, error, seq: self.seq(), from: self.durable_seq, body, body_from: self.buf.floor(), guard: None };
         let op = self.out.request(write);
         if let Phase::Sealing(sealing) = &mut self.phase {
             sealing.write = SealStep::Writing { op, attempt, compacts };
@@ -998,6 +1013,7 @@ impl LiveStream {
             seq,
             durable_seq: self.durable_seq,
             shortfall: shortfall.as_ref().map(|s| s.reason.clone()),
+            cause: seal.cause,
         });
         let outcome = self.seal_outcome(seal.status, shortfall.clone());
         for ticket in tickets {
