@@ -8,6 +8,7 @@ use super::meter::Meter;
 use super::object::StreamObject;
 use super::shell::{log, now, with_timeout};
 use crate::engine::config::StreamConfig;
+use crate::engine::hook::StreamNotice;
 use crate::engine::live::lease::{AlarmOutput, ArmedLease, Holding, LeaseAlarm, Release, StorageError};
 use crate::engine::live::LiveStream;
 use crate::engine::object_storage::{ARMED_AT, HOST_TOKEN, LEASE_KEYS, STREAM_ID};
@@ -26,6 +27,9 @@ pub struct LeaseStore {
     /// The last arming (its host token) and what it replaced, so a refused open can undo it.
     armed_over: RefCell<Option<(String, ArmedLease)>>,
     meter: Rc<Meter>,
+    /// The test build's fault plan: `ops=storage` breaks the alarm's read of its keys.
+    #[cfg(feature = "test-faults")]
+    pub faults: Option<Rc<super::faults::FaultPlan>>,
 }
 
 impl LeaseStore {
@@ -33,7 +37,15 @@ impl LeaseStore {
         // A second handle on the same JavaScript state object (`State` itself is not `Clone`).
         let raw: &wasm_bindgen::JsValue = state.as_raw().as_ref();
         let state = State::from(wasm_bindgen::JsCast::unchecked_into::<worker::worker_sys::DurableObjectState>(raw.clone()));
-        Self { state, lease: Duration::from_millis(cfg.lease_ms.0), timeout: cfg.store_timeout_ms, armed_over: RefCell::new(None), meter }
+        Self {
+            state,
+            lease: Duration::from_millis(cfg.lease_ms.0),
+            timeout: cfg.store_timeout_ms,
+            armed_over: RefCell::new(None),
+            meter,
+            #[cfg(feature = "test-faults")]
+            faults: None,
+        }
     }
 
     /// Stores what the alarm needs and sets it one lease from now. The open waits for this
@@ -94,6 +106,15 @@ impl LeaseStore {
     /// What the last armed lease stored. An error (or no answer in time) is an error, never
     /// "nothing armed": the alarm renews on it.
     pub async fn stored(&self) -> Result<ArmedLease, StorageError> {
+        #[cfg(feature = "test-faults")]
+        {
+            use crate::engine::faults::Fault;
+            match self.faults.as_ref().and_then(|plan| plan.decide(crate::engine::store::OpKind::LeaseKeys)) {
+                Some(Fault::HoldReply) => return self.bounded(futures::future::pending::<worker::Result<ArmedLease>>()).await,
+                Some(_) => return Err(StorageError("injected fault: the object's storage failed".into())),
+                None => {}
+            }
+        }
         let storage = self.state.storage();
         self.meter.storage(|s| s.gets += LEASE_KEYS.len() as u64);
         let stream_id = self.bounded(storage.get::<String>(STREAM_ID)).await?;
@@ -149,7 +170,15 @@ impl StreamObject {
                 }
                 AlarmOutput::Notice(notice) => {
                     let id = alarm.stream_id().unwrap_or_default().to_owned();
-                    log("warn", "lease_notice", &id, json!({"notice": format!("{notice:?}")}));
+                    match &notice {
+                        StreamNotice::Interrupted { durable_seq, .. } => {
+                            log("warn", "interrupted", &id, json!({"durableSeq": durable_seq, "by": "lease"}))
+                        }
+                        StreamNotice::SealRepaired { status, durable_seq, .. } => {
+                            log("warn", "seal_repaired", &id, json!({"status": status, "durableSeq": durable_seq}))
+                        }
+                        other => log("warn", "lease_notice", &id, json!({"notice": format!("{other:?}")})),
+                    }
                     if let Some(o) = &object {
                         o.shell.notify(notice);
                     }
@@ -167,9 +196,15 @@ impl StreamObject {
                     return lease.renew().await.map_err(|e| worker::Error::RustError(e.to_string()));
                 }
                 AlarmOutput::Release(why) => {
-                    let id = alarm.stream_id().unwrap_or_default().to_owned();
-                    let level = if matches!(why, Release::NotOurs { .. } | Release::TokenUnknown) { "warn" } else { "info" };
-                    log(level, "lease_released", &id, json!({"reason": format!("{why:?}")}));
+                    // Nothing armed names no stream: the one this object knows, if any.
+                    let known = || self.object.borrow().as_ref().map(|o| o.shell.stream_id.clone()).unwrap_or_default();
+                    let id = alarm.stream_id().map_or_else(known, str::to_owned);
+                    let (level, reason) = match &why {
+                        Release::NothingArmed => ("info", "nothing armed".to_owned()),
+                        Release::NotOurs { .. } | Release::TokenUnknown => ("warn", format!("{why:?}")),
+                        _ => ("info", format!("{why:?}")),
+                    };
+                    log(level, "lease_released", &id, json!({"reason": reason}));
                     return Ok(());
                 }
             }

@@ -78,7 +78,13 @@ impl StreamObject {
     /// The lease's storage and alarm.
     pub(super) fn lease_store(&self) -> worker::Result<LeaseStore> {
         let setup = self.setup().map_err(|e| worker::Error::RustError(e.message))?;
-        Ok(LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter)))
+        #[allow(unused_mut)] // the test build adds its fault plan
+        let mut lease = LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter));
+        #[cfg(feature = "test-faults")]
+        {
+            lease.faults = setup.faults.clone();
+        }
+        Ok(lease)
     }
 
     pub(super) fn object(&self, stream_id: &str) -> Result<Rc<Object>, ApiError> {

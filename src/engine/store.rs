@@ -169,6 +169,8 @@ pub enum OpKind {
     RequestCancel,
     /// A chat's streaming answer, or an answer's chat (the chat column's reads).
     ReadChat,
+    /// The lease alarm's read of its keys from the object's own storage (not D1).
+    LeaseKeys,
 }
 
 /// One operation the stream asked for, answered only with [`Request::answer`].
