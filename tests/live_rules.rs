@@ -6,8 +6,8 @@ mod support;
 use rindle_streams::engine::config::{CheckpointMode, StreamConfig};
 use rindle_streams::engine::durable::{ColumnValue, OpenRefused, TableMapping};
 use rindle_streams::engine::frame::{EndStatus, Frame};
-use rindle_streams::engine::hook::{self, EventHook, InterruptCause, StreamNotice};
-use rindle_streams::engine::live::lease::{self, Holding, HostColumn, LeaseDecision, Release};
+use rindle_streams::engine::hook::{self, EventHook, SealCause, StreamNotice};
+use rindle_streams::engine::live::lease::{self, ArmedLease, Holding, HostColumn, LeaseDecision, Release, Renewal};
 use rindle_streams::engine::live::{
     CheckpointError, FlushError, OpenError, OpenOutcome, Producer, Pull, PushError, Settlement, StreamEvent, StreamState,
 };
@@ -336,7 +336,9 @@ fn a_failed_seal_is_retried_from_the_lingering_stream_and_then_reported_sealed()
     assert_eq!(d.db.status(STREAM), "streaming");
 
     // The lease alarm, while the stream lingers: run the producer's seal again, then say so.
-    let LeaseDecision::RepairSeal(write) = lease::decide(&d.stream.holding(), None, d.lease_token.as_deref(), &cfg()) else {
+    let LeaseDecision::RepairSeal(write) =
+        lease::decide(&d.stream.holding(), None, &support::armed(d.lease_token.as_deref()), &cfg(), Timestamp(0))
+    else {
         panic!("the lingering stream holds the whole text: the lease repairs the producer's seal")
     };
     support::perform(&d.tables, STREAM, &write, Fault::None).expect("the retried seal commits");
@@ -346,7 +348,10 @@ fn a_failed_seal_is_retried_from_the_lingering_stream_and_then_reported_sealed()
     assert_eq!(d.db.chunk_count(STREAM), 0);
     assert_eq!(d.stream.durable_seq(), Offset(11));
     assert_eq!(d.stream.unsealed_write(), None, "nothing left to repair");
-    assert_eq!(lease::decide(&d.stream.holding(), None, d.lease_token.as_deref(), &cfg()), LeaseDecision::Release(Release::Sealed));
+    assert_eq!(
+        lease::decide(&d.stream.holding(), None, &support::armed(d.lease_token.as_deref()), &cfg(), Timestamp(0)),
+        LeaseDecision::Release(Release::Sealed)
+    );
     let again = d.close();
     match d.outcome(again) {
         Some(Ok(r)) => assert_eq!((r.seq, r.durable_seq), (Offset(11), Offset(11))),
@@ -888,7 +893,9 @@ fn a_ui_reader_shown_lines_past_a_short_seal_ends_with_an_error_that_says_what_w
     assert_eq!(d.read_ui(late), Some(expected), "a reader joining the lingering stream is shown the same lines");
 
     // The lease repairs the producer's seal from the lingering stream: everything shown is durable.
-    let LeaseDecision::RepairSeal(write) = lease::decide(&d.stream.holding(), None, d.lease_token.as_deref(), &cfg) else {
+    let LeaseDecision::RepairSeal(write) =
+        lease::decide(&d.stream.holding(), None, &support::armed(d.lease_token.as_deref()), &cfg, Timestamp(0))
+    else {
         panic!("the lingering stream holds the whole text: the lease repairs the producer's seal")
     };
     support::perform(&d.tables, STREAM, &write, Fault::None).expect("the retried seal commits");
@@ -1090,21 +1097,12 @@ fn abandoned(db: SqliteDb, cfg: StreamConfig) -> Driver {
     d
 }
 
-/// Runs the lease alarm's decisions for an object that holds nothing of its stream.
+/// Runs the core's lease alarm for an object that holds nothing of its stream.
 fn alarm_after_eviction(d: &mut Driver, cfg: &StreamConfig, host_mapped: bool) -> Release {
-    let token = d.lease_token.clone();
-    let mut row = None;
-    loop {
-        match lease::decide(&Holding::Nothing, row.as_ref(), token.as_deref(), cfg) {
-            LeaseDecision::ReadRow => row = Some(d.db.lease_row(STREAM, host_mapped)),
-            LeaseDecision::SealInterrupted(write) => {
-                support::perform(&d.tables, STREAM, &write, Fault::None).expect("the interrupted seal commits");
-                row = None;
-            }
-            LeaseDecision::Release(release) => return release,
-            other => panic!("nothing is held here: {other:?}"),
-        }
-    }
+    let _ = host_mapped; // the tables know whether a host column is mapped
+    let keys = Ok(ArmedLease { stream_id: Some(STREAM.into()), host_token: d.lease_token.clone(), armed_at: None });
+    let run = support::run_alarm(&d.tables, STREAM, cfg, keys, &|| Holding::Nothing, Timestamp(0), &mut std::iter::empty());
+    run.ended.expect("the alarm releases")
 }
 
 #[test]
@@ -1183,23 +1181,41 @@ fn the_lease_seals_in_place_a_durable_text_too_large_to_compact_by_the_streams_o
 #[test]
 fn the_lease_renews_while_the_stream_is_alive_here_and_releases_a_sealed_one() {
     let mut d = Driver::opening(fresh_row(), cfg(), TOKEN);
-    assert_eq!(lease::decide(&d.stream.holding(), None, Some(TOKEN), &cfg()), LeaseDecision::Renew, "opening");
+    assert_eq!(
+        lease::decide(&d.stream.holding(), None, &support::armed(Some(TOKEN)), &cfg(), Timestamp(0)),
+        LeaseDecision::Renew(Renewal::Alive),
+        "opening"
+    );
     d.answer_all();
-    assert_eq!(lease::decide(&d.stream.holding(), None, Some(TOKEN), &cfg()), LeaseDecision::Renew, "live");
+    assert_eq!(
+        lease::decide(&d.stream.holding(), None, &support::armed(Some(TOKEN)), &cfg(), Timestamp(0)),
+        LeaseDecision::Renew(Renewal::Alive),
+        "live"
+    );
     let _ = d.close();
-    assert_eq!(lease::decide(&d.stream.holding(), None, Some(TOKEN), &cfg()), LeaseDecision::Renew, "sealing");
+    assert_eq!(
+        lease::decide(&d.stream.holding(), None, &support::armed(Some(TOKEN)), &cfg(), Timestamp(0)),
+        LeaseDecision::Renew(Renewal::Alive),
+        "sealing"
+    );
     d.answer_all();
-    assert_eq!(lease::decide(&d.stream.holding(), None, Some(TOKEN), &cfg()), LeaseDecision::Release(Release::Sealed));
+    assert_eq!(
+        lease::decide(&d.stream.holding(), None, &support::armed(Some(TOKEN)), &cfg(), Timestamp(0)),
+        LeaseDecision::Release(Release::Sealed)
+    );
     d.advance(30_000);
     assert_eq!(d.stream.holding(), Holding::Nothing, "retired");
     let row = d.db.lease_row(STREAM, true);
     assert_eq!(
-        lease::decide(&Holding::Nothing, Some(&row), Some(TOKEN), &cfg()),
+        lease::decide(&Holding::Nothing, Some(&row), &support::armed(Some(TOKEN)), &cfg(), Timestamp(0)),
         LeaseDecision::Release(Release::NotStreaming { status: "complete".into() }),
         "a sealed row is never sealed again"
     );
     let missing = lease::LeaseRow { durable: None, host: HostColumn::Unmapped };
-    assert_eq!(lease::decide(&Holding::Nothing, Some(&missing), Some(TOKEN), &cfg()), LeaseDecision::Release(Release::NoRow));
+    assert_eq!(
+        lease::decide(&Holding::Nothing, Some(&missing), &support::armed(Some(TOKEN)), &cfg(), Timestamp(0)),
+        LeaseDecision::Release(Release::NoRow)
+    );
 }
 
 #[test]
@@ -1359,7 +1375,7 @@ fn the_hook_receives_seal_shortfalls_readers_dropped_and_idle_interrupted_seals(
     let seen = hook.seen.borrow();
     assert!(seen.iter().any(|n| matches!(n, StreamNotice::ReaderDropped { reader, .. } if *reader == slow)), "{seen:?}");
     assert!(
-        seen.iter().any(|n| matches!(n, StreamNotice::Interrupted { cause: InterruptCause::IdleProducer, durable_seq: Offset(6), .. })),
+        seen.iter().any(|n| matches!(n, StreamNotice::Interrupted { cause: SealCause::IdleProducer, durable_seq: Offset(6), .. })),
         "{seen:?}"
     );
     assert!(
@@ -1369,6 +1385,30 @@ fn the_hook_receives_seal_shortfalls_readers_dropped_and_idle_interrupted_seals(
         )),
         "{seen:?}"
     );
+}
+
+/// An `interrupted` seal is told with its own cause: a pump's lost upstream is not an idle
+/// producer (every interrupted seal was told `IdleProducer` before), and a producer's plain
+/// `seal(Interrupted)` has no cause to tell.
+#[test]
+fn the_hook_is_told_the_true_cause_of_an_interrupted_seal() {
+    for (cause, expected) in [(Some(SealCause::UpstreamLost), 1), (None, 0)] {
+        let mut d = Driver::open(cfg());
+        d.push("abc");
+        let _ = match cause {
+            Some(cause) => d.stream.interrupt(cause, "the upstream was lost".into(), d.now),
+            None => d.stream.seal(EndStatus::Interrupted, None, d.now),
+        };
+        d.drain();
+        d.answer_all();
+        let hook = recorder();
+        deliver(&d, &hook);
+        let seen = hook.seen.borrow();
+        let told: Vec<_> =
+            seen.iter().filter_map(|n| if let StreamNotice::Interrupted { cause, .. } = n { Some(*cause) } else { None }).collect();
+        assert_eq!(told.len(), expected, "{seen:?}");
+        assert!(told.iter().all(|c| Some(*c) == cause), "{seen:?}");
+    }
 }
 
 #[test]

@@ -16,7 +16,7 @@
 //! when dropped, must get exactly the produced lines after their join's line start (contract S
 //! at chunk granularity), then the ending of the stream's status and `[DONE]`.
 //!
-//! The lease (SPEC §7) runs the real decision ([`lease::decide`]): the stream's lease must be
+//! The lease (SPEC §7) runs the core's own alarm ([`LeaseAlarm`], as the shell does): the stream's lease must be
 //! armed before any mark is sent; some schedules kill the object (mid-open or mid-stream, with
 //! replies in flight that may or may not have committed), and the alarm that follows must seal
 //! a `streaming` row `interrupted` from its durable text, after which a reopen is refused; at
@@ -43,14 +43,13 @@
 mod support;
 
 use rindle_streams::engine::config::StreamConfig;
-use rindle_streams::engine::durable::{ColumnValue, SqlExecutor, Tables};
+use rindle_streams::engine::durable::{SqlExecutor, Tables};
 use rindle_streams::engine::frame::{EndStatus, Frame};
-use rindle_streams::engine::live::lease::{self, HostColumn, LeaseDecision, LeaseRow, Release};
+use rindle_streams::engine::live::lease::{AlarmOutput, ArmedLease, Holding, LeaseAlarm, Release, Renewal, StorageError};
 use rindle_streams::engine::live::{
     window_expired_error, Dialect, Fenced, LiveStream, OpenError, Output, Producer, Pull, PushError, ReaderId, Rehydration, SealOutcome,
     Settlement, StreamState, Ticket,
 };
-use rindle_streams::engine::reading::DurableText;
 use rindle_streams::engine::store::{next_host_token, ClaimHost, OpKind, StoreRequest};
 use rindle_streams::engine::time::{Millis, Timestamp};
 use rindle_streams::engine::ui::{Format, MAX_LINE_BYTES};
@@ -264,6 +263,8 @@ struct Sim {
     arming: Option<(Timestamp, String)>,
     /// The token stored with the armed lease: what the alarm compares with the host column.
     lease_token: Option<String>,
+    /// When that lease was stored (the `armedAt` key).
+    lease_armed_at: Option<Timestamp>,
     /// The object died: the stream is gone, and only the lease alarm can seal the row.
     crashed: bool,
     /// The lease sealed the row `interrupted`.
@@ -336,6 +337,7 @@ impl Sim {
             in_flight: VecDeque::new(),
             arming: None,
             lease_token: None,
+            lease_armed_at: None,
             crashed: false,
             interrupted: false,
             fault_rate,
@@ -388,7 +390,10 @@ impl Sim {
                 }
                 Output::Retired => self.retired = true,
                 // A refused open undoes its arming (the object held nothing before it).
-                Output::DisarmLease { host_token } if self.lease_token.as_deref() == Some(host_token.as_str()) => self.lease_token = None,
+                Output::DisarmLease { host_token } if self.lease_token.as_deref() == Some(host_token.as_str()) => {
+                    self.lease_token = None;
+                    self.lease_armed_at = None;
+                }
                 Output::Wake(_) | Output::Event(_) | Output::RenewLease | Output::DisarmLease { .. } => {}
             }
         }
@@ -443,6 +448,7 @@ impl Sim {
             true => Err("injected: the object's storage failed".to_owned()),
             false => {
                 self.lease_token = Some(token);
+                self.lease_armed_at = Some(self.now);
                 Ok(())
             }
         };
@@ -794,7 +800,9 @@ impl Sim {
             self.fail("not retired after the linger window".into());
         }
         // And again after the stream retired: nothing here, and the row is sealed.
-        if let r @ (Release::Sealed | Release::NoRow | Release::NotOurs { .. } | Release::TokenUnknown) = self.lease_alarm() {
+        if let r @ (Release::Sealed | Release::NoRow | Release::NotOurs { .. } | Release::TokenUnknown | Release::NothingArmed) =
+            self.lease_alarm()
+        {
             self.fail(format!("the alarm after retirement released with {r:?}, not by reading the sealed row"));
         }
     }
@@ -943,7 +951,7 @@ impl Sim {
             }
         }
         // The stream's own seal may have fallen short (store faults): the alarm repairs it.
-        let short = matches!(self.stream.holding(), lease::Holding::Unsealed(_));
+        let short = matches!(self.stream.holding(), Holding::Unsealed(_));
         let release = self.lease_alarm();
         self.interrupted |= status == EndStatus::Interrupted;
         let (row, durable) = (self.db.status(STREAM), self.db.durable_text(STREAM));
@@ -979,6 +987,7 @@ impl Sim {
         if let Some((_, token)) = self.arming.take() {
             if self.rng.chance(0.5) {
                 self.lease_token = Some(token);
+                self.lease_armed_at = Some(self.now);
             }
         }
         self.crashed = true;
@@ -1017,44 +1026,47 @@ impl Sim {
         }
     }
 
-    /// The lease alarm, with the real decision: it performs what [`lease::decide`] says (store
-    /// faults included; a failed write is retried a lease later) until the lease is released.
+    /// The lease alarm: the core's [`LeaseAlarm`], driven as the shell drives it, with the
+    /// object's storage and the store failing at the fault rate. A run that renews (a failure,
+    /// or a mark that may still land) fires again a lease later, until one releases.
     fn lease_alarm(&mut self) -> Release {
-        let mut row = None;
         for _ in 0..50 {
-            let holding = if self.crashed { lease::Holding::Nothing } else { self.stream.holding() };
-            let write = match lease::decide(&holding, row.as_ref(), self.lease_token.as_deref(), &self.cfg) {
-                LeaseDecision::Release(release) => return release,
-                LeaseDecision::Renew => self.fail("the alarm found the stream alive after it ended".into()),
-                LeaseDecision::ReadRow => {
-                    row = Some(self.lease_row());
-                    continue;
+            let mut alarm = LeaseAlarm::fire(self.cfg.clone());
+            while let Some(output) = alarm.poll_output() {
+                let holding = if self.crashed { Holding::Nothing } else { self.stream.holding() };
+                match output {
+                    AlarmOutput::ReadKeys => {
+                        let keys = match self.rng.chance(self.fault_rate / 2.0) {
+                            true => Err(StorageError("injected: the object's storage failed".into())),
+                            false => Ok(ArmedLease {
+                                stream_id: self.lease_token.is_some().then(|| STREAM.to_owned()),
+                                host_token: self.lease_token.clone(),
+                                armed_at: self.lease_armed_at,
+                            }),
+                        };
+                        alarm.handle_keys(keys, &holding, self.now);
+                    }
+                    AlarmOutput::Store(request) => {
+                        let fault = self.fault();
+                        self.store_ops += 1;
+                        let answer = support::answer(&self.tables, STREAM, request, fault);
+                        self.check_prefix();
+                        alarm.handle_store(answer, &holding, self.now);
+                    }
+                    AlarmOutput::SealRepaired => {
+                        self.stream.seal_repaired();
+                        self.repaired = true;
+                    }
+                    AlarmOutput::Notice(_) => {}
+                    AlarmOutput::Renew(Renewal::Alive) => self.fail("the alarm found the stream alive after it ended".into()),
+                    AlarmOutput::Renew(_) => {}
+                    AlarmOutput::Release(release) => return release,
                 }
-                LeaseDecision::RepairSeal(write) | LeaseDecision::SealInterrupted(write) => write,
-            };
-            let fault = self.fault();
-            self.store_ops += 1;
-            let committed = support::perform(&self.tables, STREAM, &write, fault).is_ok();
-            self.check_prefix();
-            if committed {
-                if matches!(holding, lease::Holding::Unsealed(_)) {
-                    self.stream.seal_repaired();
-                    self.repaired = true;
-                }
-                row = None; // read it again: the next decision must release
             }
+            // Renewed: the alarm fires again one lease later.
+            self.now = self.now + self.cfg.lease_ms;
         }
         self.fail("the lease did not settle the row in 50 alarms".into())
-    }
-
-    fn lease_row(&self) -> LeaseRow {
-        let text = self.db.durable_text(STREAM);
-        let durable = DurableText { seq: utf16::len(&text), text, status: self.db.status(STREAM), error: None };
-        let host = match self.db.message_column(STREAM, "host") {
-            ColumnValue::Text(h) => Some(h),
-            _ => None,
-        };
-        LeaseRow { durable: Some(durable), host: HostColumn::Holds(host) }
     }
 
     /// A refused open: the alarm that follows leaves no row `streaming`.

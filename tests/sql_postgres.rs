@@ -16,7 +16,8 @@ use rindle_streams::engine::durable::{
 };
 use rindle_streams::engine::frame::EndStatus;
 use rindle_streams::engine::live::lease::{self, Holding, LeaseDecision, Release};
-use rindle_streams::engine::store::{Checkpoint, ReadState, StoreError};
+use rindle_streams::engine::store::{Checkpoint, ReadState, SealGuard, StoreError};
+use rindle_streams::engine::time::Timestamp;
 use rindle_streams::engine::utf16::{self, Offset};
 use std::rc::Rc;
 use support::pg::{self, PgDb};
@@ -330,9 +331,11 @@ fn the_lease_seals_an_abandoned_row_interrupted_from_its_durable_text() {
         append(&db, 0, 5, "hello");
         append(&db, 5, 7, "😀");
         let cfg = StreamConfig { max_compact_bytes: if seals_in_place { 4 } else { 1_900_000 }, ..StreamConfig::default() };
-        assert_eq!(lease::decide(&Holding::Nothing, None, Some("host-A"), &cfg), LeaseDecision::ReadRow);
+        assert_eq!(lease::decide(&Holding::Nothing, None, &support::armed(Some("host-A")), &cfg, Timestamp(0)), LeaseDecision::ReadRow);
         let row = db.lease_row(ID, true);
-        let LeaseDecision::SealInterrupted(write) = lease::decide(&Holding::Nothing, Some(&row), Some("host-A"), &cfg) else {
+        let LeaseDecision::SealInterrupted(write) =
+            lease::decide(&Holding::Nothing, Some(&row), &support::armed(Some("host-A")), &cfg, Timestamp(0))
+        else {
             panic!("the lease must seal the abandoned row")
         };
         assert_eq!(write.body.is_none(), seals_in_place);
@@ -344,7 +347,7 @@ fn the_lease_seals_an_abandoned_row_interrupted_from_its_durable_text() {
         // The next alarm releases, and a reopen is refused.
         let row = db.lease_row(ID, true);
         assert_eq!(
-            lease::decide(&Holding::Nothing, Some(&row), Some("host-A"), &cfg),
+            lease::decide(&Holding::Nothing, Some(&row), &support::armed(Some("host-A")), &cfg, Timestamp(0)),
             LeaseDecision::Release(Release::NotStreaming { status: "interrupted".into() })
         );
         let probe = &db.query(&db.sql.probe_open(ID))[0];
@@ -359,7 +362,7 @@ fn another_hosts_row_is_not_sealed_by_the_lease() {
     db.batch(&[db.sql.mark_streaming(ID, "host-B")]).unwrap();
     let row = db.lease_row(ID, true);
     assert_eq!(
-        lease::decide(&Holding::Nothing, Some(&row), Some("host-A"), &StreamConfig::default()),
+        lease::decide(&Holding::Nothing, Some(&row), &support::armed(Some("host-A")), &StreamConfig::default(), Timestamp(0)),
         LeaseDecision::Release(Release::NotOurs { holder: Some("host-B".into()) })
     );
 }
@@ -478,4 +481,33 @@ fn the_durable_read_is_one_statement_and_a_rehydration_claim_has_one_winner() {
     assert_eq!(loser.as_deref(), Some(next.as_str()), "the loser sees the winner's token");
     db.batch(&db.sql.compact(ID, "a😀👍🏽b", EndStatus::Interrupted, None)).unwrap();
     assert_eq!((read().text.as_str(), read().status.as_str()), ("a😀👍🏽b", "interrupted"));
+}
+
+/// The lease's `interrupted` seal, guarded, on Postgres (one statement: the chunk delete hangs
+/// off the guarded update): it lands only on a row still `streaming` and held by the token.
+#[test]
+fn the_lease_seal_is_guarded_by_streaming_and_the_host_token() {
+    let guard = |token: &str| SealGuard { host_token: Some(token.into()) };
+    for compacts in [true, false] {
+        let body = compacts.then_some("abc");
+        let db = db!(if compacts { "guarded_compacted" } else { "guarded_in_place" });
+        db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
+        append(&db, 0, 3, "abc");
+        db.batch(&db.sql.guarded_seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard("A"))).unwrap();
+        assert_eq!((db.status(ID), db.durable_text(ID)), ("interrupted".into(), "abc".into()));
+        assert_eq!(db.chunk_count(ID), if compacts { 0 } else { 1 });
+        for (other, holder, sealed) in [("B", "B", false), ("A", "A", true)] {
+            let id = if sealed { "m-sealed" } else { "m-other" };
+            db.insert_message(id);
+            db.batch(&[db.sql.mark_streaming(id, holder)]).unwrap();
+            db.batch(&db.sql.append(id, Offset(0), Offset(3), "abc")).unwrap();
+            if sealed {
+                db.batch(&[db.sql.seal_in_place(id, EndStatus::Complete, None)]).unwrap();
+            }
+            db.batch(&db.sql.guarded_seal(id, body, EndStatus::Interrupted, Some("lost"), &guard(if sealed { other } else { "A" })))
+                .unwrap();
+            let expected = if sealed { "complete" } else { "streaming" };
+            assert_eq!((db.status(id), db.durable_text(id), db.chunk_count(id)), (expected.into(), "abc".into(), 1), "{id}");
+        }
+    }
 }

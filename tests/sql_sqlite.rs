@@ -5,7 +5,7 @@ mod support;
 
 use rindle_streams::engine::durable::{ColumnNames, ColumnValue, Dialect, MappedSql, RowState, TableMapping};
 use rindle_streams::engine::frame::EndStatus;
-use rindle_streams::engine::store::Checkpoint;
+use rindle_streams::engine::store::{Checkpoint, SealGuard};
 use rindle_streams::engine::utf16::Offset;
 use std::rc::Rc;
 use support::{Fault, SqliteDb, Store};
@@ -257,4 +257,36 @@ fn a_rehydration_claims_the_row_from_the_lost_token_once_and_a_replay_wins_again
     assert_eq!(db.message_column(ID, "host"), ColumnValue::Text("A~1".into()));
     db.batch(&[db.sql.seal_in_place(ID, EndStatus::Interrupted, None)]).unwrap();
     assert_eq!(db.batch(&[db.sql.claim_host(ID, "A~1", "A~2").unwrap()]).unwrap(), vec![0], "a sealed row is never claimed");
+}
+
+/// The lease's `interrupted` seal, guarded: it lands on a row still `streaming` and held by the
+/// lease's token, and on no other. Without the guard the row sealed `complete` in place by its
+/// producer would be overwritten `interrupted` and lose its chunk rows.
+#[test]
+fn the_lease_seal_is_guarded_by_streaming_and_the_host_token() {
+    let guard = |token: &str| SealGuard { host_token: Some(token.into()) };
+    for compacts in [true, false] {
+        let body = compacts.then_some("abc");
+        // Ours and still streaming: sealed, and the chunks compacted.
+        let db = example();
+        db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
+        db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
+        db.batch(&db.sql.guarded_seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard("A"))).unwrap();
+        assert_eq!((db.status(ID), db.durable_text(ID)), ("interrupted".into(), "abc".into()));
+        assert_eq!(db.chunk_count(ID), if compacts { 0 } else { 1 });
+        // Sealed `complete` in place by its producer meanwhile: untouched, chunks kept.
+        let db = example();
+        db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
+        db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
+        db.batch(&[db.sql.seal_in_place(ID, EndStatus::Complete, None)]).unwrap();
+        let changes = db.batch(&db.sql.guarded_seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard("A"))).unwrap();
+        assert!(changes.iter().all(|&n| n == 0), "{changes:?}");
+        assert_eq!((db.status(ID), db.durable_text(ID), db.chunk_count(ID)), ("complete".into(), "abc".into(), 1));
+        // Another host's row: untouched.
+        let db = example();
+        db.batch(&[db.sql.mark_streaming(ID, "B")]).unwrap();
+        db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
+        db.batch(&db.sql.guarded_seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard("A"))).unwrap();
+        assert_eq!((db.status(ID), db.chunk_count(ID)), ("streaming".into(), 1));
+    }
 }

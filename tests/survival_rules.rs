@@ -6,7 +6,7 @@ mod support;
 
 use rindle_streams::engine::config::StreamConfig;
 use rindle_streams::engine::frame::{EndStatus, Frame};
-use rindle_streams::engine::hook::{InterruptCause, StreamNotice};
+use rindle_streams::engine::hook::{SealCause, StreamNotice};
 use rindle_streams::engine::live::{Fenced, LiveStream, Rehydration, ResumeGrant, ResumeRefused, StreamEvent, StreamState};
 use rindle_streams::engine::time::{Millis, Timestamp};
 use rindle_streams::engine::ui::Format;
@@ -55,7 +55,7 @@ fn resume(d: &mut Driver) -> Result<ResumeGrant, ResumeRefused> {
     r
 }
 
-fn sealed_with(d: &Driver) -> Option<(EndStatus, Option<InterruptCause>)> {
+fn sealed_with(d: &Driver) -> Option<(EndStatus, Option<SealCause>)> {
     d.events.iter().find_map(|e| match e {
         StreamEvent::Sealed { status, cause, .. } => Some((*status, *cause)),
         _ => None,
@@ -192,10 +192,10 @@ fn a_producer_that_never_resumes_is_sealed_interrupted_when_the_window_passes_wi
     d.advance(1);
     d.answer_all();
     assert_eq!(d.stream.state(), StreamState::Ended(EndStatus::Interrupted));
-    assert_eq!(sealed_with(&d), Some((EndStatus::Interrupted, Some(InterruptCause::ResumeWindowExpired))));
+    assert_eq!(sealed_with(&d), Some((EndStatus::Interrupted, Some(SealCause::ResumeWindowExpired))));
     assert_eq!((d.db.status(STREAM), d.db.durable_text(STREAM)), ("interrupted".to_owned(), "saved 😀".to_owned()));
     let notices = d.events.iter().flat_map(|e| StreamNotice::of(STREAM, e)).collect::<Vec<_>>();
-    assert!(notices.iter().any(|n| matches!(n, StreamNotice::Interrupted { cause: InterruptCause::ResumeWindowExpired, .. })));
+    assert!(notices.iter().any(|n| matches!(n, StreamNotice::Interrupted { cause: SealCause::ResumeWindowExpired, .. })));
     assert_eq!(
         resume(&mut d),
         Err(ResumeRefused::Closed { status: EndStatus::Interrupted, seq: Offset(8), durable_seq: Offset(8) }),

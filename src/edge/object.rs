@@ -78,7 +78,7 @@ impl DurableObject for StreamObject {
 impl StreamObject {
     /// The object's configuration, built once. A bad configuration is refused on every
     /// request with a message naming the setting.
-    fn setup(&self) -> Result<Rc<Setup>, ApiError> {
+    pub(super) fn setup(&self) -> Result<Rc<Setup>, ApiError> {
         if let Some(s) = self.setup.borrow().as_ref() {
             return Ok(Rc::clone(s));
         }
@@ -90,7 +90,13 @@ impl StreamObject {
     /// The lease's storage and alarm.
     pub(super) fn lease_store(&self) -> worker::Result<LeaseStore> {
         let setup = self.setup().map_err(|e| worker::Error::RustError(e.message))?;
-        Ok(LeaseStore::new(&self.state, setup.settings.stream.lease_ms, Rc::clone(&self.meter)))
+        #[allow(unused_mut)] // the test build adds its fault plan
+        let mut lease = LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter));
+        #[cfg(feature = "test-faults")]
+        {
+            lease.faults = setup.faults.clone();
+        }
+        Ok(lease)
     }
 
     pub(super) fn object(&self, stream_id: &str) -> Result<Rc<Object>, ApiError> {
@@ -98,8 +104,15 @@ impl StreamObject {
             return Ok(Rc::clone(o));
         }
         let setup = self.setup()?;
-        let lease = LeaseStore::new(&self.state, setup.settings.stream.lease_ms, Rc::clone(&self.meter));
-        let shell = Shell::new(stream_id.to_owned(), Rc::clone(&setup.store), lease, setup.hook.clone(), Rc::clone(&self.meter));
+        let lease = LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter));
+        let shell = Shell::new(
+            stream_id.to_owned(),
+            Rc::clone(&setup.store),
+            lease,
+            setup.settings.stream.store_timeout_ms,
+            setup.hook.clone(),
+            Rc::clone(&self.meter),
+        );
         let object = Rc::new(Object { setup, shell, pumping: std::cell::Cell::new(false) });
         *self.object.borrow_mut() = Some(Rc::clone(&object));
         Ok(object)
@@ -217,11 +230,13 @@ impl StreamObject {
         }
         // An instance that opened its stream has nothing to rebuild.
         self.revival.set(super::revive::Revival::Settled);
-        self.remember_format(&route.stream_id, format).await;
-        self.remember_meta(&route.stream_id, meta.as_ref()).await;
         o.shell.feed(|_, _| ()); // performs the first request queued by `open`
         match settled.await.map_err(unavailable)? {
+            // Stored only once the open settled: a refused reopen (a finished stream, another
+            // producer) must not overwrite the format of the stream that holds the row.
             Ok(()) => {
+                self.remember_format(&route.stream_id, format).await;
+                self.remember_meta(&route.stream_id, meta.as_ref()).await;
                 http::json(200, &json!({"streamId": route.stream_id, "seq": 0, "durableSeq": 0, "epoch": crate::engine::live::FIRST_EPOCH}))
                     .map_err(unavailable)
             }

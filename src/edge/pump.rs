@@ -16,7 +16,7 @@ use super::meter::Meter;
 use super::object::{Object, StreamObject};
 use super::shell::{log, Shell};
 use crate::engine::api::ApiError;
-use crate::engine::frame::EndStatus;
+use crate::engine::hook::SealCause;
 use crate::engine::live::{LiveStream, PushError};
 use crate::engine::pump::{
     BackgroundRecord, CallMethod, Interruption, PumpFailure, PumpRequest, PumpSecrets, PumpStep, Reattach, ReattachNext, Relay, Retrieved,
@@ -148,7 +148,7 @@ impl PumpRun {
             PumpEnd::Complete | PumpEnd::Cancelled => drop(self.shell.feed(|s, now| s.close(now))),
             PumpEnd::StreamEnded => {}
             PumpEnd::Failed(e) => drop(self.shell.feed(|s, now| s.fail(&e, now))),
-            PumpEnd::Interrupted(i) => drop(self.shell.feed(|s, now| s.seal(EndStatus::Interrupted, Some(i.to_string()), now))),
+            PumpEnd::Interrupted(i) => drop(self.shell.feed(|s, now| s.interrupt(SealCause::UpstreamLost, i.to_string(), now))),
         }
         if let Some(call) = cancel {
             if !complete {

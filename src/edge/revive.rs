@@ -16,20 +16,15 @@ use super::store::Store;
 use crate::engine::api::{ApiError, Route};
 use crate::engine::config::{CheckpointMode, StreamConfig};
 use crate::engine::frame::STATUS_STREAMING;
+use crate::engine::live::lease::ArmedLease;
 use crate::engine::live::{Fenced, LiveStream, Rehydration, ResumeRefused, FIRST_EPOCH};
+use crate::engine::object_storage::{EPOCH, META, RESUME_BY};
 use crate::engine::store::{next_host_token, ClaimHost};
 use crate::engine::time::{Millis, Timestamp};
 use crate::engine::utf16::Offset;
 use serde_json::json;
 use std::rc::Rc;
 use worker::{Request, Response};
-
-/// The storage key of the producer epoch (absent: [`FIRST_EPOCH`]).
-const EPOCH_KEY: &str = "epoch";
-/// The storage key of the open's `meta`.
-const META_KEY: &str = "meta";
-/// The storage key of the resume window's deadline (ms on the object's clock).
-const RESUME_BY_KEY: &str = "resumeBy";
 
 /// The request header carrying the producer epoch.
 pub const EPOCH_HEADER: &str = "x-rindle-epoch";
@@ -84,7 +79,7 @@ impl StreamObject {
     pub(super) async fn remember_meta(&self, stream_id: &str, meta: Option<&serde_json::Value>) {
         let Some(meta) = meta else { return };
         self.meter.storage(|s| s.puts += 1);
-        if let Err(e) = self.state.storage().put(META_KEY, meta).await {
+        if let Err(e) = self.state.storage().put(META, meta).await {
             log("error", "meta_not_stored", stream_id, json!({"error": e.to_string()}));
         }
     }
@@ -120,7 +115,10 @@ impl StreamObject {
     async fn rehydrate(&self, o: &Rc<Object>) -> Result<(), ApiError> {
         let stream_id = o.shell.stream_id.clone();
         let lease = self.lease_store().map_err(unavailable)?;
-        let (Some(armed_for), token) = lease.stored().await else { return Ok(()) };
+        let ArmedLease { stream_id: Some(armed_for), host_token: token, .. } = lease.stored().await.map_err(ApiError::store_unavailable)?
+        else {
+            return Ok(());
+        };
         if armed_for != stream_id {
             return Ok(());
         }
@@ -128,7 +126,7 @@ impl StreamObject {
         let Some(durable) = durable.filter(|d| d.status == STATUS_STREAMING) else { return Ok(()) };
         let storage = self.state.storage();
         self.meter.storage(|s| s.gets += 3);
-        let resume_by = storage.get::<u64>(RESUME_BY_KEY).await.map_err(ApiError::store_unavailable)?.map(Timestamp);
+        let resume_by = storage.get::<u64>(RESUME_BY).await.map_err(ApiError::store_unavailable)?.map(Timestamp);
         if resume_by.is_some_and(|at| at <= now()) {
             return Ok(()); // the window passed in an earlier life: the lease seals the row
         }
@@ -147,8 +145,8 @@ impl StreamObject {
             (Store::Tables(_), CheckpointMode::Tables { host_cas: true }, None) => return Ok(()),
             (_, _, token) => token,
         };
-        let epoch = storage.get::<u64>(EPOCH_KEY).await.map_err(ApiError::store_unavailable)?.unwrap_or(FIRST_EPOCH);
-        let meta = storage.get::<serde_json::Value>(META_KEY).await.map_err(ApiError::store_unavailable)?;
+        let epoch = storage.get::<u64>(EPOCH).await.map_err(ApiError::store_unavailable)?.unwrap_or(FIRST_EPOCH);
+        let meta = storage.get::<serde_json::Value>(META).await.map_err(ApiError::store_unavailable)?;
         let format = self.format(o).await?.unwrap_or_default();
         let now = now();
         let window = resume_by.unwrap_or(now + o.settings().stream.resume_window_ms);
@@ -157,7 +155,7 @@ impl StreamObject {
         }
         if resume_by.is_none() {
             self.meter.storage(|s| s.puts += 1);
-            storage.put(RESUME_BY_KEY, window.0).await.map_err(ApiError::store_unavailable)?;
+            storage.put(RESUME_BY, window.0).await.map_err(ApiError::store_unavailable)?;
         }
         let durable_text = durable.text.clone();
         let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
@@ -195,8 +193,8 @@ impl StreamObject {
             s.puts += 1;
             s.deletes += 1;
         });
-        storage.put(EPOCH_KEY, grant.epoch).await.map_err(ApiError::store_unavailable)?;
-        storage.delete(RESUME_BY_KEY).await.map_err(ApiError::store_unavailable)?;
+        storage.put(EPOCH, grant.epoch).await.map_err(ApiError::store_unavailable)?;
+        storage.delete(RESUME_BY).await.map_err(ApiError::store_unavailable)?;
         log("info", "resumed", &route.stream_id, json!({"seq": grant.seq, "durableSeq": grant.durable_seq, "epoch": grant.epoch}));
         http::json(200, &json!({"seq": grant.seq, "durableSeq": grant.durable_seq, "format": grant.format.as_str(), "epoch": grant.epoch}))
             .map_err(unavailable)

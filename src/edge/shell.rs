@@ -10,7 +10,7 @@ use crate::engine::live::{
     Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame, StreamEvent, Ticket, Wire,
 };
 use crate::engine::store::{StoreError, StoreRequest};
-use crate::engine::time::Timestamp;
+use crate::engine::time::{Millis, Timestamp};
 use futures::channel::oneshot;
 use serde_json::json;
 use std::cell::{Cell, RefCell};
@@ -21,6 +21,17 @@ use std::time::Duration;
 /// The wall clock (inside a Durable Object it advances across I/O): the engine's time.
 pub fn now() -> Timestamp {
     Timestamp(js_sys::Date::now() as u64)
+}
+
+/// `call`'s output, or `None` when it did not come within `limit` (the call is dropped: a late
+/// reply is ignored).
+pub async fn with_timeout<T>(limit: Millis, call: impl std::future::Future<Output = T>) -> Option<T> {
+    let call = std::pin::pin!(call);
+    let bound = std::pin::pin!(worker::Delay::from(Duration::from_millis(limit.0)));
+    match futures::future::select(call, bound).await {
+        futures::future::Either::Left((output, _)) => Some(output),
+        futures::future::Either::Right(_) => None,
+    }
 }
 
 /// One structured JSON log line.
@@ -130,10 +141,14 @@ pub struct Shell {
     pub store: Rc<Store>,
     live: RefCell<Option<LiveStream>>,
     lease: Rc<LeaseStore>,
+    /// `STORE_TIMEOUT_MS`: how long a store call may take before it counts as failed.
+    store_timeout: Millis,
     hook: Option<Rc<dyn EventHook>>,
     waiting: Waiting,
     /// The bodies of attached readers, which the shell writes their bytes into.
     bodies: RefCell<HashMap<ReaderId, Rc<ReaderBody>>>,
+    /// Readers whose client went away while the stream was borrowed: detached at the next input.
+    detach_later: RefCell<Vec<ReaderId>>,
     /// Senders woken when a cancel arrives (a streaming append waits on one).
     cancel_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     timer_at: Cell<Option<Timestamp>>,
@@ -145,15 +160,24 @@ pub struct Shell {
 }
 
 impl Shell {
-    pub fn new(stream_id: String, store: Rc<Store>, lease: LeaseStore, hook: Option<Rc<dyn EventHook>>, meter: Rc<Meter>) -> Rc<Self> {
+    pub fn new(
+        stream_id: String,
+        store: Rc<Store>,
+        lease: LeaseStore,
+        store_timeout: Millis,
+        hook: Option<Rc<dyn EventHook>>,
+        meter: Rc<Meter>,
+    ) -> Rc<Self> {
         Rc::new(Self {
             stream_id,
             store,
             live: RefCell::new(None),
             lease: Rc::new(lease),
+            store_timeout,
             hook,
             waiting: Waiting::default(),
             bodies: RefCell::default(),
+            detach_later: RefCell::default(),
             cancel_watchers: RefCell::default(),
             timer_at: Cell::new(None),
             timer_generation: Cell::new(0),
@@ -209,6 +233,9 @@ impl Shell {
         let (result, outputs, deadline) = {
             let mut slot = self.live.borrow_mut();
             let stream = slot.as_mut()?;
+            for reader in self.detach_later.take() {
+                stream.detach(reader);
+            }
             let result = input(stream, now);
             let outputs: Vec<Output> = std::iter::from_fn(|| stream.poll_output()).collect();
             (result, outputs, stream.poll_timeout())
@@ -324,13 +351,17 @@ impl Shell {
     }
 
     /// Forgets a reader whose client went away. Never insists on the borrow (the runtime may
-    /// cancel a body at any time).
+    /// cancel a body at any time, even from inside a write while the stream is borrowed): a
+    /// reader it cannot detach now is detached at the next input, never left attached.
     pub fn detach(&self, reader: ReaderId) {
         self.bodies.borrow_mut().remove(&reader);
-        if let Ok(mut slot) = self.live.try_borrow_mut() {
-            if let Some(s) = slot.as_mut() {
-                s.detach(reader);
+        match self.live.try_borrow_mut() {
+            Ok(mut slot) => {
+                if let Some(s) = slot.as_mut() {
+                    s.detach(reader);
+                }
             }
+            Err(_) => self.detach_later.borrow_mut().push(reader),
         }
     }
 
@@ -380,8 +411,23 @@ impl Shell {
 
     async fn run_store(self: Rc<Self>, request: StoreRequest) {
         let _awake = self.meter.hold();
-        let answer = self.store.run(&self.stream_id, request).await;
+        let answer = self.run_bounded(request).await;
         self.feed(|s, now| s.handle_store(answer, now));
+    }
+
+    /// Performs one store request, answered as failed (`MayHaveCommitted`: it may still land)
+    /// when the store gives no answer within `STORE_TIMEOUT_MS`; a later reply is dropped, and
+    /// the operation is retried like any failure.
+    pub async fn run_bounded(&self, request: StoreRequest) -> crate::engine::store::StoreAnswer {
+        let limit = self.store_timeout;
+        let (kind, timed_out) = (request.kind(), request.failed(StoreError::MayHaveCommitted(format!("no answer in {} ms", limit.0))));
+        match with_timeout(limit, self.store.run(&self.stream_id, request)).await {
+            Some(answer) => answer,
+            None => {
+                log("error", "store_timeout", &self.stream_id, json!({"op": format!("{kind:?}"), "timeoutMs": limit.0}));
+                timed_out
+            }
+        }
     }
 
     /// Drops the stream after its linger window (or a refused open). The lease alarm that

@@ -75,6 +75,11 @@ pub struct StreamConfig {
     /// How long a rehydrated stream waits for its producer's resume before it seals
     /// `interrupted` (SPEC §10). 0 turns rehydration off: a reset seals `interrupted` at once.
     pub resume_window_ms: Millis,
+    /// How long the shell waits for any store call (D1, a sink, the object's storage) before
+    /// it counts the call as failed (`MayHaveCommitted`) and ignores a late reply
+    /// (`STORE_TIMEOUT_MS`): a call that never answers must not keep a stream opening or
+    /// sealing for ever.
+    pub store_timeout_ms: Millis,
     pub mode: CheckpointMode,
     /// What the stream's text is (SPEC §9): chosen by the open request, not a var.
     pub format: Format,
@@ -104,6 +109,7 @@ impl Default for StreamConfig {
             max_compact_bytes: 1_900_000,
             lease_ms: Millis(10_000),
             resume_window_ms: Millis(30_000),
+            store_timeout_ms: Millis(15_000),
             mode: CheckpointMode::Tables { host_cas: true },
             format: Format::Text,
             ui_validation: Validation::Strict,
@@ -241,6 +247,7 @@ impl Settings {
             reader_pacing_burst: number("READER_PACING_BURST", defaults.reader_pacing_burst, 1, 64)?,
             lease_ms: ms("LEASE_MS", defaults.lease_ms, 1000, 3_600_000)?,
             resume_window_ms: ms("RESUME_WINDOW_MS", defaults.resume_window_ms, 0, 3_600_000)?,
+            store_timeout_ms: ms("STORE_TIMEOUT_MS", defaults.store_timeout_ms, 100, 600_000)?,
             keepalive_ms: ms("KEEPALIVE_MS", defaults.keepalive_ms, 100, 600_000)?,
             retain_chars,
             mode: if custom_sink { CheckpointMode::Sink } else { CheckpointMode::Tables { host_cas: mapping.host.is_some() } },
@@ -296,6 +303,7 @@ mod tests {
         assert_eq!(s.stream.linger_ms, Millis(30_000));
         assert_eq!(s.stream.max_queued_frames, 1024);
         assert_eq!(s.stream.keepalive_ms, Millis(15_000));
+        assert_eq!(s.stream.store_timeout_ms, Millis(15_000));
         assert_eq!(s.sse_retry_ms, Millis(1000));
         assert_eq!(s.path_prefix, "/streams");
         assert_eq!(s.stream.resume_window_ms, Millis(30_000), "SPEC §10");

@@ -10,7 +10,9 @@
 //! - `readback`: a read-back fails (a checkpoint reads its row in its own transaction, so a
 //!   separate read-back follows only a failed checkpoint write: pair it with `before` or `lost`);
 //! - `ops` targets `before`, `lost` and `hold` at these operations (`probe`, `mark`,
-//!   `readhost`, `append`, `readstate`, `seal`); without it they break checkpoints and seals.
+//!   `readhost`, `append`, `readstate`, `seal`, and `storage`: the lease alarm's read of its
+//!   keys from the object's storage, where `before` fails it and `hold` never answers it);
+//!   without it they break checkpoints and seals.
 
 use crate::engine::store::OpKind;
 use std::cell::Cell;
@@ -35,6 +37,7 @@ enum Op {
     Append,
     ReadState,
     Seal,
+    Storage,
 }
 
 impl Op {
@@ -48,6 +51,7 @@ impl Op {
             OpKind::Checkpoint => Op::Append,
             OpKind::ReadState => Op::ReadState,
             OpKind::Seal => Op::Seal,
+            OpKind::LeaseKeys => Op::Storage,
             OpKind::ReadDurable | OpKind::RequestCancel | OpKind::ReadChat | OpKind::ClaimHost => return None,
         })
     }
@@ -60,6 +64,7 @@ impl Op {
             "append" => Op::Append,
             "readstate" => Op::ReadState,
             "seal" => Op::Seal,
+            "storage" => Op::Storage,
             _ => return None,
         })
     }
@@ -123,8 +128,9 @@ impl FaultPlan {
                     plan.ops = value
                         .split(',')
                         .map(|op| {
-                            Op::parse(op.trim())
-                                .ok_or_else(|| BadFaultSpec(format!("op {op:?} is not probe, mark, readhost, append, readstate or seal")))
+                            Op::parse(op.trim()).ok_or_else(|| {
+                                BadFaultSpec(format!("op {op:?} is not probe, mark, readhost, append, readstate, seal or storage"))
+                            })
                         })
                         .collect::<Result<_, _>>()?;
                 }
@@ -186,6 +192,9 @@ mod tests {
         assert_eq!(plan.decide(OpKind::MarkStreaming), Some(Fault::HoldReply));
         assert_eq!(plan.decide(OpKind::ProbeOpen), None);
         assert_eq!(plan.decide(OpKind::Checkpoint), None);
+        let storage = FaultPlan::parse("rate=1;kinds=before;ops=storage").unwrap();
+        assert_eq!(storage.decide(OpKind::LeaseKeys), Some(Fault::FailBeforeCommit));
+        assert_eq!(storage.decide(OpKind::Checkpoint), None);
         let lost = FaultPlan::parse("rate=1;kinds=lost;ops=mark,readhost").unwrap();
         assert_eq!(lost.decide(OpKind::ReadHost), Some(Fault::LoseReply));
     }

@@ -31,15 +31,21 @@ pub enum StreamNotice {
     SealShortfall { stream_id: String, status: EndStatus, seq: Offset, durable_seq: Offset, reason: Shortfall },
     /// A reader was dropped with `stale` (it stopped draining and its queue filled up).
     ReaderDropped { stream_id: String, reader: ReaderId, reason: DropReason },
-    /// A stream was sealed `interrupted`, with `durable_seq` units of text.
-    Interrupted { stream_id: String, durable_seq: Offset, cause: InterruptCause },
+    /// A stream was sealed `interrupted`, with `durable_seq` units of text, for `cause`.
+    Interrupted { stream_id: String, durable_seq: Offset, cause: SealCause },
+    /// A seal that had fallen short (see [`StreamNotice::SealShortfall`]) was written by the
+    /// lease alarm after all: the row has the producer's `status` and `durable_seq` units.
+    SealRepaired { stream_id: String, status: EndStatus, durable_seq: Offset },
 }
 
-/// Why a stream was sealed `interrupted`.
+/// Why a stream was sealed `interrupted`. Open: more causes come (a resume window that ran out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InterruptCause {
+#[non_exhaustive]
+pub enum SealCause {
     /// Its producer sent nothing for `IDLE_TIMEOUT_MS`.
     IdleProducer,
+    /// The upstream a pump read from was lost (the object was its own producer).
+    UpstreamLost,
     /// Its live stream was lost (evicted, crashed, redeployed, or its open never completed) and
     /// the lease alarm sealed the row from its durable text.
     LeaseExpired,
@@ -49,8 +55,9 @@ pub enum InterruptCause {
 }
 
 impl StreamNotice {
-    /// The notices a stream event carries (none, one, or two: an idle producer's seal that also
-    /// fell short).
+    /// The notices a stream event carries (none, one, or two: an interrupted seal that also fell
+    /// short). An `interrupted` seal is told with its cause; one without a cause (a producer's
+    /// own `seal(Interrupted)`) is not a notice.
     pub fn of(stream_id: &str, event: &StreamEvent) -> Vec<StreamNotice> {
         let id = || stream_id.to_owned();
         match event {
@@ -62,12 +69,8 @@ impl StreamNotice {
             }
             StreamEvent::Sealed { status, seq, durable_seq, shortfall, cause } => {
                 let mut notices = Vec::new();
-                if *status == EndStatus::Interrupted {
-                    notices.push(StreamNotice::Interrupted {
-                        stream_id: id(),
-                        durable_seq: *durable_seq,
-                        cause: cause.unwrap_or(InterruptCause::IdleProducer),
-                    });
+                if let (EndStatus::Interrupted, Some(cause)) = (status, cause) {
+                    notices.push(StreamNotice::Interrupted { stream_id: id(), durable_seq: *durable_seq, cause: *cause });
                 }
                 if let Some(reason) = shortfall {
                     notices.push(StreamNotice::SealShortfall {

@@ -33,6 +33,7 @@ pub mod live;
 // The object's billing counts: the shell's, for `/stats`, tested natively.
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 pub(crate) mod meter;
+pub mod object_storage;
 pub mod pump;
 pub mod reading;
 pub mod sse;

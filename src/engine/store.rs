@@ -16,6 +16,7 @@
 
 use super::durable::{OpenProbe, RowState};
 use super::frame::EndStatus;
+use super::live::lease::{HostColumn, LeaseRow};
 use super::reading::DurableText;
 use super::time::Timestamp;
 use super::utf16::Offset;
@@ -100,7 +101,24 @@ pub struct SealWrite {
     /// (the body is too large for one row and stays as chunk rows, all already committed).
     pub body: Option<String>,
     pub body_from: Offset,
+    /// `Some`: write only a row still `streaming` (and held by the guard's token where a host
+    /// column is mapped), as the lease's `interrupted` seal does; `None`: the producer's own
+    /// seal, which owns the row. A sink should honour it the same way.
+    pub guard: Option<SealGuard>,
 }
+
+/// The condition of a guarded [`SealWrite`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealGuard {
+    /// The token the host column must hold (where one is mapped); the token this object stored
+    /// when it armed the lease.
+    pub host_token: Option<String>,
+}
+
+/// Read the row as the lease alarm decides on it: its durable text and status, and the host
+/// column where one is mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadLeaseRow;
 
 /// How the store answers a mark.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,6 +153,9 @@ impl Operation for ClaimHost {
 }
 impl Operation for SealWrite {
     type Reply = ();
+}
+impl Operation for ReadLeaseRow {
+    type Reply = LeaseRow;
 }
 
 /// A failed store operation, and whether its write may have committed.
@@ -174,6 +195,8 @@ pub enum OpKind {
     ReadChat,
     /// A rehydrating instance's claim of the row ([`ClaimHost`]).
     ClaimHost,
+    /// The lease alarm's read of its keys from the object's own storage (not D1).
+    LeaseKeys,
 }
 
 /// One operation the stream asked for, answered only with [`Request::answer`].
@@ -209,6 +232,8 @@ pub enum StoreRequest {
     Checkpoint(Request<Checkpoint>),
     ReadState(Request<ReadState>),
     Seal(Request<SealWrite>),
+    /// The lease alarm's row read (the alarm's own request, never the stream's).
+    ReadLeaseRow(Request<ReadLeaseRow>),
 }
 
 /// A store's answer to one request, fed back with
@@ -228,6 +253,7 @@ pub(crate) enum Reply {
     Checkpoint(Result<RowState, StoreError>),
     State(Result<RowState, StoreError>),
     Seal(Result<(), StoreError>),
+    LeaseRow(Result<LeaseRow, StoreError>),
 }
 
 /// Each operation's `answer`, its variant of [`StoreRequest`] and its reply.
@@ -273,6 +299,7 @@ requests! {
     Checkpoint => Checkpoint, Checkpoint;
     ReadState => ReadState, State;
     SealWrite => Seal, Seal;
+    ReadLeaseRow => ReadLeaseRow, LeaseRow;
 }
 
 impl StoreRequest {
@@ -285,6 +312,7 @@ impl StoreRequest {
             StoreRequest::Checkpoint(_) => OpKind::Checkpoint,
             StoreRequest::ReadState(_) => OpKind::ReadState,
             StoreRequest::Seal(_) => OpKind::Seal,
+            StoreRequest::ReadLeaseRow(_) => OpKind::ReadDurable,
         }
     }
 }
@@ -331,6 +359,11 @@ pub async fn run_on_sink(sink: &dyn CheckpointSink, stream_id: &str, request: St
         }
         StoreRequest::Seal(r) => {
             let reply = sink.seal(stream_id, r.op()).await;
+            r.answer(reply)
+        }
+        // A sink has no host column: the row is the durable text.
+        StoreRequest::ReadLeaseRow(r) => {
+            let reply = sink.read_durable(stream_id).await.map(|durable| LeaseRow { durable, host: HostColumn::Unmapped });
             r.answer(reply)
         }
         // A stream with a sink never asks these (its open is the mark; its checkpoint's answer

@@ -48,10 +48,11 @@ test('cost smoke run: every count agrees with the formula the run\'s configurati
     assert.deepEqual(served, { open: 1, append: 1, close: 1, [a.format === 'ui' ? 'ui' : 'events']: a.readers }, `${label}: requests`);
     assert.equal(meter.alarms, 1, `${label}: one alarm invocation`);
     assert.equal(rindleUnits(a).doRequests, 3 + a.readers + 1, `${label}: billed requests`);
-    // The object's own storage: the lease's two keys and the format (puts), read back when the
-    // lease is armed and when its alarm fires (gets); one setAlarm at open, then one per half
+    // The object's own storage: the lease's three keys (streamId, hostToken, armedAt) and the
+    // format (puts; src/engine/object_storage.rs), the lease's keys read back when the lease is
+    // armed and when its alarm fires (gets); one setAlarm at open, then one per half
     // lease while the stream is alive (at most as many as fit between open and close).
-    assert.deepEqual({ puts: meter.storage.puts, gets: meter.storage.gets, deletes: meter.storage.deletes }, { puts: 3, gets: 4, deletes: 0 }, `${label}: storage`);
+    assert.deepEqual({ puts: meter.storage.puts, gets: meter.storage.gets, deletes: meter.storage.deletes }, { puts: 4, gets: 6, deletes: 0 }, `${label}: storage`);
     const renewals = meter.storage.setAlarms - 1;
     assert.ok(renewals >= 0 && renewals <= Math.floor(a.openToCloseMs / (lease / 2)), `${label}: ${renewals} renewals in ${a.openToCloseMs} ms`);
     // D1: open = probe, mark, host read; a checkpoint = one batch (insert, seq update, read-back);
@@ -68,7 +69,7 @@ test('cost smoke run: every count agrees with the formula the run\'s configurati
     assert.equal(a.d1Storage.finalChunkRows, 0, `${label}: compacted`);
     assert.equal(a.d1Storage.finalBodyBytes, a.utf8Bytes, `${label}: the body is the answer`);
     assert.ok(a.d1Storage.peakChunkRows <= k, `${label}: peak ${a.d1Storage.peakChunkRows} chunk rows, ${k} checkpoints`);
-    assert.deepEqual(a.objectStorage?.keys, ['format', 'hostToken', 'streamId'], `${label}: the object keeps its lease keys and format`);
+    assert.deepEqual(a.objectStorage?.keys, ['armedAt', 'format', 'hostToken', 'streamId'], `${label}: the object keeps its lease keys and format`);
     // Awake: the linger window's timer alone holds the object LINGER_MS after the seal.
     assert.ok(meter.awakeMs >= Number(VARS.LINGER_MS), `${label}: awake ${meter.awakeMs} ms`);
     assert.equal(meter.holds, 0, `${label}: asleep at the end`);

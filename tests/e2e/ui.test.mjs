@@ -339,6 +339,20 @@ test('/ui: 409 on a text stream, 404 on a stream never opened, HEAD without a re
   ok(await c.close(), 'close');
 });
 
+// The format was stored before the open settled, so a refused reopen as `text` overwrote the
+// finished ui stream's format and its /ui answered 409 wrong_format (seen failing with the
+// store moved back before the settlement).
+test('a refused reopen leaves the finished stream its format: /ui still serves it from D1', { timeout: 30_000 }, async () => {
+  const c = await openUi('ui-reopen');
+  const text = '{"type":"start"}\n{"type":"text-start","id":"t"}\n';
+  ok(await c.append(text), 'append');
+  ok(await c.close(), 'close');
+  await until(async () => (await c.stats()).status === 404, 'the stream retired after its linger window');
+  isError(await c.open(undefined, 'text'), 409, 'open_refused', 'a reopen of the finished stream as text');
+  assert.equal(ok(await c.text(), '/text').format, 'ui', '/text still says ui');
+  assert.deepEqual((await readUi(c, 0)).events, [...expectedLines(text), ENDING.finish, ENDING.done]);
+});
+
 // Last: it kills the runtime.
 test('a ui stream whose runtime died ends with the interrupted error from D1', { timeout: 60_000 }, async (t) => {
   const r = seeded(t);

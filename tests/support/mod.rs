@@ -7,12 +7,17 @@
 pub mod driver;
 pub mod pg;
 
+use rindle_streams::engine::config::{CheckpointMode, StreamConfig};
 use rindle_streams::engine::durable::{
     durable_of_rows, ColumnValue, Dialect, MappedSql, Row, SqlExecutor, Statement, TableMapping, Tables, TablesOp, Value,
 };
-use rindle_streams::engine::live::lease::{HostColumn, LeaseRow};
+use rindle_streams::engine::hook::StreamNotice;
+use rindle_streams::engine::live::lease::{
+    AlarmOutput, ArmedLease, Holding, HostColumn, LeaseAlarm, LeaseRow, Release, Renewal, StorageError,
+};
 use rindle_streams::engine::reading::DurableText;
-use rindle_streams::engine::store::{OpKind, StoreAnswer, StoreError, StoreFuture, StoreRequest};
+use rindle_streams::engine::store::{run_on_sink, OpKind, StoreAnswer, StoreError, StoreFuture, StoreRequest};
+use rindle_streams::engine::time::Timestamp;
 use rusqlite::{params_from_iter, Connection};
 use std::future::{ready, Future};
 use std::rc::Rc;
@@ -253,6 +258,59 @@ pub fn perform<Op: TablesOp>(tables: &Tables, stream_id: &str, op: &Op, fault: F
             Err(StoreError::MayHaveCommitted("injected: committed, reply lost".into()))
         }
     }
+}
+
+/// What a lease armed with `token` stored, with no `armedAt` (no mark can be in flight).
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn armed(token: Option<&str>) -> ArmedLease {
+    ArmedLease { stream_id: Some("s".into()), host_token: token.map(str::to_owned), armed_at: None }
+}
+
+/// How one run of the lease alarm ended, and what it told the hook.
+#[allow(dead_code)]
+#[derive(Debug)]
+pub struct AlarmRun {
+    pub ended: Result<Release, Renewal>,
+    pub notices: Vec<StreamNotice>,
+    /// The run repaired a seal (`SealRepaired`): the caller tells its stream.
+    pub repaired: bool,
+}
+
+/// Runs the core's lease alarm once at `now` against `tables`, as the shell does: `keys` is
+/// what the object's storage answers, `holding` what the object holds, and each store request
+/// gets the next of `faults` (then none).
+#[allow(dead_code)]
+pub fn run_alarm(
+    tables: &Tables,
+    stream_id: &str,
+    cfg: &StreamConfig,
+    keys: Result<ArmedLease, StorageError>,
+    holding: &dyn Fn() -> Holding,
+    now: Timestamp,
+    faults: &mut dyn Iterator<Item = Fault>,
+) -> AlarmRun {
+    let mut alarm = LeaseAlarm::fire(cfg.clone());
+    let mut keys = Some(keys);
+    let (mut notices, mut repaired) = (Vec::new(), false);
+    while let Some(output) = alarm.poll_output() {
+        match output {
+            AlarmOutput::ReadKeys => alarm.handle_keys(keys.take().expect("the keys are read once"), &holding(), now),
+            AlarmOutput::Store(request) => {
+                let fault = faults.next().unwrap_or(Fault::None);
+                // A stream with a sink is answered through the sink (no host column), as the shell does.
+                let answer = match (&cfg.mode, fault) {
+                    (CheckpointMode::Sink, Fault::None) => block_on(run_on_sink(tables, stream_id, request)),
+                    _ => answer(tables, stream_id, request, fault),
+                };
+                alarm.handle_store(answer, &holding(), now);
+            }
+            AlarmOutput::SealRepaired => repaired = true,
+            AlarmOutput::Notice(n) => notices.push(n),
+            AlarmOutput::Renew(why) => return AlarmRun { ended: Err(why), notices, repaired },
+            AlarmOutput::Release(why) => return AlarmRun { ended: Ok(why), notices, repaired },
+        }
+    }
+    panic!("a lease alarm run ended without a renewal or a release")
 }
 
 /// Runs a future that never waits (a test store's) to its end.

@@ -112,7 +112,8 @@ impl EventHook for AppHook {
             StreamNotice::CheckpointFailed { stream_id, .. }
             | StreamNotice::SealShortfall { stream_id, .. }
             | StreamNotice::ReaderDropped { stream_id, .. }
-            | StreamNotice::Interrupted { stream_id, .. } => stream_id,
+            | StreamNotice::Interrupted { stream_id, .. }
+            | StreamNotice::SealRepaired { stream_id, .. } => stream_id,
             _ => "?",
         };
         log("hook", stream_id, json!({"notice": format!("{notice:?}")}));

@@ -139,9 +139,11 @@ impl TablesOp for SealWrite {
     const KIND: OpKind = OpKind::Seal;
 
     fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
-        StorePlan::Batch(match &self.body {
-            Some(body) => sql.compact(stream_id, body, self.status, self.error.as_deref()).into(),
-            None => vec![sql.seal_in_place(stream_id, self.status, self.error.as_deref())],
+        let error = self.error.as_deref();
+        StorePlan::Batch(match (&self.guard, &self.body) {
+            (Some(guard), body) => sql.guarded_seal(stream_id, body.as_deref(), self.status, error, guard),
+            (None, Some(body)) => sql.compact(stream_id, body, self.status, error).into(),
+            (None, None) => vec![sql.seal_in_place(stream_id, self.status, error)],
         })
     }
 

@@ -7,6 +7,7 @@
 
 use super::mapping::{Ident, TableMapping};
 use crate::engine::frame::{EndStatus, STATUS_STREAMING};
+use crate::engine::store::SealGuard;
 use crate::engine::utf16::Offset;
 
 /// The SQL dialect of the store.
@@ -115,6 +116,11 @@ impl MappedSql {
 
     pub fn dialect(&self) -> Dialect {
         self.dialect
+    }
+
+    /// A host column is mapped (the open's CAS, and the lease's proof of ownership).
+    pub fn has_host_column(&self) -> bool {
+        self.map.host.is_some()
     }
 
     fn p(&self, n: usize) -> String {
@@ -277,23 +283,108 @@ impl MappedSql {
     /// the message row, and the stream's chunk rows go away. Whatever the chunks did or did not
     /// capture, the row ends up right, so this also repairs an earlier failed checkpoint.
     pub fn compact(&self, stream_id: &str, body: &str, status: EndStatus, error: Option<&str>) -> [Statement; 2] {
-        let m = &self.map;
-        let columns = vec![(&m.body, body.into()), (&m.seq, crate::engine::utf16::len(body).into()), (&m.status, status.as_str().into())];
         [
-            self.seal_update(stream_id, columns, error),
-            Statement { sql: format!("DELETE FROM {} WHERE {} = {}", m.chunks, m.chunk_stream, self.p(1)), params: vec![stream_id.into()] },
+            self.seal_update(stream_id, self.compacted_columns(body, status), error, None),
+            Statement {
+                sql: format!("DELETE FROM {} WHERE {} = {}", self.map.chunks, self.map.chunk_stream, self.p(1)),
+                params: vec![stream_id.into()],
+            },
         ]
     }
 
     /// The seal of a body too large to compact into one row: the chunk rows stay (they are
     /// the durable text), and only the status and error change.
     pub fn seal_in_place(&self, stream_id: &str, status: EndStatus, error: Option<&str>) -> Statement {
-        self.seal_update(stream_id, vec![(&self.map.status, status.as_str().into())], error)
+        self.seal_update(stream_id, vec![(&self.map.status, status.as_str().into())], error, None)
     }
 
-    /// `UPDATE message SET col = value, … [, error = …] WHERE key = stream_id`; the error column
-    /// is written only where it is mapped.
-    fn seal_update<'a>(&'a self, stream_id: &str, mut columns: Vec<(&'a Ident, Value)>, error: Option<&str>) -> Statement {
+    /// A seal that applies only while the row is still `streaming` and, where a host column is
+    /// mapped, held by `guard.host_token`: the lease's `interrupted` seal, which must never
+    /// overwrite a row its producer (or another host) sealed meanwhile. A compaction deletes
+    /// the chunk rows only where its update applied (they may be the text of a row sealed in
+    /// place): on SQLite the delete runs first under the same guard, in the same transaction
+    /// (one writer at a time, so both see one state); on Postgres, whose statements in read
+    /// committed may see different states, the delete hangs off the update's `RETURNING` in one
+    /// statement, after the update waited for the row lock and re-checked the guard.
+    pub fn guarded_seal(
+        &self,
+        stream_id: &str,
+        body: Option<&str>,
+        status: EndStatus,
+        error: Option<&str>,
+        guard: &SealGuard,
+    ) -> Vec<Statement> {
+        let m = &self.map;
+        let Some(body) = body else {
+            return vec![self.seal_update(stream_id, vec![(&m.status, status.as_str().into())], error, Some(guard))];
+        };
+        let update = self.seal_update(stream_id, self.compacted_columns(body, status), error, Some(guard));
+        match self.dialect {
+            Dialect::Sqlite => {
+                // The update's guard, numbered after the delete's own parameter.
+                let (guard_sql, guard_params) = self.guard_clause(guard, 2);
+                let key = self.p(guard_params.len() + 2);
+                let mut params: Vec<Value> = vec![stream_id.into()];
+                params.extend(guard_params);
+                params.push(stream_id.into());
+                let delete = Statement {
+                    sql: format!(
+                        "DELETE FROM {} WHERE {} = {} AND EXISTS (SELECT 1 FROM {} WHERE {} = {key}{guard_sql})",
+                        m.chunks,
+                        m.chunk_stream,
+                        self.p(1),
+                        m.message,
+                        m.key
+                    ),
+                    params,
+                };
+                vec![delete, update]
+            }
+            Dialect::Postgres => {
+                let n = update.params.len() + 1;
+                let mut params = update.params;
+                params.push(stream_id.into());
+                vec![Statement {
+                    sql: format!(
+                        "WITH \"sealed\" AS ({} RETURNING 1) DELETE FROM {} WHERE {} = {} AND EXISTS (SELECT 1 FROM \"sealed\")",
+                        update.sql,
+                        m.chunks,
+                        m.chunk_stream,
+                        self.p(n)
+                    ),
+                    params,
+                }]
+            }
+        }
+    }
+
+    /// The columns a compaction writes: the body, its length and the status.
+    fn compacted_columns(&self, body: &str, status: EndStatus) -> Vec<(&Ident, Value)> {
+        let m = &self.map;
+        vec![(&m.body, body.into()), (&m.seq, crate::engine::utf16::len(body).into()), (&m.status, status.as_str().into())]
+    }
+
+    /// ` AND status = 'streaming' [AND host = token]`, its placeholders numbered from `first`.
+    fn guard_clause(&self, guard: &SealGuard, first: usize) -> (String, Vec<Value>) {
+        let m = &self.map;
+        let mut sql = format!(" AND {} = {}", m.status, self.p(first));
+        let mut params: Vec<Value> = vec![STATUS_STREAMING.into()];
+        if let (Some(host), Some(token)) = (&m.host, &guard.host_token) {
+            sql.push_str(&format!(" AND {host} = {}", self.p(first + 1)));
+            params.push(token.as_str().into());
+        }
+        (sql, params)
+    }
+
+    /// `UPDATE message SET col = value, … [, error = …] WHERE key = stream_id [AND guard]`; the
+    /// error column is written only where it is mapped.
+    fn seal_update<'a>(
+        &'a self,
+        stream_id: &str,
+        mut columns: Vec<(&'a Ident, Value)>,
+        error: Option<&str>,
+        guard: Option<&SealGuard>,
+    ) -> Statement {
         let m = &self.map;
         if let Some(col) = &m.error {
             columns.push((col, error.into()));
@@ -301,7 +392,13 @@ impl MappedSql {
         let sets: Vec<String> = columns.iter().enumerate().map(|(i, (col, _))| format!("{col} = {}", self.p(i + 1))).collect();
         let mut params: Vec<Value> = columns.into_iter().map(|(_, v)| v).collect();
         params.push(stream_id.into());
-        Statement { sql: format!("UPDATE {} SET {} WHERE {} = {}", m.message, sets.join(", "), m.key, self.p(params.len())), params }
+        let mut sql = format!("UPDATE {} SET {} WHERE {} = {}", m.message, sets.join(", "), m.key, self.p(params.len()));
+        if let Some(guard) = guard {
+            let (clause, guard_params) = self.guard_clause(guard, params.len() + 1);
+            sql.push_str(&clause);
+            params.extend(guard_params);
+        }
+        Statement { sql, params }
     }
 
     /// Sets the row's cancel flag; `None` when no cancel column is mapped.

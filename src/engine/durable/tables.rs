@@ -5,9 +5,10 @@
 use super::plan::{text, StorePlan, TablesOp};
 use super::rows::{ColumnValue, RowState};
 use super::sql::{MappedSql, Statement};
+use crate::engine::live::lease::{HostColumn, LeaseRow};
 use crate::engine::reading::{ChunkRow, DurableText};
 use crate::engine::store::{
-    Checkpoint, CheckpointSink, MarkOutcome, MarkStreaming, OpKind, SealWrite, StoreAnswer, StoreError, StoreFuture, StoreRequest,
+    Checkpoint, CheckpointSink, MarkOutcome, MarkStreaming, OpKind, ReadHost, SealWrite, StoreAnswer, StoreError, StoreFuture, StoreRequest,
 };
 use std::rc::Rc;
 
@@ -104,7 +105,22 @@ impl Tables {
                 let reply = self.perform(stream_id, r.op()).await;
                 r.answer(reply)
             }
+            StoreRequest::ReadLeaseRow(r) => {
+                let reply = self.lease_row(stream_id).await;
+                r.answer(reply)
+            }
         }
+    }
+
+    /// The row as the lease alarm decides on it: the durable text, and the host column where
+    /// one is mapped (read only when there is a row).
+    pub async fn lease_row(&self, stream_id: &str) -> Result<LeaseRow, StoreError> {
+        let durable = self.read_durable(stream_id).await?;
+        let host = match durable.is_some() && self.sql.has_host_column() {
+            true => HostColumn::Holds(self.perform(stream_id, &ReadHost).await?),
+            false => HostColumn::Unmapped,
+        };
+        Ok(LeaseRow { durable, host })
     }
 
     /// The durable text of a stream (body plus chunk rows), or `None` when it has no row: one

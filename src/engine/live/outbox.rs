@@ -5,19 +5,26 @@ use super::stream::{Output, Ticket};
 use crate::engine::store::{OpId, Request, StoreRequest};
 use std::collections::VecDeque;
 
-#[derive(Debug, Default)]
-pub(crate) struct Outbox {
+/// A machine's outputs (the stream's [`Output`], or the lease alarm's), in order.
+#[derive(Debug)]
+pub(crate) struct Outbox<O = Output> {
     next_op: u64,
     next_ticket: u64,
-    outputs: VecDeque<Output>,
+    outputs: VecDeque<O>,
 }
 
-impl Outbox {
-    pub fn push(&mut self, o: Output) {
+impl<O> Default for Outbox<O> {
+    fn default() -> Self {
+        Self { next_op: 0, next_ticket: 0, outputs: VecDeque::new() }
+    }
+}
+
+impl<O: From<StoreRequest>> Outbox<O> {
+    pub fn push(&mut self, o: O) {
         self.outputs.push_back(o);
     }
 
-    pub fn pop(&mut self) -> Option<Output> {
+    pub fn pop(&mut self) -> Option<O> {
         self.outputs.pop_front()
     }
 
@@ -33,7 +40,13 @@ impl Outbox {
     {
         self.next_op += 1;
         let id = OpId(self.next_op);
-        self.push(Output::Store(Request::new(id, op).into()));
+        self.push(O::from(StoreRequest::from(Request::new(id, op))));
         id
+    }
+}
+
+impl From<StoreRequest> for Output {
+    fn from(request: StoreRequest) -> Self {
+        Output::Store(request)
     }
 }

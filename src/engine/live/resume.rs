@@ -20,7 +20,7 @@
 use super::readers::{Dialect, ReaderId};
 use super::stream::{LiveStream, Output, Phase};
 use crate::engine::frame::{EndStatus, Frame};
-use crate::engine::hook::InterruptCause;
+use crate::engine::hook::SealCause;
 use crate::engine::reading::DurableText;
 use crate::engine::time::{Millis, Timestamp};
 use crate::engine::ui::Format;
@@ -229,7 +229,7 @@ impl LiveStream {
     pub(super) fn expire_window(&mut self, now: Timestamp) {
         self.survival.window = None;
         let error = window_expired_error(self.cfg.resume_window_ms);
-        let _ = self.seal_because(EndStatus::Interrupted, Some(error), Some(InterruptCause::ResumeWindowExpired), now);
+        let _ = self.interrupt(SealCause::ResumeWindowExpired, error, now);
     }
 
     /// A cancel that finds the stream waiting for its producer seals it: nobody would carry it

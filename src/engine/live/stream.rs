@@ -9,7 +9,7 @@ use super::resume::Survival;
 use crate::engine::config::{CheckpointMode, StreamConfig};
 use crate::engine::durable::{OpenRefused, RowState};
 use crate::engine::frame::{EndStatus, Frame};
-use crate::engine::hook::InterruptCause;
+use crate::engine::hook::SealCause;
 use crate::engine::store::{Checkpoint, OpId, ReadState, Reply, SealWrite, StoreAnswer, StoreError, StoreRequest};
 use crate::engine::text::TextBuffer;
 use crate::engine::time::{Millis, Timestamp};
@@ -234,8 +234,8 @@ pub enum StreamEvent {
         seq: Offset,
         durable_seq: Offset,
         shortfall: Option<Shortfall>,
-        /// Why an `interrupted` seal happened.
-        cause: Option<InterruptCause>,
+        /// Why an `interrupted` seal happened ([`LiveStream::interrupt`]).
+        cause: Option<SealCause>,
     },
     ReaderDropped {
         reader: ReaderId,
@@ -280,8 +280,8 @@ pub(crate) struct Seal {
     pub error: Option<String>,
     /// The body cannot be compacted into one row: commit the tail as chunks, then seal in place.
     pub in_place: bool,
-    /// Why an `interrupted` seal happened (the hook is told).
-    pub cause: Option<InterruptCause>,
+    /// Why an `interrupted` seal happened (for the hook).
+    pub cause: Option<SealCause>,
 }
 
 /// The seal in progress: one phase, holding everything only a sealing stream has.
@@ -568,17 +568,15 @@ impl LiveStream {
     /// Seals with `status`; settles with [`Settlement::Sealed`]. A second seal joins the first
     /// (or, once ended, gets the first one's outcome): a stream seals once.
     pub fn seal(&mut self, status: EndStatus, error: Option<String>, now: Timestamp) -> Ticket<SealOutcome> {
-        self.seal_because(status, error, None, now)
+        self.seal_for(status, error, None, now)
     }
 
-    /// [`Self::seal`], saying why an `interrupted` seal happened.
-    pub(super) fn seal_because(
-        &mut self,
-        status: EndStatus,
-        error: Option<String>,
-        cause: Option<InterruptCause>,
-        now: Timestamp,
-    ) -> Ticket<SealOutcome> {
+    /// Seals `interrupted` for `cause`, which the hook is told.
+    pub fn interrupt(&mut self, cause: SealCause, error: String, now: Timestamp) -> Ticket<SealOutcome> {
+        self.seal_for(EndStatus::Interrupted, Some(error), Some(cause), now)
+    }
+
+    fn seal_for(&mut self, status: EndStatus, error: Option<String>, cause: Option<SealCause>, now: Timestamp) -> Ticket<SealOutcome> {
         let ticket = self.out.ticket();
         match &mut self.phase {
             Phase::Live => {
@@ -626,6 +624,7 @@ impl LiveStream {
             from: self.durable_seq,
             body,
             body_from: self.buf.floor(),
+            guard: None,
         })
     }
 
@@ -779,9 +778,8 @@ impl LiveStream {
             Phase::Live if self.window_due(now) => self.expire_window(now),
             Phase::Live if self.idle_deadline().is_some_and(|d| d <= now) => {
                 let idle_s = self.cfg.idle_timeout_ms.as_secs();
-                let error = Some(format!("the producer sent nothing for {idle_s} s"));
                 // Nobody awaits this seal's ticket: its outcome is logged and framed.
-                let _ = self.seal_because(EndStatus::Interrupted, error, Some(InterruptCause::IdleProducer), now);
+                let _ = self.interrupt(SealCause::IdleProducer, format!("the producer sent nothing for {idle_s} s"), now);
             }
             _ => {}
         }
@@ -1003,7 +1001,7 @@ impl LiveStream {
         let body = (!sealing.seal.in_place).then(|| self.buf.as_str().to_owned());
         let compacts = body.is_some();
         let (status, error) = (sealing.seal.status, sealing.seal.error.clone());
-        let write = SealWrite { status, error, seq: self.seq(), from: self.durable_seq, body, body_from: self.buf.floor() };
+        let write = SealWrite { status, error, seq: self.seq(), from: self.durable_seq, body, body_from: self.buf.floor(), guard: None };
         let op = self.out.request(write);
         if let Phase::Sealing(sealing) = &mut self.phase {
             sealing.write = SealStep::Writing { op, attempt, compacts };
