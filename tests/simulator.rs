@@ -846,7 +846,7 @@ impl Sim {
         }
         let d = durable.seq;
         let epoch = self.stream.epoch();
-        let from = Rehydration { durable, epoch, meta: None, resume_by: None };
+        let from = Rehydration { durable, epoch, meta: None, resume_by: None, host_token: self.lease_token.clone() };
         self.stream = LiveStream::rehydrate(STREAM, self.cfg.clone(), from, self.now);
         self.settled.clear(); // the lost instance's requests died with it; tickets number anew
         self.rehydrations += 1;

@@ -45,7 +45,12 @@ fn rehydrated(durable: &str, cfg: StreamConfig, epoch: u64) -> Driver {
     let db = lost_row(durable);
     let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().expect("the row");
     assert_eq!(read.status, "streaming");
-    let stream = LiveStream::rehydrate(STREAM, cfg, Rehydration { durable: read, epoch, meta: None, resume_by: None }, Timestamp(0));
+    let stream = LiveStream::rehydrate(
+        STREAM,
+        cfg,
+        Rehydration { durable: read, epoch, meta: None, resume_by: None, host_token: None },
+        Timestamp(0),
+    );
     Driver::with_stream(stream, db)
 }
 
@@ -216,7 +221,7 @@ fn a_resume_within_the_window_closes_it() {
 fn a_second_rehydration_keeps_the_window_the_first_one_started() {
     let db = lost_row("abc");
     let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().unwrap();
-    let from = Rehydration { durable: read, epoch: 2, meta: None, resume_by: Some(Timestamp(5_000)) };
+    let from = Rehydration { durable: read, epoch: 2, meta: None, resume_by: Some(Timestamp(5_000)), host_token: None };
     let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg(), from, Timestamp(0)), db);
     d.advance(5_000);
     d.answer_all();
@@ -332,4 +337,18 @@ fn a_ui_line_longer_than_a_slice_is_checkpointed_whole() {
     d.push_ndjson(long.as_bytes()).unwrap();
     let ck = d.peek_checkpoint().expect("a checkpoint");
     assert_eq!(ck.text, long, "one whole line, past the cap, never a cut inside it");
+}
+
+#[test]
+fn the_windows_seal_is_guarded_it_never_writes_a_row_another_instance_holds() {
+    let db = lost_row("abc");
+    let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().unwrap();
+    // This instance believes it claimed the row with `X~1`, but the row is held by another token.
+    let from = Rehydration { durable: read, epoch: 1, meta: None, resume_by: None, host_token: Some("X~1".into()) };
+    let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg(), from, Timestamp(0)), db);
+    d.advance(WINDOW);
+    let seal = d.peek_seal().expect("the window's seal").clone();
+    assert!(seal.guard.is_some(), "guarded: no producer stands behind it");
+    d.answer_all();
+    assert_eq!(d.db.status(STREAM), "streaming", "the row another instance holds is left alone");
 }

@@ -159,7 +159,7 @@ impl StreamObject {
         }
         let durable_text = durable.text.clone();
         let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
-        let from = Rehydration { durable, epoch, meta, resume_by: Some(window) };
+        let from = Rehydration { durable, epoch, meta, resume_by: Some(window), host_token: token.clone() };
         let d = from.durable.seq;
         if !o.shell.install_rehydrated(LiveStream::rehydrate(&stream_id, cfg, from, now)) {
             return Ok(());

@@ -22,6 +22,7 @@ use super::stream::{LiveStream, Output, Phase};
 use crate::engine::frame::{EndStatus, Frame};
 use crate::engine::hook::SealCause;
 use crate::engine::reading::DurableText;
+use crate::engine::store::SealGuard;
 use crate::engine::time::{Millis, Timestamp};
 use crate::engine::ui::Format;
 use crate::engine::utf16::Offset;
@@ -47,11 +48,18 @@ pub(crate) struct Survival {
     pub window: Option<Timestamp>,
     /// Readers waiting for the text to reach their offset.
     pub parked: Vec<Parked>,
+    /// The host token a rehydration claimed the row with (where a host column is mapped).
+    pub host_token: Option<String>,
 }
 
 impl Survival {
     pub fn opened() -> Self {
-        Self { epoch: FIRST_EPOCH, resumed: false, rehydrated: false, window: None, parked: Vec::new() }
+        Self { epoch: FIRST_EPOCH, resumed: false, rehydrated: false, window: None, parked: Vec::new(), host_token: None }
+    }
+
+    /// The guard of a seal no producer stands behind.
+    pub fn guard(&self) -> SealGuard {
+        SealGuard { host_token: self.host_token.clone() }
     }
 }
 
@@ -75,6 +83,9 @@ pub struct Rehydration {
     /// The window an earlier rehydration of this stream started (stored by the object), so a
     /// second reset does not restart it; `None`: it starts now.
     pub resume_by: Option<Timestamp>,
+    /// The token the rehydration claimed the row with (where a host column is mapped): the
+    /// window's seal is guarded by it.
+    pub host_token: Option<String>,
 }
 
 /// A write the fence refuses.
@@ -123,8 +134,14 @@ impl LiveStream {
         if stream.format() == Format::Ui {
             stream.readers.lines_entered(seq, crate::engine::ui::holds(&from.durable.text));
         }
-        stream.survival =
-            Survival { epoch: from.epoch.max(FIRST_EPOCH), resumed: false, rehydrated: true, window: Some(window), parked: vec![] };
+        stream.survival = Survival {
+            epoch: from.epoch.max(FIRST_EPOCH),
+            resumed: false,
+            rehydrated: true,
+            window: Some(window),
+            parked: vec![],
+            host_token: from.host_token,
+        };
         stream.out.push(Output::RenewLease);
         stream.lease_renew_at = Some(now + stream.cfg.lease_ms / 2);
         stream

@@ -1001,7 +1001,10 @@ impl LiveStream {
         let body = (!sealing.seal.in_place).then(|| self.buf.as_str().to_owned());
         let compacts = body.is_some();
         let (status, error) = (sealing.seal.status, sealing.seal.error.clone());
-        let write = SealWrite { status, error, seq: self.seq(), from: self.durable_seq, body, body_from: self.buf.floor(), guard: None };
+        // No producer stands behind a resume window's seal: it is guarded as the lease's is, so
+        // it lands only on a row still `streaming` and held by the token this instance claimed.
+        let guard = (sealing.seal.cause == Some(SealCause::ResumeWindowExpired)).then(|| self.survival.guard());
+        let write = SealWrite { status, error, seq: self.seq(), from: self.durable_seq, body, body_from: self.buf.floor(), guard };
         let op = self.out.request(write);
         if let Phase::Sealing(sealing) = &mut self.phase {
             sealing.write = SealStep::Writing { op, attempt, compacts };
