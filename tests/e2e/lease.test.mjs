@@ -15,7 +15,7 @@ const LEASE_MS = 1000;
 let stack;
 
 test.before(async () => {
-  stack = await startStack({ name: 'e2e-lease', vars: { LEASE_MS: String(LEASE_MS), DEV_MODE: '1', STORE_TIMEOUT_MS: '1000' } });
+  stack = await startStack({ name: 'e2e-lease', vars: { LEASE_MS: String(LEASE_MS), DEV_MODE: '1', STORE_TIMEOUT_MS: '1000', RESUME_WINDOW_MS: '0' } });
 });
 test.after(async () => {
   await stack?.stop();
