@@ -25,7 +25,85 @@ export type OpenStreamOptions<F extends StreamFormat = 'text'> = StreamApi & {
   format?: F;
   /** Handed to the Worker's authorizer (and kept with the stream). */
   meta?: unknown;
+  /**
+   * Surviving a reset object (SPEC §10): on a lost connection, a reset object's error (503
+   * `unavailable`, a runtime 5xx, "Durable Object reset because its code was updated", "…is no
+   * longer active"), `not_open` or `resume_required`, every write (`append`, `flush`, `close`,
+   * `fail`, `pipe`) POSTs `/resume`, re-sends what the server lost from the `seq` it answers and
+   * carries on (`pipe` keeps reading the same source: it is read once). Retries with jittered
+   * backoff (`baseDelayMs` doubling to `maxDelayMs`) for `timeoutMs` per gap, then fails as
+   * without it. Defaults: `RESUME_DEFAULTS` (60 s, 100 ms, 2 s). `false`: never resume.
+   */
+  resume?: Partial<ResumeOptions> | false;
+  /** Called after each successful resume, before the lost text is re-sent (logs, metrics). */
+  onResume?: (info: ResumeInfo) => void;
 };
+
+export interface ResumeOptions {
+  /** How long one gap may last before the write fails with its own error. Default 60 000. */
+  timeoutMs: number;
+  /** The first wait. Default 100. */
+  baseDelayMs: number;
+  /** The longest wait. Default 2 000. */
+  maxDelayMs: number;
+}
+
+/** Why a write resumed: see `resumeCause`. */
+export type ResumeCause = 'connection' | 'reset' | 'not_open' | 'resume_required';
+
+export interface ResumeInfo {
+  cause: ResumeCause;
+  /** The write's failure that started the gap. */
+  error: unknown;
+  /** Which resume call answered (1 = the first). */
+  attempt: number;
+  /** Where the server's text stands: the helper re-sends from here. */
+  seq: number;
+  durableSeq: number;
+  /** The producer epoch the following writes carry. */
+  epoch: number;
+  /** UTF-16 code units re-sent from what the helper kept. */
+  resent: number;
+}
+
+export const RESUME_DEFAULTS: Readonly<ResumeOptions>;
+
+/** The wait before resume attempt `attempt` (0-based): `min(maxDelayMs, baseDelayMs·2^attempt)`, jittered to half..all of it. */
+export function backoffDelay(attempt: number, options?: Partial<ResumeOptions>, random?: () => number): number;
+
+/** Whether a write's failure means "resume and re-send" (and why), or `null`. */
+export function resumeCause(error: unknown): ResumeCause | null;
+
+/**
+ * What a producer sent that the server may still lose: from `start` (the last `durableSeq` it
+ * was told) to `end`, in UTF-16 code units. For a streaming append, the whole body since the
+ * append started (its answer is the first `durableSeq` it hears).
+ */
+export class KeptText {
+  constructor(start?: number);
+  readonly start: number;
+  readonly end: number;
+  readonly text: string;
+  push(piece: string): void;
+  /** Drop what lies below `durableSeq` (committed: it survives any reset). */
+  forget(durableSeq: number): void;
+  /** The text from `seq` on; `ResumeGapError` when `seq` is outside `start..end` or inside a surrogate pair. */
+  from(seq: number): string;
+}
+
+/** A resume answered a `seq` the producer cannot continue from (a server bug): nothing is re-sent. */
+export class ResumeGapError extends Error {
+  name: 'ResumeGapError';
+  seq: number;
+  kept: { start: number; end: number };
+}
+
+/** A request that got no answer (the connection failed or dropped): a resume cause. */
+export class ConnectionLostError extends Error {
+  name: 'ConnectionLostError';
+  /** `open`, `append`, `flush`, `close`, `fail` or `resume`. */
+  action: string;
+}
 
 /** `{ seq, durableSeq, cancelled }`: offsets in UTF-16 code units of the stream's text. */
 export interface AppendResult {
@@ -51,8 +129,10 @@ type Piece<F extends StreamFormat> = F extends 'ui' ? UIMessageChunk : string;
 export interface ProducerStream<F extends StreamFormat = 'text'> {
   readonly streamId: string;
   readonly format: F;
-  /** The open answer. */
-  readonly opened: { streamId: string; seq: number; durableSeq: number };
+  /** The open answer (`epoch` from a server that resumes). */
+  readonly opened: { streamId: string; seq: number; durableSeq: number; epoch?: number };
+  /** The producer epoch the writes carry as `x-rindle-epoch` (each resume makes a new one). */
+  readonly epoch: number | undefined;
   /**
    * Fires (reason: a `CancelledError`, named `AbortError`) once the producer learns of a
    * cancel: pass it as the model call's `abortSignal`.
@@ -77,6 +157,10 @@ export interface ProducerStream<F extends StreamFormat = 'text'> {
    * early: `pipe` stops reading `source`, fires `signal`, and closes (status `cancelled`).
    * Rejects (after failing the stream) if the stream API refuses the append, unless a cancel was
    * seen first (its early answer can cut the append's connection): then it resolves `cancelled`.
+   * A reset object or a lost connection does not end it: it resumes and re-sends (`resume`), so
+   * `pipe(result.toUIMessageStream())` survives a deploy with no code of yours. A cancel during
+   * the gap resolves `cancelled` and fires `signal`; 409 `superseded` (another producer resumed
+   * the stream) rejects without failing the stream, which is not this producer's any more.
    */
   pipe(source: ReadableStream<Piece<F>>): Promise<EndResult>;
   /**

@@ -20,6 +20,15 @@
 // reader) answers the streaming append at once with `cancelled: true`: `pipe` then stops reading
 // the upstream, fires `stream.signal`, and closes (the row ends `cancelled`).
 //
+// Surviving the object (SPEC §10): a deploy, an eviction or a crash resets the stream's object.
+// Every write carries the producer epoch (`x-rindle-epoch`, from open/resume). On a lost
+// connection, a reset object's error, `not_open` or `resume_required`, the helpers POST
+// `/resume`, re-send what the server lost from the `seq` it answers (they keep every character
+// sent beyond the last `durableSeq` they were told; for a streaming append, the whole body since
+// it started) and carry on reading the source, which is read once. They retry with bounded,
+// jittered backoff for `resume.timeoutMs` (60 s), then fail as before. `superseded` (another
+// producer resumed the stream) stops them; a cancel during the gap fires `signal`.
+//
 // Ids by construction: on a `ui` stream the `start` chunk's `messageId` is the stream id (the
 // message row's id), so a replay replaces the message it belongs to instead of adding one. A
 // `start` chunk without one gets it; one with another id is refused (`BadChunkError`).
@@ -110,8 +119,13 @@ function endpoint({ service, baseUrl, prefix = '/streams', fetch: fetchImpl }) {
   return (streamId, action) => (init) => send(new Request(`${origin}${prefix}/${encodeURIComponent(streamId)}/${action}`, init));
 }
 
-async function answer(res) {
-  const raw = await res.text();
+async function answer(res, action) {
+  let raw;
+  try {
+    raw = await res.text();
+  } catch (err) {
+    throw new ConnectionLostError(action, err);
+  }
   let body;
   try {
     body = raw ? JSON.parse(raw) : {};
@@ -126,15 +140,25 @@ async function answer(res) {
  * Open a stream whose message row the app has already inserted (SPEC §5) and return its
  * producer handle. `token` needs `write` scope for `streamId`.
  */
-export async function openStream({ streamId, token, format = 'text', meta, ...where }) {
+export async function openStream({ streamId, token, format = 'text', meta, resume = {}, onResume, ...where }) {
   if (format !== 'text' && format !== 'ui') throw new TypeError(`openStream: format must be "text" or "ui", got ${JSON.stringify(format)}`);
+  const retry = resume === false ? null : { ...RESUME_DEFAULTS, ...resume };
   const route = endpoint(where);
   const auth = { authorization: `Bearer ${token}` };
-  const post = (action, body, headers = {}) =>
-    route(streamId, action)({ method: 'POST', headers: { ...auth, ...headers }, body, ...(isStream(body) ? { duplex: 'half' } : {}) }).then(answer);
-  const postJson = (action, value) => post(action, JSON.stringify(value), { 'content-type': 'application/json' });
+  /** One request; a failure to reach the API at all is a `ConnectionLostError`. */
+  const post = async (action, body, headers = {}, signal) => {
+    let res;
+    try {
+      res = await route(streamId, action)({ method: 'POST', headers: { ...auth, ...headers }, body, signal, ...(isStream(body) ? { duplex: 'half' } : {}) });
+    } catch (err) {
+      throw signal?.aborted ? err : new ConnectionLostError(action, err);
+    }
+    return answer(res, action);
+  };
+  const jsonHeaders = { 'content-type': 'application/json' };
+  const textHeaders = { 'content-type': 'text/plain; charset=utf-8' };
 
-  const opened = await postJson('open', meta === undefined ? { format } : { format, meta });
+  const opened = await post('open', JSON.stringify(meta === undefined ? { format } : { format, meta }), jsonHeaders);
   const cancel = new AbortController();
   const learn = (reply) => {
     if (reply?.cancelled || reply?.status === 'cancelled') cancel.abort(new CancelledError(streamId));
@@ -142,78 +166,202 @@ export async function openStream({ streamId, token, format = 'text', meta, ...wh
   };
   const encode = format === 'ui' ? uiChunkEncoder(streamId) : encodeText;
 
+  // The send layer. `epoch`: this producer's, sent on every write (none from a server without
+  // resume, which then needs no header). `serverSeq`: where the server's text ends, as last
+  // told. `kept`: what was sent and may still be lost (beyond the last durableSeq told).
+  let epoch = opened.epoch;
+  let serverSeq = opened.seq ?? 0;
+  const kept = new KeptText(serverSeq);
+  const epochHeader = () => (epoch === undefined ? {} : { 'x-rindle-epoch': String(epoch) });
+  const told = (reply) => {
+    if (typeof reply?.seq === 'number') serverSeq = reply.seq;
+    if (typeof reply?.durableSeq === 'number') kept.forget(reply.durableSeq);
+    return reply;
+  };
+  const write = (action, body, headers = {}, signal) => post(action, body, { ...headers, ...epochHeader() }, signal).then(told);
+
+  /**
+   * POST /resume until it answers, with jittered backoff, for at most `retry.timeoutMs` since
+   * `since` (the first failure of this gap). Returns the new `seq`, or a `{ sealed }` answer
+   * when the stream ended during the gap (a cancel: `signal` fires).
+   */
+  const resumeAfter = async (failure, since) => {
+    const cause = resumeCause(failure);
+    for (let attempt = 0; ; attempt++) {
+      if (Date.now() - since >= retry.timeoutMs) throw failure;
+      await sleep(backoffDelay(attempt, retry));
+      let resumed;
+      try {
+        resumed = await post('resume', undefined, {});
+      } catch (err) {
+        if (err instanceof RindleError && err.code === 'closed') {
+          learn(err.body);
+          if (cancel.signal.aborted) return { sealed: { status: 'cancelled', seq: err.body.seq, durableSeq: err.body.durableSeq } };
+          throw err; // sealed otherwise (the window expired: interrupted)
+        }
+        // Still down, or D1 unreachable (store_unavailable): try again. Anything else (nothing
+        // to resume, a server without resume) leaves the write's own failure as the outcome.
+        if (resumeCause(err) || (err instanceof RindleError && err.code === 'store_unavailable')) continue;
+        throw failure;
+      }
+      epoch = resumed.epoch;
+      serverSeq = resumed.seq;
+      const resent = kept.from(resumed.seq).length; // throws ResumeGapError before anything is sent
+      if (typeof resumed.durableSeq === 'number') kept.forget(Math.min(resumed.durableSeq, resumed.seq));
+      onResume?.({ cause, error: failure, attempt: attempt + 1, seq: resumed.seq, durableSeq: resumed.durableSeq, epoch: resumed.epoch, resent });
+      return { seq: resumed.seq };
+    }
+  };
+
+  /**
+   * Run `attempt` (one write); on a resumable failure, resume and run it again, told it runs
+   * after a resume (`resumed`: the kept tail from `serverSeq` goes first). `sealed` answers a
+   * gap that ended in a cancel.
+   */
+  const resilient = async (attempt, sealed) => {
+    let since;
+    for (let resumed = false; ; resumed = true) {
+      try {
+        return await attempt(resumed);
+      } catch (err) {
+        if (!retry || !resumeCause(err)) throw err;
+        since ??= Date.now();
+        const resumed = await resumeAfter(err, since);
+        if (resumed.sealed) return sealed(resumed.sealed);
+        since = undefined; // a new gap starts its own clock
+      }
+    }
+  };
+
+  // Writes are sent one at a time, in call order: each resends the tail from where the server stands.
+  let queue = Promise.resolve();
+  const serial = (fn) => {
+    const run = queue.then(fn);
+    queue = run.catch(() => {});
+    return run;
+  };
+  /** A gap that ended in a cancel, as an append's answer (`ended`: the seal, nothing left to close). */
+  const asAppend = (sealed) => ({ seq: sealed.seq, durableSeq: sealed.durableSeq, cancelled: true, ended: sealed });
+  /** Everything kept from `serverSeq` as one plain append (a resent tail plus `text`). */
+  const appendKept = () => resilient(() => write('append', kept.from(serverSeq), textHeaders).then(learn), asAppend);
+  const ended = (action, body, headers) =>
+    serial(async () => {
+      // The tail a resume found missing goes first; then the seal itself.
+      return resilient(async (resumed) => {
+        if (resumed && kept.end > serverSeq) await write('append', kept.from(serverSeq), textHeaders).then(learn);
+        return learn(await write(action, body, headers));
+      }, (sealed) => sealed);
+    });
+
   const stream = {
     streamId,
     format,
-    /** The open answer: `{ streamId, seq, durableSeq }`. */
+    /** The open answer: `{ streamId, seq, durableSeq, epoch }`. */
     opened,
     /** Fires when a reader cancelled the stream (learned from an append or close answer). */
     signal: cancel.signal,
     get cancelled() {
       return cancel.signal.aborted;
     },
+    /** The producer epoch its writes carry (a resume makes a new one). */
+    get epoch() {
+      return epoch;
+    },
     /** One plain append: a string (text) or one chunk / an array of chunks (ui). */
     append(value) {
       const text = Array.isArray(value) && format === 'ui' ? value.map(encode).join('') : encode(value);
-      return post('append', text, { 'content-type': 'text/plain; charset=utf-8' }).then(learn);
+      return serial(() => {
+        kept.push(text);
+        return appendKept();
+      });
     },
     /** Resolves once everything appended so far is committed to D1: `{ seq, durableSeq }`. */
-    flush: () => post('flush'),
+    flush: () => ended('flush'),
     /** Seal the stream: `{ status, seq, durableSeq }` (`cancelled` when a cancel was seen). */
-    close: () => post('close').then(learn),
+    close: () => ended('close'),
     /** Seal the stream as `error` with this message (`cancelled` when a cancel was seen). */
-    fail: (error) => postJson('fail', { error: errorText(error) }).then(learn),
+    fail: (error) => ended('fail', JSON.stringify({ error: errorText(error) }), jsonHeaders),
 
     /**
      * Send `source` (UI message chunks for `ui`, strings for `text`) as one streaming append,
-     * then close, or fail on an upstream error. Resolves with the close/fail answer.
+     * then close, or fail on an upstream error. Resolves with the close/fail answer. After a
+     * reset the append starts again from the `seq` the resume answers, with the same source.
      */
     async pipe(source) {
       const reader = source.getReader();
       let upstreamError; // what ends the stream with `fail` instead of `close`
       let badChunk; // a chunk refused here: the append was cut short on purpose
-      const body = new ReadableStream({
-        async pull(controller) {
+      let sourceDone = false;
+      let reading; // the one read in flight, shared by the bodies of successive attempts
+      /** Read one piece of the source into `kept` (or note its end). */
+      const readOne = () =>
+        (reading ??= (async () => {
           let next;
           try {
             next = await reader.read();
           } catch (err) {
             upstreamError = err;
-            controller.close();
+            sourceDone = true;
             return;
           }
-          if (next.done) return controller.close();
+          if (next.done) {
+            sourceDone = true;
+            return;
+          }
           let line;
           try {
             line = encode(next.value);
           } catch (err) {
             badChunk = err;
+            sourceDone = true;
             reader.cancel(err).catch(() => {});
-            controller.close();
             return;
           }
           // An `error` chunk is the AI SDK's way of saying the generation failed.
           if (format === 'ui' && next.value.type === 'error') upstreamError ??= next.value.errorText ?? 'the model stream reported an error';
-          controller.enqueue(encoder.encode(line));
-        },
-        cancel(reason) {
-          // The append answered before the body ended (a cancel): stop the model.
-          return reader.cancel(reason).catch(() => {});
-        },
-      });
+          kept.push(line);
+        })().finally(() => {
+          reading = undefined;
+        }));
+      /** The body of one attempt: `kept` from `from` on, then the source as it is read. */
+      const bodyFrom = (from) => {
+        let sent = from;
+        return new ReadableStream({
+          async pull(controller) {
+            while (sent >= kept.end && !sourceDone) await readOne();
+            if (sent < kept.end) {
+              const piece = kept.from(sent);
+              sent = kept.end;
+              controller.enqueue(encoder.encode(piece));
+            } else controller.close();
+          },
+          // An attempt's body is dropped when its connection is (the source stays, for the next).
+        });
+      };
+
+      let attempt; // aborts the connection of an attempt a resume replaced
+      const streamAppend = () => {
+        attempt?.abort();
+        attempt = new AbortController();
+        return write('append', bodyFrom(serverSeq), textHeaders, attempt.signal).then(learn);
+      };
       let appended;
       try {
-        appended = learn(await post('append', body, { 'content-type': 'text/plain; charset=utf-8' }));
+        appended = await serial(() => resilient(streamAppend, asAppend));
       } catch (err) {
+        attempt?.abort();
         // Never leave the row `streaming`. A reader's cancel answers the append at once, and the
         // connection can be torn down before fetch reads that answer: `fail` then seals
-        // `cancelled` and says so, and the cancel is the outcome, not this error.
-        const failed = await stream.fail(err).catch(() => undefined);
+        // `cancelled` and says so, and the cancel is the outcome, not this error. A superseded
+        // producer does not own the stream any more: it only stops.
+        // (One try: when it comes here after a resume gave up, the API has been gone for a while.)
+        const failed = isSuperseded(err) ? undefined : await serial(() => write('fail', JSON.stringify({ error: errorText(err) }), jsonHeaders).then(learn)).catch(() => undefined);
         reader.cancel(stream.cancelled ? cancel.signal.reason : err).catch(() => {});
-        if (stream.cancelled) return failed;
+        if (stream.cancelled) return failed ?? { status: 'cancelled', seq: serverSeq, durableSeq: kept.start };
         throw err;
       }
       if (appended.cancelled) reader.cancel(cancel.signal.reason).catch(() => {});
+      if (appended.ended) return appended.ended; // sealed `cancelled` while the object was gone
       if (badChunk) {
         await stream.fail(badChunk).catch(() => {});
         throw badChunk;
@@ -246,6 +394,103 @@ export async function openStream({ streamId, token, format = 'text', meta, ...wh
     },
   };
   return stream;
+}
+
+// ---------------------------------------------------------------------------------------
+// Resume (SPEC §10)
+
+/** The helpers' resume policy: retry for `timeoutMs`, waiting `baseDelayMs` doubling to `maxDelayMs`, jittered. */
+export const RESUME_DEFAULTS = Object.freeze({ timeoutMs: 60_000, baseDelayMs: 100, maxDelayMs: 2_000 });
+
+/**
+ * The wait before resume attempt `attempt` (0-based): `baseDelayMs · 2^attempt`, capped at
+ * `maxDelayMs`, then jittered to between half and all of it (so producers reset together do
+ * not come back in step). The first attempt waits too: a reset object needs a moment.
+ */
+export function backoffDelay(attempt, { baseDelayMs = RESUME_DEFAULTS.baseDelayMs, maxDelayMs = RESUME_DEFAULTS.maxDelayMs } = {}, random = Math.random) {
+  const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** Math.min(attempt, 30));
+  return ceiling / 2 + (random() * ceiling) / 2;
+}
+
+/** What a reset object's error says, as the runtime words it (the Worker's 503 `unavailable` quotes it). */
+const RESET_MESSAGE = /Durable Object reset|is no longer active|code was updated|Network connection lost|internal error|exceeded its (?:memory|CPU)|object.*(?:overloaded|evicted)/i;
+
+/**
+ * Why a write's failure calls for "resume and re-send", or `null` when it does not:
+ * `connection` (the request never got an answer), `reset` (the runtime or the Worker says the
+ * object is gone: 503 `unavailable`, a 5xx that is not the stream API's own JSON, a reset
+ * message), `not_open` (the new instance has no live stream yet), `resume_required` (it
+ * rehydrated and waits for this producer).
+ */
+export function resumeCause(err) {
+  if (err instanceof ConnectionLostError) return 'connection';
+  if (!(err instanceof RindleError)) return null;
+  if (err.code === 'not_open' || err.code === 'resume_required') return err.code;
+  if (err.code === 'unavailable' || (err.status >= 500 && err.code === 'http_error') || (err.status >= 500 && RESET_MESSAGE.test(err.message))) return 'reset';
+  return null;
+}
+
+const isSuperseded = (err) => err instanceof RindleError && err.code === 'superseded';
+
+/**
+ * The text a producer sent that the server may still lose: from `start` (the last durableSeq it
+ * was told) to `end` (all it sent), in UTF-16 code units, the stream's coordinate.
+ */
+export class KeptText {
+  constructor(start = 0) {
+    this.start = start;
+    this.text = '';
+  }
+  get end() {
+    return this.start + this.text.length;
+  }
+  push(piece) {
+    this.text += piece;
+  }
+  /** Drop what lies below `durableSeq`: it is committed and survives any reset. */
+  forget(durableSeq) {
+    const cut = Math.min(durableSeq, this.end) - this.start;
+    if (cut <= 0) return;
+    this.text = this.text.slice(cut);
+    this.start += cut;
+  }
+  /**
+   * The text from `seq` on, to re-send after a resume. A `seq` outside what is kept, or one in
+   * the middle of a surrogate pair, is the server's error (ResumeGapError): never guess.
+   */
+  from(seq) {
+    if (!Number.isInteger(seq) || seq < this.start || seq > this.end) {
+      throw new ResumeGapError(`the server resumes at ${seq}, outside the ${this.start}..${this.end} this producer kept`, seq, this);
+    }
+    const i = seq - this.start;
+    if (i > 0 && i < this.text.length && isHighSurrogate(this.text.charCodeAt(i - 1)) && isLowSurrogate(this.text.charCodeAt(i))) {
+      throw new ResumeGapError(`the server resumes at ${seq}, inside a surrogate pair`, seq, this);
+    }
+    return this.text.slice(i);
+  }
+}
+
+const isHighSurrogate = (c) => c >= 0xd800 && c <= 0xdbff;
+const isLowSurrogate = (c) => c >= 0xdc00 && c <= 0xdfff;
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A resume answered a `seq` the producer cannot continue from: a server bug, never patched over. */
+export class ResumeGapError extends Error {
+  constructor(message, seq, kept) {
+    super(message);
+    this.name = 'ResumeGapError';
+    this.seq = seq;
+    this.kept = { start: kept.start, end: kept.end };
+  }
+}
+
+/** A request that got no answer (the connection failed or dropped): resume and re-send. */
+export class ConnectionLostError extends Error {
+  constructor(action, cause) {
+    super(`${action}: the connection to the stream API was lost (${cause?.cause?.code ?? cause?.cause?.message ?? cause?.message ?? cause})`, { cause });
+    this.name = 'ConnectionLostError';
+    this.action = action;
+  }
 }
 
 /** Raised as the reason of `stream.signal` when a reader cancelled the stream. */

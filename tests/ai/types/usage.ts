@@ -4,7 +4,7 @@
 import { readUIMessageStream, streamText, type ChatTransport, type UIMessage, type UIMessageChunk } from 'ai';
 import { MockLanguageModelV4 } from 'ai/test';
 import { RindleChatTransport, readUIStream, type ReconnectEvent } from '../../../public/chat-transport.js';
-import { openStream, signStreamToken, encodeUIChunk, RindleError, readUIMessage } from '../../../public/producer.js';
+import { openStream, signStreamToken, encodeUIChunk, RindleError, readUIMessage, RESUME_DEFAULTS, backoffDelay, resumeCause, KeptText, ResumeGapError } from '../../../public/producer.js';
 import { readUIMessage as readUIMessageInThePage } from '../../../public/chat-transport.js';
 import { followStream, applyFrame, initialState, type Frame } from '../../../public/client.js';
 
@@ -29,7 +29,23 @@ export async function produce(env: Env, answerId: string): Promise<string> {
   await stream.append({ type: 'text-delta', id: 't1', delta: 'more' } satisfies UIMessageChunk);
   // @ts-expect-error a ui stream takes UI message chunks, not strings
   await stream.append('plain text');
-  const text = await openStream({ baseUrl: 'http://127.0.0.1:8787', streamId: `${answerId}-text`, token });
+  const text = await openStream({
+    baseUrl: 'http://127.0.0.1:8787',
+    streamId: `${answerId}-text`,
+    token,
+    // Surviving a reset (SPEC §10): the policy and a hook; `resume: false` turns it off.
+    resume: { timeoutMs: RESUME_DEFAULTS.timeoutMs * 2 },
+    onResume: ({ cause, seq, epoch, resent }) => console.log(cause satisfies 'connection' | 'reset' | 'not_open' | 'resume_required', seq, epoch, resent),
+  });
+  const epoch: number | undefined = text.epoch;
+  void epoch;
+  void (await openStream({ baseUrl: 'http://x', streamId: 'x', token, resume: false }));
+  // @ts-expect-error the resume policy's fields are numbers
+  void (await openStream({ baseUrl: 'http://x', streamId: 'x', token, resume: { timeoutMs: '60s' } }));
+  const kept = new KeptText(0);
+  kept.push('👍');
+  const tail: string = kept.from(0);
+  void [tail, backoffDelay(3), resumeCause(new Error('x')), new ResumeGapError('x') instanceof Error];
   await text.pipe(result.textStream);
   // @ts-expect-error a text stream takes strings, not chunks
   await text.append({ type: 'text-delta', id: 't1', delta: 'x' });

@@ -1,0 +1,237 @@
+// Units of producer.js's resume layer (SPEC §10, issue 35 item 6), without a server: the
+// backoff's bounds, KeptText's slicing in UTF-16 code units (emoji, ZWJ sequences, skin tones,
+// CJK; never inside a surrogate pair), which failures mean "resume and re-send", and the send
+// layer against a fake stream API (a mock for the faults only: it loses connections and resets
+// the way the runtime does; tests/survival/ runs the real runtime with real kills).
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  backoffDelay, ConnectionLostError, KeptText, openStream, RESUME_DEFAULTS, ResumeGapError, resumeCause, RindleError,
+} from '../../public/producer.js';
+
+test('backoff: 100 ms doubling to 2 s, jittered between half and all of it', () => {
+  assert.deepEqual(RESUME_DEFAULTS, { timeoutMs: 60_000, baseDelayMs: 100, maxDelayMs: 2_000 });
+  const low = () => 0;
+  const high = () => 1 - Number.EPSILON;
+  assert.equal(backoffDelay(0, RESUME_DEFAULTS, low), 50);
+  assert.ok(backoffDelay(0, RESUME_DEFAULTS, high) <= 100);
+  assert.equal(backoffDelay(3, RESUME_DEFAULTS, low), 400);
+  for (const attempt of [5, 6, 20, 1000]) {
+    assert.equal(backoffDelay(attempt, RESUME_DEFAULTS, low), 1000, `attempt ${attempt} capped`);
+    assert.ok(backoffDelay(attempt, RESUME_DEFAULTS, high) <= 2000);
+  }
+  // At least 60 s of attempts before giving up: the sum of the smallest waits until the cap
+  // plus capped ones; the loop itself is bounded by timeoutMs, not by a count.
+  assert.equal(backoffDelay(2, { baseDelayMs: 10, maxDelayMs: 25 }, low), 12.5, 'options apply');
+  const delays = Array.from({ length: 40 }, (_, i) => backoffDelay(i, RESUME_DEFAULTS));
+  assert.ok(delays.every((d, i) => d >= Math.min(2000, 100 * 2 ** i) / 2 && d <= Math.min(2000, 100 * 2 ** i)));
+});
+
+test('KeptText: slices by UTF-16 offset from the last durableSeq, never inside a surrogate pair', () => {
+  const kept = new KeptText(10);
+  const pieces = ['你好', '👍🏽', 'a👨‍👩‍👧‍👦b', '🇫🇷'];
+  for (const p of pieces) kept.push(p);
+  const all = pieces.join('');
+  assert.equal(kept.end, 10 + all.length);
+  assert.equal(kept.from(10), all);
+  assert.equal(kept.from(12), all.slice(2), 'after the CJK');
+  assert.equal(kept.from(14), all.slice(4), 'between 👍 and its skin tone: two code points, a valid cut');
+  assert.equal(kept.from(kept.end), '');
+  // Inside 👍 (a surrogate pair), inside the family's first person, inside a flag's letter.
+  for (const inside of [13, 10 + 2 + 4 + 1 + 1, kept.end - 1]) {
+    assert.throws(() => kept.from(inside), (e) => e instanceof ResumeGapError && /surrogate pair/.test(e.message) && e.seq === inside, `seq ${inside}`);
+  }
+  // A ZWJ sequence can be cut between its code points (the server's seq is UTF-16, not graphemes).
+  const zwj = 10 + 2 + 4 + 1 + 2; // right after 👨, before the ZWJ
+  assert.equal(kept.from(zwj), all.slice(zwj - 10));
+  assert.throws(() => kept.from(9), ResumeGapError, 'below what is kept');
+  assert.throws(() => kept.from(kept.end + 1), ResumeGapError, 'past what was sent');
+  assert.throws(() => kept.from(11.5), ResumeGapError, 'not an offset');
+
+  kept.forget(14);
+  assert.equal(kept.start, 14);
+  assert.equal(kept.from(14), all.slice(4));
+  assert.throws(() => kept.from(12), ResumeGapError, 'forgotten: committed');
+  kept.forget(12);
+  assert.equal(kept.start, 14, 'durableSeq never moves it back');
+  kept.forget(kept.end + 50);
+  assert.equal(kept.start, kept.end, 'forgetting past the end keeps nothing, and stays at the end');
+  assert.equal(kept.text, '');
+});
+
+test('resumeCause: lost connections, reset objects, not_open and resume_required resume; refusals do not', () => {
+  const api = (status, code, message = '') => new RindleError(status, code, message);
+  const cases = [
+    [new ConnectionLostError('append', new TypeError('fetch failed')), 'connection'],
+    [api(503, 'unavailable', 'the service could not complete the request: Error: Durable Object reset because its code was updated.'), 'reset'],
+    [api(500, 'http_error', 'Internal Server Error'), 'reset'],
+    [api(502, 'http_error', 'Bad Gateway'), 'reset'],
+    [api(500, 'internal', 'Error: Durable Object storage operation exceeded timeout which caused object to be reset. ... is no longer active'), 'reset'],
+    [api(404, 'not_open', 'no stream is open here'), 'not_open'],
+    [api(409, 'resume_required', 'the stream was rehydrated'), 'resume_required'],
+    [api(409, 'superseded', 'another producer resumed'), null],
+    [api(409, 'closed', 'sealed'), null],
+    [api(400, 'bad_epoch', 'x'), null],
+    [api(400, 'bad_chunk', 'x'), null],
+    [api(503, 'checkpoint_failed', 'D1 refused the checkpoint'), null],
+    [api(403, 'forbidden', 'x'), null],
+    [new TypeError('a text stream takes strings'), null],
+    [new Error('fetch failed'), null],
+  ];
+  for (const [err, cause] of cases) assert.equal(resumeCause(err), cause, `${err.name}: ${err.message}`);
+});
+
+/**
+ * A fake stream API for the send layer's faults: it keeps `text`, an `epoch`, and fails the
+ * requests `faults` names (by order of arrival), the way a reset runtime does. Streaming bodies
+ * are read piece by piece; a `cut` fault takes `keep` characters of the body and drops the rest
+ * with the connection.
+ */
+function fakeApi({ faults = {}, onRequest = () => {} } = {}) {
+  const server = { text: '', durable: 0, epoch: 1, resumes: 0, requests: [], sealed: null };
+  const reply = (status, body) => new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json' } });
+  server.fetch = async (request) => {
+    const action = new URL(request.url).pathname.split('/').at(-1);
+    const n = server.requests.push({ action, epoch: request.headers.get('x-rindle-epoch') });
+    onRequest(action, server);
+    const fault = faults[n];
+    if (action === 'open') return reply(200, { streamId: 's', seq: 0, durableSeq: 0, epoch: 1 });
+    if (action === 'resume') {
+      if (fault === 'down') throw new TypeError('fetch failed');
+      if (server.sealed) return reply(409, { error: 'closed', message: 'sealed', ...server.sealed });
+      server.epoch += 1;
+      server.resumes += 1;
+      return reply(200, { seq: server.text.length, durableSeq: server.durable, format: 'text', epoch: server.epoch });
+    }
+    if (Number(request.headers.get('x-rindle-epoch')) !== server.epoch) return reply(409, { error: 'superseded', message: 'old epoch' });
+    if (fault === 'reset') {
+      // The object died under the request: its uncommitted tail is gone, the new instance rehydrates.
+      server.text = server.text.slice(0, server.durable);
+      return reply(503, { error: 'unavailable', message: 'Durable Object reset because its code was updated.' });
+    }
+    if (action === 'append') {
+      const body = request.body ? await readBody(request.body, fault) : '';
+      server.text += body.text;
+      if (body.cut) {
+        server.text = server.text.slice(0, Math.max(server.durable, server.text.length - 1)); // and a piece lost with it
+        throw new TypeError('fetch failed', { cause: { code: 'ECONNRESET' } });
+      }
+      return reply(200, { seq: server.text.length, durableSeq: server.durable, cancelled: false });
+    }
+    if (action === 'flush') {
+      server.durable = server.text.length;
+      return reply(200, { seq: server.text.length, durableSeq: server.durable });
+    }
+    server.sealed = { status: action === 'close' ? 'complete' : 'error', seq: server.text.length, durableSeq: server.text.length };
+    return reply(200, server.sealed);
+  };
+  return server;
+}
+
+async function readBody(body, fault) {
+  const decoder = new TextDecoder();
+  let text = '';
+  const reader = body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return { text };
+    text += decoder.decode(value, { stream: true });
+    if (fault?.cut !== undefined && text.length >= fault.cut) {
+      reader.cancel().catch(() => {});
+      return { text, cut: true };
+    }
+  }
+}
+
+const FAST = { timeoutMs: 2_000, baseDelayMs: 1, maxDelayMs: 5 };
+const open = (server, options = {}) => openStream({ baseUrl: 'http://fake', fetch: server.fetch, streamId: 's', token: 't', resume: FAST, ...options });
+
+test('pipe: a connection cut mid-append and a reset resume, re-send from the server seq, and read the source once', async () => {
+  const pieces = ['Hello ', '世界 ', '👍🏽 ', '👨‍👩‍👧 ', 'done.'];
+  const text = pieces.join('');
+  let reads = 0;
+  const source = new ReadableStream({
+    pull(c) {
+      if (reads < pieces.length) c.enqueue(pieces[reads++]);
+      else c.close();
+    },
+  });
+  // Request 2 (the first streaming append) is cut after 9 characters; the resume's re-sent
+  // append (request 4) dies with a reset; the next one goes through.
+  const server = fakeApi({ faults: { 2: { cut: 9 }, 4: 'reset' } });
+  const resumes = [];
+  const stream = await open(server, { onResume: (info) => resumes.push(info) });
+  assert.equal(stream.epoch, 1);
+  const ended = await stream.pipe(source);
+  assert.equal(ended.status, 'complete');
+  assert.equal(server.text, text, 'exactly the source, once');
+  assert.equal(reads, pieces.length);
+  assert.deepEqual(resumes.map((r) => [r.cause, r.epoch]), [['connection', 2], ['reset', 3]]);
+  assert.equal(stream.epoch, 3);
+  assert.deepEqual(server.requests.map((r) => [r.action, r.epoch]), [
+    ['open', null], ['append', '1'], ['resume', null], ['append', '2'], ['resume', null], ['append', '3'], ['close', '3'],
+  ]);
+});
+
+test('plain appends and flush: a reset loses the uncommitted tail, the helper re-sends it from what it kept', async () => {
+  const server = fakeApi({ faults: { 5: 'reset' } });
+  const stream = await open(server);
+  await stream.append('one 🇫🇷 ');
+  await stream.flush(); // durable: the helper may forget it
+  await stream.append('two 👍🏽 ');
+  await stream.append('three'); // request 5: the object resets and loses "two 👍🏽 "
+  assert.equal(server.text, 'one 🇫🇷 two 👍🏽 three');
+  assert.equal((await stream.close()).status, 'complete');
+});
+
+test('the resume gives up after timeoutMs with the write\'s own failure; superseded stops at once; resume: false never resumes', async () => {
+  const down = fakeApi({ faults: Object.fromEntries(Array.from({ length: 500 }, (_, i) => [i + 3, 'down'])) });
+  down.fetch = ((inner) => async (request) => {
+    const action = new URL(request.url).pathname.split('/').at(-1);
+    if (action === 'append') throw new TypeError('fetch failed');
+    if (action === 'resume') throw new TypeError('fetch failed');
+    return inner(request);
+  })(down.fetch);
+  const started = Date.now();
+  const stream = await open(down, { resume: { ...FAST, timeoutMs: 300 } });
+  await assert.rejects(stream.append('x'), ConnectionLostError);
+  const took = Date.now() - started;
+  assert.ok(took >= 300 && took < 2000, `gave up after ${took} ms`);
+
+  const server = fakeApi();
+  const other = await open(server);
+  server.epoch = 7; // another producer resumed it
+  await assert.rejects(other.append('x'), (e) => e.code === 'superseded');
+  assert.equal(server.resumes, 0);
+
+  const noResume = fakeApi({ faults: { 2: 'reset' } });
+  const plain = await open(noResume, { resume: false });
+  await assert.rejects(plain.append('x'), (e) => e.code === 'unavailable');
+  assert.equal(noResume.resumes, 0);
+});
+
+test('a cancel during the gap: the resume answers closed/cancelled, signal fires, pipe resolves cancelled', async () => {
+  const server = fakeApi({ faults: { 2: { cut: 3 } }, onRequest: (action, s) => action === 'resume' && (s.sealed = { status: 'cancelled', seq: 0, durableSeq: 0 }) });
+  const stream = await open(server);
+  let cancelledSource;
+  const source = new ReadableStream({ pull: (c) => c.enqueue('more text '), cancel: (reason) => void (cancelledSource = reason) });
+  const ended = await stream.pipe(source);
+  assert.equal(ended.status, 'cancelled');
+  assert.equal(stream.signal.aborted, true);
+  assert.equal(stream.signal.reason.name, 'AbortError');
+  assert.equal(cancelledSource?.name, 'AbortError', 'the model is stopped');
+});
+
+test('a resume seq inside a surrogate pair is a server bug: ResumeGapError, nothing re-sent', async () => {
+  const server = fakeApi({ faults: { 2: 'reset' } });
+  const inner = server.fetch;
+  server.fetch = async (request) => {
+    const res = await inner(request);
+    if (!request.url.endsWith('/resume')) return res;
+    const body = await res.json();
+    return new Response(JSON.stringify({ ...body, seq: 1 }), { status: 200 });
+  };
+  const stream = await open(server);
+  await assert.rejects(stream.append('👍 tail'), ResumeGapError);
+  assert.equal(server.requests.filter((r) => r.action === 'append').length, 1, 'no append after the bad resume');
+});
