@@ -158,7 +158,11 @@ export async function openStream({ streamId, token, format = 'text', meta, resum
   const jsonHeaders = { 'content-type': 'application/json' };
   const textHeaders = { 'content-type': 'text/plain; charset=utf-8' };
 
-  const opened = await post('open', JSON.stringify(meta === undefined ? { format } : { format, meta }), jsonHeaders);
+  const opened = await openOrResume(
+    () => post('open', JSON.stringify(meta === undefined ? { format } : { format, meta }), jsonHeaders),
+    () => post('resume'),
+    retry,
+  );
   const cancel = new AbortController();
   const learn = (reply) => {
     if (reply?.cancelled || reply?.status === 'cancelled') cancel.abort(new CancelledError(streamId));
@@ -398,6 +402,30 @@ export async function openStream({ streamId, token, format = 'text', meta, resum
 
 // ---------------------------------------------------------------------------------------
 // Resume (SPEC §10)
+
+/**
+ * Open, surviving a reset during the open itself: a lost open may or may not have taken, so
+ * after one the helper asks `resume` first (it took: carry on from the answered seq, with the
+ * new epoch) and opens again only on `not_open` (it did not). A refused reopen after a lost
+ * open is the lost open having taken: resume again.
+ */
+async function openOrResume(open, resume, retry) {
+  let since;
+  let resuming = false; // the next try is a resume (a lost open may have taken), else an open
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await (resuming ? resume().then((r) => ({ seq: r.seq, durableSeq: r.durableSeq, epoch: r.epoch, format: r.format, resumed: true })) : open());
+    } catch (err) {
+      const code = err instanceof RindleError ? err.code : undefined;
+      const tookAfterAll = since !== undefined && code === 'open_refused';
+      if (!retry || !(resumeCause(err) || tookAfterAll || (resuming && code === 'store_unavailable'))) throw err;
+      since ??= Date.now();
+      if (Date.now() - since >= retry.timeoutMs) throw err;
+      resuming = code !== 'not_open';
+      await sleep(backoffDelay(attempt, retry));
+    }
+  }
+}
 
 /** The helpers' resume policy: retry for `timeoutMs`, waiting `baseDelayMs` doubling to `maxDelayMs`, jittered. */
 export const RESUME_DEFAULTS = Object.freeze({ timeoutMs: 60_000, baseDelayMs: 100, maxDelayMs: 2_000 });

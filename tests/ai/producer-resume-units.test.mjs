@@ -95,8 +95,15 @@ function fakeApi({ faults = {}, onRequest = () => {} } = {}) {
     const n = server.requests.push({ action, epoch: request.headers.get('x-rindle-epoch') });
     onRequest(action, server);
     const fault = faults[n];
-    if (action === 'open') return reply(200, { streamId: 's', seq: 0, durableSeq: 0, epoch: 1 });
+    if (action === 'open') {
+      if (fault === 'down') throw new TypeError('fetch failed'); // never reached the object
+      if (server.opened) return reply(409, { error: 'open_refused', message: 'already streaming' });
+      server.opened = true;
+      if (fault === 'lost') throw new TypeError('fetch failed'); // took, but the answer was lost
+      return reply(200, { streamId: 's', seq: 0, durableSeq: 0, epoch: 1 });
+    }
     if (action === 'resume') {
+      if (!server.opened) return reply(404, { error: 'not_open', message: 'no stream is open here' });
       if (fault === 'down') throw new TypeError('fetch failed');
       if (server.sealed) return reply(409, { error: 'closed', message: 'sealed', ...server.sealed });
       server.epoch += 1;
@@ -234,4 +241,19 @@ test('a resume seq inside a surrogate pair is a server bug: ResumeGapError, noth
   const stream = await open(server);
   await assert.rejects(stream.append('👍 tail'), ResumeGapError);
   assert.equal(server.requests.filter((r) => r.action === 'append').length, 1, 'no append after the bad resume');
+});
+
+test('a lost open: resumed when it took, opened again when it did not', async () => {
+  const took = fakeApi({ faults: { 1: 'lost' } });
+  const a = await open(took);
+  assert.deepEqual([a.opened.resumed, a.epoch], [true, 2]);
+  await a.append('after a lost open');
+  assert.equal(took.text, 'after a lost open');
+  assert.deepEqual(took.requests.map((r) => r.action), ['open', 'resume', 'append']);
+
+  const never = fakeApi({ faults: { 1: 'down' } });
+  const b = await open(never);
+  assert.equal(b.epoch, 1);
+  assert.deepEqual(never.requests.map((r) => r.action), ['open', 'resume', 'open']);
+  await assert.rejects(open(fakeApi({ faults: { 1: 'down' } }), { resume: false }), ConnectionLostError);
 });
