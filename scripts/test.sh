@@ -3,7 +3,7 @@
 # first so a broken change fails in seconds rather than after the long steps: Chromium present,
 # rustfmt, clippy (native and wasm32, warnings denied), native Rust tests (with a PostgreSQL of
 # their own, scripts/pg.sh, stopped at exit), the embedding build, the Worker's production
-# build, its bundle size and proof it holds no dev code, the dev build, then the Node tests (tests/client/, tests/ai/, tests/e2e/,
+# build, its bundle size and proof it holds no dev code, the dev build, then the Node tests (tests/client/, tests/ai/, tests/e2e/, tests/survival/,
 # tests/browser/) against the real Worker.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -86,10 +86,10 @@ step "fan-out smoke: $(elapsed "$T")"
 BUILD_CRATE=examples/embed "$SCRIPTS_DIR/build.sh"
 
 dirs=()
-for d in tests/client tests/ai tests/e2e tests/browser; do
+for d in tests/client tests/ai tests/e2e tests/survival tests/browser; do
   [[ -d "$d" ]] && dirs+=("$d/")
 done
-[[ ${#dirs[@]} -gt 0 ]] || die "no Node test directories (tests/client, tests/ai, tests/e2e, tests/browser)"
+[[ ${#dirs[@]} -gt 0 ]] || die "no Node test directories (tests/client, tests/ai, tests/e2e, tests/survival, tests/browser)"
 step "node --test ${dirs[*]}"
 T="$(now)"
 rm -rf test-artifacts/e2e && mkdir -p test-artifacts

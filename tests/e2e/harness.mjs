@@ -378,6 +378,8 @@ let stackCounter = 0;
  *              own: no entry Worker, no dev middleware, no dev proxy); not with `chat` or `demo`.
  *   production serve the production build (build/, what `wrangler deploy` bundles) instead of the
  *              dev build every other stack serves; not with `config` or `chat`.
+ *   script     serve this copy of a build's worker/shim.mjs instead (tests/survival/reload: a
+ *              build wrangler dev reloads when the test rewrites it); not with `config` or `chat`.
  *
  * returns { baseUrl, port, inspectorPort, persistDir, secret, db, token(stream, scope?, claims?),
  *           stop(), kill(), restart(opts?), logs(), waitForLog(re, ms), process }
@@ -396,6 +398,7 @@ export async function startStack({
   demo = false,
   bare = false,
   production = false,
+  script: scriptCopy,
 } = {}) {
   if (bare && (chat || demo)) throw new Error('startStack: `bare` serves one Worker, without `chat` or `demo`');
   if (production && (config || chat)) throw new Error('startStack: `production` serves the project\'s own Worker, without `config` or `chat`');
@@ -403,7 +406,8 @@ export async function startStack({
   if (production && !existsSync(PRODUCTION_SHIM)) throw new Error(`${PRODUCTION_SHIM} is missing: run scripts/build.sh first`);
   // The project's own Worker is served from a build named on the command line (wrangler.toml's
   // `main` is the production build); another config serves its own `main`.
-  const script = config || chat ? null : production ? PRODUCTION_SHIM : SHIM;
+  if (scriptCopy && (config || chat || production)) throw new Error('startStack: `script` serves a copy of the project\'s build, without `config`, `chat` or `production`');
+  const script = config || chat ? null : scriptCopy ?? (production ? PRODUCTION_SHIM : SHIM);
   installExitHooks();
   const id = `${process.pid}-${++stackCounter}`;
   const label = (name ?? 'stack').replace(/[^A-Za-z0-9_.-]+/g, '_');

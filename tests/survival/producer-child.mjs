@@ -1,0 +1,45 @@
+// The producer of tests/survival/: producer.js's openStream + pipe in a Node process of its own,
+// so killing rindle's runtime never touches it (as a deploy never touches the producer Worker).
+// It is paced by its parent, not by a clock: piece n of the source is read only once the
+// parent released it (`{ type: 'release', upTo }`), so every kill point is an event the parent
+// chose. It reports each read, each request it sends, each resume and the end over IPC.
+import { openStream } from '../../public/producer.js';
+
+const send = (message) => process.send(message);
+let released = 0;
+let wake;
+process.on('message', (message) => {
+  if (message.type === 'release') {
+    released = Math.max(released, message.upTo);
+    wake?.();
+  } else if (message.type === 'go') run(message).catch((err) => send({ type: 'failed', error: `${err.name}: ${err.message}`, code: err.code }));
+});
+
+async function run({ baseUrl, streamId, token, format, pieces, resume }) {
+  let reads = 0;
+  const source = new ReadableStream({
+    async pull(controller) {
+      while (reads >= released && reads < pieces.length) await new Promise((resolve) => (wake = resolve));
+      if (reads === pieces.length) return controller.close();
+      controller.enqueue(pieces[reads++]);
+      send({ type: 'read', reads });
+    },
+  });
+  // Tell the parent when a request leaves (the `during open` kill waits for it).
+  const tracing = (request) => {
+    send({ type: 'request', action: new URL(request.url).pathname.split('/').at(-1) });
+    return fetch(request);
+  };
+  const stream = await openStream({
+    baseUrl,
+    fetch: tracing,
+    streamId,
+    token,
+    format,
+    resume,
+    onResume: ({ cause, seq, durableSeq, epoch, resent, attempt }) => send({ type: 'resumed', cause, seq, durableSeq, epoch, resent, attempt }),
+  });
+  send({ type: 'opened', opened: stream.opened });
+  const ended = await stream.pipe(source);
+  send({ type: 'ended', ended, reads, cancelled: stream.signal.aborted });
+}

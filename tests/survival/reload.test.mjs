@@ -1,0 +1,71 @@
+// What a deploy does (SPEC §10, issue 35 "What a deploy does"): `wrangler dev` reloads a rebuilt
+// Worker mid-answer, which resets the stream's object ("Durable Object reset because its code
+// was updated") exactly as a `wrangler deploy` does, while the producer (its own Node process,
+// producer.js's pipe) keeps running. The stack serves a copy of the dev build, which the test
+// rewrites 3 times at seeded points of a `ui` answer; each rewrite is a new Worker version.
+// The same assertions as kills.test.mjs hold: pipe `complete`, the source read once, the row
+// exactly the text with no chunk rows, every reader (EventSource from the start, a late
+// joiner, /ui through `ai`) the source's text and message, durableSeq never falling.
+// E2E_SEED=<seed> replays the answer and the reload points.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { appendFileSync, cpSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { join } from 'node:path';
+import { ROOT, startStack } from '../e2e/harness.mjs';
+import { newStream, rng, seedFromEnv, until } from '../e2e/util.mjs';
+import { answerOf, assertSurvived, eventsReader, startProducer, STEP_MS, uiReader } from './support.mjs';
+
+const RELOADS = 3;
+
+let stack;
+let build;
+test.before(async () => {
+  // Inside the repository, so wrangler dev finds wrangler.toml above the copied script.
+  mkdirSync(join(ROOT, 'test-artifacts'), { recursive: true });
+  build = mkdtempSync(join(ROOT, 'test-artifacts', 'reload-'));
+  cpSync(join(ROOT, 'build-dev'), build, { recursive: true });
+  // Checkpoints by size only, so a reload finds an uncommitted tail.
+  stack = await startStack({ name: 'survival-reload', script: join(build, 'worker', 'shim.mjs'), vars: { UI_CHECKPOINT_CHARS: '400', CHECKPOINT_INTERVAL_MS: '600000' } });
+});
+test.after(async () => {
+  await stack?.stop();
+});
+
+test(`a ui answer survives ${RELOADS} reloads of a rebuilt Worker mid-answer (a deploy): complete, exactly the source, no seam`, { timeout: 180_000 }, async (t) => {
+  const seed = seedFromEnv();
+  const r = rng(seed);
+  t.diagnostic(`E2E_SEED=${seed} (replays the answer and the reload points)`);
+  const id = newStream(stack, 'reload');
+  const { pieces, encode } = answerOf(r, id, 'ui');
+  const wire = pieces.map(encode);
+  const textUpTo = (n) => wire.slice(0, n).join('');
+  const produced = textUpTo(pieces.length);
+  const readToken = stack.token(id, 'read');
+
+  const producer = startProducer();
+  t.after(() => producer.stop());
+  producer.send({ type: 'go', baseUrl: stack.baseUrl, streamId: id, token: stack.token(id, 'write'), format: 'ui', pieces, resume: { timeoutMs: 90_000 } });
+  await producer.next((m) => m.type === 'opened', 'open');
+  const readers = [eventsReader(stack.baseUrl, id, readToken)];
+  const ui = uiReader(stack.baseUrl, id, readToken);
+
+  let released = 0;
+  const release = (upTo) => producer.send({ type: 'release', upTo: (released = Math.min(pieces.length, upTo)) });
+  const step = Math.floor(pieces.length / (RELOADS + 1));
+  for (let k = 1; k <= RELOADS; k++) {
+    release(step * k - r.int(0, Math.floor(step / 2)));
+    await until(() => readers.every((x) => x.text.length >= textUpTo(released).length), `reload ${k}: the readers to get what was released`, STEP_MS);
+    const since = producer.messages.length;
+    const updates = (stack.logs().match(/Local server updated and ready/g) ?? []).length;
+    appendFileSync(join(build, 'index.js'), `\n// rebuilt ${k}\n`); // a new version of the Worker
+    await until(() => (stack.logs().match(/Local server updated and ready/g) ?? []).length > updates, `reload ${k}: wrangler dev to reload`, STEP_MS);
+    const resumed = await producer.next((m) => m.type === 'resumed', `a resume after reload ${k}`, since);
+    t.diagnostic(`reload ${k} at ${released}/${pieces.length} pieces: resumed (${resumed.cause}) at ${resumed.seq}, re-sent ${resumed.resent}`);
+    if (k === 1) readers.push(eventsReader(stack.baseUrl, id, readToken)); // the late joiner
+  }
+  release(pieces.length);
+  const resumes = await assertSurvived({ stack, id, producer, pieces, produced, readers, ui });
+  assert.ok(resumes.length >= RELOADS, `a resume per reload (${resumes.length})`);
+  assert.ok(resumes.some((m) => m.resent > 0), 'a reload lost an uncommitted tail, which the producer re-sent');
+  assert.deepEqual(resumes.map((m) => m.durableSeq), [...resumes.map((m) => m.durableSeq)].sort((x, y) => x - y), 'durableSeq never falls (resumes)');
+});
