@@ -104,7 +104,10 @@ async function startAnswer(request, env, ctx, { stock }) {
 
   let stream;
   try {
-    stream = await openStream({ service: env.RINDLE, streamId: answerId, token: writeToken, format: 'ui', meta: { chatId } });
+    // A reset of rindle's object (a deploy, an eviction) mid-answer: the helpers resume and
+    // re-send by themselves (SPEC §10); the hook only logs it.
+    const onResume = ({ cause, seq, resent }) => console.log(`producer_resumed ${answerId} ${cause} ${seq} ${resent}`);
+    stream = await openStream({ service: env.RINDLE, streamId: answerId, token: writeToken, format: 'ui', meta: { chatId }, onResume });
   } catch (err) {
     // No answer will come: drop its row rather than leave it `pending` (it would block the chat).
     await env.DB.prepare(`DELETE FROM messages WHERE id = ? AND status = 'pending'`).bind(answerId).run();

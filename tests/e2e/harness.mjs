@@ -378,6 +378,9 @@ let stackCounter = 0;
  *              own: no entry Worker, no dev middleware, no dev proxy); not with `chat` or `demo`.
  *   production serve the production build (build/, what `wrangler deploy` bundles) instead of the
  *              dev build every other stack serves; not with `config` or `chat`.
+ *   registry   a wrangler dev registry directory (WRANGLER_REGISTRY_PATH) shared with other stacks:
+ *              a service binding reaches the Worker another stack serves (tests/survival/browser-chat:
+ *              the example chat and rindle-streams in two processes, so one can be killed alone)
  *   script     serve this copy of a build's worker/shim.mjs instead (tests/survival/reload: a
  *              build wrangler dev reloads when the test rewrites it); not with `config` or `chat`.
  *
@@ -399,6 +402,7 @@ export async function startStack({
   bare = false,
   production = false,
   script: scriptCopy,
+  registry,
 } = {}) {
   if (bare && (chat || demo)) throw new Error('startStack: `bare` serves one Worker, without `chat` or `demo`');
   if (production && (config || chat)) throw new Error('startStack: `production` serves the project\'s own Worker, without `config` or `chat`');
@@ -515,7 +519,7 @@ export async function startStack({
     if (config) args.push('--config', config);
     if (demo) args.push('--assets', join(ROOT, 'public'));
     const asVar = ([k, v]) => ['--var', `${k}:${typeof v === 'string' ? v : JSON.stringify(v)}`];
-    let env = BASE_ENV;
+    let env = registry ? { ...BASE_ENV, WRANGLER_REGISTRY_PATH: registry } : BASE_ENV;
     if (chat) {
       args.push('--config', CHAT_CONFIG, '--config', writeAuxiliaryConfig(join(base, 'rindle'), { ...stack.vars, STREAM_JWT_SECRET: stack.secret }));
       args.push(...Object.entries(stack.chatVars).flatMap(asVar));
