@@ -116,7 +116,8 @@ function endpoint({ service, baseUrl, prefix = '/streams', fetch: fetchImpl }) {
   if (!service && baseUrl == null) throw new TypeError('openStream: pass `service` (a service binding) or `baseUrl`');
   const origin = service ? 'https://rindle.internal' : String(baseUrl).replace(/\/+$/, '');
   const send = service ? (req) => service.fetch(req) : (req) => (fetchImpl ?? globalThis.fetch)(req);
-  return (streamId, action) => (init) => send(new Request(`${origin}${prefix}/${encodeURIComponent(streamId)}/${action}`, init));
+  const request = (streamId, action, init) => new Request(`${origin}${prefix}/${encodeURIComponent(streamId)}/${action}`, init);
+  return { request, send };
 }
 
 async function answer(res, action) {
@@ -143,13 +144,15 @@ async function answer(res, action) {
 export async function openStream({ streamId, token, format = 'text', meta, resume = {}, onResume, ...where }) {
   if (format !== 'text' && format !== 'ui') throw new TypeError(`openStream: format must be "text" or "ui", got ${JSON.stringify(format)}`);
   const retry = resume === false ? null : { ...RESUME_DEFAULTS, ...resume };
-  const route = endpoint(where);
+  const api = endpoint(where);
   const auth = { authorization: `Bearer ${token}` };
   /** One request; a failure to reach the API at all is a `ConnectionLostError`. */
   const post = async (action, body, headers = {}, signal) => {
+    // Built outside the try: a bad URL or header is the caller's error, not a lost connection.
+    const request = api.request(streamId, action, { method: 'POST', headers: { ...auth, ...headers }, body, signal, ...(isStream(body) ? { duplex: 'half' } : {}) });
     let res;
     try {
-      res = await route(streamId, action)({ method: 'POST', headers: { ...auth, ...headers }, body, signal, ...(isStream(body) ? { duplex: 'half' } : {}) });
+      res = await api.send(request);
     } catch (err) {
       throw signal?.aborted ? err : new ConnectionLostError(action, err);
     }

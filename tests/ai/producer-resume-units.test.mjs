@@ -257,3 +257,9 @@ test('a lost open: resumed when it took, opened again when it did not', async ()
   assert.deepEqual(never.requests.map((r) => r.action), ['open', 'resume', 'open']);
   await assert.rejects(open(fakeApi({ faults: { 1: 'down' } }), { resume: false }), ConnectionLostError);
 });
+
+test('a request that cannot be built (a bad baseUrl) is the caller\'s error at once, not a lost connection to retry', async () => {
+  const started = Date.now();
+  await assert.rejects(openStream({ baseUrl: 'not a url', streamId: 's', token: 't' }), (e) => e instanceof TypeError && !(e instanceof ConnectionLostError));
+  assert.ok(Date.now() - started < 1000, 'no resume loop');
+});
