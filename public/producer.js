@@ -226,16 +226,20 @@ export async function openStream({ streamId, token, format = 'text', meta, resum
    * gap that ended in a cancel.
    */
   const resilient = async (attempt, sealed) => {
-    let since;
+    let since; // when this gap started
+    let after; // where things stood right after the last resume
+    const progress = () => `${serverSeq}:${kept.end}`;
     for (let resumed = false; ; resumed = true) {
       try {
         return await attempt(resumed);
       } catch (err) {
         if (!retry || !resumeCause(err)) throw err;
-        since ??= Date.now();
-        const resumed = await resumeAfter(err, since);
-        if (resumed.sealed) return sealed(resumed.sealed);
-        since = undefined; // a new gap starts its own clock
+        // A failure after progress (the server took text, or the source gave more) starts a new
+        // gap; one with none continues the last, so resumes that lead nowhere end in time.
+        if (after !== progress()) since = Date.now();
+        const resumedTo = await resumeAfter(err, since);
+        if (resumedTo.sealed) return sealed(resumedTo.sealed);
+        after = progress();
       }
     }
   };
@@ -347,8 +351,14 @@ export async function openStream({ streamId, token, format = 'text', meta, resum
       };
 
       let attempt; // aborts the connection of an attempt a resume replaced
-      const streamAppend = () => {
+      const streamAppend = async (resumed) => {
         attempt?.abort();
+        // After a resume, what the server lost goes first as a plain append: its answer comes
+        // whatever the body does next, and says whether a cancel came in the gap.
+        if (resumed && kept.end > serverSeq) {
+          const resent = learn(await write('append', kept.from(serverSeq), textHeaders));
+          if (resent.cancelled) return resent;
+        }
         attempt = new AbortController();
         return write('append', bodyFrom(serverSeq), textHeaders, attempt.signal).then(learn);
       };

@@ -163,8 +163,9 @@ test('pipe: a connection cut mid-append and a reset resume, re-send from the ser
       else c.close();
     },
   });
-  // Request 2 (the first streaming append) is cut after 9 characters; the resume's re-sent
-  // append (request 4) dies with a reset; the next one goes through.
+  // Request 2 (the first streaming append) is cut after 9 characters; the resume's re-send of
+  // what was lost (request 4, a plain append) dies with a reset; after the second resume the
+  // lost text goes again as a plain append, then the source continues as a streaming one.
   const server = fakeApi({ faults: { 2: { cut: 9 }, 4: 'reset' } });
   const resumes = [];
   const stream = await open(server, { onResume: (info) => resumes.push(info) });
@@ -176,7 +177,7 @@ test('pipe: a connection cut mid-append and a reset resume, re-send from the ser
   assert.deepEqual(resumes.map((r) => [r.cause, r.epoch]), [['connection', 2], ['reset', 3]]);
   assert.equal(stream.epoch, 3);
   assert.deepEqual(server.requests.map((r) => [r.action, r.epoch]), [
-    ['open', null], ['append', '1'], ['resume', null], ['append', '2'], ['resume', null], ['append', '3'], ['close', '3'],
+    ['open', null], ['append', '1'], ['resume', null], ['append', '2'], ['resume', null], ['append', '3'], ['append', '3'], ['close', '3'],
   ]);
 });
 
@@ -262,4 +263,15 @@ test('a request that cannot be built (a bad baseUrl) is the caller\'s error at o
   const started = Date.now();
   await assert.rejects(openStream({ baseUrl: 'not a url', streamId: 's', token: 't' }), (e) => e instanceof TypeError && !(e instanceof ConnectionLostError));
   assert.ok(Date.now() - started < 1000, 'no resume loop');
+});
+
+test('resumes that lead nowhere (each granted, every write after it lost) end after timeoutMs, not never', async () => {
+  const server = fakeApi();
+  const inner = server.fetch;
+  server.fetch = async (request) => (request.url.endsWith('/append') ? Promise.reject(new TypeError('fetch failed')) : inner(request));
+  const stream = await open(server, { resume: { ...FAST, timeoutMs: 300 } });
+  const started = Date.now();
+  await assert.rejects(stream.append('x'), ConnectionLostError);
+  assert.ok(Date.now() - started < 2000, `gave up after ${Date.now() - started} ms`);
+  assert.ok(server.resumes >= 2, `it did resume (${server.resumes})`);
 });

@@ -219,28 +219,37 @@ test('stop() (the abort signal) cancels the answer: the model stops, the row end
   assert.ok(seen.length < full.length, `stopped before the end (${seen.length} of ${full.length} chunks)`);
 });
 
-test('a streaming append cut off after a cancel (simulated fault) resolves `cancelled`: pipe does not reject, the row and the readers say `cancelled`', async () => {
-  const id = newStream(stack, 'ui');
-  // The fault, simulated in the producer's fetch: a reader cancels, and the cancel's early answer
-  // tears the append's connection down before fetch has read it (undici: "terminated").
-  const cutAfterCancel = async (request) => {
-    if (new URL(request.url).pathname.endsWith('/append')) {
-      const cancelled = await fetch(`${stack.baseUrl}/streams/${id}/cancel`, { method: 'POST', headers: { authorization: `Bearer ${await readerToken(id)}` } });
-      assert.equal(cancelled.status, 200);
-      throw new TypeError('terminated');
-    }
-    return fetch(request);
-  };
-  const stream = await openUi(id, { fetch: cutAfterCancel });
-  const reader = drain(readUIStream({ streamId: id, token: await readerToken(id), streamsUrl: stack.baseUrl }));
-  const source = new ReadableStream({ start: (c) => c.enqueue({ type: 'start' }) }); // a model still running
-  const ended = await stream.pipe(source);
-  assert.equal(ended.status, 'cancelled');
-  assert.equal(stream.cancelled, true);
-  assert.equal(stream.signal.reason?.name, 'AbortError');
-  assert.equal(rows(stack, id).row.status, 'cancelled');
-  assert.deepEqual((await reader).at(-1), { type: 'abort' });
-});
+// With the helpers' resume (SPEC §10) the lost append is a resume cause: the helper resumes and
+// re-sends, and the re-sent append's answer says `cancelled`; without it (`resume: false`) the
+// helper's `fail` learns the cancel. Either way the pipe resolves `cancelled`.
+for (const resume of [undefined, false]) {
+  test(`a streaming append cut off after a cancel (simulated fault) resolves \`cancelled\`${resume === false ? ' (resume: false)' : ' (resumed)'}: pipe does not reject, the row and the readers say \`cancelled\``, async () => {
+    const id = newStream(stack, 'ui');
+    // The fault, simulated in the producer's fetch: a reader cancels, and the cancel's early
+    // answer tears the append's connection down before fetch has read it (undici: "terminated").
+    let cut = false;
+    const cutAfterCancel = async (request) => {
+      if (!cut && new URL(request.url).pathname.endsWith('/append')) {
+        cut = true;
+        const cancelled = await fetch(`${stack.baseUrl}/streams/${id}/cancel`, { method: 'POST', headers: { authorization: `Bearer ${await readerToken(id)}` } });
+        assert.equal(cancelled.status, 200);
+        throw new TypeError('terminated');
+      }
+      return fetch(request);
+    };
+    const resumes = [];
+    const stream = await openUi(id, { fetch: cutAfterCancel, resume, onResume: (info) => resumes.push(info.cause) });
+    const reader = drain(readUIStream({ streamId: id, token: await readerToken(id), streamsUrl: stack.baseUrl }));
+    const source = new ReadableStream({ start: (c) => c.enqueue({ type: 'start' }) }); // a model still running
+    const ended = await stream.pipe(source);
+    assert.equal(ended.status, 'cancelled');
+    assert.equal(stream.cancelled, true);
+    assert.equal(stream.signal.reason?.name, 'AbortError');
+    assert.deepEqual(resumes, resume === false ? [] : ['connection']);
+    assert.equal(rows(stack, id).row.status, 'cancelled');
+    assert.deepEqual((await reader).at(-1), { type: 'abort' });
+  });
+}
 
 test('a finished answer read later (no cuts) replays the same chunks', async () => {
   const id = newStream(stack, 'ui-late');
