@@ -404,6 +404,7 @@ export async function startStack({
   bare = false,
   production = false,
   backend = E2E_BACKEND,
+  pgVia,
 } = {}) {
   if (bare && (chat || demo)) throw new Error('startStack: `bare` serves one Worker, without `chat` or `demo`');
   if (production && (config || chat)) throw new Error('startStack: `production` serves the project\'s own Worker, without `config` or `chat`');
@@ -434,7 +435,8 @@ export async function startStack({
     const database = `e2e_${id.replace(/\W/g, '_')}`;
     pgDatabases.add(database);
     pgUrl = createDatabase(database, join(ROOT, 'migrations', 'postgres'));
-    pgConfig = writeDevConfig({ root: ROOT, dir: join(base, 'pg'), backend: 'postgres', pgUrl });
+    // `pgVia(url)`: the URL the Worker reaches it by instead (a fault test's proxy).
+    pgConfig = writeDevConfig({ root: ROOT, dir: join(base, 'pg'), backend: 'postgres', pgUrl: pgVia ? pgVia(pgUrl) : pgUrl });
   }
   const envFile = join(base, 'secrets.env');
   const writeEnvFile = (values) => writeFileSync(envFile, dotenv(values));

@@ -17,7 +17,7 @@ if (E2E_BACKEND !== 'd1' && E2E_BACKEND !== 'postgres') {
   throw new Error(`RINDLE_E2E_BACKEND=${E2E_BACKEND}: must be "d1" or "postgres"`);
 }
 
-const PSQL = ['/usr/bin/psql', ...readdirSafe('/usr/lib/postgresql').sort().reverse().map((v) => `/usr/lib/postgresql/${v}/bin/psql`)]
+export const PSQL = ['/usr/bin/psql', ...readdirSafe('/usr/lib/postgresql').sort().reverse().map((v) => `/usr/lib/postgresql/${v}/bin/psql`)]
   .find((p) => existsSync(p)) ?? 'psql';
 
 function readdirSafe(dir) {
