@@ -403,9 +403,11 @@ export async function startStack({
   demo = false,
   bare = false,
   production = false,
-  backend = E2E_BACKEND,
+  backend,
   pgVia,
 } = {}) {
+  // RINDLE_E2E_BACKEND applies to the stacks that can take it: the project's dev build alone.
+  backend ??= bare || chat || config || production ? 'd1' : E2E_BACKEND;
   if (bare && (chat || demo)) throw new Error('startStack: `bare` serves one Worker, without `chat` or `demo`');
   if (production && (config || chat)) throw new Error('startStack: `production` serves the project\'s own Worker, without `config` or `chat`');
   if (backend === 'postgres' && (bare || chat || config || production)) {
