@@ -59,7 +59,7 @@ fi
 # it (scripts/dev-config.mjs).
 step "example chat: http://127.0.0.1:$CHAT_PORT (log: test-artifacts/chat-example.log)"
 mkdir -p test-artifacts
-CHAT_RINDLE_CONFIG="$(node "$SCRIPTS_DIR/dev-config.mjs" .wrangler/chat-rindle "$ROOT/.dev.vars")"
+CHAT_RINDLE_CONFIG="$(BACKEND=d1 node "$SCRIPTS_DIR/dev-config.mjs" .wrangler/chat-rindle "$ROOT/.dev.vars")"
 WRANGLER_REGISTRY_PATH="$ROOT/.wrangler/chat-registry" setsid wrangler dev \
   -c examples/chat/wrangler.toml -c "$CHAT_RINDLE_CONFIG" --ip 127.0.0.1 --port "$CHAT_PORT" --inspector-port "$CHAT_INSPECTOR_PORT" \
   --persist-to "$CHAT_STATE" --env-file "$ROOT/.dev.vars" --show-interactive-dev-session=false \
@@ -84,6 +84,8 @@ EOT
 fi
 
 URL="http://127.0.0.1:$PORT"
+SQL="INSERT INTO messages (id, chat_id, role) VALUES ('m1','c1','assistant')"
+if [[ "$BACKEND" == postgres ]]; then INSERT_ROW="psql \"$PG_URL\" -c \"$SQL\""; else INSERT_ROW="npx wrangler d1 execute DB --local --command \"$SQL\""; fi
 cat <<EOT
 
   Demo page:     $URL/
@@ -92,7 +94,7 @@ cat <<EOT
   Try it from another terminal (in $ROOT):
 
     T=\$(node scripts/mint-token.mjs m1 "read write cancel")
-    npx wrangler d1 execute DB --local --command "INSERT INTO messages (id, chat_id, role) VALUES ('m1','c1','assistant')"
+    $INSERT_ROW
     curl -X POST -H "authorization: Bearer \$T" $URL/streams/m1/open
 
     # a third terminal: watch the stream (T=... as above)
