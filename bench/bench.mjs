@@ -48,6 +48,9 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { ROOT, sseParser, startStack } from '../tests/e2e/harness.mjs';
+
+/** The store executor's counters in /stats: `d1`, or `postgres` (RINDLE_E2E_BACKEND=postgres). */
+const storeOf = (stats) => stats.d1 ?? stats.postgres;
 import { rawRequest, sleep } from '../tests/e2e/util.mjs';
 import { connectInspector, quietInspector } from './inspector.mjs';
 
@@ -620,15 +623,15 @@ async function d1Traffic(target, { chars, pieceUnits = 64, appendBytes = 256 * 1
   return {
     chars: text.length,
     textBytes,
-    statements: stats.d1.statements,
-    writeStatements: stats.d1.writeStatements,
-    rowsWritten: stats.d1.rowsWritten,
-    bytesBound: stats.d1.bytesBound,
-    statementsPer10k: per10k(stats.d1.statements),
-    rowsPer10k: per10k(stats.d1.rowsWritten),
-    bytesPer10k: per10k(stats.d1.bytesBound),
-    bytesPerTextByte: round(stats.d1.bytesBound / textBytes, 2),
-    bytesPerWireByte: round(stats.d1.bytesBound / wireBytes, 2),
+    statements: storeOf(stats).statements,
+    writeStatements: storeOf(stats).writeStatements,
+    rowsWritten: storeOf(stats).rowsWritten,
+    bytesBound: storeOf(stats).bytesBound,
+    statementsPer10k: per10k(storeOf(stats).statements),
+    rowsPer10k: per10k(storeOf(stats).rowsWritten),
+    bytesPer10k: per10k(storeOf(stats).bytesBound),
+    bytesPerTextByte: round(storeOf(stats).bytesBound / textBytes, 2),
+    bytesPerWireByte: round(storeOf(stats).bytesBound / wireBytes, 2),
     checkpoints: stats.checkpoints,
   };
 }
@@ -661,7 +664,7 @@ export async function flushRoundTrip(target, { flushes, warmup = 20 }) {
   times.sort((a, b) => a - b);
   const checkpoints = end.checkpoints - warm.checkpoints;
   // A build from before the `rounds` counter reports none.
-  const rounds = end.d1.rounds === undefined ? null : end.d1.rounds - warm.d1.rounds;
+  const rounds = storeOf(end).rounds === undefined ? null : storeOf(end).rounds - storeOf(warm).rounds;
   return { flushes, p50: round(percentile(times, 50), 2), p99: round(percentile(times, 99), 2), checkpoints, d1RoundsPerCheckpoint: rounds === null ? null : round(rounds / checkpoints, 2) };
 }
 
@@ -679,7 +682,7 @@ async function d1PerDelta(target, { deltas, rate }) {
   await producer.answer;
   const live = await stream.stats(); // before the seal: checkpoint traffic only
   await stream.close();
-  return { deltas, rate, statements: live.d1.statements, statementsPerDelta: round(live.d1.statements / deltas, 3), checkpoints: live.checkpoints };
+  return { deltas, rate, statements: storeOf(live).statements, statementsPerDelta: round(storeOf(live).statements / deltas, 3), checkpoints: live.checkpoints };
 }
 
 /**

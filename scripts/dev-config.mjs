@@ -9,8 +9,15 @@
 // of wrangler.toml whose `main` is the dev build (relative paths made absolute), with a
 // `.dev.vars` beside it.
 //
+// With the Postgres backend (`backend: 'postgres'`, or BACKEND=postgres on the command line) the
+// copy also declares the `HYPERDRIVE` binding, its localConnectionString the cluster's URL
+// (scripts/pg.sh), and sets DURABLE_BACKEND = "postgres" (docs/POSTGRES.md). wrangler.toml keeps
+// the binding commented out: `wrangler dev` refuses to start with a Hyperdrive binding that has
+// no local connection string, even on D1.
+//
 //   node scripts/dev-config.mjs DIR [DEV_VARS_FILE]   writes DIR/wrangler.toml (and DIR/.dev.vars,
 //                                                      a copy of DEV_VARS_FILE); prints its path
+//   BACKEND=postgres PG_URL=postgres://… node scripts/dev-config.mjs DIR [DEV_VARS_FILE]
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,15 +25,25 @@ import { fileURLToPath } from 'node:url';
 /** The dev build's entry module under the project root `root`. */
 export const devShim = (root) => join(root, 'build-dev', 'worker', 'shim.mjs');
 
+/** The Hyperdrive binding of the Postgres backend, served locally by the database at `pgUrl`. */
+export const hyperdriveBinding = (pgUrl) =>
+  `\n[[hyperdrive]]\nbinding = "HYPERDRIVE"\nid = "00000000000000000000000000000000"\nlocalConnectionString = ${JSON.stringify(pgUrl)}\n`;
+
 /**
  * Writes `dir/wrangler.toml`: the project's wrangler.toml serving the dev build, and
  * `dir/.dev.vars` with `devVars` (a string in .dev.vars syntax). Returns the config's path.
+ * `backend: 'postgres'` adds the Hyperdrive binding to the database at `pgUrl` and sets
+ * DURABLE_BACKEND.
  */
-export function writeDevConfig({ root, dir, devVars = '' }) {
+export function writeDevConfig({ root, dir, devVars = '', backend = 'd1', pgUrl }) {
+  if (backend !== 'd1' && backend !== 'postgres') throw new Error(`backend ${JSON.stringify(backend)}: must be "d1" or "postgres"`);
+  if (backend === 'postgres' && !pgUrl) throw new Error('the postgres backend needs the database URL (scripts/pg.sh url)');
   mkdirSync(dir, { recursive: true });
-  const toml = readFileSync(join(root, 'wrangler.toml'), 'utf8')
+  let toml = readFileSync(join(root, 'wrangler.toml'), 'utf8')
     .replace(/^main = .*$/m, `main = ${JSON.stringify(devShim(root))}`)
-    .replace(/^migrations_dir = .*$/m, `migrations_dir = ${JSON.stringify(join(root, 'migrations'))}`);
+    .replace(/^migrations_dir = .*$/m, `migrations_dir = ${JSON.stringify(join(root, 'migrations'))}`)
+    .replace(/^DURABLE_BACKEND = .*$/m, `DURABLE_BACKEND = ${JSON.stringify(backend)}`);
+  if (backend === 'postgres') toml += hyperdriveBinding(pgUrl);
   writeFileSync(join(dir, 'wrangler.toml'), toml);
   writeFileSync(join(dir, '.dev.vars'), devVars);
   return join(dir, 'wrangler.toml');
@@ -36,7 +53,7 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
   const [dir, devVarsFile] = process.argv.slice(2);
   if (!dir) throw new Error('usage: node scripts/dev-config.mjs DIR [DEV_VARS_FILE]');
   const root = process.env.RINDLE_ROOT ?? resolve(dirname(fileURLToPath(import.meta.url)), '..');
-  const config = writeDevConfig({ root, dir: resolve(dir) });
+  const config = writeDevConfig({ root, dir: resolve(dir), backend: process.env.BACKEND || 'd1', pgUrl: process.env.PG_URL });
   if (devVarsFile) copyFileSync(devVarsFile, join(dirname(config), '.dev.vars'));
   console.log(config);
 }

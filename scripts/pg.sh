@@ -70,7 +70,8 @@ start() {
   [[ -f "$DATA/PG_VERSION" ]] || init_cluster
   local attempt port
   for attempt in 1 2 3; do
-    port="$(free_port)"
+    # The last port first, so a restarted cluster keeps its URL (tests/e2e/pg-faults.test.mjs).
+    if [[ "$attempt" -eq 1 && -s "$PORT_FILE" ]]; then port="$(cat "$PORT_FILE")"; else port="$(free_port)"; fi
     if as_pg "$BIN/pg_ctl" start -D "$DATA" -l "$LOG" -w -t 60 -o "-p $port" >/dev/null 2>&1; then
       printf '%s\n' "$port" >"$PORT_FILE"
       ensure_database "$port"

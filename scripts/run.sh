@@ -6,6 +6,11 @@
 # on http://127.0.0.1:8787/ (the demo). PORT, MOCK_PORT, CHAT_PORT, INSPECTOR_PORT and
 # CHAT_INSPECTOR_PORT override the ports. State
 # lives in .wrangler/state and .wrangler/chat-state (delete them to reset).
+#
+# BACKEND=postgres serves the API and the demo on PostgreSQL instead of D1: it starts the
+# project's throwaway cluster (scripts/pg.sh, in .wrangler/pg; stopped again on exit), applies
+# migrations/postgres/, and serves a copy of wrangler.toml with the Hyperdrive binding to it
+# (scripts/dev-config.mjs). The example chat keeps its messages in D1 (its own Worker reads them).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
@@ -17,6 +22,8 @@ CHAT_PORT="${CHAT_PORT:-8790}"
 INSPECTOR_PORT="${INSPECTOR_PORT:-9229}"
 CHAT_INSPECTOR_PORT="${CHAT_INSPECTOR_PORT:-9230}"
 CHAT_STATE=".wrangler/chat-state"
+BACKEND="${BACKEND:-d1}"
+case "$BACKEND" in d1 | postgres) ;; *) die "BACKEND=$BACKEND: must be d1 or postgres" ;; esac
 
 "$SCRIPTS_DIR/setup.sh"
 "$SCRIPTS_DIR/build.sh" --dev
@@ -27,9 +34,11 @@ out="$(CI=true wrangler d1 migrations apply DB --local --persist-to "$CHAT_STATE
 
 MOCK_PID=""
 CHAT_PID=""
+PG_STARTED=""
 cleanup() {
   [[ -n "$MOCK_PID" ]] && kill "$MOCK_PID" 2>/dev/null || true
   [[ -n "$CHAT_PID" ]] && kill -- "-$CHAT_PID" 2>/dev/null || true # its process group: wrangler, workerd
+  [[ -n "$PG_STARTED" ]] && "$SCRIPTS_DIR/pg.sh" stop >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -50,14 +59,33 @@ fi
 # it (scripts/dev-config.mjs).
 step "example chat: http://127.0.0.1:$CHAT_PORT (log: test-artifacts/chat-example.log)"
 mkdir -p test-artifacts
-CHAT_RINDLE_CONFIG="$(node "$SCRIPTS_DIR/dev-config.mjs" .wrangler/chat-rindle "$ROOT/.dev.vars")"
+CHAT_RINDLE_CONFIG="$(BACKEND=d1 node "$SCRIPTS_DIR/dev-config.mjs" .wrangler/chat-rindle "$ROOT/.dev.vars")"
 WRANGLER_REGISTRY_PATH="$ROOT/.wrangler/chat-registry" setsid wrangler dev \
   -c examples/chat/wrangler.toml -c "$CHAT_RINDLE_CONFIG" --ip 127.0.0.1 --port "$CHAT_PORT" --inspector-port "$CHAT_INSPECTOR_PORT" \
   --persist-to "$CHAT_STATE" --env-file "$ROOT/.dev.vars" --show-interactive-dev-session=false \
   >test-artifacts/chat-example.log 2>&1 &
 CHAT_PID=$!
 
+# The demo's Worker: wrangler.toml, or on Postgres a copy with the Hyperdrive binding.
+DEMO_CONFIG=()
+if [[ "$BACKEND" == postgres ]]; then
+  step "postgres: the local cluster (scripts/pg.sh) and migrations/postgres/"
+  PG_URL="$("$SCRIPTS_DIR/pg.sh" start)"
+  PG_STARTED=1
+  cat migrations/postgres/*.sql | "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 -d "$PG_URL" >/dev/null || die "applying migrations/postgres/ failed"
+  DEV_VARS=()
+  [[ -f "$ROOT/.dev.vars" ]] && DEV_VARS=("$ROOT/.dev.vars")
+  DEMO_CONFIG=(--config "$(BACKEND=postgres PG_URL="$PG_URL" node "$SCRIPTS_DIR/dev-config.mjs" .wrangler/pg-rindle "${DEV_VARS[@]}")" --persist-to .wrangler/state)
+  cat <<EOT
+
+  PostgreSQL:    psql "$PG_URL"
+                 (the message rows: SELECT id, status, seq, left(body, 40) FROM messages;)
+EOT
+fi
+
 URL="http://127.0.0.1:$PORT"
+SQL="INSERT INTO messages (id, chat_id, role) VALUES ('m1','c1','assistant')"
+if [[ "$BACKEND" == postgres ]]; then INSERT_ROW="psql \"$PG_URL\" -c \"$SQL\""; else INSERT_ROW="npx wrangler d1 execute DB --local --command \"$SQL\""; fi
 cat <<EOT
 
   Demo page:     $URL/
@@ -66,7 +94,7 @@ cat <<EOT
   Try it from another terminal (in $ROOT):
 
     T=\$(node scripts/mint-token.mjs m1 "read write cancel")
-    npx wrangler d1 execute DB --local --command "INSERT INTO messages (id, chat_id, role) VALUES ('m1','c1','assistant')"
+    $INSERT_ROW
     curl -X POST -H "authorization: Bearer \$T" $URL/streams/m1/open
 
     # a third terminal: watch the stream (T=... as above)
@@ -83,4 +111,4 @@ EOT
 step "wrangler dev on $URL (Ctrl-C to stop)"
 # The dev build (its positional script: wrangler.toml's `main` is the production build).
 # --assets public: the demo page and the vendorable JavaScript, in development only (wrangler.toml).
-wrangler dev build-dev/worker/shim.mjs --ip 127.0.0.1 --port "$PORT" --inspector-port "$INSPECTOR_PORT" --assets public
+wrangler dev build-dev/worker/shim.mjs "${DEMO_CONFIG[@]}" --ip 127.0.0.1 --port "$PORT" --inspector-port "$INSPECTOR_PORT" --assets public

@@ -95,5 +95,16 @@ T="$(now)"
 rm -rf test-artifacts/e2e && mkdir -p test-artifacts
 # One file at a time: each e2e file runs its own wrangler/workerd and the machine has 2 cores.
 # NODE_TEST_TIMEOUT (ms, default 300000) bounds any single test so CI can never hang.
-node --test --test-concurrency=1 --test-timeout="${NODE_TEST_TIMEOUT:-300000}" "${dirs[@]}"
+RINDLE_E2E_BACKEND=d1 node --test --test-concurrency=1 --test-timeout="${NODE_TEST_TIMEOUT:-300000}" "${dirs[@]}"
 step "node tests: $(elapsed "$T")"
+
+# The durable plane's suites a second time, on the Postgres backend (the cluster above; each
+# stack its own database): a lean subset, within about 3 minutes (docs/TESTING.md, "Both backends").
+# tests/e2e-pg/ (the Postgres faults) stops and restarts the cluster (PG_DIR above): it runs only
+# here, after every other suite, one file at a time.
+PG_SUITES=(tests/e2e/durable.test.mjs tests/e2e/errors.test.mjs tests/e2e/ui.test.mjs tests/e2e/eviction.test.mjs tests/e2e-pg/faults.test.mjs)
+step "node --test on Postgres: ${PG_SUITES[*]}"
+T="$(now)"
+RINDLE_E2E_BACKEND=postgres EVICTION_KILLS="${PG_EVICTION_KILLS:-6}" \
+  node --test --test-concurrency=1 --test-timeout="${NODE_TEST_TIMEOUT:-300000}" "${PG_SUITES[@]}"
+step "node tests on Postgres: $(elapsed "$T")"

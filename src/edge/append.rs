@@ -30,6 +30,11 @@ impl Object {
     ) -> Result<Result<PushReceipt, ApiError>, ApiError> {
         let pushed = match pieces {
             BodyPieces::Text(utf8) => match utf8.feed(piece) {
+                // A `ui` stream's lines are JSON, whose strings cannot hold a raw U+0000.
+                Ok(text) if self.settings().backend.refuses_text(&text) => {
+                    let seq = self.shell.inspect(LiveStream::seq).unwrap_or_default();
+                    return Ok(Err(ApiError::bad_text().with("seq", seq)));
+                }
                 Ok(text) => self.shell.feed(|s, now| s.admit(epoch).map(|()| s.push(&text, now))),
                 Err(e) => {
                     let seq = self.shell.inspect(LiveStream::seq).unwrap_or_default();

@@ -5,11 +5,10 @@
 use super::http::{self, unavailable};
 use super::setup;
 use super::shell::{log, now};
-use super::store::D1;
 use crate::engine::api::{ApiError, ChatRoute};
 use crate::engine::auth::{AuthRequest, Scope};
 use crate::engine::config::Settings;
-use crate::engine::durable::{Dialect, MappedSql, Tables};
+use crate::engine::durable::Tables;
 use serde_json::json;
 use std::rc::Rc;
 use worker::{Env, Request, Response};
@@ -17,14 +16,14 @@ use worker::{Env, Request, Response};
 /// The query parameter that carries the chat of a read to the stream's object.
 pub const CHAT_PARAM: &str = "chat";
 
-/// The mapped tables on D1, for the chat reads; refused when chats are not mapped (or an
+/// The mapped tables, for the chat reads; refused when chats are not mapped (or an
 /// embedding Worker keeps its checkpoints in a sink of its own).
 fn tables(env: &Env, settings: &Settings) -> Result<Tables, ApiError> {
     if settings.mapping.chat.is_none() || setup::custom_sink_installed() {
         return Err(ApiError::no_chat_column());
     }
-    let db = env.d1("DB").map_err(|e| ApiError::misconfigured(format!("DB: the D1 binding is missing: {e}")))?;
-    Ok(Tables::new(Rc::new(D1::new(db)), MappedSql::new(settings.mapping.clone(), Dialect::Sqlite)))
+    let executor = setup::Executor::from_env(env, settings.backend).map_err(|e| ApiError::misconfigured(e.to_string()))?;
+    Ok(executor.tables(settings))
 }
 
 /// Whether stream `stream_id`'s row belongs to chat `chat_id`.

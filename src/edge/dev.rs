@@ -5,6 +5,8 @@
 use super::http::{self, unavailable};
 use super::setup::{dev_mode, var};
 use crate::engine::api::ApiError;
+use crate::engine::durable::{Statement, Value};
+use crate::engine::store::OpKind;
 use serde_json::json;
 use worker::{Env, Request, Response};
 
@@ -27,15 +29,21 @@ async fn session(env: &Env) -> Result<Response, ApiError> {
     let secret = var(env, "STREAM_JWT_SECRET").ok_or_else(|| ApiError::misconfigured("STREAM_JWT_SECRET is not set"))?;
     let now = (js_sys::Date::now() / 1000.0) as u64;
     let stream_id = format!("demo-{now}-{}", (js_sys::Math::random() * 1e9) as u64);
-    let db = env.d1("DB").map_err(|e| ApiError::misconfigured(format!("the D1 binding: {e}")))?;
+    let settings = super::setup::settings(env).map_err(|e| ApiError::misconfigured(e.to_string()))?;
+    let executor = super::setup::Executor::from_env(env, settings.backend).map_err(|e| ApiError::misconfigured(e.to_string()))?;
     let table = var(env, "MESSAGE_TABLE").unwrap_or_else(|| "messages".into());
     let table = crate::engine::durable::Ident::new(&table).map_err(ApiError::misconfigured)?;
-    db.prepare(format!("INSERT INTO {table} (id, chat_id, role) VALUES (?1, ?2, 'assistant')"))
-        .bind(&[stream_id.as_str().into(), "demo-chat".into()])
-        .map_err(unavailable)?
-        .run()
-        .await
-        .map_err(ApiError::store_unavailable)?;
+    let dialect = settings.backend.dialect();
+    let insert = Statement {
+        sql: format!(
+            "INSERT INTO {table} (id, chat_id, role) VALUES ({}, {}, 'assistant')",
+            dialect.placeholder(1),
+            dialect.placeholder(2)
+        ),
+        params: vec![Value::Text(stream_id.clone()), Value::Text("demo-chat".into())],
+    };
+    // The row the stream will open (the demo's stand-in for the app's own insert).
+    executor.sql().batch(OpKind::MarkStreaming, &[insert]).await.map_err(ApiError::store_unavailable)?;
     let token = |scope: &str| {
         let claims = json!({"sub": "demo", "stream": stream_id, "scope": scope, "exp": now + DEV_TOKEN_SECS});
         crate::engine::auth::mint_hs256(&claims, secret.as_bytes()).map_err(unavailable)

@@ -13,6 +13,8 @@ mod http;
 mod lease;
 mod meter;
 mod object;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod pump;
 mod revive;
 mod setup;

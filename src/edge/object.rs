@@ -379,7 +379,12 @@ impl Object {
     /// stream held here (never opened, or retired after its linger) the answer is 404
     /// `not_open`, still carrying the object's counts.
     fn stats(&self, route: &Route, meter: &Meter) -> Result<Response, ApiError> {
-        let d1 = self.setup.d1.as_ref().map(|d1| d1.counters());
+        // The executor's traffic under its backend's name ("d1" or "postgres"; `d1: null` with
+        // a custom sink).
+        let (backend, counters) = match self.setup.executor.as_ref().map(|e| e.counters()) {
+            Some((name, counters)) => (name, Some(counters)),
+            None => ("d1", None),
+        };
         let stats = self.shell.inspect(|s| {
             let st = s.stats();
             #[allow(unused_mut)] // the test and heap-stats builds add to it
@@ -397,9 +402,9 @@ impl Object {
                 "retainedBytes": s.retained_bytes(),
                 "epoch": s.epoch(),
                 "rehydrated": s.rehydrated(),
-                "d1": d1,
                 "meter": meter.snapshot(),
             });
+            stats[backend] = json!(counters);
             #[cfg(feature = "test-faults")]
             {
                 stats["faultsInjected"] = json!(self.setup.faults.as_ref().map(|f| f.injected()));
@@ -413,7 +418,7 @@ impl Object {
         match stats {
             Some(stats) => http::json(200, &stats).map_err(unavailable),
             None => Err(ApiError::not_open(&route.stream_id)
-                .with("d1", serde_json::to_value(d1).unwrap_or_default())
+                .with(backend, serde_json::to_value(counters).unwrap_or_default())
                 .with("meter", meter.snapshot())),
         }
     }

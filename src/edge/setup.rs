@@ -3,10 +3,12 @@
 
 #[cfg(feature = "test-faults")]
 use super::faults::FaultPlan;
-use super::store::{Store, D1};
+#[cfg(feature = "postgres")]
+use super::postgres::Postgres;
+use super::store::{Store, StoreCounters, D1};
 use crate::engine::auth::{Authorizer, JwtAuthorizer};
-use crate::engine::config::{ConfigError, Settings};
-use crate::engine::durable::{Dialect, MappedSql, SqlExecutor, Tables};
+use crate::engine::config::{Backend, ConfigError, Settings};
+use crate::engine::durable::{MappedSql, SqlExecutor, Tables};
 use crate::engine::hook::EventHook;
 use crate::engine::store::CheckpointSink;
 use std::cell::RefCell;
@@ -104,8 +106,8 @@ pub struct Setup {
     pub settings: Rc<Settings>,
     pub authorizer: Rc<dyn Authorizer>,
     pub store: Rc<Store>,
-    /// The D1 executor of the mapped tables (`None` with a custom sink), for its counters.
-    pub d1: Option<Rc<D1>>,
+    /// The executor of the mapped tables (`None` with a custom sink), for its counters.
+    pub executor: Option<Executor>,
     pub hook: Option<Rc<dyn EventHook>>,
     #[cfg(feature = "test-faults")]
     pub faults: Option<Rc<FaultPlan>>,
@@ -120,18 +122,17 @@ impl Setup {
         let faults = fault_plan(env)?;
         #[cfg(not(feature = "test-faults"))]
         refuse_fault_plan(env)?;
-        let (store, d1) = match custom_sink {
+        let (store, executor) = match custom_sink {
             Some(factory) => (Store::Sink(factory(env)), None),
             None => {
-                let db = env.d1("DB").map_err(|e| invalid("DB", &format!("the D1 binding is missing: {e}")))?;
-                let d1 = Rc::new(D1::new(db));
-                let exec: Rc<dyn SqlExecutor> = Rc::clone(&d1) as _;
+                let executor = Executor::from_env(env, settings.backend)?;
+                let exec = executor.sql();
                 #[cfg(feature = "test-faults")]
                 let exec: Rc<dyn SqlExecutor> = match &faults {
                     Some(plan) => Rc::new(super::faults::Faulty { inner: exec, plan: Rc::clone(plan) }),
                     None => exec,
                 };
-                (Store::Tables(Tables::new(exec, MappedSql::new(settings.mapping.clone(), Dialect::Sqlite))), Some(d1))
+                (Store::Tables(Tables::new(exec, MappedSql::new(settings.mapping.clone(), settings.backend.dialect()))), Some(executor))
             }
         };
         let hook = HOOK.with(|h| h.borrow().clone());
@@ -139,11 +140,61 @@ impl Setup {
             settings,
             authorizer,
             store: Rc::new(store),
-            d1,
+            executor,
             hook,
             #[cfg(feature = "test-faults")]
             faults,
         })
+    }
+}
+
+/// The executor of the mapped tables on the configured backend, with its traffic counters.
+#[derive(Clone)]
+pub enum Executor {
+    D1(Rc<D1>),
+    #[cfg(feature = "postgres")]
+    Postgres(Rc<Postgres>),
+}
+
+impl Executor {
+    /// The backend's executor, from its binding (`DB`, or `HYPERDRIVE`); a missing binding, or
+    /// a backend this build lacks, is a configuration error.
+    pub fn from_env(env: &Env, backend: Backend) -> Result<Self, ConfigError> {
+        match backend {
+            Backend::D1 => {
+                let db = env.d1("DB").map_err(|e| invalid("DB", &format!("the D1 binding is missing: {e}")))?;
+                Ok(Executor::D1(Rc::new(D1::new(db))))
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => Ok(Executor::Postgres(Rc::new(Postgres::from_env(env).map_err(|e| invalid("DURABLE_BACKEND", &e))?))),
+            #[cfg(not(feature = "postgres"))]
+            Backend::Postgres => Err(invalid(
+                "DURABLE_BACKEND",
+                "is \"postgres\", and this build has no Postgres backend (built without the `postgres` feature)",
+            )),
+        }
+    }
+
+    /// The mapped tables on this executor (no faults: the chat reads).
+    pub fn tables(&self, settings: &Settings) -> Tables {
+        Tables::new(self.sql(), MappedSql::new(settings.mapping.clone(), settings.backend.dialect()))
+    }
+
+    pub fn sql(&self) -> Rc<dyn SqlExecutor> {
+        match self {
+            Executor::D1(d1) => Rc::clone(d1) as _,
+            #[cfg(feature = "postgres")]
+            Executor::Postgres(pg) => Rc::clone(pg) as _,
+        }
+    }
+
+    /// The backend's name (the key of its counters in `/stats`) and its traffic so far.
+    pub fn counters(&self) -> (&'static str, StoreCounters) {
+        match self {
+            Executor::D1(d1) => ("d1", d1.counters()),
+            #[cfg(feature = "postgres")]
+            Executor::Postgres(pg) => ("postgres", pg.counters()),
+        }
     }
 }
 

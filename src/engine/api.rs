@@ -271,6 +271,12 @@ impl ApiError {
         Self::new(400, "bad_utf8", e.to_string())
     }
 
+    /// Text the configured store could never hold: U+0000 in PostgreSQL's `text` (its every
+    /// checkpoint would fail whole). Refused before it is pushed.
+    pub fn bad_text() -> Self {
+        Self::new(400, "bad_text", "the text holds U+0000, which PostgreSQL's text columns cannot store")
+    }
+
     /// A line of a `ui` stream that is not a UI message chunk (SPEC §9), at UTF-16 `offset`.
     /// The field at fault is named in `field` where there is one (`type`, `delta`,
     /// `providerMetadata.openai`).

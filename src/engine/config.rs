@@ -2,7 +2,7 @@
 //! the Worker's string vars and refused with a clear message when wrong.
 
 use crate::engine::cors::AllowedOrigins;
-use crate::engine::durable::{ColumnNames, MappingError, TableMapping};
+use crate::engine::durable::{ColumnNames, Dialect, MappingError, TableMapping};
 use crate::engine::pump::{PumpSecrets, SecretsError};
 use crate::engine::time::Millis;
 use crate::engine::ui::{Format, Validation};
@@ -19,6 +19,40 @@ pub enum CheckpointMode {
     },
     /// An app-supplied sink: it commits what it is given and may report the stored length.
     Sink,
+}
+
+/// The database the mapped tables live in (`DURABLE_BACKEND`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// Cloudflare D1 (the `DB` binding): the default.
+    #[default]
+    D1,
+    /// PostgreSQL through Hyperdrive (the `HYPERDRIVE` binding; docs/POSTGRES.md).
+    Postgres,
+}
+
+impl Backend {
+    fn parse(raw: &str) -> Option<Self> {
+        match raw.trim() {
+            "" | "d1" => Some(Backend::D1),
+            "postgres" => Some(Backend::Postgres),
+            _ => None,
+        }
+    }
+
+    /// The SQL dialect the backend speaks.
+    pub fn dialect(self) -> Dialect {
+        match self {
+            Backend::D1 => Dialect::Sqlite,
+            Backend::Postgres => Dialect::Postgres,
+        }
+    }
+
+    /// A text a checkpoint could never store: PostgreSQL's `text` cannot hold U+0000 (every
+    /// retry of it would fail whole), SQLite's can.
+    pub fn refuses_text(self, text: &str) -> bool {
+        self == Backend::Postgres && text.contains('\0')
+    }
 }
 
 /// The text a stream with a custom sink keeps below `durableSeq` unless `RETAIN_CHARS` says
@@ -194,6 +228,8 @@ pub struct Settings {
     pub sse_retry_ms: Millis,
     pub max_append_bytes: usize,
     pub mapping: TableMapping,
+    /// Where the mapped tables live (`DURABLE_BACKEND`: `d1` or `postgres`).
+    pub backend: Backend,
     /// The secrets a pump request may name as its credential (`PUMP_SECRETS`), each set.
     pub pump_secrets: PumpSecrets,
     /// The page origins that may call the API from a browser (`ALLOWED_ORIGINS`; none: only
@@ -276,6 +312,11 @@ impl Settings {
             sse_retry_ms: ms("SSE_RETRY_MS", Millis(1000), 0, 600_000)?,
             max_append_bytes: number("MAX_APPEND_BYTES", 1 << 20, 1, 64 << 20)? as usize,
             mapping,
+            backend: match var("DURABLE_BACKEND") {
+                None => Backend::D1,
+                Some(raw) => Backend::parse(&raw)
+                    .ok_or_else(|| ConfigError::invalid("DURABLE_BACKEND", format!("{raw:?} must be \"d1\" or \"postgres\"")))?,
+            },
             pump_secrets,
             allowed_origins: AllowedOrigins::parse(var("ALLOWED_ORIGINS").as_deref().unwrap_or(""))
                 .map_err(|e| ConfigError::invalid("ALLOWED_ORIGINS", e.to_string()))?,
@@ -308,6 +349,16 @@ mod tests {
         assert_eq!(s.path_prefix, "/streams");
         assert_eq!(s.stream.resume_window_ms, Millis(30_000), "SPEC §10");
         assert_eq!(settings(&[("RESUME_WINDOW_MS", "0")]).unwrap().stream.resume_window_ms, Millis::ZERO, "0 turns rehydration off");
+    }
+
+    #[test]
+    fn the_durable_backend_is_d1_or_postgres_and_nothing_else() {
+        assert_eq!(settings(&[]).unwrap().backend, Backend::D1);
+        assert_eq!(settings(&[("DURABLE_BACKEND", "d1")]).unwrap().backend, Backend::D1);
+        assert_eq!(settings(&[("DURABLE_BACKEND", "postgres")]).unwrap().backend, Backend::Postgres);
+        let err = settings(&[("DURABLE_BACKEND", "mysql")]).unwrap_err().to_string();
+        assert_eq!(err, r#"configuration DURABLE_BACKEND: "mysql" must be "d1" or "postgres""#);
+        assert!(Backend::Postgres.refuses_text("a\0b") && !Backend::D1.refuses_text("a\0b") && !Backend::Postgres.refuses_text("ab"));
     }
 
     #[test]

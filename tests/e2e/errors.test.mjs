@@ -1,8 +1,9 @@
 // Every error row of SPEC §4 against the real runtime, each its own test: open refusals,
 // not_open, closed, bad_utf8, too_large, checkpoint_failed, seal_failed, every kind of bad
 // token (one identical 403 whether or not the stream exists), and bad routes.
-// Store failures are real D1 failures: a SQLite trigger on the local D1 file aborts the
-// Worker's write, scoped to the one stream under test and dropped afterwards.
+// Store failures are real database failures: a trigger aborts the Worker's write (SQLite's on
+// the local D1 file; PL/pgSQL's on the Postgres backend, RINDLE_E2E_BACKEND=postgres), scoped to
+// the one stream under test and dropped afterwards.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { mintToken, startStack } from './harness.mjs';
@@ -17,13 +18,23 @@ test.after(async () => {
   await stack?.stop();
 });
 
-/** Run `fn` with a D1 trigger that aborts matching writes; always drops it. */
-async function withTrigger(name, ddl, fn) {
-  stack.db.exec(`DROP TRIGGER IF EXISTS "${name}"; ${ddl}`);
+/**
+ * Run `fn` with a trigger that aborts every `event` (INSERT, UPDATE) on `table` for which `when`
+ * holds (SQL both dialects read: quote camel-case columns); always drops it.
+ */
+async function withTrigger(name, { event, table, when }, fn) {
+  const message = `e2e: injected failure (${name})`;
+  const postgres = stack.backend === 'postgres';
+  const drop = postgres ? `DROP TRIGGER IF EXISTS "${name}" ON ${table}` : `DROP TRIGGER IF EXISTS "${name}"`;
+  const create = postgres
+    ? `CREATE OR REPLACE FUNCTION "${name}"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION '${message}'; END $$;
+       CREATE TRIGGER "${name}" BEFORE ${event} ON ${table} FOR EACH ROW WHEN (${when}) EXECUTE FUNCTION "${name}"();`
+    : `CREATE TRIGGER "${name}" BEFORE ${event} ON ${table} WHEN ${when} BEGIN SELECT RAISE(ABORT, '${message}'); END;`;
+  stack.db.exec(`${drop}; ${create}`);
   try {
     return await fn();
   } finally {
-    stack.db.exec(`DROP TRIGGER IF EXISTS "${name}"`);
+    stack.db.exec(drop);
   }
 }
 
@@ -148,6 +159,26 @@ test('append of invalid UTF-8 → 400 bad_utf8; the row, the chunks and the stre
   assert.equal(got.text, 'good 😀!');
 });
 
+test('U+0000 in a text append: refused 400 bad_text on Postgres (its text cannot hold it), nothing pushed; stored as sent on D1', { timeout: 30_000 }, async () => {
+  const s = api(stack, newStream(stack, 'nul'));
+  ok(await s.open(), 'open');
+  ok(await s.append('before '), 'append');
+  ok(await s.flush(), 'flush');
+  const res = await s.append('a\u0000b');
+  if (stack.backend === 'postgres') {
+    const body = isError(res, 400, 'bad_text', 'append holding U+0000');
+    assert.equal(body.seq, 7, 'the seq before the refused append');
+    assert.equal(ok(await s.stats(), 'stats').seq, 7, 'nothing was pushed');
+    ok(await s.append('after'), 'the stream goes on');
+    ok(await s.close(), 'close');
+    assert.equal(rows(stack, s.id).row.body, 'before after');
+  } else {
+    ok(res, 'append holding U+0000');
+    ok(await s.close(), 'close');
+    assert.equal(ok(await s.text(), '/text').text, 'before a\u0000b');
+  }
+});
+
 test('append over MAX_APPEND_BYTES → 413 too_large, nothing pushed', { timeout: 30_000 }, async () => {
   const s = api(stack, newStream(stack, 'too-large'));
   ok(await s.open(), 'open');
@@ -169,7 +200,7 @@ test('flush when the checkpoint cannot commit → 503 checkpoint_failed with seq
   ok(await s.open(), 'open');
   ok(await s.append('durable '), 'append');
   assert.equal(ok(await s.flush(), 'flush').durableSeq, 8);
-  const trigger = `CREATE TRIGGER "e2e_fail_chunks" BEFORE INSERT ON message_chunks WHEN NEW.streamId = '${id}' BEGIN SELECT RAISE(ABORT, 'e2e: injected checkpoint failure'); END;`;
+  const trigger = { event: 'INSERT', table: 'message_chunks', when: `NEW."streamId" = '${id}'` };
   await withTrigger('e2e_fail_chunks', trigger, async () => {
     ok(await s.append('stuck 🧱'), 'append');
     const res = await s.flush();
@@ -195,7 +226,7 @@ test('close when the seal cannot commit → 503 seal_failed with seq and durable
   ok(await s.append(' lost'), 'append');
   const reader = await s.events(0);
   await reader.next((f) => f.json?.type === 'chunk');
-  const trigger = `CREATE TRIGGER "e2e_fail_seal" BEFORE UPDATE ON messages WHEN NEW.id = '${id}' AND NEW.status <> 'streaming' BEGIN SELECT RAISE(ABORT, 'e2e: injected seal failure'); END;`;
+  const trigger = { event: 'UPDATE', table: 'messages', when: `NEW.id = '${id}' AND NEW.status <> 'streaming'` };
   await withTrigger('e2e_fail_seal', trigger, async () => {
     const res = await s.close();
     const body = isError(res, 503, 'seal_failed', 'close with D1 refusing the seal');

@@ -25,6 +25,9 @@ import { promisify } from 'node:util';
 import { createParser } from 'eventsource-parser';
 import { mintToken as mintTokenImpl, decodeToken, verifyToken } from '../../scripts/jwt.mjs';
 import { devShim, writeDevConfig } from '../../scripts/dev-config.mjs';
+import { E2E_BACKEND, createDatabase, dropDatabase, openPgDb } from './pg.mjs';
+
+export { E2E_BACKEND };
 
 export { decodeToken, verifyToken };
 
@@ -68,6 +71,7 @@ export function mintToken(claims = {}, secret = TEST_SECRET) {
 
 const liveGroups = new Set(); // pgids
 const tempDirs = new Set();
+const pgDatabases = new Set(); // the postgres stacks' databases, dropped at exit
 let hooksInstalled = false;
 
 function killGroup(pgid, signal = 'SIGKILL') {
@@ -84,7 +88,10 @@ function installExitHooks() {
   hooksInstalled = true;
   process.on('exit', () => {
     for (const pgid of liveGroups) killGroup(pgid);
-    if (process.env.RINDLE_E2E_KEEP !== '1') for (const d of tempDirs) rmSync(d, { recursive: true, force: true });
+    if (process.env.RINDLE_E2E_KEEP !== '1') {
+      for (const d of tempDirs) rmSync(d, { recursive: true, force: true });
+      for (const db of pgDatabases) dropDatabase(db);
+    }
   });
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
     process.once(sig, () => {
@@ -403,9 +410,16 @@ export async function startStack({
   production = false,
   script: scriptCopy,
   registry,
+  backend,
+  pgVia,
 } = {}) {
+  // RINDLE_E2E_BACKEND applies to the stacks that can take it: the project's dev build alone.
+  backend ??= bare || chat || config || production ? 'd1' : E2E_BACKEND;
   if (bare && (chat || demo)) throw new Error('startStack: `bare` serves one Worker, without `chat` or `demo`');
   if (production && (config || chat)) throw new Error('startStack: `production` serves the project\'s own Worker, without `config` or `chat`');
+  if (backend === 'postgres' && (bare || chat || config || production)) {
+    throw new Error('startStack: the postgres backend serves the dev build alone, without `bare`, `chat`, `config` or `production`');
+  }
   if (!haveBuild()) throw new Error(`${SHIM} is missing: run scripts/build.sh --dev first`);
   if (production && !existsSync(PRODUCTION_SHIM)) throw new Error(`${PRODUCTION_SHIM} is missing: run scripts/build.sh first`);
   // The project's own Worker is served from a build named on the command line (wrangler.toml's
@@ -423,6 +437,17 @@ export async function startStack({
     rmSync(join(persistDir, '.complete'), { force: true });
   }
   if (chat) await buildChatPage();
+  // Postgres: a database of the stack's own, and a copy of wrangler.toml with the Hyperdrive
+  // binding to it and DURABLE_BACKEND = "postgres" (scripts/dev-config.mjs).
+  let pgConfig = null;
+  let pgUrl = null;
+  if (backend === 'postgres') {
+    const database = `e2e_${id.replace(/\W/g, '_')}`;
+    pgDatabases.add(database);
+    pgUrl = createDatabase(database, join(ROOT, 'migrations', 'postgres'));
+    // `pgVia(url)`: the URL the Worker reaches it by instead (a fault test's proxy).
+    pgConfig = writeDevConfig({ root: ROOT, dir: join(base, 'pg'), backend: 'postgres', pgUrl: pgVia ? pgVia(pgUrl) : pgUrl });
+  }
   const envFile = join(base, 'secrets.env');
   const writeEnvFile = (values) => writeFileSync(envFile, dotenv(values));
   mkdirSync(ARTIFACTS, { recursive: true });
@@ -432,9 +457,10 @@ export async function startStack({
     persistDir,
     secret,
     bare,
+    backend,
     vars: { ...vars },
     chatVars: { ...chatVars },
-    db: openDb(persistDir),
+    db: backend === 'postgres' ? openPgDb(pgUrl) : openDb(persistDir),
     process: null,
     logFile: null,
     get baseUrl() {
@@ -517,6 +543,7 @@ export async function startStack({
       '--env-file', envFile, // replaces .dev.vars, so a developer's .dev.vars never leaks in
     ];
     if (config) args.push('--config', config);
+    if (pgConfig) args.push('--config', pgConfig);
     if (demo) args.push('--assets', join(ROOT, 'public'));
     const asVar = ([k, v]) => ['--var', `${k}:${typeof v === 'string' ? v : JSON.stringify(v)}`];
     let env = registry ? { ...BASE_ENV, WRANGLER_REGISTRY_PATH: registry } : BASE_ENV;

@@ -1,24 +1,22 @@
 //! The plan on a real PostgreSQL: the cluster `scripts/pg.sh` starts (its URL in
 //! `RINDLE_PG_URL`), one schema per database handle, so tests run side by side.
 //!
-//! Values are bound as the Worker's executor binds them: through tokio-postgres (here its blocking
-//! facade, the `postgres` crate), with `query_typed`/`execute_typed` (one round trip per statement,
-//! no named prepared statement, which Hyperdrive does not keep across its pooled connections),
-//! every value in text format and its type left to the server (`unknown`), as node-postgres does.
-//! So a mapped column of the app's own type (`uuid` key, `integer` length, `varchar` or enum
-//! status) takes the value the way a literal would. Rows are read back by their columns' types.
+//! Values are bound and rows read by the very code the Worker's executor uses
+//! (`rindle_streams::engine::durable::postgres`), here on tokio-postgres's blocking facade (the
+//! `postgres` crate): `query_typed`/`execute_typed`, every value in text format with its type left
+//! to the server, so a mapped column of the app's own type (`uuid` key, `integer` length, enum
+//! status) takes the value the way a literal would.
 //!
 //! [`PgDb`] is the engine's [`SqlExecutor`] on Postgres, the shape of the Worker's Postgres
 //! executor: the mapped tables answer a stream through it exactly as through D1 or SQLite.
 
 use super::{migrations_in, Store};
-use bytes::BytesMut;
-use postgres::types::{Format, FromSql, IsNull, Kind, ToSql, Type};
+use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls, Transaction};
-use rindle_streams::engine::durable::{ColumnValue, Dialect, MappedSql, Row, SqlExecutor, Statement, TableMapping, Value};
+use rindle_streams::engine::durable::postgres::{self as binding, failed as fail, failed_commit as fail_commit, row};
+use rindle_streams::engine::durable::{Dialect, MappedSql, Row, SqlExecutor, Statement, TableMapping, Value};
 use rindle_streams::engine::store::{OpKind, StoreError, StoreFuture};
 use std::cell::RefCell;
-use std::error::Error;
 use std::future::ready;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -165,92 +163,8 @@ pub fn query(client: &mut Client, statement: &Statement) -> Result<Vec<Row>, Sto
     with_bound(&statement.params, |p| client.query_typed(&statement.sql, p)).map_err(fail)?.iter().map(row).collect()
 }
 
-/// A plan value as a parameter: text format, type `unknown` (the server infers it from where the
-/// placeholder stands).
-#[derive(Debug)]
-struct Bound<'a>(&'a Value);
-
-impl ToSql for Bound<'_> {
-    fn to_sql(&self, _: &Type, out: &mut BytesMut) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
-        match self.0 {
-            Value::Text(s) => out.extend_from_slice(s.as_bytes()),
-            Value::Int(n) => out.extend_from_slice(n.to_string().as_bytes()),
-            // `1`/`0`: the input of a boolean and of an integer flag column alike.
-            Value::Bool(b) => out.extend_from_slice(if *b { b"1" } else { b"0" }),
-            Value::Null => return Ok(IsNull::Yes),
-        }
-        Ok(IsNull::No)
-    }
-
-    fn accepts(_: &Type) -> bool {
-        true
-    }
-
-    fn encode_format(&self, _: &Type) -> Format {
-        Format::Text
-    }
-
-    postgres::types::to_sql_checked!();
-}
-
-/// Calls `f` with `params` bound.
+/// Calls `f` with `params` bound as the Worker's executor binds them.
 fn with_bound<R>(params: &[Value], f: impl FnOnce(&[(&(dyn ToSql + Sync), Type)]) -> R) -> R {
-    let owned: Vec<Bound<'_>> = params.iter().map(Bound).collect();
-    let typed: Vec<(&(dyn ToSql + Sync), Type)> = owned.iter().map(|b| (b as &(dyn ToSql + Sync), Type::UNKNOWN)).collect();
-    f(&typed)
-}
-
-/// One column read back as the plan's [`ColumnValue`].
-struct Cell(ColumnValue);
-
-impl<'a> FromSql<'a> for Cell {
-    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
-        Ok(Cell(match *ty {
-            Type::INT2 => ColumnValue::Integer(i16::from_sql(ty, raw)?.into()),
-            Type::INT4 => ColumnValue::Integer(i32::from_sql(ty, raw)?.into()),
-            Type::INT8 => ColumnValue::Integer(i64::from_sql(ty, raw)?),
-            Type::BOOL => ColumnValue::Integer(bool::from_sql(ty, raw)?.into()),
-            Type::FLOAT4 => ColumnValue::Real(f32::from_sql(ty, raw)?.into()),
-            Type::FLOAT8 => ColumnValue::Real(f64::from_sql(ty, raw)?),
-            _ if matches!(ty.kind(), Kind::Enum(_)) || <&str as FromSql>::accepts(ty) => {
-                ColumnValue::Text(std::str::from_utf8(raw)?.to_owned())
-            }
-            _ => return Err(format!("a column of type {ty} is not one the plan reads").into()),
-        }))
-    }
-
-    fn from_sql_null(_: &Type) -> Result<Self, Box<dyn Error + Sync + Send>> {
-        Ok(Cell(ColumnValue::Null))
-    }
-
-    fn accepts(_: &Type) -> bool {
-        true
-    }
-}
-
-fn row(r: &postgres::Row) -> Result<Row, StoreError> {
-    let columns = r.columns().iter().enumerate().map(|(i, c)| Ok((c.name().to_owned(), r.try_get::<_, Cell>(i).map_err(fail)?.0)));
-    columns.collect::<Result<_, _>>().map(Row::new)
-}
-
-/// A failed statement: its transaction rolled back (or it was a read), nothing committed.
-fn fail(e: postgres::Error) -> StoreError {
-    StoreError::NotCommitted(describe(&e))
-}
-
-/// A failed `COMMIT`: the server's refusal rolled the transaction back, but a connection that
-/// broke while the commit was sent leaves its outcome unknown.
-fn fail_commit(e: postgres::Error) -> StoreError {
-    match e.as_db_error() {
-        Some(_) => StoreError::NotCommitted(describe(&e)),
-        None => StoreError::MayHaveCommitted(describe(&e)),
-    }
-}
-
-/// The server's SQLSTATE and message, or the client's error.
-fn describe(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{}: {}", db.code().code(), db.message()),
-        None => e.to_string(),
-    }
+    let bound = binding::bind(params);
+    f(&binding::typed(&bound))
 }

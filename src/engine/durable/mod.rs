@@ -3,6 +3,8 @@
 
 pub mod mapping;
 pub mod plan;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod rows;
 pub mod sql;
 pub mod tables;
