@@ -354,8 +354,10 @@ export async function openStream({ streamId, token, format = 'text', meta, resum
       const streamAppend = async (resumed) => {
         attempt?.abort();
         // After a resume, what the server lost goes first as a plain append: its answer comes
-        // whatever the body does next, and says whether a cancel came in the gap.
-        if (resumed && kept.end > serverSeq) {
+        // whatever the body does next, and says whether a cancel came in the gap. It goes even
+        // when empty: the object answers a refused streaming append (closed after a cancel) only
+        // at its body's end, which waits on a model that stops only when `signal` fires.
+        if (resumed) {
           const resent = learn(await write('append', kept.from(serverSeq), textHeaders));
           if (resent.cancelled) return resent;
         }

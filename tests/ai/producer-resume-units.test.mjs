@@ -93,7 +93,7 @@ function fakeApi({ faults = {}, onRequest = () => {} } = {}) {
   server.fetch = async (request) => {
     const action = new URL(request.url).pathname.split('/').at(-1);
     const n = server.requests.push({ action, epoch: request.headers.get('x-rindle-epoch') });
-    onRequest(action, server);
+    onRequest(action, server, n);
     const fault = faults[n];
     if (action === 'open') {
       if (fault === 'down') throw new TypeError('fetch failed'); // never reached the object
@@ -111,6 +111,13 @@ function fakeApi({ faults = {}, onRequest = () => {} } = {}) {
       return reply(200, { seq: server.text.length, durableSeq: server.durable, format: 'text', epoch: server.epoch });
     }
     if (Number(request.headers.get('x-rindle-epoch')) !== server.epoch) return reply(409, { error: 'superseded', message: 'old epoch' });
+    if (server.sealed && action === 'append') {
+      // Like the real object, a refused streaming append is answered only once its body ended
+      // (it reads and discards what it did not take: answering earlier breaks the connection).
+      if (request.body) await readBody(request.body);
+      return reply(409, { error: 'closed', message: 'stream s is closed' });
+    }
+    if (server.sealed) return reply(200, server.sealed); // close/fail after a cancel: it says so
     if (fault === 'reset') {
       // The object died under the request: its uncommitted tail is gone, the new instance rehydrates.
       server.text = server.text.slice(0, server.durable);
@@ -274,4 +281,73 @@ test('resumes that lead nowhere (each granted, every write after it lost) end af
   await assert.rejects(stream.append('x'), ConnectionLostError);
   assert.ok(Date.now() - started < 2000, `gave up after ${Date.now() - started} ms`);
   assert.ok(server.resumes >= 2, `it did resume (${server.resumes})`);
+});
+
+/** A model's stream that gives nothing until it is stopped (a model still thinking). */
+function idleModel() {
+  const model = { cancelled: undefined };
+  model.stream = new ReadableStream({ pull: () => new Promise(() => {}), cancel: (reason) => void (model.cancelled = reason) });
+  return model;
+}
+
+/** `promise`, or a failure naming `what` when it has not settled within 3 s. */
+async function noHang(promise, what) {
+  let timer;
+  const hang = new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} hangs`)), 3_000)));
+  try {
+    return await Promise.race([promise, hang]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+test('a cancel in the gap with nothing to re-send: pipe, append, flush and close resolve cancelled and fire signal', async () => {
+  // The cancel lands while the object is gone (the resume answers 409 closed/cancelled).
+  const sealedInGap = (action, s) => action === 'resume' && (s.sealed = { status: 'cancelled', seq: s.text.length, durableSeq: s.durable });
+  // pipe: the model has given nothing yet when the streaming append meets the reset.
+  const gap = fakeApi({ faults: { 2: 'reset' }, onRequest: sealedInGap });
+  const piping = await open(gap);
+  const idle = idleModel();
+  const ended = await noHang(piping.pipe(idle.stream), 'pipe');
+  assert.equal(ended.status, 'cancelled');
+  assert.equal(piping.signal.aborted, true, 'signal fired');
+  assert.equal(idle.cancelled?.name, 'AbortError', 'the model is stopped');
+
+  // flush and close: everything sent is durable, so the helper keeps nothing to re-send.
+  for (const action of ['flush', 'close']) {
+    const server = fakeApi({ faults: { 4: 'reset' }, onRequest: sealedInGap });
+    const stream = await open(server);
+    await stream.append('all of it 😀');
+    await stream.flush();
+    const answer = await noHang(stream[action](), action);
+    assert.equal(answer.status, 'cancelled', action);
+    assert.equal(stream.signal.aborted, true, `${action}: signal fired`);
+  }
+
+  // append after a flush: the reset answers before the object took any of it.
+  const server = fakeApi({ faults: { 4: 'reset' }, onRequest: sealedInGap });
+  const stream = await open(server);
+  await stream.append('durable ');
+  await stream.flush();
+  const appended = await noHang(stream.append('lost'), 'append');
+  assert.deepEqual([appended.cancelled, appended.ended?.status], [true, 'cancelled']);
+  assert.equal(stream.signal.aborted, true, 'append: signal fired');
+});
+
+test('a cancel right after a granted resume with nothing to re-send: pipe learns it from a plain append, not a streaming one the object answers only at its end', async () => {
+  // The resume (request 3) is granted; the cancel lands before the helper's next write, which
+  // the object refuses as closed. Refusing a streaming append, it first reads the body to its
+  // end, and the body waits on a model that stops only when signal fires: a streaming append
+  // here would wait for ever.
+  const server = fakeApi({
+    faults: { 2: 'reset' },
+    onRequest: (action, s, n) => n === 4 && (s.sealed = { status: 'cancelled', seq: s.text.length, durableSeq: s.durable }),
+  });
+  const stream = await open(server);
+  const idle = idleModel();
+  const ended = await noHang(stream.pipe(idle.stream), 'pipe');
+  assert.equal(ended.status, 'cancelled');
+  assert.equal(stream.signal.aborted, true, 'signal fired');
+  assert.equal(idle.cancelled?.name, 'AbortError', 'the model is stopped');
+  assert.deepEqual(server.requests.map((r) => r.action), ['open', 'append', 'resume', 'append', 'fail']);
 });
