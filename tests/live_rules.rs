@@ -9,7 +9,8 @@ use rindle_streams::engine::frame::{EndStatus, Frame};
 use rindle_streams::engine::hook::{self, EventHook, SealCause, StreamNotice};
 use rindle_streams::engine::live::lease::{self, ArmedLease, Holding, HostColumn, LeaseDecision, Release, Renewal};
 use rindle_streams::engine::live::{
-    CheckpointError, FlushError, OpenError, OpenOutcome, Producer, Pull, PushError, Settlement, StreamEvent, StreamState,
+    CheckpointError, FlushError, LiveStream, OpenError, OpenOutcome, Producer, Pull, PushError, Settlement, StreamEvent, StreamSlot,
+    StreamState,
 };
 use rindle_streams::engine::store::{Checkpoint, MarkOutcome, MarkStreaming, OpKind, StoreError};
 use rindle_streams::engine::time::{Millis, Timestamp};
@@ -456,6 +457,51 @@ fn a_reader_that_stops_draining_gets_stale_and_the_others_carry_on() {
     d.push("x");
     assert_eq!(d.read(fast), vec![Frame::Chunk { from: Offset(6), seq: Offset(7), text: "x".into() }]);
     assert!(d.events.iter().any(|e| matches!(e, StreamEvent::ReaderDropped { reader, .. } if *reader == slow)));
+}
+
+/// The runtime cancels a reader's body whenever it likes, even while the shell holds the stream
+/// (from inside a write): that detach waits in the slot and is applied at the stream's next
+/// borrow, never dropped (a reader left attached queues every frame for nobody).
+#[test]
+fn a_reader_whose_client_leaves_while_the_stream_is_borrowed_is_detached_at_its_next_borrow() {
+    let slot = StreamSlot::default();
+    let (gone, stays) = {
+        let mut d = Driver::open(cfg());
+        let readers = (d.subscribe(Offset(0)), d.subscribe(Offset(0)));
+        *slot.borrow_mut() = Some(d.stream);
+        readers
+    };
+    let readers = |slot: &StreamSlot| slot.borrow().as_ref().map(LiveStream::reader_count);
+    {
+        let mut held = slot.borrow_mut();
+        slot.detach(gone); // the body is cancelled from inside a write
+        assert_eq!(held.as_ref().map(LiveStream::reader_count), Some(2), "the stream is borrowed: not yet");
+        held.as_mut().map(|s| s.push("more", Timestamp(1)));
+    }
+    {
+        let _reading = slot.borrow(); // a read-only borrow defers it too
+        slot.detach(stays);
+    }
+    assert_eq!(readers(&slot), Some(2), "both wait for the next borrow");
+    drop(slot.borrow_mut());
+    assert_eq!(readers(&slot), Some(0), "detached at the next borrow, never left attached");
+
+    // A detach waiting when the stream retires goes with it: the next stream numbers its
+    // readers afresh, and its reader with the same id stays.
+    let mut d = Driver::open(cfg());
+    let first = d.subscribe(Offset(0));
+    *slot.borrow_mut() = Some(d.stream);
+    {
+        let _held = slot.borrow_mut();
+        slot.detach(first);
+    }
+    let mut next = Driver::open(cfg());
+    assert_eq!(next.subscribe(Offset(0)), first, "ids are per stream");
+    drop(slot.take());
+    *slot.borrow_mut() = Some(next.stream);
+    assert_eq!(readers(&slot), Some(1));
+    drop(slot.borrow_mut());
+    assert_eq!(readers(&slot), Some(1), "the retired stream's detach is not applied to the next one");
 }
 
 #[test]

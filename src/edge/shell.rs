@@ -7,7 +7,8 @@ use super::meter::{Hold, Meter};
 use super::store::Store;
 use crate::engine::hook::{self, EventHook, StreamNotice};
 use crate::engine::live::{
-    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame, StreamEvent, Ticket, Wire,
+    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame, StreamEvent, StreamSlot,
+    Ticket, Wire,
 };
 use crate::engine::store::{StoreError, StoreRequest};
 use crate::engine::time::{Millis, Timestamp};
@@ -139,7 +140,8 @@ struct FrameCopy {
 pub struct Shell {
     pub stream_id: String,
     pub store: Rc<Store>,
-    live: RefCell<Option<LiveStream>>,
+    /// The stream; a reader whose client leaves while it is borrowed is detached at its next borrow.
+    live: StreamSlot,
     lease: Rc<LeaseStore>,
     /// `STORE_TIMEOUT_MS`: how long a store call may take before it counts as failed.
     store_timeout: Millis,
@@ -147,8 +149,6 @@ pub struct Shell {
     waiting: Waiting,
     /// The bodies of attached readers, which the shell writes their bytes into.
     bodies: RefCell<HashMap<ReaderId, Rc<ReaderBody>>>,
-    /// Readers whose client went away while the stream was borrowed: detached at the next input.
-    detach_later: RefCell<Vec<ReaderId>>,
     /// Senders woken when a cancel arrives (a streaming append waits on one).
     cancel_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     timer_at: Cell<Option<Timestamp>>,
@@ -171,13 +171,12 @@ impl Shell {
         Rc::new(Self {
             stream_id,
             store,
-            live: RefCell::new(None),
+            live: StreamSlot::default(),
             lease: Rc::new(lease),
             store_timeout,
             hook,
             waiting: Waiting::default(),
             bodies: RefCell::default(),
-            detach_later: RefCell::default(),
             cancel_watchers: RefCell::default(),
             timer_at: Cell::new(None),
             timer_generation: Cell::new(0),
@@ -233,9 +232,6 @@ impl Shell {
         let (result, outputs, deadline) = {
             let mut slot = self.live.borrow_mut();
             let stream = slot.as_mut()?;
-            for reader in self.detach_later.take() {
-                stream.detach(reader);
-            }
             let result = input(stream, now);
             let outputs: Vec<Output> = std::iter::from_fn(|| stream.poll_output()).collect();
             (result, outputs, stream.poll_timeout())
@@ -350,19 +346,12 @@ impl Shell {
         pull
     }
 
-    /// Forgets a reader whose client went away. Never insists on the borrow (the runtime may
-    /// cancel a body at any time, even from inside a write while the stream is borrowed): a
-    /// reader it cannot detach now is detached at the next input, never left attached.
+    /// Forgets a reader whose client went away. The runtime may cancel a body at any time, even
+    /// from inside a write while the stream is borrowed: the slot then detaches it at the
+    /// stream's next borrow ([`StreamSlot::detach`]), never leaves it attached.
     pub fn detach(&self, reader: ReaderId) {
         self.bodies.borrow_mut().remove(&reader);
-        match self.live.try_borrow_mut() {
-            Ok(mut slot) => {
-                if let Some(s) = slot.as_mut() {
-                    s.detach(reader);
-                }
-            }
-            Err(_) => self.detach_later.borrow_mut().push(reader),
-        }
+        self.live.detach(reader);
     }
 
     /// Performs what one input asked for; `now` is the input's time (a reader woken by it is
@@ -433,7 +422,7 @@ impl Shell {
     /// Drops the stream after its linger window (or a refused open). The lease alarm that
     /// follows finds the row sealed (or repairs it, after a seal that could not commit).
     fn retire(&self) {
-        self.live.borrow_mut().take();
+        self.live.take();
         self.last_frame.take();
         let bodies: Vec<_> = self.bodies.borrow_mut().drain().collect();
         for (_, body) in bodies {

@@ -14,7 +14,8 @@
 //! - `lease`: the lease alarm's decision;
 //! - `resume`: rehydration, the producer's resume and fence, the resume window, parked readers;
 //! - `readers`: bounded queues, dialects, pacing, merging;
-//! - `outbox`: where outputs wait for the shell.
+//! - `outbox`: where outputs wait for the shell;
+//! - `slot`: the stream an object holds, and the detaches that wait while it is borrowed.
 
 mod checkpoint;
 pub mod lease;
@@ -22,9 +23,11 @@ mod open;
 mod outbox;
 mod readers;
 mod resume;
+mod slot;
 mod stream;
 
 pub use open::Producer;
 pub use readers::{Dialect, DropReason, Pull, ReaderId, SharedFrame, Wire};
 pub use resume::{window_expired_error, Fenced, Rehydration, ResumeGrant, ResumeRefused, FIRST_EPOCH};
+pub use slot::StreamSlot;
 pub use stream::*;
