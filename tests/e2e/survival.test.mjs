@@ -5,13 +5,16 @@
 // - text: a producer that resumes after the restart continues exactly from the rehydrated
 //   `seq = durableSeq`, and the row ends `complete` with exactly the produced text, no chunk rows;
 //   a write before the resume is 409 `resume_required`; two resumes at once both answer, and the
-//   connection the second fenced gets 409 `superseded`, nothing of it written;
+//   connection the second fenced gets 409 `superseded`, nothing of it written; two producers that
+//   resume together and then append together: exactly one continues, the other is 409
+//   `superseded` at its first append, nothing of it interleaved;
 // - a reader whose offset lies past the rehydrated seq is parked, then served from exactly its
 //   offset once the re-sent text reaches it (no clamped replay, no `absent`);
 // - ui: the resume answers a line end (the unfinished line the old instance held is re-sent);
 // - a cancel in the gap seals `cancelled`, and the resume answers 409 `closed` naming it;
-// - a producer that never returns: the alarm rehydrates, the window passes, the row is sealed
-//   `interrupted` with its durable prefix;
+// - a producer that dies with the object (never returns): the alarm rehydrates, and the row is
+//   sealed `interrupted` with its durable prefix no sooner than the window after the runtime came
+//   back, and within the window plus the lease of it;
 // - a resume of a sealed stream: 409 `closed` naming `complete`.
 import test from 'node:test';
 import assert from 'node:assert/strict';
@@ -95,7 +98,13 @@ test('a reset mid-answer: rehydration, resume, the fence, parked readers, the wi
   ok(await sealed.close());
 
   await stack.kill();
+  const restarting = Date.now();
   await stack.restart();
+  const restarted = Date.now();
+  // Watched from now on: when the window seals the stream nobody resumes.
+  const goneSealedAt = until(() => durableFromDb(stack.db, gone.id).row.status !== 'streaming', 'the window to seal the abandoned stream', WINDOW_MS + 2 * LEASE_MS + 10_000).then(
+    () => Date.now(),
+  );
 
   // The producer's first write after the reset: the stream was rebuilt and waits for its resume.
   const required = isError(await write(text, 'append', 'x'), 409, 'resume_required', 'a write before the resume');
@@ -156,9 +165,20 @@ test('a reset mid-answer: rehydration, resume, the fence, parked readers, the wi
   // Sealed before the reset: 409 naming its status.
   assert.equal(isError(await resume(sealed), 409, 'closed', 'resume of a sealed stream').status, 'complete');
 
-  // Nobody came back for `gone`: the alarm rehydrated it, and the window sealed it.
-  await until(() => durableFromDb(stack.db, gone.id).row.status === 'interrupted', 'the window to seal the abandoned stream', WINDOW_MS + 4 * LEASE_MS + 10_000);
-  assert.equal(durableFromDb(stack.db, gone.id).text, 'kept 😀', 'the durable prefix is kept');
+  // The producer died with the object (nobody came back for `gone`): the alarm rehydrated it,
+  // and the window sealed it `interrupted` (not the lease at once), with its durable prefix.
+  const sealedAt = await goneSealedAt;
+  console.log(`survival: the abandoned stream sealed ${sealedAt - restarting} ms after the restart began, ${sealedAt - restarted} ms after it ended`);
+  const abandoned = durableFromDb(stack.db, gone.id);
+  assert.equal(abandoned.row.status, 'interrupted');
+  assert.match(abandoned.row.error, new RegExp(`did not resume within ${WINDOW_MS} ms`));
+  assert.equal(abandoned.text, 'kept 😀', 'the durable prefix is kept, the live tail is not');
+  assert.ok(sealedAt - restarting >= WINDOW_MS, `sealed ${sealedAt - restarting} ms after the restart began: the window was waited for`);
+  const POLL_SLACK_MS = 500; // the watch's poll and the seal's own D1 write
+  assert.ok(
+    sealedAt - restarted <= WINDOW_MS + LEASE_MS + POLL_SLACK_MS,
+    `sealed ${sealedAt - restarted} ms after the runtime came back: within the window (${WINDOW_MS}) plus the lease (${LEASE_MS})`,
+  );
 });
 
 test('resume on a live stream answers its own seq and fences the connection it replaces', async () => {
@@ -172,9 +192,54 @@ test('resume on a live stream answers its own seq and fences the connection it r
   ok(await write(c, 'append', 'c', 2));
   const stats = ok(await c.stats());
   assert.deepEqual([stats.epoch, stats.rehydrated], [2, false]);
+  // An empty plain append (the helpers' first write after a resume with nothing to re-send)
+  // answers at once where the stream stands, and says closed once it is sealed.
+  assert.equal(ok(await write(c, 'append', '', 2)).seq, 5);
   ok(await write(c, 'close', undefined, 2));
   assert.equal(durableFromDb(stack.db, c.id).text, 'ab😀c');
+  isError(await write(c, 'append', '', 2), 409, 'closed', 'an empty append after the seal');
   isError(await resume(api(stack, newStream(stack, 'surv-never'))), 404, 'not_open');
+});
+
+test('two producers resume at once after a reset, then append at once: exactly one continues, the other gets 409 superseded, nothing interleaved', async () => {
+  const c = api(stack, newStream(stack, 'surv-race'));
+  ok(await c.open());
+  const head = 'durable 😀 ';
+  ok(await c.append(head));
+  ok(await c.flush());
+  ok(await c.append('lost with the instance'));
+  await stack.kill();
+  await stack.restart();
+
+  // Two producers (an invocation retried while the first still runs) resume together.
+  const grants = (await Promise.all([resume(c), resume(c)])).map((g) => ok(g, 'resume'));
+  assert.deepEqual(grants.map((g) => g.seq), [head.length, head.length], 'both resume at the rehydrated seq');
+  assert.deepEqual(grants.map((g) => g.epoch).sort(), [2, 3]);
+
+  // Each sends its own continuation in pieces, both at once; a refused producer stops, as the
+  // helpers do.
+  const versions = [['A1 流式 ', 'A2 👩‍👩‍👧 ', 'A3 🇯🇵'], ['B1 テキスト ', 'B2 👍🏽 ', 'B3 end']];
+  const continueWith = async (grant, pieces) => {
+    const answers = [];
+    for (const piece of pieces) {
+      answers.push(await write(c, 'append', piece, grant.epoch));
+      if (answers.at(-1).status !== 200) break;
+    }
+    return answers;
+  };
+  const outcomes = await Promise.all(grants.map((g, i) => continueWith(g, versions[i])));
+  const continued = outcomes.map((answers) => answers.length === 3 && answers.every((a) => a.status === 200));
+  assert.equal(continued.filter(Boolean).length, 1, `exactly one continues: ${JSON.stringify(outcomes.map((o) => o.map((a) => a.status)))}`);
+  const winner = continued.indexOf(true);
+  const loser = 1 - winner;
+  assert.equal(grants[winner].epoch, 3, 'the later resume owns the stream');
+  assert.equal(outcomes[loser].length, 1, 'the other is refused at its first append');
+  isError(outcomes[loser][0], 409, 'superseded', 'the other producer');
+
+  ok(await write(c, 'close', undefined, grants[winner].epoch));
+  const final = durableFromDb(stack.db, c.id);
+  assert.equal(final.row.status, 'complete');
+  assert.equal(final.text, head + versions[winner].join(''), 'exactly the winner\'s text after the durable prefix: nothing of the other interleaved');
 });
 
 test('a second reset right after a resume: the fence and the new epoch survive it, and the producer resumes again', async () => {
