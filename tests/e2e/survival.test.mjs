@@ -174,7 +174,7 @@ test('a reset mid-answer: rehydration, resume, the fence, parked readers, the wi
   assert.match(abandoned.row.error, new RegExp(`did not resume within ${WINDOW_MS} ms`));
   assert.equal(abandoned.text, 'kept 😀', 'the durable prefix is kept, the live tail is not');
   assert.ok(sealedAt - restarting >= WINDOW_MS, `sealed ${sealedAt - restarting} ms after the restart began: the window was waited for`);
-  const POLL_SLACK_MS = 500; // the watch's poll and the seal's own D1 write
+  const POLL_SLACK_MS = 1500; // the seal's own store round trip (D1 or Postgres, under CI load) and the watch's poll
   assert.ok(
     sealedAt - restarted <= WINDOW_MS + LEASE_MS + POLL_SLACK_MS,
     `sealed ${sealedAt - restarted} ms after the runtime came back: within the window (${WINDOW_MS}) plus the lease (${LEASE_MS})`,
