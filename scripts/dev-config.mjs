@@ -15,9 +15,13 @@
 // the binding commented out: `wrangler dev` refuses to start with a Hyperdrive binding that has
 // no local connection string, even on D1.
 //
+// The example chat (examples/chat/) on Postgres gets a copy of its config too, with its own
+// `HYPERDRIVE` binding to the same database (its store.js then keeps the messages there).
+//
 //   node scripts/dev-config.mjs DIR [DEV_VARS_FILE]   writes DIR/wrangler.toml (and DIR/.dev.vars,
 //                                                      a copy of DEV_VARS_FILE); prints its path
 //   BACKEND=postgres PG_URL=postgres://… node scripts/dev-config.mjs DIR [DEV_VARS_FILE]
+//   PG_URL=postgres://… node scripts/dev-config.mjs --chat DIR   the example chat's copy, on Postgres
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -49,10 +53,33 @@ export function writeDevConfig({ root, dir, devVars = '', backend = 'd1', pgUrl 
   return join(dir, 'wrangler.toml');
 }
 
+/**
+ * Writes `dir/wrangler.toml`: the example chat's config (examples/chat/wrangler.toml, its
+ * relative paths made absolute) with the Hyperdrive binding to the database at `pgUrl`. Returns
+ * the config's path.
+ */
+export function writeChatConfig({ root, dir, pgUrl }) {
+  if (!pgUrl) throw new Error('the example chat on postgres needs the database URL (scripts/pg.sh url)');
+  const chat = join(root, 'examples', 'chat');
+  mkdirSync(dir, { recursive: true });
+  const toml = readFileSync(join(chat, 'wrangler.toml'), 'utf8')
+    .replace(/^main = "(.*)"$/m, (_, main) => `main = ${JSON.stringify(join(chat, main))}`)
+    .replace(/^directory = "(.*)"$/m, (_, assets) => `directory = ${JSON.stringify(join(chat, assets))}`)
+    .replace(/^migrations_dir = "(.*)"$/m, (_, migrations) => `migrations_dir = ${JSON.stringify(join(chat, migrations))}`);
+  writeFileSync(join(dir, 'wrangler.toml'), toml + hyperdriveBinding(pgUrl));
+  return join(dir, 'wrangler.toml');
+}
+
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const root = process.env.RINDLE_ROOT ?? resolve(dirname(fileURLToPath(import.meta.url)), '..');
+  if (process.argv[2] === '--chat') {
+    const dir = process.argv[3];
+    if (!dir) throw new Error('usage: PG_URL=postgres://… node scripts/dev-config.mjs --chat DIR');
+    console.log(writeChatConfig({ root, dir: resolve(dir), pgUrl: process.env.PG_URL }));
+    process.exit(0);
+  }
   const [dir, devVarsFile] = process.argv.slice(2);
   if (!dir) throw new Error('usage: node scripts/dev-config.mjs DIR [DEV_VARS_FILE]');
-  const root = process.env.RINDLE_ROOT ?? resolve(dirname(fileURLToPath(import.meta.url)), '..');
   const config = writeDevConfig({ root, dir: resolve(dir), backend: process.env.BACKEND || 'd1', pgUrl: process.env.PG_URL });
   if (devVarsFile) copyFileSync(devVarsFile, join(dirname(config), '.dev.vars'));
   console.log(config);

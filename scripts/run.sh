@@ -7,10 +7,10 @@
 # CHAT_INSPECTOR_PORT override the ports. State
 # lives in .wrangler/state and .wrangler/chat-state (delete them to reset).
 #
-# BACKEND=postgres serves the API and the demo on PostgreSQL instead of D1: it starts the
-# project's throwaway cluster (scripts/pg.sh, in .wrangler/pg; stopped again on exit), applies
-# migrations/postgres/, and serves a copy of wrangler.toml with the Hyperdrive binding to it
-# (scripts/dev-config.mjs). The example chat keeps its messages in D1 (its own Worker reads them).
+# BACKEND=postgres serves the API, the demo and the example chat on PostgreSQL instead of D1: it
+# starts the project's throwaway cluster (scripts/pg.sh, in .wrangler/pg; stopped again on exit),
+# applies migrations/postgres/, and serves copies of wrangler.toml and of the example chat's
+# config with Hyperdrive bindings to it (scripts/dev-config.mjs). Both use the same database.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
@@ -52,22 +52,9 @@ else
   step "mock model server: mock/model-server.mjs not present, skipping"
 fi
 
-# The example chat: one `wrangler dev` with two configs, the example Worker first (it gets the
-# port and forwards /streams/* to rindle-streams over its service binding), one D1 database,
-# its own state and dev registry (so it never binds to another dev process's rindle-streams).
-# rindle-streams' config is a copy of wrangler.toml serving the dev build, with .dev.vars beside
-# it (scripts/dev-config.mjs).
-step "example chat: http://127.0.0.1:$CHAT_PORT (log: test-artifacts/chat-example.log)"
-mkdir -p test-artifacts
-CHAT_RINDLE_CONFIG="$(BACKEND=d1 node "$SCRIPTS_DIR/dev-config.mjs" .wrangler/chat-rindle "$ROOT/.dev.vars")"
-WRANGLER_REGISTRY_PATH="$ROOT/.wrangler/chat-registry" setsid wrangler dev \
-  -c examples/chat/wrangler.toml -c "$CHAT_RINDLE_CONFIG" --ip 127.0.0.1 --port "$CHAT_PORT" --inspector-port "$CHAT_INSPECTOR_PORT" \
-  --persist-to "$CHAT_STATE" --env-file "$ROOT/.dev.vars" --show-interactive-dev-session=false \
-  >test-artifacts/chat-example.log 2>&1 &
-CHAT_PID=$!
-
-# The demo's Worker: wrangler.toml, or on Postgres a copy with the Hyperdrive binding.
+# On Postgres: the cluster, before both `wrangler dev`s that reach it.
 DEMO_CONFIG=()
+CHAT_CONFIG=(-c examples/chat/wrangler.toml)
 if [[ "$BACKEND" == postgres ]]; then
   step "postgres: the local cluster (scripts/pg.sh) and migrations/postgres/"
   PG_URL="$("$SCRIPTS_DIR/pg.sh" start)"
@@ -75,7 +62,27 @@ if [[ "$BACKEND" == postgres ]]; then
   cat migrations/postgres/*.sql | "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 -d "$PG_URL" >/dev/null || die "applying migrations/postgres/ failed"
   DEV_VARS=()
   [[ -f "$ROOT/.dev.vars" ]] && DEV_VARS=("$ROOT/.dev.vars")
+  # The demo's Worker: a copy of wrangler.toml with the Hyperdrive binding; the example chat's:
+  # a copy of its config with its own binding to the same database (examples/chat/store.js).
   DEMO_CONFIG=(--config "$(BACKEND=postgres PG_URL="$PG_URL" node "$SCRIPTS_DIR/dev-config.mjs" .wrangler/pg-rindle "${DEV_VARS[@]}")" --persist-to .wrangler/state)
+  CHAT_CONFIG=(-c "$(PG_URL="$PG_URL" node "$SCRIPTS_DIR/dev-config.mjs" --chat .wrangler/pg-chat)")
+fi
+
+# The example chat: one `wrangler dev` with two configs, the example Worker first (it gets the
+# port and forwards /streams/* to rindle-streams over its service binding), one database,
+# its own state and dev registry (so it never binds to another dev process's rindle-streams).
+# rindle-streams' config is a copy of wrangler.toml serving the dev build, with .dev.vars beside
+# it (scripts/dev-config.mjs); on Postgres both configs are copies with the Hyperdrive binding.
+step "example chat: http://127.0.0.1:$CHAT_PORT (log: test-artifacts/chat-example.log)"
+mkdir -p test-artifacts
+CHAT_RINDLE_CONFIG="$(BACKEND="$BACKEND" PG_URL="${PG_URL:-}" node "$SCRIPTS_DIR/dev-config.mjs" .wrangler/chat-rindle "$ROOT/.dev.vars")"
+WRANGLER_REGISTRY_PATH="$ROOT/.wrangler/chat-registry" setsid wrangler dev \
+  "${CHAT_CONFIG[@]}" -c "$CHAT_RINDLE_CONFIG" --ip 127.0.0.1 --port "$CHAT_PORT" --inspector-port "$CHAT_INSPECTOR_PORT" \
+  --persist-to "$CHAT_STATE" --env-file "$ROOT/.dev.vars" --show-interactive-dev-session=false \
+  >test-artifacts/chat-example.log 2>&1 &
+CHAT_PID=$!
+
+if [[ "$BACKEND" == postgres ]]; then
   cat <<EOT
 
   PostgreSQL:    psql "$PG_URL"

@@ -8,7 +8,7 @@
 //                                     its SSE goes through rindle (consumeSseStream), so the
 //                                     answer resumes from rindle after a reload or in a second tab
 //   GET  /api/chat/:chatId/messages   the chat's history for the page's initial state, and the
-//                                     answer in flight it leaves out, read in one D1 transaction
+//                                     answer in flight it leaves out, read in one transaction
 //   GET  /api/chat/:chatId/stream     rindle transport's reconnect: ?answer= the answer the history
 //                                     left out (whatever it has become since), else the chat's
 //                                     answer in flight → {streamId, token}, or 204
@@ -17,20 +17,16 @@
 //   everything else                   the page (static assets in dist/, built by build.mjs)
 //
 // The answer comes from AI SDK `streamText` on a scripted mock model (answer.js): reasoning, a
-// tool call with its result, then text. The app owns its message table (migrations/): it
-// inserts the user and assistant rows before opening the stream (SPEC §5), and the insert itself
-// refuses a second answer while one is in flight in the chat (no read-then-insert race).
+// tool call with its result, then text. The app owns its message table (migrations/, or
+// migrations/postgres/ with a HYPERDRIVE binding: store.js): it inserts the user and assistant
+// rows before opening the stream (SPEC §5), and the insert itself refuses a second answer while
+// one is in flight in the chat (no read-then-insert race).
 import { readUIMessageStream } from 'ai';
 import { openStream, readUIMessage, RindleError, signStreamToken } from '../../public/producer.js';
 import { seedOf, streamAnswer, uiStreamOptions } from './answer.js';
+import { chatStore } from './store.js';
 
 const CHAT_ID = /^[A-Za-z0-9._:-]{1,64}$/;
-/**
- * An answer in flight: streaming, or inserted and not yet opened (for at most a minute: a Worker
- * that died between the insert and the open must not block the chat for good; a stream that
- * died while streaming is sealed `interrupted` by rindle's lease).
- */
-const IN_FLIGHT = `(status = 'streaming' OR (status = 'pending' AND created_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-60 seconds')))`;
 
 const json = (status, body) => Response.json(body, { status });
 const fail = (status, error, message) => json(status, { error, message });
@@ -50,7 +46,8 @@ export default {
         if (request.method !== 'GET') return fail(405, 'method_not_allowed', `GET ${path}`);
         const chatId = decodeURIComponent(m[1]);
         if (!CHAT_ID.test(chatId)) return fail(400, 'bad_chat_id', 'a chat id is 1-64 characters of [A-Za-z0-9._:-]');
-        return m[2] === 'stream' ? await answerToResume(chatId, url.searchParams.get('answer'), env) : await chatMessages(chatId, env);
+        const store = chatStore(env, ctx);
+        return m[2] === 'stream' ? await answerToResume(store, chatId, url.searchParams.get('answer'), env) : await chatMessages(store, chatId, env);
       }
       return fail(404, 'not_found', `no route for ${path}`);
     } catch (err) {
@@ -93,14 +90,13 @@ async function startAnswer(request, env, ctx, { stock }) {
   // Tests only (MOCK_HOLD_START=1 with MOCK_HOLD_URL): each send waits here, just before its writes,
   // until the test releases it, so a test lets concurrent sends reach the writes together.
   if (env.MOCK_HOLD_URL && env.MOCK_HOLD_START === '1') await fetch(`${env.MOCK_HOLD_URL}/start-${question.id}`).then((res) => res.arrayBuffer());
-  const idle = `NOT EXISTS (SELECT 1 FROM messages WHERE chat_id = ?1 AND role = 'assistant' AND ${IN_FLIGHT})`;
-  const results = await env.DB.batch([
-    env.DB.prepare(`DELETE FROM messages WHERE chat_id = ?1 AND id NOT IN (SELECT value FROM json_each(?2)) AND ${idle}`).bind(chatId, JSON.stringify(keep)),
-    env.DB.prepare(`INSERT OR IGNORE INTO messages (id, chat_id, role, body, status) SELECT ?2, ?1, 'user', ?3, 'complete' WHERE ${idle}`)
-      .bind(chatId, question.id, JSON.stringify({ id: question.id, role: 'user', parts: question.parts })),
-    env.DB.prepare(`INSERT INTO messages (id, chat_id, role) SELECT ?2, ?1, 'assistant' WHERE ${idle}`).bind(chatId, answerId),
-  ]);
-  if (results[2].meta.changes !== 1) return fail(409, 'answer_in_progress', 'the chat is still answering; stop it or wait');
+  // Tests only (MOCK_HOLD_COMMIT=1 with MOCK_HOLD_URL, Postgres): a send that inserted its answer
+  // waits before its commit until the test releases it, so a test holds concurrent sends inside
+  // their transactions, where only the database can keep two from both inserting.
+  const beforeCommit = env.MOCK_HOLD_URL && env.MOCK_HOLD_COMMIT === '1' ? () => fetch(`${env.MOCK_HOLD_URL}/commit-${question.id}`).then((res) => res.arrayBuffer()) : undefined;
+  const store = chatStore(env, ctx);
+  const started = await store.startAnswer({ chatId, keep, questionId: question.id, question: JSON.stringify({ id: question.id, role: 'user', parts: question.parts }), answerId, beforeCommit });
+  if (!started) return fail(409, 'answer_in_progress', 'the chat is still answering; stop it or wait');
 
   let stream;
   try {
@@ -110,7 +106,7 @@ async function startAnswer(request, env, ctx, { stock }) {
     stream = await openStream({ service: env.RINDLE, streamId: answerId, token: writeToken, format: 'ui', meta: { chatId }, onResume });
   } catch (err) {
     // No answer will come: drop its row rather than leave it `pending` (it would block the chat).
-    await env.DB.prepare(`DELETE FROM messages WHERE id = ? AND status = 'pending'`).bind(answerId).run();
+    await store.dropUnopened(answerId);
     throw err;
   }
   const seed = seedOf(text);
@@ -145,31 +141,24 @@ async function startAnswer(request, env, ctx, { stock }) {
 /**
  * The rindle transport's reconnect. `answer`: the answer the page's history left out (it was in
  * flight when the history was read): it is resumed whatever it has become since (its /ui replays
- * a finished answer from D1, and waits for one not opened yet), so it cannot be missed. Without
- * it, the chat's answer in flight now (one another tab started), or 204.
+ * a finished answer from the store, and waits for one not opened yet), so it cannot be missed.
+ * Without it, the chat's answer in flight now (one another tab started), or 204.
  */
-async function answerToResume(chatId, answer, env) {
-  const row = answer
-    ? await env.DB.prepare(`SELECT id FROM messages WHERE id = ? AND chat_id = ? AND role = 'assistant'`).bind(answer, chatId).first()
-    : await env.DB.prepare(`SELECT id FROM messages WHERE chat_id = ? AND role = 'assistant' AND ${IN_FLIGHT} LIMIT 1`).bind(chatId).first();
-  if (!row) return new Response(null, { status: 204 });
-  return json(200, { streamId: row.id, token: await readToken(env, row.id) });
+async function answerToResume(store, chatId, answer, env) {
+  const id = await store.answerToResume(chatId, answer);
+  if (!id) return new Response(null, { status: 204 });
+  return json(200, { streamId: id, token: await readToken(env, id) });
 }
 
 /**
  * The chat's messages for the page's initial state, and the answer in flight they leave out
- * (`active`, which the page resumes), read in ONE transaction (a D1 batch), so an answer is in
+ * (`active`, which the page resumes), read in ONE transaction (store.js), so an answer is in
  * exactly one of the two: it cannot end between the two reads and be in neither. An answer's
  * message is built from its row (the body, then any chunk rows: an answer too large to compact
  * keeps them) by the same assembly as the page's reader (`readUIMessage`).
  */
-async function chatMessages(chatId, env) {
-  const [{ results: rows }, { results: chunks }] = await env.DB.batch([
-    env.DB.prepare(`SELECT id, role, body, status, ${IN_FLIGHT} AS in_flight FROM messages WHERE chat_id = ? ORDER BY created_at, rowid`).bind(chatId),
-    env.DB.prepare(
-      `SELECT c.streamId AS streamId, c.seq AS seq, c.text AS text FROM message_chunks c JOIN messages m ON m.id = c.streamId WHERE m.chat_id = ? ORDER BY c.seq`,
-    ).bind(chatId),
-  ]);
+async function chatMessages(store, chatId, env) {
+  const { rows, chunks } = await store.history(chatId);
   const messages = [];
   let active = null;
   for (const row of rows) {

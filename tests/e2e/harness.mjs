@@ -24,7 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { createParser } from 'eventsource-parser';
 import { mintToken as mintTokenImpl, decodeToken, verifyToken } from '../../scripts/jwt.mjs';
-import { devShim, writeDevConfig } from '../../scripts/dev-config.mjs';
+import { devShim, writeChatConfig, writeDevConfig } from '../../scripts/dev-config.mjs';
 import { E2E_BACKEND, createDatabase, dropDatabase, openPgDb } from './pg.mjs';
 
 export { E2E_BACKEND };
@@ -349,8 +349,8 @@ async function buildChatPage() {
  * next to it. So: a copy of wrangler.toml serving the dev build, and the vars in a `.dev.vars`
  * (scripts/dev-config.mjs).
  */
-function writeAuxiliaryConfig(dir, vars) {
-  return writeDevConfig({ root: ROOT, dir, devVars: dotenv(vars) });
+function writeAuxiliaryConfig(dir, vars, { backend = 'd1', pgUrl } = {}) {
+  return writeDevConfig({ root: ROOT, dir, devVars: dotenv(vars), backend, pgUrl });
 }
 
 function dotenv(values) {
@@ -377,7 +377,9 @@ let stackCounter = 0;
  *   chat       start the example chat (examples/chat/) in front of rindle-streams instead: one
  *              `wrangler dev` with two configs, the example Worker first (it gets the port; it
  *              forwards /streams/* to rindle-streams over its service binding), one D1 database.
- *              `vars` still go to rindle-streams; `chatVars` go to the example Worker.
+ *              `vars` still go to rindle-streams; `chatVars` go to the example Worker. With
+ *              `backend: 'postgres'` both Workers get a Hyperdrive binding to the stack's database
+ *              (the example keeps its messages there: examples/chat/store.js).
  *   demo       also serve the demo page and the vendorable JavaScript (public/) at /, as
  *              scripts/run.sh does (`--assets public`); the deployed service has no assets.
  *   bare       benchmarks only: serve the Worker with bench/bare-serve.mjs instead of `wrangler
@@ -417,8 +419,8 @@ export async function startStack({
   backend ??= bare || chat || config || production ? 'd1' : E2E_BACKEND;
   if (bare && (chat || demo)) throw new Error('startStack: `bare` serves one Worker, without `chat` or `demo`');
   if (production && (config || chat)) throw new Error('startStack: `production` serves the project\'s own Worker, without `config` or `chat`');
-  if (backend === 'postgres' && (bare || chat || config || production)) {
-    throw new Error('startStack: the postgres backend serves the dev build alone, without `bare`, `chat`, `config` or `production`');
+  if (backend === 'postgres' && (bare || config || production)) {
+    throw new Error('startStack: the postgres backend serves the dev build (alone, or behind the example chat), without `bare`, `config` or `production`');
   }
   if (!haveBuild()) throw new Error(`${SHIM} is missing: run scripts/build.sh --dev first`);
   if (production && !existsSync(PRODUCTION_SHIM)) throw new Error(`${PRODUCTION_SHIM} is missing: run scripts/build.sh first`);
@@ -441,13 +443,16 @@ export async function startStack({
   // binding to it and DURABLE_BACKEND = "postgres" (scripts/dev-config.mjs).
   let pgConfig = null;
   let pgUrl = null;
+  let workerPgUrl = null;
   if (backend === 'postgres') {
     const database = `e2e_${id.replace(/\W/g, '_')}`;
     pgDatabases.add(database);
     pgUrl = createDatabase(database, join(ROOT, 'migrations', 'postgres'));
-    // `pgVia(url)`: the URL the Worker reaches it by instead (a fault test's proxy).
-    pgConfig = writeDevConfig({ root: ROOT, dir: join(base, 'pg'), backend: 'postgres', pgUrl: pgVia ? pgVia(pgUrl) : pgUrl });
+    // `pgVia(url)`: the URL the Workers reach it by instead (a fault test's proxy).
+    workerPgUrl = pgVia ? pgVia(pgUrl) : pgUrl;
+    if (!chat) pgConfig = writeDevConfig({ root: ROOT, dir: join(base, 'pg'), backend: 'postgres', pgUrl: workerPgUrl });
   }
+  const chatConfig = chat && backend === 'postgres' ? writeChatConfig({ root: ROOT, dir: join(base, 'chat'), pgUrl: workerPgUrl }) : CHAT_CONFIG;
   const envFile = join(base, 'secrets.env');
   const writeEnvFile = (values) => writeFileSync(envFile, dotenv(values));
   mkdirSync(ARTIFACTS, { recursive: true });
@@ -548,7 +553,8 @@ export async function startStack({
     const asVar = ([k, v]) => ['--var', `${k}:${typeof v === 'string' ? v : JSON.stringify(v)}`];
     let env = registry ? { ...BASE_ENV, WRANGLER_REGISTRY_PATH: registry } : BASE_ENV;
     if (chat) {
-      args.push('--config', CHAT_CONFIG, '--config', writeAuxiliaryConfig(join(base, 'rindle'), { ...stack.vars, STREAM_JWT_SECRET: stack.secret }));
+      const rindle = writeAuxiliaryConfig(join(base, 'rindle'), { ...stack.vars, STREAM_JWT_SECRET: stack.secret }, { backend, pgUrl: workerPgUrl });
+      args.push('--config', chatConfig, '--config', rindle);
       args.push(...Object.entries(stack.chatVars).flatMap(asVar));
       env = { ...BASE_ENV, WRANGLER_REGISTRY_PATH: join(base, 'registry') }; // no other dev process's workers
     } else {
