@@ -17,7 +17,7 @@ use crate::engine::api::{ApiError, Route};
 use crate::engine::config::{CheckpointMode, StreamConfig};
 use crate::engine::frame::STATUS_STREAMING;
 use crate::engine::live::lease::ArmedLease;
-use crate::engine::live::{Fenced, LiveStream, Rehydration, ResumeRefused, FIRST_EPOCH};
+use crate::engine::live::{Fenced, LiveStream, Rehydration, ResumeGrant, ResumeRefused, FIRST_EPOCH};
 use crate::engine::object_storage::{EPOCH, META, RESUME_BY};
 use crate::engine::store::{next_host_token, ClaimHost};
 use crate::engine::time::{Millis, Timestamp};
@@ -168,8 +168,15 @@ impl StreamObject {
         // The object may be its own producer: a background pump re-attaches, and resumes the
         // stream itself (it fences any HTTP producer).
         match self.reattach_pump(o, Offset::ZERO, &durable_text).await {
+            // The pump's resume is stored as a producer's is: a window left in storage would
+            // have passed by the next reset, which would then leave the row to the lease's
+            // `interrupted` seal under a pump still running upstream.
             Ok(PumpReattach::Started) => {
-                let _ = o.shell.feed(|s, now| s.resume(now));
+                if let Some(Ok(grant)) = o.shell.feed(|s, now| s.resume(now)) {
+                    if let Err(e) = self.store_resume(&grant).await {
+                        log("error", "resume_not_stored", &stream_id, json!({"error": e.to_string()}));
+                    }
+                }
             }
             Ok(PumpReattach::NoRecord | PumpReattach::Interrupted(_)) => {}
             Err(e) => log("error", "pump_reattach_failed", &stream_id, json!({"error": e.to_string()})),
@@ -188,16 +195,23 @@ impl StreamObject {
             }
             Some(Err(ResumeRefused::NotOpen)) | None => return Err(self.not_resumable(o, route).await),
         };
+        self.store_resume(&grant).await.map_err(ApiError::store_unavailable)?;
+        log("info", "resumed", &route.stream_id, json!({"seq": grant.seq, "durableSeq": grant.durable_seq, "epoch": grant.epoch}));
+        http::json(200, &json!({"seq": grant.seq, "durableSeq": grant.durable_seq, "format": grant.format.as_str(), "epoch": grant.epoch}))
+            .map_err(unavailable)
+    }
+
+    /// Stores what a granted resume changed: the new epoch (the replaced connection stays
+    /// fenced across a reset) and no window (it closed; the next reset opens its own).
+    async fn store_resume(&self, grant: &ResumeGrant) -> worker::Result<()> {
         let storage = self.state.storage();
         self.meter.storage(|s| {
             s.puts += 1;
             s.deletes += 1;
         });
-        storage.put(EPOCH, grant.epoch).await.map_err(ApiError::store_unavailable)?;
-        storage.delete(RESUME_BY).await.map_err(ApiError::store_unavailable)?;
-        log("info", "resumed", &route.stream_id, json!({"seq": grant.seq, "durableSeq": grant.durable_seq, "epoch": grant.epoch}));
-        http::json(200, &json!({"seq": grant.seq, "durableSeq": grant.durable_seq, "format": grant.format.as_str(), "epoch": grant.epoch}))
-            .map_err(unavailable)
+        storage.put(EPOCH, grant.epoch).await?;
+        storage.delete(RESUME_BY).await?;
+        Ok(())
     }
 
     /// Why no stream here can resume: its row is sealed (409 naming the status), or there is

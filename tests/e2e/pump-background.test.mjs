@@ -18,9 +18,9 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startMock, startStack } from './harness.mjs';
+import { jsonOrUndefined, startMock, startStack } from './harness.mjs';
 import { accepted, openWithReader as openPumpStream, pump } from './pump-helpers.mjs';
-import { checkFrames, isError, ok, rows, until, untilEnd } from './util.mjs';
+import { assertPrefix, checkFrames, durableFromDb, isError, ok, rng, rows, seedFromEnv, until, untilEnd } from './util.mjs';
 import { mockText, mockTokens } from '../../mock/mock-text.mjs';
 
 /** The upstream key, a Worker secret: it must reach the upstream and nothing else. */
@@ -33,7 +33,9 @@ test.before(async () => {
   mock = await startMock();
   stack = await startStack({
     name: 'e2e-pump-background',
-    vars: { PUMP_SECRETS: `MOCK_KEY=${mock.url},OTHER_KEY=https://api.openai.com` },
+    // A short resume window: the multi-kill test's later resets come after an earlier life's
+    // window passed (a pump that re-attached must not leave it behind).
+    vars: { PUMP_SECRETS: `MOCK_KEY=${mock.url},OTHER_KEY=https://api.openai.com`, RESUME_WINDOW_MS: '1000' },
     // UNLISTED_KEY is set but not on the allow-list.
     secrets: { MOCK_KEY: KEY, OTHER_KEY: 'sk-other-origin', UNLISTED_KEY: 'sk-unlisted' },
   });
@@ -288,22 +290,204 @@ test('background pump: an expired replay of a response still generating ends int
   assert.equal(after.retrieves, 1);
 });
 
-test('background pump: the runtime killed mid-answer, the rebuilt stream re-attaches to the response and the answer ends complete, generated once', { timeout: 90_000 }, async () => {
-  const { tag, id, s, g, expected } = await heldPump('reset', { seed: 109, holdAt: 50 });
-  await stack.kill(); // the object and its pump die; the upstream's generation runs on
+// ---------------------------------------------------------------------------------------
+// Object resets: the runtime (wrangler dev and workerd, its whole process group) is killed
+// with SIGKILL and restarted, while the upstream's generation runs on. A request (a reader, a
+// cancel) wakes the fresh instance, which rebuilds the stream from D1 (SPEC §10) and, from the
+// pump's stored record, re-attaches with `starting_after`, checking the replay against the
+// durable text before it pushes past it.
+
+/** How many times the multi-kill test kills the runtime under one answer. */
+const KILLS = 3;
+
+/** The log lines of `event` about stream `id` since the last (re)start, parsed (an error line is wrapped in colour codes). */
+const logged = (event, id) =>
+  stack.logs().split('\n').flatMap((line) => {
+    const json = jsonOrUndefined(/\{.*\}/.exec(line)?.[0]);
+    return json?.event === event && json.streamId === id ? [json] : [];
+  });
+
+/** The fresh instance's `rehydrated` line about stream `id`, once logged. */
+async function rehydrated(id) {
+  await stack.waitForLog(new RegExp(`"event":"rehydrated".*"streamId":"${id}"`));
+  return logged('rehydrated', id)[0];
+}
+
+/** SIGKILLs the runtime; returns the durable text D1 holds then (what the next instance rebuilds). */
+async function killRuntime(id) {
+  await stack.kill();
+  return durableFromDb(stack.db, id).text;
+}
+
+/**
+ * The seeded kill plan: in each life the generation is released to a hold point (increasing),
+ * either while the runtime is down (`dark`: the re-attach then replays what the object never
+ * saw) or once the fresh instance re-attached; the kill comes
+ *   between checkpoints      the object pushed everything up to the hold, durable wherever
+ *                            the checkpoint policy left it;
+ *   after a checkpoint       the same, once a checkpoint round made all of it durable;
+ *   right after a re-attach  as soon as the mock sees the fresh instance's re-attach (the
+ *                            replay may be anywhere), always after a dark release.
+ * The first life (the create) has no re-attach.
+ */
+function killPlan(r, tokens) {
+  const holds = new Set();
+  while (holds.size < KILLS) holds.add(r.int(15, tokens - 15));
+  return [...holds].sort((a, b) => a - b).map((hold, life) => {
+    const points = ['between checkpoints', 'after a checkpoint', ...(life > 0 ? ['right after a re-attach'] : [])];
+    const point = r.pick(points);
+    return { hold, point, dark: life > 0 && (point === 'right after a re-attach' || r.chance(0.5)) };
+  });
+}
+
+test(`background pump: the runtime killed ${KILLS} times mid-answer at seeded points, each fresh instance re-attaches from the stored record; the answer ends complete, created once, the text the mock's`, { timeout: 120_000 }, async (t) => {
+  const seed = seedFromEnv();
+  const r = rng(seed);
+  t.diagnostic(`E2E_SEED=${seed} (replays the text and the kill points)`);
+  console.log(`# E2E_SEED=${seed} pump-background kills`);
+  const tokens = 200;
+  const textSeed = r.int(1, 1_000_000);
+  const all = mockTokens({ seed: textSeed, tokens });
+  const expected = all.join('');
+  const units = (k) => all.slice(0, k).join('').length;
+  const plan = killPlan(r, tokens);
+  t.diagnostic(`kill plan: ${JSON.stringify(plan)}`);
+  const tag = newTag('kills');
+
+  // The first life: the pump creates the response.
+  const { id, s, reader: first } = await openWithReader('bg-kills');
+  accepted(await pump(s, backgroundPump({ tokens, rate: 0, seed: textSeed, tag, holdAt: plan[0].hold })), id);
+  const readers = [first];
+  const durables = [];
+  let resumeBy = null;
+  for (let life = 0; life < KILLS; life++) {
+    const { hold, point, dark } = plan[life];
+    const label = `life ${life} (${point}${dark ? ', released while down' : ''})`;
+    if (life > 0) {
+      if (dark) {
+        await control('release', tag, { until: hold });
+        await generation(tag, (g) => g.textTokens === hold);
+      }
+      await stack.restart();
+      // A deploy that comes after the previous life's resume window: the pump's resume
+      // consumed that window, so this instance rebuilds the stream too.
+      await until(() => Date.now() > resumeBy, `the previous life's window (${resumeBy}) passed`);
+      readers.push(await s.events(0)); // wakes the fresh instance
+      const rebuilt = await rehydrated(id);
+      assert.equal(rebuilt.durableSeq, durables.at(-1).length, `${label}: rebuilt at the durable length D1 held at the kill`);
+      await generation(tag, (g) => g.reattaches.length === life && g.listeners === 1);
+    }
+    if (point !== 'right after a re-attach') {
+      if (life > 0 && !dark) await control('release', tag, { until: hold });
+      await readerReaches(readers.at(-1), units(hold));
+      // The checkpoint policy's own round (its interval), seen in D1: no flush, which is a
+      // producer's write and fenced once the pump resumed the stream.
+      if (point === 'after a checkpoint') await until(() => durableFromDb(stack.db, id).text.length >= units(hold), `${label}: the checkpoint in D1`);
+    }
+    resumeBy = life > 0 ? (await rehydrated(id)).resumeBy : Date.now();
+    const durable = await killRuntime(id);
+    t.diagnostic(`${label}: killed at durableSeq ${durable.length}`);
+    assertPrefix(durable, expected, `${label}: the durable text`);
+    assert.ok(durable.length >= (durables.at(-1)?.length ?? 0), `${label}: durableSeq never falls (${durables.at(-1)?.length} → ${durable.length})`);
+    durables.push(durable);
+    readers.at(-1).close();
+  }
+
+  // The last life: the generation runs to its end.
   await stack.restart();
-  // A reader wakes the fresh instance: it rebuilds the stream from D1 (SPEC §10) and the pump's
-  // stored record re-attaches with `starting_after`, checking the replay against the durable text.
-  const reader = await s.events(0);
+  await until(() => Date.now() > resumeBy, `the previous life's window (${resumeBy}) passed`);
+  const last = await s.events(0);
   await control('release', tag);
-  const seen = checkFrames(await untilEnd(reader, 60_000), { label: 'reader (after the reset)', produced: expected });
+  const seen = checkFrames(await untilEnd(last, 60_000), { label: 'reader (after the last reset)', produced: expected });
   assert.equal(seen.end.status, 'complete', JSON.stringify(seen.end));
+  assert.equal(seen.text, expected, 'the text equals the mock\'s, nothing repeated or lost across the resets');
+  for (const [life, reader] of readers.entries()) {
+    checkFrames(reader.frames, { label: `life ${life}'s reader (cut by the kill)`, produced: expected, requireEnd: false });
+  }
   const { row, chunks } = rows(stack, id);
   assert.equal(row.status, 'complete');
-  assert.equal(row.body, expected, 'the text equals the mock\'s, nothing repeated or lost across the reset');
+  assert.equal(row.body, expected);
   assert.deepEqual(chunks, []);
   const done = await generation(tag);
-  assert.equal(done.creates, 1, 'the answer was generated once');
-  assert.ok(done.reattaches.length >= 1, JSON.stringify(done.reattaches));
-  assert.equal((await upstreamRequests(tag, g.id)).filter((r) => r.kind === 'cancel').length, 0, 'a complete answer cancels nothing');
+  assert.equal(done.status, 'completed');
+  const requests = await upstreamRequests(tag, done.id);
+  assert.equal(requests.filter((q) => q.kind === 'create').length, 1, 'the mock recorded exactly one create: the answer was generated once');
+  assert.equal(done.reattaches.length, KILLS, `one re-attach per fresh instance: ${JSON.stringify(done.reattaches)}`);
+  assert.ok(done.reattaches.every((a) => !a.refused && !a.perturbed), JSON.stringify(done.reattaches));
+  assert.equal(requests.filter((q) => q.kind === 'cancel').length, 0, 'a complete answer cancels nothing');
+});
+
+test('background pump: after a reset, a replay that differs from the durable text ends interrupted with that text, never spliced, and cancels the response upstream', { timeout: 60_000 }, async () => {
+  const [tokens, holdAt] = [160, 100];
+  const { tag, id, s, reader, written } = await heldPump('reset-perturbed', { seed: 110, tokens, holdAt });
+  ok(await s.flush(), 'flush'); // the durable text is all that was written
+  reader.close();
+  // Replays change the text from the last token written on: inside the durable text, past the
+  // record's mark (at least REPLAY_OVERLAP_UNITS below the durable length, so before that token).
+  await control('perturb', tag, { at: holdAt - 1 });
+  assert.equal(await killRuntime(id), written);
+  await stack.restart();
+  const seen = checkFrames(await untilEnd(await s.events(0)), 'reader (perturbed, after a reset)');
+  assert.equal(seen.end.status, 'interrupted', JSON.stringify(seen.end));
+  const offset = mockTokens({ seed: 110, tokens }).slice(0, holdAt - 1).join('').length;
+  assert.equal(seen.end.error, `re-attaching the pump: the replay differs from the text already written at offset ${offset} (not spliced)`);
+  assert.equal(seen.text, written, 'the reader has exactly the durable text');
+  const { row, chunks } = rows(stack, id);
+  assert.equal(row.status, 'interrupted');
+  assert.equal(row.body, written, 'the row keeps the durable text, nothing of the replay');
+  assert.equal(row.error, seen.end.error);
+  assert.deepEqual(chunks, []);
+  const after = await generation(tag, (g) => g.cancels > 0);
+  assert.equal(after.status, 'cancelled', 'the response no longer runs on for nobody');
+  assert.deepEqual(after.reattaches.map((a) => a.perturbed), [true]);
+  assert.equal((await upstreamRequests(tag, after.id)).filter((q) => q.kind === 'cancel').length, 1);
+});
+
+test('background pump: after a reset, an expired replay ends complete through the stored response, the whole text', { timeout: 60_000 }, async () => {
+  const { tag, id, s, reader, expected } = await heldPump('reset-expired', { seed: 111, tokens: 120, holdAt: 50 });
+  reader.close();
+  await killRuntime(id);
+  // While the runtime is down the generation completes, and then its replay expires.
+  await control('release', tag);
+  await generation(tag, (g) => g.status === 'completed');
+  await control('expire', tag);
+  await stack.restart();
+  const seen = checkFrames(await untilEnd(await s.events(0)), { label: 'reader (expired, after a reset)', produced: expected });
+  assert.equal(seen.end.status, 'complete', JSON.stringify(seen.end));
+  assert.equal(seen.text, expected);
+  const { row, chunks } = rows(stack, id);
+  assert.equal(row.status, 'complete');
+  assert.equal(row.body, expected);
+  assert.deepEqual(chunks, []);
+  const done = await generation(tag);
+  assert.deepEqual(done.reattaches.map((a) => a.refused), [404], 'the re-attach was refused as expired');
+  assert.equal(done.retrieves, 1, 'the stored response was read');
+  const requests = await upstreamRequests(tag, done.id);
+  assert.equal(requests.filter((q) => q.kind === 'create').length, 1);
+  assert.equal(requests.filter((q) => q.kind === 'cancel').length, 0);
+});
+
+test('background pump: after a reset, a cancel (which wakes the fresh instance) seals cancelled and cancels the response upstream', { timeout: 60_000 }, async () => {
+  const { tag, id, s, reader, written } = await heldPump('reset-cancel', { seed: 112, tokens: 150, holdAt: 30 });
+  reader.close();
+  const durable = await killRuntime(id);
+  await stack.restart();
+  ok(await s.cancel(), 'cancel');
+  // The generation is held: only the upstream cancel ends it.
+  const after = await generation(tag, (g) => g.cancels > 0);
+  assert.equal(after.status, 'cancelled', 'the upstream generation was cancelled');
+  assert.equal(after.cancels, 1);
+  const cancels = (await upstreamRequests(tag, after.id)).filter((q) => q.kind === 'cancel');
+  assert.equal(cancels.length, 1);
+  assert.equal(cancels[0].credential, sha256(`Bearer ${KEY}`), 'the cancel carried the key, read from the secret');
+  // The replay may have pushed some of the text written before the kill again before the cancel.
+  const seen = checkFrames(await untilEnd(await s.events(0)), 'reader (after the cancel)');
+  assert.equal(seen.end.status, 'cancelled');
+  assertPrefix(durable, seen.text, 'the durable text is kept');
+  assertPrefix(seen.text, written, 'nothing but the text written');
+  const { row } = await until(() => {
+    const found = rows(stack, id);
+    return found.row.status === 'cancelled' ? found : null;
+  }, 'the row sealed cancelled');
+  assert.equal(row.body, seen.text);
 });
