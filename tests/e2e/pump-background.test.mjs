@@ -20,7 +20,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { jsonOrUndefined, startMock, startStack } from './harness.mjs';
 import { accepted, openWithReader as openPumpStream, pump } from './pump-helpers.mjs';
-import { assertPrefix, checkFrames, durableFromDb, isError, ok, rng, rows, seedFromEnv, until, untilEnd } from './util.mjs';
+import { api, assertPrefix, checkFrames, durableFromDb, isError, newStream, ok, rng, rows, seedFromEnv, uiChunksOf, uiMessageOf, until, untilEnd } from './util.mjs';
 import { mockText, mockTokens } from '../../mock/mock-text.mjs';
 
 /** The upstream key, a Worker secret: it must reach the upstream and nothing else. */
@@ -340,82 +340,105 @@ function killPlan(r, tokens) {
   });
 }
 
-test(`background pump: the runtime killed ${KILLS} times mid-answer at seeded points, each fresh instance re-attaches from the stored record; the answer ends complete, created once, the text the mock's`, { timeout: 120_000 }, async (t) => {
-  const seed = seedFromEnv();
-  const r = rng(seed);
-  t.diagnostic(`E2E_SEED=${seed} (replays the text and the kill points)`);
-  console.log(`# E2E_SEED=${seed} pump-background kills`);
-  const tokens = 200;
-  const textSeed = r.int(1, 1_000_000);
-  const all = mockTokens({ seed: textSeed, tokens });
-  const expected = all.join('');
-  const units = (k) => all.slice(0, k).join('').length;
-  const plan = killPlan(r, tokens);
-  t.diagnostic(`kill plan: ${JSON.stringify(plan)}`);
-  const tag = newTag('kills');
+/** The model's text in a stream's text: itself (`text`), or its complete lines' text deltas (`ui`). */
+const answerText = (format, text) =>
+  format === 'text' ? text : uiChunksOf(text).filter((c) => c.type === 'text-delta').map((c) => c.delta).join('');
 
-  // The first life: the pump creates the response.
-  const { id, s, reader: first } = await openWithReader('bg-kills');
-  accepted(await pump(s, backgroundPump({ tokens, rate: 0, seed: textSeed, tag, holdAt: plan[0].hold })), id);
-  const readers = [first];
-  const durables = [];
-  let resumeBy = null;
-  for (let life = 0; life < KILLS; life++) {
-    const { hold, point, dark } = plan[life];
-    const label = `life ${life} (${point}${dark ? ', released while down' : ''})`;
-    if (life > 0) {
-      if (dark) {
-        await control('release', tag, { until: hold });
-        await generation(tag, (g) => g.textTokens === hold);
+/** The stream text a reader from 0 has so far (its chunks). */
+const readerText = (reader) => reader.frames.filter((f) => f.json?.type === 'chunk').map((f) => f.json.text).join('');
+
+for (const format of ['text', 'ui']) {
+  test(`background pump (${format}): the runtime killed ${KILLS} times mid-answer at seeded points, each fresh instance re-attaches from the stored record; the answer ends complete, created once, the text the mock's`, { timeout: 120_000 }, async (t) => {
+    const seed = seedFromEnv();
+    const r = rng(seed);
+    t.diagnostic(`E2E_SEED=${seed} (replays the text and the kill points)`);
+    console.log(`# E2E_SEED=${seed} pump-background kills (${format})`);
+    const tokens = 200;
+    const textSeed = r.int(1, 1_000_000);
+    const all = mockTokens({ seed: textSeed, tokens });
+    const expected = all.join('');
+    const units = (k) => all.slice(0, k).join('').length;
+    const answer = (text) => answerText(format, text);
+    /** Waits until `reader` has the model's text up to token `k`. */
+    const reaches = (reader, k) => reader.next(() => answer(readerText(reader)).length >= units(k), 20_000);
+    const plan = killPlan(r, tokens);
+    t.diagnostic(`kill plan: ${JSON.stringify(plan)}`);
+    const tag = newTag(`kills-${format}`);
+
+    // The first life: the pump creates the response.
+    const id = newStream(stack, `bg-kills-${format}`);
+    const s = api(stack, id);
+    ok(await s.open(undefined, format), 'open');
+    const readers = [await s.events(0)];
+    accepted(await pump(s, backgroundPump({ tokens, rate: 0, seed: textSeed, tag, holdAt: plan[0].hold })), id);
+    const durables = [];
+    let resumeBy = null;
+    for (let life = 0; life < KILLS; life++) {
+      const { hold, point, dark } = plan[life];
+      const label = `life ${life} (${point}${dark ? ', released while down' : ''})`;
+      if (life > 0) {
+        if (dark) {
+          await control('release', tag, { until: hold });
+          await generation(tag, (g) => g.textTokens === hold);
+        }
+        await stack.restart();
+        // A deploy that comes after the previous life's resume window: the pump's resume
+        // consumed that window, so this instance rebuilds the stream too.
+        await until(() => Date.now() > resumeBy, `the previous life's window (${resumeBy}) passed`);
+        readers.push(await s.events(0)); // wakes the fresh instance
+        const rebuilt = await rehydrated(id);
+        assert.equal(rebuilt.durableSeq, durables.at(-1).length, `${label}: rebuilt at the durable length D1 held at the kill`);
+        await generation(tag, (g) => g.reattaches.length === life && g.listeners === 1);
       }
-      await stack.restart();
-      // A deploy that comes after the previous life's resume window: the pump's resume
-      // consumed that window, so this instance rebuilds the stream too.
-      await until(() => Date.now() > resumeBy, `the previous life's window (${resumeBy}) passed`);
-      readers.push(await s.events(0)); // wakes the fresh instance
-      const rebuilt = await rehydrated(id);
-      assert.equal(rebuilt.durableSeq, durables.at(-1).length, `${label}: rebuilt at the durable length D1 held at the kill`);
-      await generation(tag, (g) => g.reattaches.length === life && g.listeners === 1);
+      if (point !== 'right after a re-attach') {
+        if (life > 0 && !dark) await control('release', tag, { until: hold });
+        await reaches(readers.at(-1), hold);
+        // The checkpoint policy's own round (its interval), seen in D1: no flush, which is a
+        // producer's write and fenced once the pump resumed the stream.
+        const checkpointed = () => answer(durableFromDb(stack.db, id).text).length >= units(hold);
+        if (point === 'after a checkpoint') await until(checkpointed, `${label}: the checkpoint in D1`);
+      }
+      resumeBy = life > 0 ? (await rehydrated(id)).resumeBy : Date.now();
+      const durable = await killRuntime(id);
+      t.diagnostic(`${label}: killed at durableSeq ${durable.length}`);
+      assert.ok(durable.length >= (durables.at(-1)?.length ?? 0), `${label}: durableSeq never falls (${durables.at(-1)?.length} → ${durable.length})`);
+      durables.push(durable);
+      readers.at(-1).close();
     }
-    if (point !== 'right after a re-attach') {
-      if (life > 0 && !dark) await control('release', tag, { until: hold });
-      await readerReaches(readers.at(-1), units(hold));
-      // The checkpoint policy's own round (its interval), seen in D1: no flush, which is a
-      // producer's write and fenced once the pump resumed the stream.
-      if (point === 'after a checkpoint') await until(() => durableFromDb(stack.db, id).text.length >= units(hold), `${label}: the checkpoint in D1`);
-    }
-    resumeBy = life > 0 ? (await rehydrated(id)).resumeBy : Date.now();
-    const durable = await killRuntime(id);
-    t.diagnostic(`${label}: killed at durableSeq ${durable.length}`);
-    assertPrefix(durable, expected, `${label}: the durable text`);
-    assert.ok(durable.length >= (durables.at(-1)?.length ?? 0), `${label}: durableSeq never falls (${durables.at(-1)?.length} → ${durable.length})`);
-    durables.push(durable);
-    readers.at(-1).close();
-  }
 
-  // The last life: the generation runs to its end.
-  await stack.restart();
-  await until(() => Date.now() > resumeBy, `the previous life's window (${resumeBy}) passed`);
-  const last = await s.events(0);
-  await control('release', tag);
-  const seen = checkFrames(await untilEnd(last, 60_000), { label: 'reader (after the last reset)', produced: expected });
-  assert.equal(seen.end.status, 'complete', JSON.stringify(seen.end));
-  assert.equal(seen.text, expected, 'the text equals the mock\'s, nothing repeated or lost across the resets');
-  for (const [life, reader] of readers.entries()) {
-    checkFrames(reader.frames, { label: `life ${life}'s reader (cut by the kill)`, produced: expected, requireEnd: false });
-  }
-  const { row, chunks } = rows(stack, id);
-  assert.equal(row.status, 'complete');
-  assert.equal(row.body, expected);
-  assert.deepEqual(chunks, []);
-  const done = await generation(tag);
-  assert.equal(done.status, 'completed');
-  const requests = await upstreamRequests(tag, done.id);
-  assert.equal(requests.filter((q) => q.kind === 'create').length, 1, 'the mock recorded exactly one create: the answer was generated once');
-  assert.equal(done.reattaches.length, KILLS, `one re-attach per fresh instance: ${JSON.stringify(done.reattaches)}`);
-  assert.ok(done.reattaches.every((a) => !a.refused && !a.perturbed), JSON.stringify(done.reattaches));
-  assert.equal(requests.filter((q) => q.kind === 'cancel').length, 0, 'a complete answer cancels nothing');
-});
+    // The last life: the generation runs to its end.
+    await stack.restart();
+    await until(() => Date.now() > resumeBy, `the previous life's window (${resumeBy}) passed`);
+    const last = await s.events(0);
+    await control('release', tag);
+    const { row, chunks } = await until(() => {
+      const found = rows(stack, id);
+      return found.row.status === 'streaming' ? null : found;
+    }, 'the row sealed', 60_000);
+    assert.equal(row.status, 'complete', JSON.stringify(row));
+    assert.equal(answer(row.body), expected, 'the text equals the mock\'s, nothing repeated or lost across the resets');
+    assert.deepEqual(chunks, []);
+    const seen = checkFrames(await untilEnd(last), { label: 'reader (after the last reset)', produced: row.body });
+    assert.equal(seen.end.status, 'complete', JSON.stringify(seen.end));
+    for (const [life, reader] of readers.entries()) {
+      checkFrames(reader.frames, { label: `life ${life}'s reader (cut by the kill)`, produced: row.body, requireEnd: false });
+    }
+    for (const durable of durables) assertPrefix(durable, row.body, 'each kill\'s durable text');
+    if (format === 'ui') {
+      // The real `ai` package rebuilds one text part, the mock's text: no part duplicated.
+      const { message, errors } = await uiMessageOf(uiChunksOf(row.body));
+      assert.deepEqual(errors, []);
+      assert.deepEqual(message.parts.filter((p) => p.type === 'text').map((p) => p.text), [expected]);
+    }
+    const done = await generation(tag);
+    assert.equal(done.status, 'completed');
+    const requests = await upstreamRequests(tag, done.id);
+    assert.equal(requests.filter((q) => q.kind === 'create').length, 1, 'the mock recorded exactly one create: the answer was generated once');
+    assert.equal(done.reattaches.length, KILLS, `one re-attach per fresh instance: ${JSON.stringify(done.reattaches)}`);
+    assert.ok(done.reattaches.every((a) => !a.refused && !a.perturbed), JSON.stringify(done.reattaches));
+    assert.equal(requests.filter((q) => q.kind === 'cancel').length, 0, 'a complete answer cancels nothing');
+  });
+}
 
 test('background pump: after a reset, a replay that differs from the durable text ends interrupted with that text, never spliced, and cancels the response upstream', { timeout: 60_000 }, async () => {
   const [tokens, holdAt] = [160, 100];
