@@ -372,6 +372,7 @@ for (const format of ['text', 'ui']) {
     const readers = [await s.events(0)];
     accepted(await pump(s, backgroundPump({ tokens, rate: 0, seed: textSeed, tag, holdAt: plan[0].hold })), id);
     const durables = [];
+    let durableSeq = 0; // the highest durable length seen (D1 after a kill, a rebuilt stream's)
     let resumeBy = null;
     for (let life = 0; life < KILLS; life++) {
       const { hold, point, dark } = plan[life];
@@ -386,8 +387,11 @@ for (const format of ['text', 'ui']) {
         // consumed that window, so this instance rebuilds the stream too.
         await until(() => Date.now() > resumeBy, `the previous life's window (${resumeBy}) passed`);
         readers.push(await s.events(0)); // wakes the fresh instance
+        // Rebuilt at D1's durable length: at least what D1 showed after the kill (a commit
+        // the kill cut short of SQLite's WAL index can surface when the restarted D1 recovers it).
         const rebuilt = await rehydrated(id);
-        assert.equal(rebuilt.durableSeq, durables.at(-1).length, `${label}: rebuilt at the durable length D1 held at the kill`);
+        assert.ok(rebuilt.durableSeq >= durableSeq, `${label}: rebuilt at ${rebuilt.durableSeq}, below the durable length ${durableSeq} D1 held`);
+        durableSeq = rebuilt.durableSeq;
         await generation(tag, (g) => g.reattaches.length === life && g.listeners === 1);
       }
       if (point !== 'right after a re-attach') {
@@ -401,7 +405,8 @@ for (const format of ['text', 'ui']) {
       resumeBy = life > 0 ? (await rehydrated(id)).resumeBy : Date.now();
       const durable = await killRuntime(id);
       t.diagnostic(`${label}: killed at durableSeq ${durable.length}`);
-      assert.ok(durable.length >= (durables.at(-1)?.length ?? 0), `${label}: durableSeq never falls (${durables.at(-1)?.length} → ${durable.length})`);
+      assert.ok(durable.length >= durableSeq, `${label}: durableSeq never falls (${durableSeq} → ${durable.length})`);
+      durableSeq = durable.length;
       durables.push(durable);
       readers.at(-1).close();
     }
