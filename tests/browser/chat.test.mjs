@@ -177,11 +177,21 @@ test('chat: the SSE connection cut exactly twice mid-answer: the transport resum
   assert.equal(cuts.length, 2, `E2E_SEED=${SEED}: cuts made`);
   assert.ok(cuts.every((c) => c.url.startsWith(`/streams/${answerId}/ui?`)), `the cuts fell on the answer's connections: ${JSON.stringify(cuts)}`);
   const reconnects = await page.evaluate(() => window.rindleReconnects);
-  assert.deepEqual(
-    reconnects.map((r) => [r.streamId, r.from]),
-    cuts.map((c) => [answerId, Number(c.lastId)]),
-    `E2E_SEED=${SEED}: one reconnect per cut, from the last event it got whole (${JSON.stringify(plan)})`,
-  );
+  assert.equal(reconnects.length, cuts.length, `E2E_SEED=${SEED}: one reconnect per cut (${JSON.stringify(plan)})`);
+  // Each reconnect resumes from the last event the transport read: the last one the proxy sent
+  // whole, or an earlier one of that connection (or where it started): Chromium drops the bytes
+  // it received but the page had not yet read when the connection fails (the body's queue is
+  // discarded with the error; seen once, E2E_SEED=1066632056: the event right at the cut). The
+  // parts below prove nothing was lost or repeated either way.
+  reconnects.forEach((r, i) => {
+    const cut = cuts[i];
+    const started = i === 0 ? 0 : reconnects[i - 1].from;
+    assert.equal(r.streamId, answerId);
+    assert.ok(
+      r.from <= Number(cut.lastId) && (cut.sentWhole(r.from) || r.from === started),
+      `E2E_SEED=${SEED}: reconnect ${i + 1} from ${r.from}: an event its connection carried whole, at most the last (${cut.lastId}), or where it started (${started})`,
+    );
+  });
   assert.equal(await page.$('#error'), null, 'no error shown');
   await assertShowsAnswer(page, { question, answerId }, 'cut');
   await page.close();

@@ -469,7 +469,7 @@ export function planCuts(r, { cuts, budget, midEvent = 0.5 }) {
  * to forward before it), or -1 when it falls beyond them (their events are then counted).
  */
 function sseWire() {
-  const wire = { events: 0, lastId: undefined, sinceEvent: 0 };
+  const wire = { events: 0, lastId: undefined, sinceEvent: 0, ids: new Set() };
   let line = '';
   let data = false;
   let id;
@@ -491,6 +491,7 @@ function sseWire() {
         if (data) {
           wire.events += 1;
           wire.lastId = id ?? wire.lastId;
+          if (id !== undefined) wire.ids.add(id);
           wire.sinceEvent = 0;
           if (cut && wire.events === cut.afterEvent && cut.intoNext === 0) return i + 1;
         }
@@ -511,7 +512,8 @@ function sseWire() {
  * cut the SSE answers (`text/event-stream`) it forwards: each cut forwards exactly the bytes up
  * to its place, then destroys the client's socket and the upstream request. `cuts` counts the
  * planned cuts made so far; `cutLog` has one { url, afterEvent, intoNext, events, lastId } per
- * cut (`lastId`: the `id:` of the last event the client got whole on that connection).
+ * cut (`lastId`: the `id:` of the last event the client got whole on that connection;
+ * `sentWhole(id)`: whether it got that one whole).
  */
 export async function startProxy(target, { cuts = [] } = {}) {
   const requests = [];
@@ -548,7 +550,8 @@ export async function startProxy(target, { cuts = [] } = {}) {
         }
         entry.cutting = true;
         made += 1;
-        cutLog.push({ url: req.url, ...cut, events: wire.events, lastId: wire.lastId });
+        // `sentWhole(id)`: whether that connection carried the event with this id whole.
+        cutLog.push({ url: req.url, ...cut, events: wire.events, lastId: wire.lastId, sentWhole: (id) => wire.ids.has(String(id)) });
         if (made === plan.length) allCut.resolve();
         if (at > 0) forward(bytes.subarray(0, at));
         // Destroying the socket drops what it has not written yet: the client gets every byte
