@@ -550,8 +550,11 @@ export async function startProxy(target, { cuts = [] } = {}) {
         }
         entry.cutting = true;
         made += 1;
-        // `sentWhole(id)`: whether that connection carried the event with this id whole.
-        cutLog.push({ url: req.url, ...cut, events: wire.events, lastId: wire.lastId, sentWhole: (id) => wire.ids.has(String(id)) });
+        // `sentWhole(id)`: whether that connection carried the event with this id whole (not
+        // enumerable: the record stays plain data for deepEqual and JSON).
+        const record = { url: req.url, ...cut, events: wire.events, lastId: wire.lastId };
+        Object.defineProperty(record, 'sentWhole', { value: (id) => wire.ids.has(String(id)) });
+        cutLog.push(record);
         if (made === plan.length) allCut.resolve();
         if (at > 0) forward(bytes.subarray(0, at));
         // Destroying the socket drops what it has not written yet: the client gets every byte
