@@ -2,7 +2,7 @@
 # The project's test command (README "test", and .ci/run): setup, then the gates, cheapest
 # first so a broken change fails in seconds rather than after the long steps: Chromium present,
 # rustfmt, clippy (native and wasm32, warnings denied), native Rust tests (with a PostgreSQL of
-# their own, scripts/pg.sh, stopped at exit), the embedding build, the Worker's production
+# their own, scripts/pg.sh, stopped at exit), the Worker's production
 # build, its bundle size and proof it holds no dev code, the dev build, then the Node tests (tests/client/, tests/ai/, tests/e2e/, tests/survival/,
 # tests/browser/) against the real Worker.
 set -euo pipefail
@@ -58,23 +58,17 @@ step "postgres: $RINDLE_PG_URL ($(elapsed "$T"))"
 
 step "cargo test (native)"
 T="$(now)"
-# The simulator runs once, in release: 10,000 schedules on SQLite (2 threads) and 1,000 on
-# Postgres, with resets, rehydrations and resumes (a debug run of 10,000 would take minutes).
-cargo test -- --skip contracts_s_and_p_hold_over_random_faulty_schedules
-cargo test --release --test simulator -- --nocapture
+# The simulator (10,000 schedules on SQLite, 1,000 on Postgres, with resets, rehydrations and
+# resumes) runs here with the rest, in the optimized test profile (no release build of its own).
+cargo test -- --show-output
 step "cargo test: $(elapsed "$T")"
 
-# The embedding path: the crate as a dependency of another Worker (no standalone handler).
-step "cargo build (wasm32-unknown-unknown, --no-default-features: the embedding build)"
-T="$(now)"
-cargo build --quiet --lib --target wasm32-unknown-unknown --no-default-features
-step "embedding build: $(elapsed "$T")"
-
 # The native fan-out micro-benchmark (bench/fanout.rs), at smoke size: it must keep building
-# and running. Its full run is `cargo run --release --example fanout` (BENCHMARKS.md).
+# and running, here on `cargo test`'s build. Its full run is `cargo run --release --example
+# fanout` (BENCHMARKS.md).
 step "fan-out micro-benchmark (smoke)"
 T="$(now)"
-cargo run --quiet --release --example fanout -- --smoke
+cargo run --quiet --profile test --example fanout -- --smoke
 step "fan-out smoke: $(elapsed "$T")"
 
 # The production build (what `wrangler deploy` bundles: its size, and no dev code in it), then
@@ -82,7 +76,8 @@ step "fan-out smoke: $(elapsed "$T")"
 "$SCRIPTS_DIR/build.sh"
 "$SCRIPTS_DIR/build.sh" --dev
 "$SCRIPTS_DIR/bundle-size.sh"
-# The embedding example (examples/embed/), which tests/e2e/embed.test.mjs runs.
+# The embedding example (examples/embed/, the crate without default features: the embedding
+# build), which tests/e2e/embed.test.mjs runs.
 BUILD_CRATE=examples/embed "$SCRIPTS_DIR/build.sh"
 
 dirs=()

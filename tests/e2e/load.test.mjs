@@ -9,9 +9,9 @@
 // node process, which burns ~70% of a core relaying ~2,000 SSE frames/s even for a 5-line JS
 // Worker) saturates at a few thousand frames/s, and with concurrent streaming appends it
 // opens thousands of loopback connections until workerd hits its 20,000-fd limit ("Too many
-// open files"). So CI runs a bounded size: 6 streams × 4 readers × 750 deltas each, written at
-// 25 deltas/s (≈600 frames/s fanned out), streaming appends. Each producer stops after its 750
-// deltas, not after 30 s: a machine that cannot keep the pace makes the run longer, not the
+// open files"). So CI runs a bounded size: 6 streams × 4 readers × 400 deltas each, written at
+// 25 deltas/s (≈600 frames/s fanned out), streaming appends. Each producer stops after its 400
+// deltas, not after 16 s: a machine that cannot keep the pace makes the run longer, not the
 // load smaller. The load goes to the Worker's own socket, past the dev proxy (load.mjs's
 // pastTheProxy; production has no such hop): on a machine about twice as slow (2026-12-01),
 // through the proxy this size saturated both cores, the relay fell seconds behind (p50 5-8 s)
@@ -43,7 +43,7 @@ const SIZE = {
   streams: Number(env.LOAD_STREAMS ?? 6),
   readers: Number(env.LOAD_READERS ?? 4),
   rate: Number(env.LOAD_RATE ?? 25),
-  seconds: Number(env.LOAD_SECONDS ?? 30),
+  seconds: Number(env.LOAD_SECONDS ?? 16),
   mode: env.LOAD_MODE ?? 'streaming',
 };
 SIZE.deltas = SIZE.rate * SIZE.seconds; // per stream: the run ends when they are written
