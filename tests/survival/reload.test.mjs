@@ -5,17 +5,21 @@
 // rewrites 3 times at seeded points of a `ui` answer; each rewrite is a new Worker version.
 // The same assertions as kills.test.mjs hold: pipe `complete`, the source read once, the row
 // exactly the text with no chunk rows, every reader (EventSource from the start, a late
-// joiner, /ui through `ai`) the source's text and message, durableSeq never falling.
+// joiner, /ui through `ai`) the source's text and message, durableSeq never falling. Each
+// reload comes while D1's row holds less than the object took (checked, not left to chance), so
+// every resume must start at D1's length and the producer re-send exactly the lost tail.
 // E2E_SEED=<seed> replays the answer and the reload points.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { appendFileSync, cpSync, mkdirSync, mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { ROOT, startStack } from '../e2e/harness.mjs';
-import { newStream, rng, seedFromEnv, until } from '../e2e/util.mjs';
+import { newStream, rng, rows, seedFromEnv, until } from '../e2e/util.mjs';
 import { answerOf, assertSurvived, eventsReader, startProducer, STEP_MS, uiReader } from './support.mjs';
 
 const RELOADS = 3;
+/** UI_CHECKPOINT_CHARS of the stack: a round starts only this far behind, and covers it all. */
+const CHECKPOINT_CHARS = 400;
 
 let stack;
 let build;
@@ -25,7 +29,7 @@ test.before(async () => {
   build = mkdtempSync(join(ROOT, 'test-artifacts', 'reload-'));
   cpSync(join(ROOT, 'build-dev'), build, { recursive: true });
   // Checkpoints by size only, so a reload finds an uncommitted tail.
-  stack = await startStack({ name: 'survival-reload', script: join(build, 'worker', 'shim.mjs'), vars: { UI_CHECKPOINT_CHARS: '400', CHECKPOINT_INTERVAL_MS: '600000' } });
+  stack = await startStack({ name: 'survival-reload', script: join(build, 'worker', 'shim.mjs'), vars: { UI_CHECKPOINT_CHARS: String(CHECKPOINT_CHARS), CHECKPOINT_INTERVAL_MS: '600000' } });
 });
 test.after(async () => {
   await stack?.stop();
@@ -54,18 +58,28 @@ test(`a ui answer survives ${RELOADS} reloads of a rebuilt Worker mid-answer (a 
   const step = Math.floor(pieces.length / (RELOADS + 1));
   for (let k = 1; k <= RELOADS; k++) {
     release(step * k - r.int(0, Math.floor(step / 2)));
-    await until(() => readers.every((x) => x.text.length >= textUpTo(released).length), `reload ${k}: the readers to get what was released`, STEP_MS);
+    // Reload only while D1's row holds less than the object took and no round is on its way to
+    // commit the rest: a round starts CHECKPOINT_CHARS behind and covers all there is, so while
+    // one is uncommitted the shortfall is at least that. A round that just covered everything (a
+    // batch of pieces can arrive in one push) gets one more piece, which no round follows.
+    const tail = await until(() => {
+      const sent = textUpTo(released).length;
+      if (!readers.every((x) => x.text.length >= sent)) return undefined;
+      const durable = rows(stack, id).row.seq;
+      if (durable === sent && released < pieces.length - 1) release(released + 1);
+      return durable < sent && sent - durable < CHECKPOINT_CHARS && { durable, sent };
+    }, () => `reload ${k}: the readers to get what was released, D1 to hold less (${rows(stack, id).row.seq} of ${textUpTo(released).length})`, STEP_MS);
     const since = producer.messages.length;
     const updates = (stack.logs().match(/Local server updated and ready/g) ?? []).length;
     appendFileSync(join(build, 'index.js'), `\n// rebuilt ${k}\n`); // a new version of the Worker
     await until(() => (stack.logs().match(/Local server updated and ready/g) ?? []).length > updates, `reload ${k}: wrangler dev to reload`, STEP_MS);
     const resumed = await producer.next((m) => m.type === 'resumed', `a resume after reload ${k}`, since);
-    t.diagnostic(`reload ${k} at ${released}/${pieces.length} pieces: resumed (${resumed.cause}) at ${resumed.seq}, re-sent ${resumed.resent}`);
+    t.diagnostic(`reload ${k} at ${released}/${pieces.length} pieces (D1 ${tail.durable} of ${tail.sent}): resumed (${resumed.cause}) at ${resumed.seq}, re-sent ${resumed.resent}`);
+    assert.deepEqual([resumed.seq, resumed.resent], [tail.durable, tail.sent - tail.durable], `reload ${k}: the new instance resumes at D1's length, and the producer re-sends exactly the tail it lost`);
     if (k === 1) readers.push(eventsReader(stack.baseUrl, id, readToken)); // the late joiner
   }
   release(pieces.length);
   const resumes = await assertSurvived({ stack, id, producer, pieces, produced, readers, ui });
   assert.ok(resumes.length >= RELOADS, `a resume per reload (${resumes.length})`);
-  assert.ok(resumes.some((m) => m.resent > 0), 'a reload lost an uncommitted tail, which the producer re-sent');
   assert.deepEqual(resumes.map((m) => m.durableSeq), [...resumes.map((m) => m.durableSeq)].sort((x, y) => x - y), 'durableSeq never falls (resumes)');
 });
