@@ -334,12 +334,17 @@ export async function openStream({ streamId, token, format = 'text', meta, resum
         })().finally(() => {
           reading = undefined;
         }));
-      /** The body of one attempt: `kept` from `from` on, then the source as it is read. */
-      const bodyFrom = (from) => {
+      /** The body of one attempt: `kept` from `from` on, then the source as it is read, until `over` fires. */
+      const bodyFrom = (from, over) => {
         let sent = from;
         return new ReadableStream({
           async pull(controller) {
-            while (sent >= kept.end && !sourceDone) await readOne();
+            while (sent >= kept.end && !sourceDone && !over.aborted) await readOne();
+            // An attempt that failed or was replaced sends no more: its connection may still take
+            // bytes (a runtime that answered early keeps reading), which reach no one, and its
+            // pulls would read the source ahead of the next attempt, which then sends all of that
+            // in one piece.
+            if (over.aborted) return controller.error(over.reason);
             if (sent < kept.end) {
               const piece = kept.from(sent);
               sent = kept.end;
@@ -361,8 +366,10 @@ export async function openStream({ streamId, token, format = 'text', meta, resum
           const resent = learn(await write('append', kept.from(serverSeq), textHeaders));
           if (resent.cancelled) return resent;
         }
-        attempt = new AbortController();
-        return write('append', bodyFrom(serverSeq), textHeaders, attempt.signal).then(learn);
+        const current = (attempt = new AbortController());
+        return write('append', bodyFrom(serverSeq, current.signal), textHeaders, current.signal)
+          .then(learn)
+          .finally(() => current.abort()); // answered (at its body's end) or failed: its body is over
       };
       let appended;
       try {

@@ -118,6 +118,15 @@ function fakeApi({ faults = {}, onRequest = () => {} } = {}) {
       return reply(409, { error: 'closed', message: 'stream s is closed' });
     }
     if (server.sealed) return reply(200, server.sealed); // close/fail after a cancel: it says so
+    if (fault === 'resetReading') {
+      // As a reset under `wrangler dev`: answered at once, while the connection still takes
+      // whatever the body sends (kept in `server.orphaned`: it reaches no object).
+      const orphan = { text: '' };
+      server.orphaned = orphan;
+      orphan.done = readBody(request.body, { onPiece: (text) => (orphan.text = text) }).catch(() => {});
+      server.text = server.text.slice(0, server.durable);
+      return reply(503, { error: 'unavailable', message: 'Durable Object reset because its code was updated.' });
+    }
     if (fault === 'reset') {
       // The object died under the request: its uncommitted tail is gone, the new instance rehydrates.
       server.text = server.text.slice(0, server.durable);
@@ -150,6 +159,7 @@ async function readBody(body, fault) {
     const { done, value } = await reader.read();
     if (done) return { text };
     text += decoder.decode(value, { stream: true });
+    fault?.onPiece?.(text);
     if (fault?.cut !== undefined && text.length >= fault.cut) {
       reader.cancel().catch(() => {});
       return { text, cut: true };
@@ -186,6 +196,33 @@ test('pipe: a connection cut mid-append and a reset resume, re-send from the ser
   assert.deepEqual(server.requests.map((r) => [r.action, r.epoch]), [
     ['open', null], ['append', '1'], ['resume', null], ['append', '2'], ['resume', null], ['append', '3'], ['append', '3'], ['close', '3'],
   ]);
+});
+
+test('pipe: a streaming append answered with a reset while its connection still reads sends no more: the next attempt sends the source', async () => {
+  const pieces = ['one ', 'two ', 'three ', 'four ', 'five.'];
+  let reads = 0;
+  let released = 2; // the rest once the helper has resumed
+  let wake;
+  const source = new ReadableStream({
+    async pull(c) {
+      while (reads >= released && reads < pieces.length) await new Promise((resolve) => (wake = resolve));
+      if (reads < pieces.length) c.enqueue(pieces[reads++]);
+      else c.close();
+    },
+  });
+  const onRequest = (action) => {
+    if (action === 'resume') {
+      released = pieces.length;
+      wake?.();
+    }
+  };
+  const server = fakeApi({ faults: { 2: 'resetReading' }, onRequest });
+  const stream = await open(server);
+  assert.equal((await stream.pipe(source)).status, 'complete');
+  await server.orphaned.done;
+  assert.equal(server.text, pieces.join(''), 'exactly the source, once');
+  assert.equal(reads, pieces.length);
+  assert.ok(!server.orphaned.text.includes(pieces[2]), `the failed attempt's body stopped before the source went on: it sent ${JSON.stringify(server.orphaned.text)}`);
 });
 
 test('plain appends and flush: a reset loses the uncommitted tail, the helper re-sends it from what it kept', async () => {
