@@ -97,9 +97,8 @@ step "node tests: $(elapsed "$T")"
 # stack its own database): a lean subset, within about 3 minutes (docs/TESTING.md, "Both backends").
 # tests/e2e-pg/ (the Postgres faults) stops and restarts the cluster (PG_DIR above): it runs only
 # here, after every other suite, one file at a time.
-# (survival.test.mjs passes on Postgres too, 4/4 in 38 s, by hand: left out for the time budget.)
 PG_SUITES=(tests/e2e/durable.test.mjs tests/e2e/errors.test.mjs tests/e2e/ui.test.mjs tests/e2e/eviction.test.mjs
-  tests/e2e/lease.test.mjs tests/e2e-pg/chat.test.mjs tests/e2e-pg/faults.test.mjs)
+  tests/e2e/lease.test.mjs tests/e2e/survival.test.mjs tests/e2e-pg/chat.test.mjs tests/e2e-pg/faults.test.mjs)
 step "node --test on Postgres: ${PG_SUITES[*]}"
 T="$(now)"
 RINDLE_E2E_BACKEND=postgres EVICTION_KILLS="${PG_EVICTION_KILLS:-3}" \
