@@ -17,13 +17,13 @@
 //! cargo run --release --example fanout -- --json   # a JSON object instead of the table
 //! ```
 
-use rindle_streams::engine::config::{CheckpointMode, StreamConfig};
-use rindle_streams::engine::frame::Frame;
+use rindle_streams::engine::host::config::{CheckpointMode, StreamConfig};
+use rindle_streams::engine::host::store::{MarkOutcome, StoreRequest};
+use rindle_streams::engine::host::time::{Millis, Timestamp};
 use rindle_streams::engine::live::{LiveStream, Output, Producer, Pull, ReaderId, StreamState};
-use rindle_streams::engine::store::{MarkOutcome, StoreRequest};
-use rindle_streams::engine::time::{Millis, Timestamp};
-use rindle_streams::engine::utf16::Offset;
-use rindle_streams::engine::{sse, utf16};
+use rindle_streams::engine::text::utf16::Offset;
+use rindle_streams::engine::wire::frame::Frame;
+use rindle_streams::engine::{text::utf16, wire::sse};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -42,7 +42,7 @@ export function frameResumePoint(frame) {
  * The durable text (SPEC §5): the message row's body, then its chunk rows `{ seq, text }` in seq
  * order, where a row's `seq` is the offset its text ends at. Only the contiguous prefix counts:
  * a row that starts past the assembled end (a gap) stops assembly, and a row that overlaps adds
- * only its new tail. The same rule as the Worker's `assemble_durable_text` (src/engine/reading.rs).
+ * only its new tail. The same rule as the Worker's `assemble_durable_text` (src/engine/text/reading.rs).
  */
 export function assembleDurableText(body, chunks = []) {
   let text = body ?? '';

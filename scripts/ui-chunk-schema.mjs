@@ -1,9 +1,9 @@
 // Derives the table of UI message chunks that a `ui` stream's strict validation checks
-// (src/engine/ui_chunks.json, read by src/engine/ui_schema.rs) from the AI SDK's own zod schema,
+// (src/engine/wire/ui_chunks.json, read by src/engine/wire/ui_schema.rs) from the AI SDK's own zod schema,
 // `uiMessageChunkSchema` of the installed `ai` package: each chunk type with its fields, each
 // field's type and whether it is required, plus the `data-*` types.
 //
-//   node scripts/ui-chunk-schema.mjs           rewrite src/engine/ui_chunks.json
+//   node scripts/ui-chunk-schema.mjs           rewrite src/engine/wire/ui_chunks.json
 //   node scripts/ui-chunk-schema.mjs --check   exit 1 if the file differs from the installed SDK
 //
 // tests/ai/chunk-schema.test.mjs runs the same derivation, so the table cannot drift from the
@@ -19,7 +19,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-export const TABLE_FILE = join(ROOT, 'src', 'engine', 'ui_chunks.json');
+export const TABLE_FILE = join(ROOT, 'src', 'engine', 'wire', 'ui_chunks.json');
 
 /** The zod schema behind `uiMessageChunkSchema`, caught as the SDK builds it (once per process). */
 let caught;
@@ -60,7 +60,7 @@ function isJsonValue(def) {
   return JSON.stringify(kinds) === JSON.stringify(['array', 'boolean', 'null', 'number', 'record', 'string']);
 }
 
-/** One zod schema as a type of the table (see src/engine/ui_schema.rs for the grammar). */
+/** One zod schema as a type of the table (see src/engine/wire/ui_schema.rs for the grammar). */
 function typeOf(schema) {
   const def = schema._zod.def;
   switch (def.type) {
@@ -119,7 +119,7 @@ function typePrefixOf(custom) {
   return prefix;
 }
 
-/** The table, as src/engine/ui_chunks.json holds it. */
+/** The table, as src/engine/wire/ui_chunks.json holds it. */
 export async function deriveChunkTable() {
   const union = await sdkChunkSchema();
   const types = {};

@@ -9,11 +9,11 @@
 //! Durable Object), answer requests with [`handle_request`], and install, in your start event,
 //! whatever replaces a default:
 //!
-//! - [`install_authorizer`]: an [`Authorizer`](engine::auth::Authorizer) instead of the HS256
+//! - [`install_authorizer`]: an [`Authorizer`](engine::access::auth::Authorizer) instead of the HS256
 //!   JWT check;
 //! - [`install_checkpoint_sink`]: a [`CheckpointSink`] instead of the mapped D1 tables
 //!   (which [`Tables`] implements, over the [`D1`] executor, for a sink that wraps them);
-//! - [`install_event_hook`]: an [`EventHook`](engine::hook::EventHook) told of checkpoint
+//! - [`install_event_hook`]: an [`EventHook`](engine::host::hook::EventHook) told of checkpoint
 //!   failures, seal shortfalls, dropped readers and interrupted seals.
 //!
 //! `examples/embed/` is a complete one (docs/EMBEDDING.md).
@@ -35,4 +35,4 @@ mod edge;
 #[cfg(target_arch = "wasm32")]
 pub use edge::{handle_request, install_authorizer, install_checkpoint_sink, install_event_hook, StreamObject, D1};
 pub use engine::durable::Tables;
-pub use engine::store::CheckpointSink;
+pub use engine::host::store::CheckpointSink;

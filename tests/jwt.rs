@@ -1,4 +1,4 @@
-//! The HS256 tokens of `engine::jwt` against `jsonwebtoken`, the maintained crate, as an
+//! The HS256 tokens of `engine::access::jwt` against `jsonwebtoken`, the maintained crate, as an
 //! independent oracle; and the proof that verifying and minting here leaves `jsonwebtoken`'s
 //! process-wide crypto provider alone, so an embedding Worker that verifies tokens of its own
 //! (RS256, ES256, …) with `jsonwebtoken` installs whatever provider it needs.
@@ -8,8 +8,8 @@
 use jsonwebtoken::crypto::{CryptoProvider, JwtSigner, JwtVerifier, KeyUtils};
 use jsonwebtoken::signature::{self, Signer, Verifier};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
-use rindle_streams::engine::auth::{AuthRequest, JwtAuthorizer, Principal, Scope};
-use rindle_streams::engine::jwt::{self, JwtError};
+use rindle_streams::engine::access::auth::{AuthRequest, JwtAuthorizer, Principal, Scope};
+use rindle_streams::engine::access::jwt::{self, JwtError};
 use serde::{Deserialize, Serialize};
 
 const SECRET: &[u8] = b"test-secret-0123456789";

@@ -4,14 +4,14 @@
 
 mod support;
 
-use rindle_streams::engine::config::StreamConfig;
 use rindle_streams::engine::durable::Tables;
-use rindle_streams::engine::frame::EndStatus;
-use rindle_streams::engine::hook::{SealCause, StreamNotice};
+use rindle_streams::engine::host::config::StreamConfig;
+use rindle_streams::engine::host::hook::{SealCause, StreamNotice};
+use rindle_streams::engine::host::store::StoreError;
+use rindle_streams::engine::host::time::{Millis, Timestamp};
 use rindle_streams::engine::live::lease::{mark_window, AlarmOutput, ArmedLease, Holding, LeaseAlarm, Release, Renewal, StorageError};
-use rindle_streams::engine::store::StoreError;
-use rindle_streams::engine::time::{Millis, Timestamp};
-use rindle_streams::engine::utf16::Offset;
+use rindle_streams::engine::text::utf16::Offset;
+use rindle_streams::engine::wire::frame::EndStatus;
 use std::rc::Rc;
 use support::{run_alarm, Fault, SqliteDb, Store};
 
@@ -116,7 +116,7 @@ fn the_interrupted_seal_never_overwrites_a_row_sealed_meanwhile() {
         match alarm.poll_output().expect("the run ends with a renewal or a release") {
             AlarmOutput::ReadKeys => alarm.handle_keys(keys(), &Holding::Nothing, later()),
             AlarmOutput::Store(request) => {
-                if request.kind() == rindle_streams::engine::store::OpKind::Seal && !sealed_meanwhile {
+                if request.kind() == rindle_streams::engine::host::store::OpKind::Seal && !sealed_meanwhile {
                     // The producer, alive elsewhere after all, seals first.
                     db.batch(&[db.sql().seal_in_place(ID, EndStatus::Complete, None)]).unwrap();
                     sealed_meanwhile = true;

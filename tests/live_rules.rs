@@ -3,19 +3,19 @@
 
 mod support;
 
-use rindle_streams::engine::config::{CheckpointMode, StreamConfig};
 use rindle_streams::engine::durable::{ColumnValue, OpenRefused, TableMapping};
-use rindle_streams::engine::frame::{EndStatus, Frame};
-use rindle_streams::engine::hook::{self, EventHook, SealCause, StreamNotice};
+use rindle_streams::engine::host::config::{CheckpointMode, StreamConfig};
+use rindle_streams::engine::host::hook::{self, EventHook, SealCause, StreamNotice};
+use rindle_streams::engine::host::store::{Checkpoint, MarkOutcome, MarkStreaming, OpKind, StoreError};
+use rindle_streams::engine::host::time::{Millis, Timestamp};
 use rindle_streams::engine::live::lease::{self, ArmedLease, Holding, HostColumn, LeaseDecision, Release, Renewal};
 use rindle_streams::engine::live::{
     CheckpointError, FlushError, LiveStream, OpenError, OpenOutcome, Producer, Pull, PushError, Settlement, StreamEvent, StreamSlot,
     StreamState,
 };
-use rindle_streams::engine::store::{Checkpoint, MarkOutcome, MarkStreaming, OpKind, StoreError};
-use rindle_streams::engine::time::{Millis, Timestamp};
-use rindle_streams::engine::ui::{BadChunk, ChunkFault, Format};
-use rindle_streams::engine::utf16::Offset;
+use rindle_streams::engine::text::utf16::Offset;
+use rindle_streams::engine::wire::frame::{EndStatus, Frame};
+use rindle_streams::engine::wire::ui::{BadChunk, ChunkFault, Format};
 use std::rc::Rc;
 use support::driver::{Driver, UiEvent, STREAM, TOKEN};
 use support::{Fault, SqliteDb, Store};
@@ -1316,7 +1316,7 @@ fn the_seal_write_carries_from_so_a_trimming_sink_writes_only_the_unsaved_tail()
     assert_eq!((write.from, write.body_from, write.seq), (Offset(10), Offset(6), Offset(13)));
     let body = write.body.expect("a sink gets the retained text");
     assert_eq!(body, "6789abc");
-    let tail = rindle_streams::engine::utf16::slice(&body, write.from - write.body_from, Offset::MAX);
+    let tail = rindle_streams::engine::text::utf16::slice(&body, write.from - write.body_from, Offset::MAX);
     assert_eq!(tail, "abc", "the unsaved tail");
 }
 

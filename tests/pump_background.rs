@@ -8,13 +8,13 @@
 //! "stream" is simulated as the shell keeps it: the text pushed, and a durable length that
 //! advances at checkpoints. A reset keeps only the durable text, as rehydration from D1 does.
 
+use rindle_streams::engine::host::time::Millis;
 use rindle_streams::engine::pump::background::{MAX_REATTACHES, RECORD_VERSION, REPLAY_OVERLAP_UNITS};
 use rindle_streams::engine::pump::{
     BackgroundRecord, CallMethod, Interruption, PumpFailure, PumpRequest, PumpSecrets, PumpStep, Reattach, ReattachNext, Relay, Retrieved,
 };
-use rindle_streams::engine::time::Millis;
-use rindle_streams::engine::ui::Format;
-use rindle_streams::engine::utf16::{self, Offset};
+use rindle_streams::engine::text::utf16::{self, Offset};
+use rindle_streams::engine::wire::ui::Format;
 use serde_json::{json, Value};
 
 const ID: &str = "resp_0123456789abcdef";

@@ -8,7 +8,7 @@
 //! end in `tests/e2e/pump.test.mjs`.
 
 use rindle_streams::engine::pump::{Pump, PumpFailure, PumpStep, UpstreamFormat};
-use rindle_streams::engine::ui::Format;
+use rindle_streams::engine::wire::ui::Format;
 use serde_json::{json, Value};
 
 /// The events of an SSE body: `(event name, data)`.

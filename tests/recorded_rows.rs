@@ -4,8 +4,8 @@
 //! `assemble_durable_text` on each; `tests/client/client.test.mjs` runs `public/client.js`'s
 //! `assembleDurableText` on the same file and the same expected texts.
 
-use rindle_streams::engine::reading::{assemble_durable_text, ChunkRow, DurableText};
-use rindle_streams::engine::utf16::Offset;
+use rindle_streams::engine::text::reading::{assemble_durable_text, ChunkRow, DurableText};
+use rindle_streams::engine::text::utf16::Offset;
 use serde_json::Value;
 
 fn recorded_rows() -> Vec<Value> {

@@ -42,18 +42,18 @@
 
 mod support;
 
-use rindle_streams::engine::config::StreamConfig;
 use rindle_streams::engine::durable::{SqlExecutor, Tables};
-use rindle_streams::engine::frame::{EndStatus, Frame};
+use rindle_streams::engine::host::config::StreamConfig;
+use rindle_streams::engine::host::store::{next_host_token, ClaimHost, OpKind, StoreRequest};
+use rindle_streams::engine::host::time::{Millis, Timestamp};
 use rindle_streams::engine::live::lease::{AlarmOutput, ArmedLease, Holding, LeaseAlarm, Release, Renewal, StorageError};
 use rindle_streams::engine::live::{
     window_expired_error, Dialect, Fenced, LiveStream, OpenError, Output, Producer, Pull, PushError, ReaderId, Rehydration, SealOutcome,
     Settlement, StreamState, Ticket,
 };
-use rindle_streams::engine::store::{next_host_token, ClaimHost, OpKind, StoreRequest};
-use rindle_streams::engine::time::{Millis, Timestamp};
-use rindle_streams::engine::ui::{Format, MAX_LINE_BYTES};
-use rindle_streams::engine::utf16::{self, Offset};
+use rindle_streams::engine::text::utf16::{self, Offset};
+use rindle_streams::engine::wire::frame::{EndStatus, Frame};
+use rindle_streams::engine::wire::ui::{Format, MAX_LINE_BYTES};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use support::driver::{parse_sse, parse_ui_sse, ticket_id, Settles};

@@ -9,16 +9,16 @@
 mod support;
 
 use postgres::Client;
-use rindle_streams::engine::config::StreamConfig;
 use rindle_streams::engine::durable::{
     judge_host, judge_probe, ColumnNames, ColumnValue, Dialect, MappedSql, OpenProbe, OpenRefused, Row, RowState, Statement, TableMapping,
     TablesOp, Value,
 };
-use rindle_streams::engine::frame::EndStatus;
+use rindle_streams::engine::host::config::StreamConfig;
+use rindle_streams::engine::host::store::{Checkpoint, ReadState, SealGuard, StoreError};
+use rindle_streams::engine::host::time::Timestamp;
 use rindle_streams::engine::live::lease::{self, Holding, LeaseDecision, Release};
-use rindle_streams::engine::store::{Checkpoint, ReadState, SealGuard, StoreError};
-use rindle_streams::engine::time::Timestamp;
-use rindle_streams::engine::utf16::{self, Offset};
+use rindle_streams::engine::text::utf16::{self, Offset};
+use rindle_streams::engine::wire::frame::EndStatus;
 use std::rc::Rc;
 use support::pg::{self, PgDb};
 use support::{Fault, Store};
@@ -463,7 +463,7 @@ fn every_statement_is_small_and_every_value_a_parameter() {
 #[test]
 fn the_durable_read_is_one_statement_and_a_rehydration_claim_has_one_winner() {
     use rindle_streams::engine::durable::durable_of_rows;
-    use rindle_streams::engine::store::{next_host_token, ClaimHost};
+    use rindle_streams::engine::host::store::{next_host_token, ClaimHost};
     let db = db!("durable_read_claim");
     let read = || durable_of_rows(&db.query(&db.sql.read_durable(ID))).unwrap();
     assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap(), vec![1]);

@@ -4,9 +4,9 @@
 mod support;
 
 use rindle_streams::engine::durable::{ColumnNames, ColumnValue, Dialect, MappedSql, RowState, TableMapping};
-use rindle_streams::engine::frame::EndStatus;
-use rindle_streams::engine::store::{Checkpoint, SealGuard};
-use rindle_streams::engine::utf16::Offset;
+use rindle_streams::engine::host::store::{Checkpoint, SealGuard};
+use rindle_streams::engine::text::utf16::Offset;
+use rindle_streams::engine::wire::frame::EndStatus;
 use std::rc::Rc;
 use support::{Fault, SqliteDb, Store};
 
@@ -245,7 +245,7 @@ fn the_durable_read_is_one_statement_over_the_row_and_its_chunks() {
 
 #[test]
 fn a_rehydration_claims_the_row_from_the_lost_token_once_and_a_replay_wins_again() {
-    use rindle_streams::engine::store::next_host_token;
+    use rindle_streams::engine::host::store::next_host_token;
     let db = example();
     db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
     let next = next_host_token("A");

@@ -4,13 +4,13 @@
 
 mod support;
 
-use rindle_streams::engine::config::StreamConfig;
-use rindle_streams::engine::frame::{EndStatus, Frame};
-use rindle_streams::engine::hook::{SealCause, StreamNotice};
+use rindle_streams::engine::host::config::StreamConfig;
+use rindle_streams::engine::host::hook::{SealCause, StreamNotice};
+use rindle_streams::engine::host::time::{Millis, Timestamp};
 use rindle_streams::engine::live::{Fenced, LiveStream, Rehydration, ResumeGrant, ResumeRefused, StreamEvent, StreamState};
-use rindle_streams::engine::time::{Millis, Timestamp};
-use rindle_streams::engine::ui::Format;
-use rindle_streams::engine::utf16::{self, Offset};
+use rindle_streams::engine::text::utf16::{self, Offset};
+use rindle_streams::engine::wire::frame::{EndStatus, Frame};
+use rindle_streams::engine::wire::ui::Format;
 use std::rc::Rc;
 use support::driver::{Driver, UiEvent, STREAM, TOKEN};
 use support::{SqliteDb, Store};

@@ -4,10 +4,10 @@
 
 use super::http::{self, unavailable};
 use super::object::Object;
-use crate::engine::api::{ApiError, Route};
+use crate::engine::access::api::{ApiError, Route};
 use crate::engine::live::{LiveStream, PushError, PushReceipt};
-use crate::engine::ui::Format;
-use crate::engine::utf8::{BadUtf8, Utf8Reassembler};
+use crate::engine::text::utf8::{BadUtf8, Utf8Reassembler};
+use crate::engine::wire::ui::Format;
 use futures::future::{select, Either};
 use futures::StreamExt;
 use serde_json::json;

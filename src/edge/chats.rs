@@ -5,10 +5,10 @@
 use super::http::{self, unavailable};
 use super::setup;
 use super::shell::{log, now};
-use crate::engine::api::{ApiError, ChatRoute};
-use crate::engine::auth::{AuthRequest, Scope};
-use crate::engine::config::Settings;
+use crate::engine::access::api::{ApiError, ChatRoute};
+use crate::engine::access::auth::{AuthRequest, Scope};
 use crate::engine::durable::Tables;
+use crate::engine::host::config::Settings;
 use serde_json::json;
 use std::rc::Rc;
 use worker::{Env, Request, Response};

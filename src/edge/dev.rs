@@ -4,9 +4,9 @@
 
 use super::http::{self, unavailable};
 use super::setup::{dev_mode, var};
-use crate::engine::api::ApiError;
+use crate::engine::access::api::ApiError;
 use crate::engine::durable::{Statement, Value};
-use crate::engine::store::OpKind;
+use crate::engine::host::store::OpKind;
 use serde_json::json;
 use worker::{Env, Request, Response};
 
@@ -46,7 +46,7 @@ async fn session(env: &Env) -> Result<Response, ApiError> {
     executor.sql().batch(OpKind::MarkStreaming, &[insert]).await.map_err(ApiError::store_unavailable)?;
     let token = |scope: &str| {
         let claims = json!({"sub": "demo", "stream": stream_id, "scope": scope, "exp": now + DEV_TOKEN_SECS});
-        crate::engine::auth::mint_hs256(&claims, secret.as_bytes()).map_err(unavailable)
+        crate::engine::access::auth::mint_hs256(&claims, secret.as_bytes()).map_err(unavailable)
     };
     http::json(
         200,

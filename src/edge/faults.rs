@@ -2,9 +2,9 @@
 //! call of the mapped tables, the lease's seals included, is broken as the plan decides.
 
 use crate::engine::durable::{Row, SqlExecutor, Statement};
-use crate::engine::faults::Fault;
-pub use crate::engine::faults::FaultPlan;
-use crate::engine::store::{OpKind, StoreError, StoreFuture};
+use crate::engine::host::faults::Fault;
+pub use crate::engine::host::faults::FaultPlan;
+use crate::engine::host::store::{OpKind, StoreError, StoreFuture};
 use std::future::Future;
 use std::rc::Rc;
 

@@ -1,7 +1,7 @@
 //! Small helpers for answers and request parts.
 
-use crate::engine::api::{self, ApiError};
-use crate::engine::utf16::Offset;
+use crate::engine::access::api::{self, ApiError};
+use crate::engine::text::utf16::Offset;
 use serde::Serialize;
 use worker::{Headers, Request, Response};
 
@@ -61,7 +61,7 @@ pub fn token(req: &Request, target: &Target, query_allowed: bool) -> Option<Stri
 /// Where a reader joins: `Last-Event-ID` over `?from=` (SPEC §3).
 pub fn join_offset(req: &Request, target: &Target) -> Offset {
     let last_event_id = req.headers().get("last-event-id").ok().flatten();
-    crate::engine::sse::join_offset(last_event_id.as_deref(), target.query("from").as_deref())
+    crate::engine::wire::sse::join_offset(last_event_id.as_deref(), target.query("from").as_deref())
 }
 
 /// Every header of a request as (lower-case name, value), for an authorizer.

@@ -7,12 +7,12 @@
 use super::meter::Meter;
 use super::object::StreamObject;
 use super::shell::{log, now, with_timeout};
-use crate::engine::config::StreamConfig;
-use crate::engine::hook::StreamNotice;
+use crate::engine::host::config::StreamConfig;
+use crate::engine::host::hook::StreamNotice;
+use crate::engine::host::object_storage::{ARMED_AT, HOST_TOKEN, LEASE_KEYS, STREAM_ID};
+use crate::engine::host::time::{Millis, Timestamp};
 use crate::engine::live::lease::{AlarmOutput, ArmedLease, Holding, LeaseAlarm, Release, StorageError};
 use crate::engine::live::LiveStream;
-use crate::engine::object_storage::{ARMED_AT, HOST_TOKEN, LEASE_KEYS, STREAM_ID};
-use crate::engine::time::{Millis, Timestamp};
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -115,8 +115,8 @@ impl LeaseStore {
     pub async fn stored(&self) -> Result<ArmedLease, StorageError> {
         #[cfg(feature = "test-faults")]
         {
-            use crate::engine::faults::Fault;
-            match self.faults.as_ref().and_then(|plan| plan.decide(crate::engine::store::OpKind::LeaseKeys)) {
+            use crate::engine::host::faults::Fault;
+            match self.faults.as_ref().and_then(|plan| plan.decide(crate::engine::host::store::OpKind::LeaseKeys)) {
                 Some(Fault::HoldReply) => return self.bounded(futures::future::pending::<worker::Result<ArmedLease>>()).await,
                 Some(_) => return Err(StorageError("injected fault: the object's storage failed".into())),
                 None => {}

@@ -1,9 +1,9 @@
-//! The object's billing counts ([`crate::engine::meter`]), kept where they happen: a few
+//! The object's billing counts ([`crate::engine::host::meter`]), kept where they happen: a few
 //! integer increments, and a clock read only when the object goes from asleep to awake or back.
 
 use super::shell::now;
-use crate::engine::api::Action;
-use crate::engine::meter::{AwakeClock, RequestCounts, StorageCounts};
+use crate::engine::access::api::Action;
+use crate::engine::host::meter::{AwakeClock, RequestCounts, StorageCounts};
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;

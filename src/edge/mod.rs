@@ -27,8 +27,8 @@ pub use object::StreamObject;
 pub use setup::{install_authorizer, install_checkpoint_sink, install_event_hook};
 pub use store::D1;
 
-use crate::engine::api::{self, ApiError};
-use crate::engine::cors::Cors;
+use crate::engine::access::api::{self, ApiError};
+use crate::engine::access::cors::Cors;
 use wasm_bindgen::JsCast;
 use worker::{Env, Request, Response};
 
@@ -162,7 +162,7 @@ enum Routed {
     #[cfg(feature = "dev")]
     Dev(Request),
     /// A chat lookup (the front Worker answers it: it names no stream yet).
-    Chat(Request, std::rc::Rc<crate::engine::config::Settings>, api::ChatRoute),
+    Chat(Request, std::rc::Rc<crate::engine::host::config::Settings>, api::ChatRoute),
 }
 
 fn route(req: web_sys::Request, env: &Env) -> Result<Routed, ApiError> {

@@ -9,9 +9,9 @@ use super::meter::{Hold, Meter};
 use super::setup::Setup;
 use super::shell::{log, now, Shell};
 use super::sse::{self, ReaderSource};
-use crate::engine::api::{self, Action, ApiError, OpenRequest, Route};
-use crate::engine::auth::{AuthRequest, Denied};
-use crate::engine::config::StreamConfig;
+use crate::engine::access::api::{self, Action, ApiError, OpenRequest, Route};
+use crate::engine::access::auth::{AuthRequest, Denied};
+use crate::engine::host::config::StreamConfig;
 use crate::engine::live::{Dialect, FlushError, LiveStream, OpenError, Producer, StreamState};
 use serde_json::json;
 use std::cell::RefCell;
@@ -141,8 +141,8 @@ impl StreamObject {
         let token = http::token(&req, &target, route.action.token_in_query());
         // A read may name the chat it is made for (a chat lookup's, or a token's `chat` claim).
         let chat = match target.query(super::chats::CHAT_PARAM) {
-            Some(chat) if route.action.scope() == crate::engine::auth::Scope::Read => {
-                crate::engine::stream_id::validate(&chat)
+            Some(chat) if route.action.scope() == crate::engine::access::auth::Scope::Read => {
+                crate::engine::access::stream_id::validate(&chat)
                     .map_err(|e| ApiError::new(400, "bad_chat_id", e.to_string().replace("stream id", "chat id")))?;
                 Some(chat)
             }
@@ -283,7 +283,7 @@ impl StreamObject {
 }
 
 impl Object {
-    pub(super) fn settings(&self) -> &crate::engine::config::Settings {
+    pub(super) fn settings(&self) -> &crate::engine::host::config::Settings {
         &self.setup.settings
     }
 
@@ -428,8 +428,8 @@ impl Object {
 #[derive(serde::Serialize)]
 struct TextAnswer<'a> {
     #[serde(flatten)]
-    durable: &'a crate::engine::reading::DurableText,
-    format: crate::engine::ui::Format,
+    durable: &'a crate::engine::text::reading::DurableText,
+    format: crate::engine::wire::ui::Format,
 }
 
 /// A random claim token for the open CAS.

@@ -17,7 +17,7 @@
 use super::store::StoreCounters;
 use crate::engine::durable::postgres::{bind, describe, failed, failed_commit, row, typed};
 use crate::engine::durable::{Row, SqlExecutor, Statement, Value};
-use crate::engine::store::{OpKind, StoreError, StoreFuture};
+use crate::engine::host::store::{OpKind, StoreError, StoreFuture};
 use futures::future::{join_all, select, Either};
 use futures::lock::Mutex;
 use std::cell::Cell;

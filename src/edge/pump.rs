@@ -15,14 +15,14 @@ use super::http::unavailable;
 use super::meter::Meter;
 use super::object::{Object, StreamObject};
 use super::shell::{log, Shell};
-use crate::engine::api::ApiError;
-use crate::engine::hook::SealCause;
+use crate::engine::access::api::ApiError;
+use crate::engine::host::hook::SealCause;
 use crate::engine::live::{LiveStream, PushError};
 use crate::engine::pump::{
     BackgroundRecord, CallMethod, Interruption, PumpFailure, PumpRequest, PumpSecrets, PumpStep, Reattach, ReattachNext, Relay, Retrieved,
     UpstreamCall,
 };
-use crate::engine::utf16::Offset;
+use crate::engine::text::utf16::Offset;
 use eventsource_stream::{Event, Eventsource};
 use futures::future::{select, Either};
 use futures::{FutureExt, Stream, StreamExt};

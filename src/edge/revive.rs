@@ -13,15 +13,15 @@ use super::object::{Object, StreamObject};
 use super::pump::PumpReattach;
 use super::shell::{log, now};
 use super::store::Store;
-use crate::engine::api::{ApiError, Route};
-use crate::engine::config::{CheckpointMode, StreamConfig};
-use crate::engine::frame::STATUS_STREAMING;
+use crate::engine::access::api::{ApiError, Route};
+use crate::engine::host::config::{CheckpointMode, StreamConfig};
+use crate::engine::host::object_storage::{EPOCH, META, RESUME_BY};
+use crate::engine::host::store::{next_host_token, ClaimHost};
+use crate::engine::host::time::{Millis, Timestamp};
 use crate::engine::live::lease::ArmedLease;
 use crate::engine::live::{Fenced, LiveStream, Rehydration, ResumeGrant, ResumeRefused, FIRST_EPOCH};
-use crate::engine::object_storage::{EPOCH, META, RESUME_BY};
-use crate::engine::store::{next_host_token, ClaimHost};
-use crate::engine::time::{Millis, Timestamp};
-use crate::engine::utf16::Offset;
+use crate::engine::text::utf16::Offset;
+use crate::engine::wire::frame::STATUS_STREAMING;
 use serde_json::json;
 use std::rc::Rc;
 use worker::{Request, Response};
@@ -218,7 +218,7 @@ impl StreamObject {
     /// nothing streaming here (404 `not_open`).
     async fn not_resumable(&self, o: &Object, route: &Route) -> ApiError {
         match o.setup.store.sink().read_durable(&route.stream_id).await {
-            Ok(Some(row)) if row.status != STATUS_STREAMING && crate::engine::frame::EndStatus::parse(&row.status).is_some() => {
+            Ok(Some(row)) if row.status != STATUS_STREAMING && crate::engine::wire::frame::EndStatus::parse(&row.status).is_some() => {
                 ApiError::closed_as(&route.stream_id, &row.status, row.seq, row.seq)
             }
             Ok(_) => ApiError::not_open(&route.stream_id),

@@ -6,11 +6,11 @@ use super::faults::FaultPlan;
 #[cfg(feature = "postgres")]
 use super::postgres::Postgres;
 use super::store::{Store, StoreCounters, D1};
-use crate::engine::auth::{Authorizer, JwtAuthorizer};
-use crate::engine::config::{Backend, ConfigError, Settings};
+use crate::engine::access::auth::{Authorizer, JwtAuthorizer};
 use crate::engine::durable::{MappedSql, SqlExecutor, Tables};
-use crate::engine::hook::EventHook;
-use crate::engine::store::CheckpointSink;
+use crate::engine::host::config::{Backend, ConfigError, Settings};
+use crate::engine::host::hook::EventHook;
+use crate::engine::host::store::CheckpointSink;
 use std::cell::RefCell;
 use std::rc::Rc;
 use worker::Env;
@@ -76,7 +76,7 @@ pub fn install_checkpoint_sink(factory: impl Fn(&Env) -> Rc<dyn CheckpointSink> 
 }
 
 /// Installs a hook that receives every stream's notices (checkpoint failures, seal
-/// shortfalls, readers dropped as stale, interrupted seals; see [`crate::engine::hook`], which
+/// shortfalls, readers dropped as stale, interrupted seals; see [`crate::engine::host::hook`], which
 /// also says what a panicking hook does). Call from the embedding Worker's start event.
 pub fn install_event_hook(hook: impl EventHook + 'static) {
     HOOK.with(|h| *h.borrow_mut() = Some(Rc::new(hook)));

@@ -5,13 +5,13 @@
 use super::lease::LeaseStore;
 use super::meter::{Hold, Meter};
 use super::store::Store;
-use crate::engine::hook::{self, EventHook, StreamNotice};
+use crate::engine::host::hook::{self, EventHook, StreamNotice};
+use crate::engine::host::store::{StoreError, StoreRequest};
+use crate::engine::host::time::{Millis, Timestamp};
 use crate::engine::live::{
     Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame, StreamEvent, StreamSlot,
     Ticket, Wire,
 };
-use crate::engine::store::{StoreError, StoreRequest};
-use crate::engine::time::{Millis, Timestamp};
 use futures::channel::oneshot;
 use serde_json::json;
 use std::cell::{Cell, RefCell};
@@ -407,7 +407,7 @@ impl Shell {
     /// Performs one store request, answered as failed (`MayHaveCommitted`: it may still land)
     /// when the store gives no answer within `STORE_TIMEOUT_MS`; a later reply is dropped, and
     /// the operation is retried like any failure.
-    pub async fn run_bounded(&self, request: StoreRequest) -> crate::engine::store::StoreAnswer {
+    pub async fn run_bounded(&self, request: StoreRequest) -> crate::engine::host::store::StoreAnswer {
         let limit = self.store_timeout;
         let (kind, timed_out) = (request.kind(), request.failed(StoreError::MayHaveCommitted(format!("no answer in {} ms", limit.0))));
         match with_timeout(limit, self.store.run(&self.stream_id, request)).await {
@@ -454,7 +454,7 @@ impl Shell {
     }
 
     /// Tells the installed hook, if any. Runs while performing outputs, never with the state
-    /// borrowed; a panic is contained where the target unwinds (see [`crate::engine::hook`]).
+    /// borrowed; a panic is contained where the target unwinds (see [`crate::engine::host::hook`]).
     pub fn notify(&self, notice: StreamNotice) {
         let Some(h) = &self.hook else { return };
         if let Err(e) = hook::notify(h.as_ref(), &notice) {

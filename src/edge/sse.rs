@@ -5,12 +5,12 @@
 //! is woken, and its pull answers `: ping`).
 
 use super::shell::Shell;
-use crate::engine::api::ApiError;
-use crate::engine::frame::Frame;
+use crate::engine::access::api::ApiError;
+use crate::engine::host::time::Millis;
 use crate::engine::live::{Dialect, ReaderId};
-use crate::engine::time::Millis;
-use crate::engine::utf16::Offset;
-use crate::engine::{sse, ui};
+use crate::engine::text::utf16::Offset;
+use crate::engine::wire::frame::Frame;
+use crate::engine::{wire::sse, wire::ui};
 use std::rc::Rc;
 use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::{JsCast, JsValue};

@@ -3,7 +3,7 @@
 //! read in a checkpoint's own batch is the truth.
 
 use crate::engine::durable::{ColumnValue, Row, SqlExecutor, Statement, Tables, Value};
-use crate::engine::store::{self, CheckpointSink, OpKind, StoreAnswer, StoreError, StoreFuture, StoreRequest};
+use crate::engine::host::store::{self, CheckpointSink, OpKind, StoreAnswer, StoreError, StoreFuture, StoreRequest};
 use serde_json::Map;
 use std::cell::Cell;
 use std::rc::Rc;

@@ -7,11 +7,11 @@ use super::http::{self, unavailable};
 use super::object::{Object, StreamObject};
 use super::shell::log;
 use super::sse;
-use crate::engine::api::{ApiError, Route};
-use crate::engine::frame::{EndStatus, STATUS_STREAMING};
+use crate::engine::access::api::{ApiError, Route};
 use crate::engine::live::{Dialect, LiveStream};
-use crate::engine::ui::{self, Format};
-use crate::engine::utf16::Offset;
+use crate::engine::text::utf16::Offset;
+use crate::engine::wire::frame::{EndStatus, STATUS_STREAMING};
+use crate::engine::wire::ui::{self, Format};
 use serde_json::json;
 use std::rc::Rc;
 use std::time::Duration;
@@ -125,9 +125,10 @@ impl StreamObject {
     }
 
     /// The `/ui` answer of a stream no live stream holds here, from its durable text.
-    fn durable_ui(&self, o: &Object, durable: &crate::engine::reading::DurableText, from: Offset) -> Result<Response, ApiError> {
+    fn durable_ui(&self, o: &Object, durable: &crate::engine::text::reading::DurableText, from: Offset) -> Result<Response, ApiError> {
         let ended = EndStatus::parse(&durable.status).map(|status| (status, durable.error.as_deref()));
-        let body = format!("{}{}", crate::engine::sse::preamble(o.settings().sse_retry_ms), ui::encode_durable(&durable.text, from, ended));
+        let body =
+            format!("{}{}", crate::engine::wire::sse::preamble(o.settings().sse_retry_ms), ui::encode_durable(&durable.text, from, ended));
         let response = Response::from_bytes(body.into_bytes()).map(|r| r.with_headers(sse::headers(Dialect::Ui))).map_err(unavailable);
         with_lease(response, o)
     }

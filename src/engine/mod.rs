@@ -2,49 +2,35 @@
 //!
 //! ```text
 //!   producer ──push──▶ ┌──────────── LiveStream (live/) ───────────┐ ──frames──▶ readers
-//!                      │ TextBuffer · Readers · checkpoint driver   │
+//!                      │ TextBuffer · Readers · checkpoint driver   │   (wire/: frames, SSE, /ui)
 //!                      └───────┬───────────────────────▲───────────┘
-//!                     StoreRequest (store)          StoreAnswer
+//!                     StoreRequest (host/store)     StoreAnswer
 //!                              ▼                       │
-//!              Tables (durable/: SQL plans) ──▶ SqlExecutor (D1, SQLite, …), or a CheckpointSink
+//!              Tables (durable/: SQL plans) ──▶ SqlExecutor (D1, SQLite, Postgres), or a CheckpointSink
 //! ```
 //!
+//! The map, by what each part is:
+//!
+//! - [`live`]: the live plane, one stream as a sans-IO state machine (open, checkpoints, seal,
+//!   readers, the lease alarm, the revival after a reset);
+//! - [`durable`]: the durable plane, the mapped tables and the SQL they run (SQLite/D1, Postgres);
+//! - [`pump`]: upstream model APIs turned into text or `ui` chunks;
+//! - [`text`]: the text and its coordinate (UTF-16 offsets, UTF-8 reassembly, the buffer, the
+//!   durable text as read back);
+//! - [`wire`]: what readers receive (frames, their SSE encoding, the `ui` format and its schema);
+//! - [`access`]: who may do what (routes and errors, authorization, JWTs, CORS, stream ids);
+//! - [`host`]: the vocabulary the host (the Worker shell, the simulator) speaks with the engine:
+//!   the store boundary, time, configuration, the event hook, the object's storage keys, billing
+//!   counts and test faults.
+//!
 //! Nothing in this tree performs I/O, reads a clock or depends on the Workers runtime: time
-//! is an input ([`time`]), and store operations and reader wake-ups are outputs. The Worker
+//! is an input ([`host::time`]), and store operations and reader wake-ups are outputs. The Worker
 //! shell (`src/edge`, wasm32 only) performs them; an executor only runs the SQL it is handed.
 
-// The shell's HTTP vocabulary (routes, the SPEC §4 errors), stream ids, the live text buffer and
-// the reassembly of UTF-8 split across pieces: logic the wasm32 shell uses, tested natively,
-// and no part of the public API.
-#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-pub(crate) mod api;
-pub mod auth;
-pub mod config;
-pub mod cors;
+pub mod access;
 pub mod durable;
-/// Fault injection for the tests of the real runtime: only in a build with the `test-faults`
-/// feature (and natively, for its own tests).
-#[cfg(any(test, feature = "test-faults"))]
-pub(crate) mod faults;
-pub mod frame;
-pub mod hook;
-pub mod jwt;
+pub mod host;
 pub mod live;
-// The object's billing counts: the shell's, for `/stats`, tested natively.
-#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-pub(crate) mod meter;
-pub mod object_storage;
 pub mod pump;
-pub mod reading;
-pub mod sse;
-pub mod store;
-#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-pub(crate) mod stream_id;
-pub(crate) mod text;
-pub mod time;
-pub mod ui;
-// The AI SDK's chunk schema behind strict validation: the ui format's internals.
-pub(crate) mod ui_schema;
-pub mod utf16;
-#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-pub(crate) mod utf8;
+pub mod text;
+pub mod wire;

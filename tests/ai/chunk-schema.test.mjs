@@ -1,5 +1,5 @@
 // Strict validation is the AI SDK's own (issue 38): the table the Worker checks `ui` lines with
-// (src/engine/ui_chunks.json) is derived from the installed `ai` package's zod schema
+// (src/engine/wire/ui_chunks.json) is derived from the installed `ai` package's zod schema
 // (`uiMessageChunkSchema`), and this file keeps the two from drifting:
 //   1. the table equals what scripts/ui-chunk-schema.mjs derives from node_modules/ai now (an
 //      upgrade of `ai` that changes the schema fails here until the table is regenerated);
@@ -14,7 +14,7 @@ import { TABLE_FILE, deriveChunkTable } from '../../scripts/ui-chunk-schema.mjs'
 import { startStack } from '../e2e/harness.mjs';
 import { api, newStream, ok } from '../e2e/util.mjs';
 
-test('the strict table (src/engine/ui_chunks.json) is the installed ai package\'s uiMessageChunkSchema', async () => {
+test('the strict table (src/engine/wire/ui_chunks.json) is the installed ai package\'s uiMessageChunkSchema', async () => {
   const derived = await deriveChunkTable();
   const table = JSON.parse(readFileSync(TABLE_FILE, 'utf8'));
   assert.deepEqual(table, derived, 'run `node scripts/ui-chunk-schema.mjs` to regenerate the table from node_modules/ai');

@@ -97,7 +97,7 @@ describe('pure helpers', () => {
   });
 
   test('assembleDurableText keeps only the contiguous prefix: a gap stops it, an overlap adds its tail', () => {
-    // The same cases as src/engine/reading.rs's tests of assemble_durable_text.
+    // The same cases as src/engine/text/reading.rs's tests of assemble_durable_text.
     assert.equal(assembleDurableText('ab', [{ seq: 5, text: 'z' }, { seq: 3, text: 'c' }]), 'abc');
     assert.equal(assembleDurableText('abc', [{ seq: 4, text: 'cd' }]), 'abcd');
   });

@@ -49,7 +49,7 @@ test('cost smoke run: every count agrees with the formula the run\'s configurati
     assert.equal(meter.alarms, 1, `${label}: one alarm invocation`);
     assert.equal(rindleUnits(a).doRequests, 3 + a.readers + 1, `${label}: billed requests`);
     // The object's own storage: the lease's three keys (streamId, hostToken, armedAt) and the
-    // format (puts; src/engine/object_storage.rs), the lease's keys read back when the lease is
+    // format (puts; src/engine/host/object_storage.rs), the lease's keys read back when the lease is
     // armed and when its alarm fires (gets); one setAlarm at open, then one per half
     // lease while the stream is alive (at most as many as fit between open and close).
     assert.deepEqual({ puts: meter.storage.puts, gets: meter.storage.gets, deletes: meter.storage.deletes }, { puts: 4, gets: 6, deletes: 0 }, `${label}: storage`);

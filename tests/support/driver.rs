@@ -2,16 +2,16 @@
 //! store requests), but against SQLite and in virtual time, one step at a time.
 
 use super::{Fault, SqliteDb, Store};
-use rindle_streams::engine::config::StreamConfig;
 use rindle_streams::engine::durable::Tables;
-use rindle_streams::engine::frame::Frame;
+use rindle_streams::engine::host::config::StreamConfig;
+use rindle_streams::engine::host::store::{Checkpoint, MarkOutcome, MarkStreaming, OpKind, SealWrite, StoreError, StoreRequest};
+use rindle_streams::engine::host::time::{Millis, Timestamp};
 use rindle_streams::engine::live::{
     Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Producer, Pull, PushError, PushReceipt, ReaderId, SealOutcome, Settlement,
     StreamEvent, Ticket,
 };
-use rindle_streams::engine::store::{Checkpoint, MarkOutcome, MarkStreaming, OpKind, SealWrite, StoreError, StoreRequest};
-use rindle_streams::engine::time::{Millis, Timestamp};
-use rindle_streams::engine::utf16::Offset;
+use rindle_streams::engine::text::utf16::Offset;
+use rindle_streams::engine::wire::frame::Frame;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 

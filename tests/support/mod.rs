@@ -7,17 +7,17 @@
 pub mod driver;
 pub mod pg;
 
-use rindle_streams::engine::config::{CheckpointMode, StreamConfig};
 use rindle_streams::engine::durable::{
     durable_of_rows, ColumnValue, Dialect, MappedSql, Row, SqlExecutor, Statement, TableMapping, Tables, TablesOp, Value,
 };
-use rindle_streams::engine::hook::StreamNotice;
+use rindle_streams::engine::host::config::{CheckpointMode, StreamConfig};
+use rindle_streams::engine::host::hook::StreamNotice;
+use rindle_streams::engine::host::store::{run_on_sink, OpKind, StoreAnswer, StoreError, StoreFuture, StoreRequest};
+use rindle_streams::engine::host::time::Timestamp;
 use rindle_streams::engine::live::lease::{
     AlarmOutput, ArmedLease, Holding, HostColumn, LeaseAlarm, LeaseRow, Release, Renewal, StorageError,
 };
-use rindle_streams::engine::reading::DurableText;
-use rindle_streams::engine::store::{run_on_sink, OpKind, StoreAnswer, StoreError, StoreFuture, StoreRequest};
-use rindle_streams::engine::time::Timestamp;
+use rindle_streams::engine::text::reading::DurableText;
 use rusqlite::{params_from_iter, Connection};
 use std::future::{ready, Future};
 use std::rc::Rc;
@@ -116,7 +116,7 @@ pub trait Store {
         let exists = !self.query(&self.sql().read_row(id)).is_empty();
         let durable = exists.then(|| {
             let text = self.durable_text(id);
-            DurableText { seq: rindle_streams::engine::utf16::len(&text), text, status: self.status(id), error: None }
+            DurableText { seq: rindle_streams::engine::text::utf16::len(&text), text, status: self.status(id), error: None }
         });
         let host = match (host_mapped, self.message_column(id, "host")) {
             (false, _) => HostColumn::Unmapped,

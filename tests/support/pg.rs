@@ -15,7 +15,7 @@ use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls, Transaction};
 use rindle_streams::engine::durable::postgres::{self as binding, failed as fail, failed_commit as fail_commit, row};
 use rindle_streams::engine::durable::{Dialect, MappedSql, Row, SqlExecutor, Statement, TableMapping, Value};
-use rindle_streams::engine::store::{OpKind, StoreError, StoreFuture};
+use rindle_streams::engine::host::store::{OpKind, StoreError, StoreFuture};
 use std::cell::RefCell;
 use std::future::ready;
 use std::io::Write;

@@ -15,12 +15,12 @@
 //! The `refuse`, `failAppends` and `panic-` switches are the test's, not a pattern to copy.
 #![cfg(target_arch = "wasm32")]
 
-use rindle_streams::engine::auth::{AuthFuture, AuthRequest, Authorizer, Denied, Principal};
+use rindle_streams::engine::access::auth::{AuthFuture, AuthRequest, Authorizer, Denied, Principal};
 use rindle_streams::engine::durable::{Dialect, MappedSql, RowState, TableMapping};
-use rindle_streams::engine::hook::{EventHook, StreamNotice};
-use rindle_streams::engine::reading::DurableText;
-use rindle_streams::engine::store::{Checkpoint, MarkOutcome, MarkStreaming, SealWrite, StoreError, StoreFuture};
-use rindle_streams::engine::utf16::Offset;
+use rindle_streams::engine::host::hook::{EventHook, StreamNotice};
+use rindle_streams::engine::host::store::{Checkpoint, MarkOutcome, MarkStreaming, SealWrite, StoreError, StoreFuture};
+use rindle_streams::engine::text::reading::DurableText;
+use rindle_streams::engine::text::utf16::Offset;
 use rindle_streams::{install_authorizer, install_checkpoint_sink, install_event_hook, CheckpointSink, Tables, D1};
 use serde_json::json;
 use std::cell::RefCell;

@@ -5,7 +5,7 @@
 use super::rows::{ColumnValue, OpenProbe, RowState};
 use super::sql::{MappedSql, Statement};
 use super::tables::{Row, SqlExecutor};
-use crate::engine::store::{
+use crate::engine::host::store::{
     Checkpoint, ClaimHost, MarkOutcome, MarkStreaming, OpKind, Operation, ProbeOpen, ReadHost, ReadState, SealWrite, StoreError,
 };
 

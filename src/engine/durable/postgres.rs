@@ -13,7 +13,7 @@
 use super::sql::Value;
 use super::tables::Row;
 use super::ColumnValue;
-use crate::engine::store::StoreError;
+use crate::engine::host::store::StoreError;
 use bytes::BytesMut;
 use std::error::Error as StdError;
 use tokio_postgres::types::{Format, FromSql, IsNull, Kind, ToSql, Type};

@@ -1,7 +1,7 @@
 //! What the store answers, and the plane's verdicts on it.
 
-use crate::engine::frame::{EndStatus, STATUS_STREAMING};
-use crate::engine::utf16::Offset;
+use crate::engine::text::utf16::Offset;
+use crate::engine::wire::frame::{EndStatus, STATUS_STREAMING};
 use thiserror::Error;
 
 /// One column value as a store returns it (D1 returns JSON; SQLite returns typed values).
@@ -18,7 +18,9 @@ impl ColumnValue {
     pub fn as_offset(&self) -> Option<Offset> {
         match *self {
             ColumnValue::Integer(n) => u64::try_from(n).ok().map(Offset),
-            ColumnValue::Real(x) if x >= 0.0 && x.fract() == 0.0 && x <= crate::engine::sse::MAX_OFFSET.0 as f64 => Some(Offset(x as u64)),
+            ColumnValue::Real(x) if x >= 0.0 && x.fract() == 0.0 && x <= crate::engine::wire::sse::MAX_OFFSET.0 as f64 => {
+                Some(Offset(x as u64))
+            }
             _ => None,
         }
     }

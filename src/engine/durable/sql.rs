@@ -6,9 +6,9 @@
 //! [`MappedSql::append`]), and runs on a real server in `tests/sql_postgres.rs`.
 
 use super::mapping::{Ident, TableMapping};
-use crate::engine::frame::{EndStatus, STATUS_STREAMING};
-use crate::engine::store::SealGuard;
-use crate::engine::utf16::Offset;
+use crate::engine::host::store::SealGuard;
+use crate::engine::text::utf16::Offset;
+use crate::engine::wire::frame::{EndStatus, STATUS_STREAMING};
 
 /// The SQL dialect of the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,7 +180,7 @@ impl MappedSql {
         }
     }
 
-    /// A rehydration's claim (see [`crate::engine::store::ClaimHost`]): the row passes from
+    /// A rehydration's claim (see [`crate::engine::host::store::ClaimHost`]): the row passes from
     /// `old` to `new` only while it is `streaming` and holds one of the two. `None` when no host
     /// column is mapped.
     pub fn claim_host(&self, stream_id: &str, old: &str, new: &str) -> Option<Statement> {
@@ -361,7 +361,7 @@ impl MappedSql {
     /// The columns a compaction writes: the body, its length and the status.
     fn compacted_columns(&self, body: &str, status: EndStatus) -> Vec<(&Ident, Value)> {
         let m = &self.map;
-        vec![(&m.body, body.into()), (&m.seq, crate::engine::utf16::len(body).into()), (&m.status, status.as_str().into())]
+        vec![(&m.body, body.into()), (&m.seq, crate::engine::text::utf16::len(body).into()), (&m.status, status.as_str().into())]
     }
 
     /// ` AND status = 'streaming' [AND host = token]`, its placeholders numbered from `first`.

@@ -5,11 +5,11 @@
 use super::plan::{text, StorePlan, TablesOp};
 use super::rows::{ColumnValue, RowState};
 use super::sql::{MappedSql, Statement};
-use crate::engine::live::lease::{HostColumn, LeaseRow};
-use crate::engine::reading::{ChunkRow, DurableText};
-use crate::engine::store::{
+use crate::engine::host::store::{
     Checkpoint, CheckpointSink, MarkOutcome, MarkStreaming, OpKind, ReadHost, SealWrite, StoreAnswer, StoreError, StoreFuture, StoreRequest,
 };
+use crate::engine::live::lease::{HostColumn, LeaseRow};
+use crate::engine::text::reading::{ChunkRow, DurableText};
 use std::rc::Rc;
 
 /// One row of a query: column name to value.
@@ -185,7 +185,7 @@ impl CheckpointSink for Tables {
 
 /// Assembles the rows of [`MappedSql::read_durable`]: the row (`part` 0) and its chunks.
 pub fn durable_of_rows(rows: &[Row]) -> Option<DurableText> {
-    let is_row = |r: &&Row| r.get("part").and_then(ColumnValue::as_offset) == Some(crate::engine::utf16::Offset::ZERO);
+    let is_row = |r: &&Row| r.get("part").and_then(ColumnValue::as_offset) == Some(crate::engine::text::utf16::Offset::ZERO);
     let row = rows.iter().find(is_row)?;
     let chunks = rows
         .iter()

@@ -17,11 +17,11 @@
 //! in-flight round to settle and may cut a round's retries short.
 
 use super::stream::CheckpointError;
-use crate::engine::config::{CheckpointMode, StreamConfig};
 use crate::engine::durable::RowState;
-use crate::engine::store::{OpId, Reply, StoreError};
-use crate::engine::time::{Millis, Timestamp};
-use crate::engine::utf16::Offset;
+use crate::engine::host::config::{CheckpointMode, StreamConfig};
+use crate::engine::host::store::{OpId, Reply, StoreError};
+use crate::engine::host::time::{Millis, Timestamp};
+use crate::engine::text::utf16::Offset;
 
 #[derive(Debug, Default)]
 pub(crate) struct Checkpointer {

@@ -34,13 +34,13 @@
 //! (map a host column then). Either way the seal applies only to a row still `streaming`.
 
 use super::outbox::Outbox;
-use crate::engine::config::StreamConfig;
-use crate::engine::frame::{EndStatus, STATUS_STREAMING};
-use crate::engine::hook::{SealCause, StreamNotice};
-use crate::engine::reading::DurableText;
-use crate::engine::store::{OpId, ReadLeaseRow, Reply, SealGuard, SealWrite, StoreAnswer, StoreError, StoreRequest};
-use crate::engine::time::{Millis, Timestamp};
-use crate::engine::utf16::Offset;
+use crate::engine::host::config::StreamConfig;
+use crate::engine::host::hook::{SealCause, StreamNotice};
+use crate::engine::host::store::{OpId, ReadLeaseRow, Reply, SealGuard, SealWrite, StoreAnswer, StoreError, StoreRequest};
+use crate::engine::host::time::{Millis, Timestamp};
+use crate::engine::text::reading::DurableText;
+use crate::engine::text::utf16::Offset;
+use crate::engine::wire::frame::{EndStatus, STATUS_STREAMING};
 
 /// The error sentence of a row sealed by the lease.
 pub const INTERRUPTED: &str =
@@ -136,7 +136,7 @@ pub enum Release {
 }
 
 /// What the lease stored in the object's storage when it was armed (see
-/// [`crate::engine::object_storage`]).
+/// [`crate::engine::host::object_storage`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ArmedLease {
     pub stream_id: Option<String>,
@@ -205,7 +205,7 @@ pub struct StorageError(pub String);
 /// What the lease alarm asks the shell to do, in order.
 #[derive(Debug)]
 pub enum AlarmOutput {
-    /// Read the lease's keys ([`crate::engine::object_storage::LEASE_KEYS`]); answer with
+    /// Read the lease's keys ([`crate::engine::host::object_storage::LEASE_KEYS`]); answer with
     /// [`LeaseAlarm::handle_keys`].
     ReadKeys,
     /// A store operation on the lease's stream (the row read, a seal); answer with
@@ -217,7 +217,7 @@ pub enum AlarmOutput {
     Notice(StreamNotice),
     /// Done: set the alarm one lease later.
     Renew(Renewal),
-    /// Done: the lease ends; forget its keys (see [`crate::engine::object_storage::kept_at_release`]).
+    /// Done: the lease ends; forget its keys (see [`crate::engine::host::object_storage::kept_at_release`]).
     Release(Release),
 }
 

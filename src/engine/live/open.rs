@@ -19,10 +19,10 @@
 
 use super::outbox::Outbox;
 use super::stream::{OpenError, OpenOutcome, Output, Ticket};
-use crate::engine::config::{CheckpointMode, StreamConfig};
 use crate::engine::durable::{judge_host, judge_probe, OpenRefused};
-use crate::engine::store::{MarkOutcome, MarkStreaming, OpId, ProbeOpen, ReadHost, Reply};
-use crate::engine::time::Timestamp;
+use crate::engine::host::config::{CheckpointMode, StreamConfig};
+use crate::engine::host::store::{MarkOutcome, MarkStreaming, OpId, ProbeOpen, ReadHost, Reply};
+use crate::engine::host::time::Timestamp;
 
 /// The producer that opens a stream, as the stream knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! store operations and requests.
 
 use super::stream::{Output, Ticket};
-use crate::engine::store::{OpId, Request, StoreRequest};
+use crate::engine::host::store::{OpId, Request, StoreRequest};
 use std::collections::VecDeque;
 
 /// A machine's outputs (the stream's [`Output`], or the lease alarm's), in order.

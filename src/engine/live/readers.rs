@@ -20,10 +20,10 @@
 //! A reader written nothing for the keep-alive interval is woken for a `: ping` comment
 //! (SPEC §3): the stream's one timer serves every reader's keep-alive.
 
-use crate::engine::frame::Frame;
-use crate::engine::time::{Millis, Timestamp};
-use crate::engine::utf16::Offset;
-use crate::engine::{sse, ui};
+use crate::engine::host::time::{Millis, Timestamp};
+use crate::engine::text::utf16::Offset;
+use crate::engine::wire::frame::Frame;
+use crate::engine::{wire::sse, wire::ui};
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -549,10 +549,10 @@ fn merge_wire(frames: &[Rc<SharedFrame>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::frame::EndStatus;
+    use crate::engine::wire::frame::EndStatus;
 
     fn chunk(from: u64, text: &str) -> Frame {
-        Frame::Chunk { from: Offset(from), seq: Offset(from) + crate::engine::utf16::len(text), text: text.into() }
+        Frame::Chunk { from: Offset(from), seq: Offset(from) + crate::engine::text::utf16::len(text), text: text.into() }
     }
 
     const NO_PACING: Pacing = Pacing { per_reader_us: 0, max_ms: Millis(0), burst: 1 };

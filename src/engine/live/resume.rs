@@ -19,13 +19,13 @@
 
 use super::readers::{Dialect, ReaderId};
 use super::stream::{LiveStream, Output, Phase};
-use crate::engine::frame::{EndStatus, Frame};
-use crate::engine::hook::SealCause;
-use crate::engine::reading::DurableText;
-use crate::engine::store::SealGuard;
-use crate::engine::time::{Millis, Timestamp};
-use crate::engine::ui::Format;
-use crate::engine::utf16::Offset;
+use crate::engine::host::hook::SealCause;
+use crate::engine::host::store::SealGuard;
+use crate::engine::host::time::{Millis, Timestamp};
+use crate::engine::text::reading::DurableText;
+use crate::engine::text::utf16::Offset;
+use crate::engine::wire::frame::{EndStatus, Frame};
+use crate::engine::wire::ui::Format;
 use thiserror::Error;
 
 /// The producer epoch of a stream that was opened and never resumed.
@@ -123,7 +123,7 @@ impl LiveStream {
     /// `seq = durableSeq = D`, the durable text as the start of its buffer, the lease armed
     /// (renewed at once), and waiting for its producer's resume until the window passes.
     #[must_use = "the stream must be driven"]
-    pub fn rehydrate(stream_id: &str, cfg: crate::engine::config::StreamConfig, from: Rehydration, now: Timestamp) -> Self {
+    pub fn rehydrate(stream_id: &str, cfg: crate::engine::host::config::StreamConfig, from: Rehydration, now: Timestamp) -> Self {
         let window = from.resume_by.unwrap_or(now + cfg.resume_window_ms);
         let mut stream = Self::new_live(stream_id, cfg, from.meta, now);
         let (_, seq) = stream.buf.push(&from.durable.text);
@@ -132,7 +132,7 @@ impl LiveStream {
             stream.buf.trim_below(seq.saturating_sub(retain)); // as a checkpoint would (sink mode)
         }
         if stream.format() == Format::Ui {
-            stream.readers.lines_entered(seq, crate::engine::ui::holds(&from.durable.text));
+            stream.readers.lines_entered(seq, crate::engine::wire::ui::holds(&from.durable.text));
         }
         stream.survival = Survival {
             epoch: from.epoch.max(FIRST_EPOCH),

@@ -30,9 +30,9 @@
 //!   resumes with its parts open exactly as they were, and writes the same lines again.
 
 use super::{Pump, PumpFailure, PumpRequest, PumpStep, UpstreamFormat};
-use crate::engine::time::Millis;
-use crate::engine::ui::Format;
-use crate::engine::utf16::{self, Offset};
+use crate::engine::host::time::Millis;
+use crate::engine::text::utf16::{self, Offset};
+use crate::engine::wire::ui::Format;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::VecDeque;

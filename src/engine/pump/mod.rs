@@ -22,7 +22,7 @@ pub use background::{BackgroundRecord, CallMethod, Interruption, Mark, Reattach,
 pub use secrets::{PumpSecrets, SecretsError};
 pub use upstream::{Cursor, MalformedEvent, UpstreamFormat};
 
-use super::ui::Format;
+use crate::engine::wire::ui::Format;
 use chunks::{UiWriter, Written};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -1,11 +1,11 @@
 //! Authorization: which bearer may do what to which stream.
 //!
 //! The default is an HS256 JWT (claims `sub`, `stream` and/or `chat`, `scope`, `exp`) verified by
-//! [`super::jwt`]; an embedding Worker can implement [`Authorizer`] instead (it is async, so it
+//! [`crate::engine::access::jwt`]; an embedding Worker can implement [`Authorizer`] instead (it is async, so it
 //! may look a session up). Time is an input (`now_secs`), so expiry is checked here rather
 //! than by a clock.
 
-use super::utf16::Offset;
+use crate::engine::text::utf16::Offset;
 use serde::Deserialize;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -163,7 +163,8 @@ impl JwtAuthorizer {
             return Ok(claims);
         }
         self.verifications.set(self.verifications.get() + 1);
-        let claims: Rc<Claims> = Rc::new(super::jwt::verify(token, &self.secret).map_err(|e| Denied::Invalid(e.to_string()))?);
+        let claims: Rc<Claims> =
+            Rc::new(crate::engine::access::jwt::verify(token, &self.secret).map_err(|e| Denied::Invalid(e.to_string()))?);
         if verified.len() == VERIFIED_TOKENS {
             verified.pop_front();
         }
@@ -206,8 +207,8 @@ impl Authorizer for JwtAuthorizer {
 }
 
 /// Signs `claims` as an HS256 JWT (the development session's tokens, and tests).
-pub fn mint_hs256(claims: &impl serde::Serialize, secret: &[u8]) -> Result<String, super::jwt::JwtError> {
-    super::jwt::sign(claims, secret)
+pub fn mint_hs256(claims: &impl serde::Serialize, secret: &[u8]) -> Result<String, crate::engine::access::jwt::JwtError> {
+    crate::engine::access::jwt::sign(claims, secret)
 }
 
 /// A `stream` claim is an exact id, or a prefix ending in `*`.

@@ -14,12 +14,12 @@
 //! ([`StoreError`]); the stream's retries do not depend on it (every statement is idempotent),
 //! but logs, hooks and timeouts do.
 
-use super::durable::{OpenProbe, RowState};
-use super::frame::EndStatus;
-use super::live::lease::{HostColumn, LeaseRow};
-use super::reading::DurableText;
-use super::time::Timestamp;
-use super::utf16::Offset;
+use crate::engine::durable::{OpenProbe, RowState};
+use crate::engine::host::time::Timestamp;
+use crate::engine::live::lease::{HostColumn, LeaseRow};
+use crate::engine::text::reading::DurableText;
+use crate::engine::text::utf16::Offset;
+use crate::engine::wire::frame::EndStatus;
 use std::future::Future;
 use std::pin::Pin;
 use thiserror::Error;
@@ -222,7 +222,7 @@ impl<Op> Request<Op> {
     }
 }
 
-/// What the stream asks the store to do ([`Output::Store`](super::live::Output::Store)).
+/// What the stream asks the store to do ([`Output::Store`](crate::engine::live::Output::Store)).
 #[derive(Debug)]
 #[must_use = "a store request must be answered (LiveStream::handle_store), or the stream waits for it"]
 pub enum StoreRequest {
@@ -237,7 +237,7 @@ pub enum StoreRequest {
 }
 
 /// A store's answer to one request, fed back with
-/// [`LiveStream::handle_store`](super::live::LiveStream::handle_store).
+/// [`LiveStream::handle_store`](crate::engine::live::LiveStream::handle_store).
 #[derive(Debug)]
 pub struct StoreAnswer {
     pub(crate) id: OpId,
@@ -324,7 +324,7 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 /// installs in place of the mapped tables. A stream with a sink opens with [`Self::open`]
 /// (after the lease is armed), checkpoints with [`Self::checkpoint`] and ends with
 /// [`Self::seal`]; it never probes, reads a host or reads back. The mapped tables are one
-/// implementation ([`Tables`](super::durable::Tables)), for a sink that wraps them.
+/// implementation ([`Tables`](crate::engine::durable::Tables)), for a sink that wraps them.
 pub trait CheckpointSink {
     /// A stream opens: mark its message as streaming. `open.meta` is the app's `meta` from the
     /// open body and `open.started_at` the open's start time. [`MarkOutcome::Refused`] refuses

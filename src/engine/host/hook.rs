@@ -13,9 +13,9 @@
 //! marked seals it `interrupted` within `LEASE_MS`: nothing durable is lost, and no row stays
 //! `streaming`, but the stream ends early. Keep hooks panic-free.
 
-use super::frame::EndStatus;
-use super::live::{CheckpointError, DropReason, ReaderId, Shortfall, StreamEvent};
-use super::utf16::Offset;
+use crate::engine::live::{CheckpointError, DropReason, ReaderId, Shortfall, StreamEvent};
+use crate::engine::text::utf16::Offset;
+use crate::engine::wire::frame::EndStatus;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use thiserror::Error;
 

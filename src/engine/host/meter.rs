@@ -8,8 +8,8 @@
 //! store or storage call it makes outside a request. `bench/cost.mjs` reads the counts
 //! through `/stats`.
 
-use crate::engine::api::Action;
-use crate::engine::time::{Millis, Timestamp};
+use crate::engine::access::api::Action;
+use crate::engine::host::time::{Millis, Timestamp};
 
 /// The wall-clock time during which at least one hold kept the object awake.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -111,7 +111,7 @@ mod tests {
     fn every_route_has_its_own_count() {
         for (i, a) in Action::ALL.iter().enumerate() {
             assert_eq!(*a as usize, i, "Action::ALL is in declaration order");
-            assert_eq!(crate::engine::api::route("/s", a.method(), &format!("/s/x/{}", a.name())).unwrap().unwrap().action, *a);
+            assert_eq!(crate::engine::access::api::route("/s", a.method(), &format!("/s/x/{}", a.name())).unwrap().unwrap().action, *a);
         }
     }
 

@@ -1,6 +1,6 @@
 //! The six frames of the wire (SPEC §3) and the statuses they carry.
 
-use super::utf16::Offset;
+use crate::engine::text::utf16::Offset;
 use serde::{Deserialize, Serialize};
 
 /// How a stream ended. Also the terminal values of the message row's status column.

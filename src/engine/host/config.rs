@@ -1,12 +1,12 @@
 //! Settings: the live stream's policy and the service's configuration (SPEC §8), parsed from
 //! the Worker's string vars and refused with a clear message when wrong.
 
-use crate::engine::cors::AllowedOrigins;
+use crate::engine::access::cors::AllowedOrigins;
 use crate::engine::durable::{ColumnNames, Dialect, MappingError, TableMapping};
+use crate::engine::host::time::Millis;
 use crate::engine::pump::{PumpSecrets, SecretsError};
-use crate::engine::time::Millis;
-use crate::engine::ui::{Format, Validation};
-use crate::engine::utf16::Offset;
+use crate::engine::text::utf16::Offset;
+use crate::engine::wire::ui::{Format, Validation};
 use thiserror::Error;
 
 /// How a checkpoint is confirmed and how a stream opens.

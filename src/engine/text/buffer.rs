@@ -1,7 +1,7 @@
 //! The live buffer: the produced text from some floor offset to `seq`, addressable by UTF-16
 //! offset without rescanning from the start.
 
-use super::utf16::{self, Offset};
+use crate::engine::text::utf16::{self, Offset};
 
 /// Keep a mark at least this often, so locating an offset scans at most about this many bytes.
 const MARK_SPACING_BYTES: usize = 4096;
@@ -84,7 +84,7 @@ impl TextBuffer {
     /// may start below the floor, where the buffer no longer shows it.
     pub fn line_start(&self, offset: Offset) -> Option<Offset> {
         let at = self.locate(offset);
-        match super::ui::line_start_byte(&self.text, at.byte) {
+        match crate::engine::wire::ui::line_start_byte(&self.text, at.byte) {
             Some(start) => Some(at.unit - utf16::len(&self.text[start..at.byte])),
             None if self.floor == Offset::ZERO => Some(Offset::ZERO),
             None => None,

@@ -4,7 +4,7 @@
 //! Contract P makes this mechanical: durable text and live text are both prefixes of one
 //! produced text, and two prefixes of one string merge by taking the longer.
 
-use super::utf16::{self, Offset};
+use crate::engine::text::utf16::{self, Offset};
 use thiserror::Error;
 
 /// A chunk row as stored: `seq` is the offset its text ends at.

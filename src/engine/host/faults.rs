@@ -14,7 +14,7 @@
 //!   keys from the object's storage, where `before` fails it and `hold` never answers it);
 //!   without it they break checkpoints and seals.
 
-use crate::engine::store::OpKind;
+use crate::engine::host::store::OpKind;
 use std::cell::Cell;
 use thiserror::Error;
 

@@ -15,9 +15,9 @@
 //! checks the chunk's fields against the AI SDK's own schema (`ui_schema`) in a second
 //! pass of the line.
 
-use super::frame::{EndStatus, Frame};
-use super::ui_schema::{self, ChunkSchema, FieldFault, Fields};
-use super::utf16::{self, Offset};
+use crate::engine::text::utf16::{self, Offset};
+use crate::engine::wire::frame::{EndStatus, Frame};
+use crate::engine::wire::ui_schema::{self, ChunkSchema, FieldFault, Fields};
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Serialize, Serializer};
 use std::borrow::Cow;

@@ -1,8 +1,8 @@
 //! The Server-Sent Events encoding of frames, and the parsing of a subscribe request.
 
-use super::frame::Frame;
-use super::time::Millis;
-use super::utf16::Offset;
+use crate::engine::host::time::Millis;
+use crate::engine::text::utf16::Offset;
+use crate::engine::wire::frame::Frame;
 
 /// Response headers of every SSE answer. `x-accel-buffering` opts out of proxy buffering,
 /// without which a reader sees a paragraph at a time instead of tokens.
@@ -115,7 +115,7 @@ pub fn join_offset(last_event_id: Option<&str>, from_query: Option<&str>) -> Off
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::frame::EndStatus;
+    use crate::engine::wire::frame::EndStatus;
 
     #[test]
     fn only_open_and_chunk_carry_an_id_line() {

@@ -1,10 +1,10 @@
 //! The HTTP API's shape (SPEC §4): routes, and the JSON error every refusal answers with.
 //! Pure, so the router's decisions and every error row are tested natively.
 
-use crate::engine::auth::Scope;
-use crate::engine::stream_id::{self, BadStreamId};
-use crate::engine::ui::Format;
-use crate::engine::utf16::Offset;
+use crate::engine::access::auth::Scope;
+use crate::engine::access::stream_id::{self, BadStreamId};
+use crate::engine::text::utf16::Offset;
+use crate::engine::wire::ui::Format;
 use serde_json::{json, Map, Value};
 
 /// What a request under the prefix asks for.
@@ -267,7 +267,7 @@ impl ApiError {
         Self::new(413, "too_large", format!("an append may carry at most {max_bytes} bytes")).with("maxBytes", max_bytes)
     }
 
-    pub fn bad_utf8(e: crate::engine::utf8::BadUtf8) -> Self {
+    pub fn bad_utf8(e: crate::engine::text::utf8::BadUtf8) -> Self {
         Self::new(400, "bad_utf8", e.to_string())
     }
 
@@ -280,7 +280,7 @@ impl ApiError {
     /// A line of a `ui` stream that is not a UI message chunk (SPEC §9), at UTF-16 `offset`.
     /// The field at fault is named in `field` where there is one (`type`, `delta`,
     /// `providerMetadata.openai`).
-    pub fn bad_chunk(bad: &crate::engine::ui::BadChunk) -> Self {
+    pub fn bad_chunk(bad: &crate::engine::wire::ui::BadChunk) -> Self {
         let e = Self::new(400, "bad_chunk", bad.to_string()).with("offset", bad.offset);
         match bad.fault.field() {
             Some(field) => e.with("field", field),
@@ -294,7 +294,7 @@ impl ApiError {
     }
 
     /// `/ui` on a stream whose text is not NDJSON.
-    pub fn wrong_format(stream_id: &str, format: crate::engine::ui::Format) -> Self {
+    pub fn wrong_format(stream_id: &str, format: crate::engine::wire::ui::Format) -> Self {
         Self::new(409, "wrong_format", format!("stream {stream_id} is a {} stream; /ui serves only ui streams", format.as_str()))
             .with("format", format.as_str())
     }

@@ -16,7 +16,7 @@
 //! of a `ui` stream (`text` is what an absent key means), so a text stream's storage is deleted
 //! whole and a released object costs nothing to keep.
 
-use crate::engine::ui::Format;
+use crate::engine::wire::ui::Format;
 
 /// The stream id the lease guards.
 pub const STREAM_ID: &str = "streamId";
