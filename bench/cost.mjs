@@ -170,12 +170,14 @@ function d1Sampler(db, ids) {
 }
 
 /**
- * What each object keeps in its own SQLite storage once its answer is over: its keys and the
- * file's size. Local objects are one SQLite file each; the copy is read, never the live file.
+ * What the stack's stream objects keep in their own SQLite storage once their answers are over,
+ * summed over every object (one per answer): their keys (the storage API's `_cf_KV` table, gone
+ * when an object deleted everything) and the files' sizes. Local objects are one SQLite file
+ * each; a copy is read, never the live file.
  */
-function objectStorage(persistDir, ids) {
+function objectStorage(persistDir) {
   const dir = join(persistDir, 'v3', 'do', 'rindle-streams-StreamObject');
-  const out = {};
+  const out = { objects: 0, keys: 0, keyValueBytes: 0, fileBytes: 0 };
   if (!existsSync(dir)) return out;
   const Database = createRequire(join(ROOT, 'package.json'))('better-sqlite3');
   const scratch = mkdtempSync(join(os.tmpdir(), 'rindle-cost-do-'));
@@ -187,12 +189,12 @@ function objectStorage(persistDir, ids) {
       const db = new Database(copy);
       try {
         db.pragma('wal_checkpoint(TRUNCATE)');
-        const kv = db.prepare(`SELECT key, value FROM _cf_KV`).all();
-        const streamId = kv.find((r) => r.key === 'streamId');
-        const id = streamId && ids.find((i) => Buffer.from(streamId.value).toString().includes(i));
-        if (!id) continue;
-        const pages = db.pragma('page_count', { simple: true }) * db.pragma('page_size', { simple: true });
-        out[id] = { keys: kv.map((r) => r.key).sort(), keyValueBytes: kv.reduce((n, r) => n + Buffer.byteLength(r.key) + Buffer.from(r.value).length, 0), fileBytes: pages };
+        const hasKv = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_cf_KV'").get();
+        const kv = hasKv ? db.prepare('SELECT key, value FROM _cf_KV').all() : [];
+        out.objects += 1;
+        out.keys += kv.length;
+        out.keyValueBytes += kv.reduce((n, r) => n + Buffer.byteLength(r.key) + Buffer.from(r.value).length, 0);
+        out.fileBytes += db.pragma('page_count', { simple: true }) * db.pragma('page_size', { simple: true });
       } finally {
         db.close();
       }
@@ -382,9 +384,10 @@ export async function runCost({ tokens = [1000, 10_000], readers = [1, 10], form
     log(`${specs.length} answers at ${tokensPerSecond} tokens/s on one stack (the longest streams ${longest.toFixed(0)} s, then the ${cfg.LINGER_MS / 1000} s linger)`);
     const answers = await Promise.all(specs.map((s) => runAnswer(stack, s, { tokensPerSecond, log, sleepMs }))).finally(() => sampler.stop());
     const footprint = sampler.footprint();
-    const kept = objectStorage(stack.persistDir, specs.map((s) => s.id));
-    for (const a of answers) Object.assign(a, { d1Storage: footprint[a.id], objectStorage: kept[a.id] ?? null });
-    return { commit: commitOf(), date: new Date().toISOString(), machine: { cpus: os.cpus().length, node: process.version }, tokensPerSecond, config: cfg, prices: PRICES, answers };
+    for (const a of answers) Object.assign(a, { d1Storage: footprint[a.id] });
+    // Once every lease was released (the runs waited out the linger and an alarm after it).
+    const kept = objectStorage(stack.persistDir);
+    return { commit: commitOf(), date: new Date().toISOString(), machine: { cpus: os.cpus().length, node: process.version }, tokensPerSecond, config: cfg, prices: PRICES, answers, objectStorage: kept };
   } finally {
     await stack.stop();
   }
@@ -416,13 +419,15 @@ export function formatReport(report, analysis = analyse(report)) {
   const out = [];
   out.push(`commit ${report.commit}, ${report.date}, ${report.machine.cpus} CPUs, Node ${report.machine.node}; ${report.tokensPerSecond} tokens/s; config ${JSON.stringify(report.config)}`);
   out.push('', 'rindle-streams, counted (per answer; requests: open + append + close + reader GETs, then alarm invocations):');
-  out.push('| format | tokens | readers | chars | streamed s | DO requests | alarms | awake s | GB-s | DO rows written / read | D1 rows written / read | checkpoints | D1 peak chunk rows (bytes) | D1 kept bytes | DO kept (file bytes) |');
-  out.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+  out.push('| format | tokens | readers | chars | streamed s | DO requests | alarms | awake s | GB-s | DO rows written / read | D1 rows written / read | checkpoints | D1 peak chunk rows (bytes) | D1 kept bytes |');
+  out.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const a of report.answers) {
     const u = rindleUnits(a);
     const s = a.answer.meter.storage;
-    out.push(`| ${a.format} | ${fmt(a.tokens)} | ${a.readers} | ${fmt(a.units)} | ${fmt(a.streamMs / 1000, 1)} | ${fmt(u.doRequests)} (${Object.entries(a.answer.meter.requests).filter(([k]) => k !== 'stats').map(([k, v]) => `${k} ${v}`).join(', ')}) | ${a.answer.meter.alarms} | ${fmt(a.answer.meter.awakeMs / 1000, 1)} | ${fmt(u.doGbSeconds, 2)} | ${fmt(u.doRowsWritten)} (${s.puts} put, ${s.setAlarms} setAlarm) / ${fmt(u.doRowsRead)} | ${fmt(u.d1RowsWritten)} / ${fmt(u.d1RowsRead)} | ${fmt(a.checkpoints)} | ${fmt(a.d1Storage?.peakChunkRows)} (${fmt(a.d1Storage?.peakChunkBytes)}) | ${fmt(a.d1Storage?.finalBytes)} | ${a.objectStorage ? `${a.objectStorage.keys.length} keys, ${fmt(a.objectStorage.fileBytes)}` : '–'} |`);
+    out.push(`| ${a.format} | ${fmt(a.tokens)} | ${a.readers} | ${fmt(a.units)} | ${fmt(a.streamMs / 1000, 1)} | ${fmt(u.doRequests)} (${Object.entries(a.answer.meter.requests).filter(([k]) => k !== 'stats').map(([k, v]) => `${k} ${v}`).join(', ')}) | ${a.answer.meter.alarms} | ${fmt(a.answer.meter.awakeMs / 1000, 1)} | ${fmt(u.doGbSeconds, 2)} | ${fmt(u.doRowsWritten)} (${s.puts} put, ${s.setAlarms} setAlarm) / ${fmt(u.doRowsRead)} | ${fmt(u.d1RowsWritten)} / ${fmt(u.d1RowsRead)} | ${fmt(a.checkpoints)} | ${fmt(a.d1Storage?.peakChunkRows)} (${fmt(a.d1Storage?.peakChunkBytes)}) | ${fmt(a.d1Storage?.finalBytes)} |`);
   }
+  const kept = report.objectStorage;
+  if (kept) out.push('', `Left behind in the objects' own storage once every answer was over: ${kept.keys} keys, ${fmt(kept.keyValueBytes)} bytes of keys and values, over ${kept.objects} objects (their SQLite files: ${fmt(kept.fileBytes)} bytes, the local runtime's empty-database pages).`);
   out.push('', 'A late reader of a finished answer (after the object went to sleep): /text for text, /ui for ui:');
   for (const a of report.answers.filter((x) => x.readers === Math.min(...report.answers.map((y) => y.readers)))) {
     const l = a.lateRead;

@@ -1,19 +1,22 @@
-//! The lease alarm's rules (SPEC §7), on the core's own machine ([`LeaseAlarm`]) against real
-//! SQLite: the shell (edge/lease.rs) and the simulator drive this same machine. Each rule is
-//! named for what it guards against, and fails without its code (noted per test).
+//! The lease alarm's rules (SPEC §7) and the revival's (SPEC §10), on the core's own machines
+//! ([`LeaseAlarm`], [`Revival`]) against real SQLite, driven as the shell drives them
+//! (`support::run_alarm`, `support::run_revival`). Each rule is named for what it guards
+//! against; where a test would have failed before its code, the note says how.
 
 mod support;
 
 use rindle_streams::engine::durable::Tables;
 use rindle_streams::engine::host::config::StreamConfig;
 use rindle_streams::engine::host::hook::{SealCause, StreamNotice};
-use rindle_streams::engine::host::store::StoreError;
 use rindle_streams::engine::host::time::{Millis, Timestamp};
-use rindle_streams::engine::live::lease::{mark_window, AlarmOutput, ArmedLease, Holding, LeaseAlarm, Release, Renewal, StorageError};
+use rindle_streams::engine::live::lease::{mark_window, Holding, Release, Renewal};
+use rindle_streams::engine::live::{LiveStream, RevivalEnd, Window};
 use rindle_streams::engine::text::utf16::Offset;
 use rindle_streams::engine::wire::frame::EndStatus;
+use rindle_streams::engine::wire::ui::Format;
 use std::rc::Rc;
-use support::{run_alarm, Fault, SqliteDb, Store};
+use support::driver::Driver;
+use support::{run_alarm, run_revival, SqliteDb, Step, Store, StoredStream};
 
 const ID: &str = "m1";
 const TOKEN: &str = "host-A";
@@ -29,13 +32,14 @@ fn db() -> (Rc<SqliteDb>, Tables) {
 /// A row this object marked and checkpointed ("hello"), then lost: nothing holds it here.
 fn abandoned() -> (Rc<SqliteDb>, Tables) {
     let (db, tables) = db();
-    db.batch(&[db.sql().mark_streaming(ID, TOKEN)]).unwrap();
+    db.batch(&[db.sql().mark_streaming(ID, TOKEN, Format::Text)]).unwrap();
     db.batch(&db.sql().append(ID, Offset(0), Offset(5), "hello")).unwrap();
     (db, tables)
 }
 
-fn keys() -> Result<ArmedLease, StorageError> {
-    Ok(ArmedLease { stream_id: Some(ID.into()), host_token: Some(TOKEN.into()), armed_at: Some(ARMED) })
+/// What the lease stored when the open armed it.
+fn keys() -> StoredStream {
+    StoredStream { armed_at: Some(ARMED), format: Some(Format::Text), ..support::armed(ID, Some(TOKEN)) }
 }
 
 /// Long after the lease was armed: no mark of its open can land any more.
@@ -43,48 +47,117 @@ fn later() -> Timestamp {
     ARMED + mark_window(&StreamConfig::default()) + Millis(1)
 }
 
-fn alarm(tables: &Tables, keys: Result<ArmedLease, StorageError>, now: Timestamp, faults: &[Fault]) -> support::AlarmRun {
-    run_alarm(tables, ID, &StreamConfig::default(), keys, &|| Holding::Nothing, now, &mut faults.iter().copied())
+fn cfg() -> StreamConfig {
+    StreamConfig::default()
 }
 
-/// Without it `stored()` turned a storage error into "nothing armed" and released: the row
-/// stayed `streaming` for ever.
+/// One alarm in an instance that holds nothing, every step answered truthfully unless `steps`
+/// says otherwise.
+fn alarm(tables: &Tables, storage: &mut StoredStream, now: Timestamp, steps: &[Step]) -> support::AlarmRun {
+    run_alarm(tables, &cfg(), storage, false, Holding::Nothing, "fresh-1", now, &mut steps.iter().copied()).expect("no step dies")
+}
+
+fn rebuilt(run: support::AlarmRun) -> LiveStream {
+    assert_eq!(run.ended, Err(Renewal::Alive), "rebuilt");
+    run.revived.expect("the revival hands over the stream")
+}
+
+/// Without it a storage error was taken for "nothing armed" and released: the row stayed
+/// `streaming` for ever.
 #[test]
 fn a_storage_error_renews_the_lease_and_never_releases_it() {
     let (db, tables) = abandoned();
-    let run = alarm(&tables, Err(StorageError("storage unavailable".into())), later(), &[]);
+    let mut storage = keys();
+    let run = run_alarm(&tables, &cfg(), &mut storage, true, Holding::Nothing, "fresh-1", later(), &mut std::iter::empty()).unwrap();
     assert!(matches!(run.ended, Err(Renewal::StorageFailed(_))), "{:?}", run.ended);
-    assert_eq!(db.status(ID), "streaming", "nothing decided on unknown keys");
-    // The renewed alarm, its storage back, seals the row.
-    let run = alarm(&tables, keys(), later(), &[]);
-    assert_eq!(run.ended, Ok(Release::NotStreaming { status: "interrupted".into() }));
-    assert_eq!((db.status(ID), db.durable_text(ID)), ("interrupted".into(), "hello".into()));
+    assert_eq!(storage, keys(), "nothing forgotten on unknown keys");
+    assert_eq!(db.status(ID), "streaming");
+    // The renewed alarm, its storage back, rebuilds the stream.
+    let stream = rebuilt(alarm(&tables, &mut storage, later(), &[]));
+    assert_eq!((stream.seq(), stream.durable_seq()), (Offset(5), Offset(5)));
 }
 
 #[test]
 fn nothing_armed_releases_without_a_store_call() {
     let (_, tables) = abandoned();
-    let run = alarm(&tables, Ok(ArmedLease::default()), later(), &[Fault::FailBeforeCommit]);
+    let mut storage = StoredStream::default();
+    let run = alarm(&tables, &mut storage, later(), &[Step::Fail]);
     assert_eq!(run.ended, Ok(Release::NothingArmed));
 }
 
-/// A store call that fails (or times out: the shell answers it `MayHaveCommitted`) renews; the
-/// row never leaves `streaming` unsealed.
+/// A revival step that fails (or times out: the shell answers it as failed) renews and never
+/// seals: the window has not passed, and the producer may still resume. Before the revival was
+/// the engine's, a failed rebuild fell through to the lease's own seal, `interrupted` at once.
 #[test]
-fn a_failed_row_read_or_seal_renews_and_the_next_alarm_seals() {
-    let (db, tables) = abandoned();
-    for faults in [&[Fault::FailBeforeCommit][..], &[Fault::None, Fault::FailBeforeCommit]] {
-        let run = alarm(&tables, keys(), later(), faults);
-        assert!(matches!(run.ended, Err(Renewal::StoreFailed(_))), "{:?}", run.ended);
-        assert_eq!(db.status(ID), "streaming");
+fn a_failed_revival_step_renews_and_never_seals() {
+    // The steps: read the keys, read the row, store the claim's token, claim, store the outcome.
+    for at in 0..5 {
+        for fault in [Step::Fail, Step::ApplyThenLose] {
+            let (db, tables) = abandoned();
+            let mut storage = keys();
+            let mut steps = vec![Step::Ok; at];
+            steps.push(fault);
+            let run = alarm(&tables, &mut storage, later(), &steps);
+            assert!(matches!(run.ended, Err(Renewal::RevivalFailed(_))), "step {at} {fault:?}: {:?}", run.ended);
+            assert!(run.revived.is_none());
+            assert_eq!((db.status(ID), db.durable_text(ID)), ("streaming".into(), "hello".into()), "step {at} {fault:?}");
+            // The next alarm rebuilds it, whatever the failed step left behind.
+            let stream = rebuilt(alarm(&tables, &mut storage, later(), &[]));
+            assert_eq!(stream.durable_seq(), Offset(5), "step {at} {fault:?}");
+        }
     }
-    // A seal that committed but whose reply was lost (a timeout) renews too; the next alarm
-    // finds the row sealed and releases.
-    let run = alarm(&tables, keys(), later(), &[Fault::None, Fault::CommitThenLoseReply]);
-    assert!(matches!(run.ended, Err(Renewal::StoreFailed(StoreError::MayHaveCommitted(_)))), "{:?}", run.ended);
-    assert_eq!(db.status(ID), "interrupted");
-    let run = alarm(&tables, keys(), later(), &[]);
-    assert_eq!(run.ended, Ok(Release::NotStreaming { status: "interrupted".into() }));
+}
+
+/// The instance dies at any step of its revival (before or after the step applied); the next
+/// instance's revival rebuilds the stream and holds the row. Before the claim's token was stored
+/// first, a claim that committed just before the reset left the next life comparing a stale
+/// token: `NotOurs`, and the row stayed `streaming` for ever.
+#[test]
+fn an_instance_that_dies_at_any_revival_step_is_followed_by_one_that_rebuilds() {
+    for at in 0..5 {
+        for death in [Step::Die, Step::DieAfterApply] {
+            let (db, tables) = abandoned();
+            let mut storage = keys();
+            let mut steps = vec![Step::Ok; at];
+            steps.push(death);
+            let died = run_revival(&tables, &cfg(), &mut storage, "fresh-1", later(), &mut steps.into_iter());
+            assert!(died.is_none(), "step {at}: the instance died");
+            let end = run_revival(&tables, &cfg(), &mut storage, "fresh-2", later(), &mut std::iter::empty());
+            let Some(RevivalEnd::Revived(stream)) = end else { panic!("step {at} {death:?}: {end:?}") };
+            assert_eq!(stream.durable_seq(), Offset(5));
+            assert_eq!(db.message_column(ID, "host").as_text(), Some("fresh-2"), "step {at} {death:?}: the row is the new instance's");
+            assert_eq!(storage.host_token.as_deref(), Some("fresh-2"));
+            assert_eq!(storage.claiming, None, "the claim's outcome is stored");
+        }
+    }
+}
+
+/// Each claimant draws its own token: two instances claiming from one token cannot both win.
+/// With the deterministic next token both claims applied (`host IN (old, new)`) and both
+/// instances believed they held the row.
+#[test]
+fn two_claimants_from_one_token_cannot_both_win() {
+    let (db, tables) = abandoned();
+    let (mut first, mut second) = (keys(), keys());
+    let a = run_revival(&tables, &cfg(), &mut first, "fresh-a", later(), &mut std::iter::empty());
+    let b = run_revival(&tables, &cfg(), &mut second, "fresh-b", later(), &mut std::iter::empty());
+    assert!(matches!(a, Some(RevivalEnd::Revived(_))));
+    assert!(matches!(b, Some(RevivalEnd::Nothing(Release::NotOurs { holder: Some(ref h) })) if h == "fresh-a"), "{b:?}");
+    assert_eq!(db.message_column(ID, "host").as_text(), Some("fresh-a"));
+}
+
+/// A duplicated answer (a late failure after the real one) and a replayed claim change nothing.
+#[test]
+fn duplicated_store_answers_and_replayed_claims_are_harmless() {
+    for at in 1..5 {
+        let (db, tables) = abandoned();
+        let mut storage = keys();
+        let mut steps = vec![Step::Ok; at];
+        steps.push(Step::Duplicate);
+        let end = run_revival(&tables, &cfg(), &mut storage, "fresh-1", later(), &mut steps.into_iter());
+        assert!(matches!(end, Some(RevivalEnd::Revived(_))), "step {at}: {end:?}");
+        assert_eq!(db.message_column(ID, "host").as_text(), Some("fresh-1"));
+    }
 }
 
 /// Without `armedAt` the alarm released a row not yet `streaming` while the open's mark was
@@ -92,72 +165,109 @@ fn a_failed_row_read_or_seal_renews_and_the_next_alarm_seals() {
 #[test]
 fn a_row_not_yet_streaming_keeps_the_lease_while_a_mark_may_be_in_flight() {
     let (row, tables) = db();
-    let run = alarm(&tables, keys(), ARMED + Millis(10_000), &[]);
+    let mut storage = keys();
+    let run = alarm(&tables, &mut storage, ARMED + Millis(10_000), &[]);
     assert_eq!(run.ended, Err(Renewal::MarkMayBeInFlight));
-    // The mark lands after all: the next alarm seals the row.
-    row.batch(&[row.sql().mark_streaming(ID, TOKEN)]).unwrap();
-    let run = alarm(&tables, keys(), ARMED + Millis(20_000), &[]);
-    assert_eq!(run.ended, Ok(Release::NotStreaming { status: "interrupted".into() }));
-    assert_eq!(row.status(ID), "interrupted");
-    // A row never marked is released once no mark can land.
+    // The mark lands after all: the next alarm rebuilds the stream, which waits for its producer.
+    row.batch(&[row.sql().mark_streaming(ID, TOKEN, Format::Text)]).unwrap();
+    rebuilt(alarm(&tables, &mut storage, ARMED + Millis(20_000), &[]));
+    // A row never marked is released once no mark can land, and the keys are forgotten.
     let (_, tables) = db();
-    assert_eq!(alarm(&tables, keys(), later(), &[]).ended, Ok(Release::NotStreaming { status: "pending".into() }));
+    let mut storage = keys();
+    assert_eq!(alarm(&tables, &mut storage, later(), &[]).ended, Ok(Release::NotStreaming { status: "pending".into() }));
+    assert_eq!(storage, StoredStream::default());
 }
 
-/// Without the guard the lease's seal overwrote a row its producer sealed `complete` between
-/// the alarm's read and its write (and a compaction deleted the chunk rows that were its text).
 #[test]
-fn the_interrupted_seal_never_overwrites_a_row_sealed_meanwhile() {
+fn another_producers_row_and_a_row_without_a_token_are_left_alone() {
     let (db, tables) = abandoned();
-    let mut alarm = LeaseAlarm::fire(StreamConfig::default());
-    let mut notices = Vec::new();
-    let mut sealed_meanwhile = false;
-    let ended = loop {
-        match alarm.poll_output().expect("the run ends with a renewal or a release") {
-            AlarmOutput::ReadKeys => alarm.handle_keys(keys(), &Holding::Nothing, later()),
-            AlarmOutput::Store(request) => {
-                if request.kind() == rindle_streams::engine::host::store::OpKind::Seal && !sealed_meanwhile {
-                    // The producer, alive elsewhere after all, seals first.
-                    db.batch(&[db.sql().seal_in_place(ID, EndStatus::Complete, None)]).unwrap();
-                    sealed_meanwhile = true;
-                }
-                let answer = support::answer(&tables, ID, request, Fault::None);
-                alarm.handle_store(answer, &Holding::Nothing, later());
-            }
-            AlarmOutput::Notice(n) => notices.push(n),
-            AlarmOutput::Renew(r) => panic!("renewed: {r:?}"),
-            AlarmOutput::Release(r) => break r,
-            AlarmOutput::SealRepaired => panic!("nothing to repair"),
-        }
-    };
-    assert!(sealed_meanwhile);
-    assert_eq!(ended, Release::NotStreaming { status: "complete".into() });
-    assert_eq!((db.status(ID), db.durable_text(ID), db.chunk_count(ID)), ("complete".into(), "hello".into(), 1));
-    assert!(notices.is_empty(), "no interrupted notice for a seal that did not apply: {notices:?}");
+    db.exec("UPDATE messages SET host = 'host-B' WHERE id = 'm1'");
+    let mut storage = keys();
+    assert_eq!(alarm(&tables, &mut storage, later(), &[]).ended, Ok(Release::NotOurs { holder: Some("host-B".into()) }));
+    let (db, tables) = abandoned();
+    let mut storage = StoredStream { host_token: None, ..keys() };
+    assert_eq!(alarm(&tables, &mut storage, later(), &[]).ended, Ok(Release::TokenUnknown));
+    assert_eq!(db.status(ID), "streaming");
 }
 
-/// The hook hears the true cause: the lease's seal is `LeaseExpired` (the idle producer's and
-/// the pump's own causes are in live_rules).
+/// The window measures the producer's absence, not the instance's: the larger of
+/// `RESUME_WINDOW_MS` from the rebuild and what remains of `IDLE_TIMEOUT_MS` since the
+/// producer's last write; an earlier rebuild's window is kept; none configured, none waited.
 #[test]
-fn the_lease_seal_is_told_to_the_hook_as_lease_expired() {
-    let (_, tables) = abandoned();
-    let run = alarm(&tables, keys(), later(), &[]);
-    assert_eq!(run.notices, [StreamNotice::Interrupted { stream_id: ID.into(), durable_seq: Offset(5), cause: SealCause::LeaseExpired }]);
+fn the_window_is_the_larger_of_the_resume_window_and_what_remains_of_the_idle_timeout() {
+    let cfg = StreamConfig { resume_window_ms: Millis(30_000), idle_timeout_ms: Millis(300_000), ..cfg() };
+    let now = Timestamp(1_000_000);
+    let reset = Window::of(&cfg, None, Some(now - Millis(290_000)), now);
+    assert_eq!(reset, Window { until: now + Millis(30_000), cause: SealCause::ResumeWindowExpired }, "a producer idle 290 s");
+    let idle = Window::of(&cfg, None, Some(now - Millis(120_000)), now);
+    assert_eq!(idle, Window { until: now + Millis(180_000), cause: SealCause::IdleProducer }, "evicted after 120 s of a tool call");
+    assert_eq!(Window::of(&cfg, Some(idle), Some(now), now + Millis(5)), idle, "a second rebuild keeps the first one's");
+    let no_idle = StreamConfig { idle_timeout_ms: Millis::ZERO, ..cfg.clone() };
+    assert_eq!(Window::of(&no_idle, None, Some(now), now).cause, SealCause::ResumeWindowExpired);
+    let none = StreamConfig { resume_window_ms: Millis::ZERO, ..cfg };
+    assert_eq!(Window::of(&none, None, Some(now), now), Window { until: now, cause: SealCause::LeaseExpired });
+}
+
+/// An idle producer's stream evicted mid-tool-call is rebuilt with the window its idle timeout
+/// leaves, and sealed only when that runs out, naming the cause: measured before on Postgres, an
+/// eviction about 2 minutes into a pause sealed the answer `interrupted` 30 s later, claiming
+/// the object had been reset.
+#[test]
+fn a_stream_evicted_while_its_producer_is_idle_waits_for_the_rest_of_the_idle_timeout() {
+    let cfg = StreamConfig { checkpoint_chars: Offset(1), ..StreamConfig::default() };
+    let mut d = Driver::open(cfg.clone());
+    d.push("thinking…");
+    d.answer_all();
+    let last_write = d.now;
+    d.advance(cfg.lease_ms.0); // a renewal stores the producer's last write
+    assert_eq!(d.storage.last_write, Some(last_write));
+    d.advance(120_000 - cfg.lease_ms.0);
+    assert_eq!(d.alarm_after_reset(&cfg), Err(Renewal::Alive));
+    let idle_end = last_write + cfg.idle_timeout_ms;
+    assert_eq!(d.stream.resume_by(), Some(idle_end), "not now + RESUME_WINDOW_MS");
+    d.advance(idle_end.0 - d.now.0 - 1);
+    assert_eq!(d.db.status("m1"), "streaming", "the producer may still come back");
+    d.advance(1);
+    d.answer_all();
+    assert_eq!(d.db.status("m1"), "interrupted");
+    let notices: Vec<_> = d.events.iter().flat_map(|e| StreamNotice::of("m1", e)).collect();
+    assert!(notices.iter().any(|n| matches!(n, StreamNotice::Interrupted { cause: SealCause::IdleProducer, .. })), "{notices:?}");
+    assert_eq!(d.db.message_column("m1", "error").as_text(), Some("the producer sent nothing for 300 s"));
 }
 
 /// A late reply (after the shell answered the call as timed out) changes nothing.
 #[test]
 fn a_late_reply_after_a_timeout_is_ignored() {
     let (db, tables) = abandoned();
-    let mut alarm = LeaseAlarm::fire(StreamConfig::default());
-    let _ = alarm.poll_output();
-    alarm.handle_keys(keys(), &Holding::Nothing, later());
-    let Some(AlarmOutput::Store(read)) = alarm.poll_output() else { panic!("the row is read") };
-    let timed_out = read.failed(StoreError::MayHaveCommitted("no answer in 15000 ms".into()));
-    let late = support::answer(&tables, ID, read, Fault::None);
-    alarm.handle_store(timed_out, &Holding::Nothing, later());
-    assert!(matches!(alarm.poll_output(), Some(AlarmOutput::Renew(Renewal::StoreFailed(_)))));
-    alarm.handle_store(late, &Holding::Nothing, later());
-    assert!(alarm.poll_output().is_none() && alarm.is_done());
-    assert_eq!(db.status(ID), "streaming", "the next alarm seals it");
+    let mut storage = keys();
+    let mut revival = rindle_streams::engine::live::Revival::start(cfg(), "fresh-1".into());
+    let _ = revival.poll_output();
+    revival.handle_keys(Ok(storage.clone()));
+    let Some(rindle_streams::engine::live::RevivalOutput::Store(read)) = revival.poll_output() else { panic!("the row is read") };
+    let timed_out = read.failed(rindle_streams::engine::host::store::StoreError::MayHaveCommitted("no answer in 15000 ms".into()));
+    let late = support::answer(&tables, ID, read, support::Fault::None);
+    revival.handle_store(timed_out, later());
+    assert!(matches!(revival.take_end(), Some(RevivalEnd::Failed(_))));
+    revival.handle_store(late, later());
+    assert!(revival.poll_output().is_none() && revival.take_end().is_none(), "decided once");
+    assert_eq!(db.status(ID), "streaming", "the next alarm rebuilds it");
+    rebuilt(alarm(&tables, &mut storage, later(), &[]));
+}
+
+/// With no resume window the rebuilt stream seals at once, through its one sealer, and the
+/// hook hears `LeaseExpired`.
+#[test]
+fn without_a_resume_window_the_rebuilt_stream_seals_at_once_as_lease_expired() {
+    let (db, tables) = abandoned();
+    let at_once = StreamConfig { resume_window_ms: Millis::ZERO, ..cfg() };
+    let mut storage = keys();
+    let run = run_alarm(&tables, &at_once, &mut storage, false, Holding::Nothing, "fresh-1", later(), &mut std::iter::empty()).unwrap();
+    let mut d = Driver::with_stream(rebuilt(run), Rc::clone(&db));
+    d.now = later();
+    d.advance(0);
+    d.answer_all();
+    assert_eq!((db.status(ID), db.durable_text(ID)), ("interrupted".into(), "hello".into()));
+    let notices: Vec<_> = d.events.iter().flat_map(|e| StreamNotice::of(ID, e)).collect();
+    assert_eq!(notices, [StreamNotice::Interrupted { stream_id: ID.into(), durable_seq: Offset(5), cause: SealCause::LeaseExpired }]);
+    assert_eq!(d.stream.state(), rindle_streams::engine::live::StreamState::Ended(EndStatus::Interrupted));
 }

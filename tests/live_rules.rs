@@ -8,7 +8,7 @@ use rindle_streams::engine::host::config::{CheckpointMode, StreamConfig};
 use rindle_streams::engine::host::hook::{self, EventHook, SealCause, StreamNotice};
 use rindle_streams::engine::host::store::{Checkpoint, MarkOutcome, MarkStreaming, OpKind, StoreError};
 use rindle_streams::engine::host::time::{Millis, Timestamp};
-use rindle_streams::engine::live::lease::{self, ArmedLease, Holding, HostColumn, LeaseDecision, Release, Renewal};
+use rindle_streams::engine::live::lease::{Holding, Release, Renewal};
 use rindle_streams::engine::live::{
     CheckpointError, FlushError, LiveStream, OpenError, OpenOutcome, Producer, Pull, PushError, Settlement, StreamEvent, StreamSlot,
     StreamState,
@@ -336,23 +336,17 @@ fn a_failed_seal_is_retried_from_the_lingering_stream_and_then_reported_sealed()
     assert!(matches!(d.outcome(close), Some(Err(_))));
     assert_eq!(d.db.status(STREAM), "streaming");
 
-    // The lease alarm, while the stream lingers: run the producer's seal again, then say so.
-    let LeaseDecision::RepairSeal(write) =
-        lease::decide(&d.stream.holding(), None, &support::armed(d.lease_token.as_deref()), &cfg(), Timestamp(0))
-    else {
-        panic!("the lingering stream holds the whole text: the lease repairs the producer's seal")
-    };
-    support::perform(&d.tables, STREAM, &write, Fault::None).expect("the retried seal commits");
-    d.stream.seal_repaired();
+    // The lease alarm, while the stream lingers: the stream's own sealer writes its seal again.
+    assert_eq!(d.stream.holding(), Holding::Unsealed);
+    assert_eq!(d.lease_alarm(), Err(Renewal::RetryingSeal));
+    d.answer_all();
     assert_eq!(d.db.status(STREAM), "complete");
     assert_eq!(d.db.durable_text(STREAM), "123456789😀");
     assert_eq!(d.db.chunk_count(STREAM), 0);
     assert_eq!(d.stream.durable_seq(), Offset(11));
-    assert_eq!(d.stream.unsealed_write(), None, "nothing left to repair");
-    assert_eq!(
-        lease::decide(&d.stream.holding(), None, &support::armed(d.lease_token.as_deref()), &cfg(), Timestamp(0)),
-        LeaseDecision::Release(Release::Sealed)
-    );
+    assert!(d.events.iter().any(|e| matches!(e, StreamEvent::SealRepaired { status: EndStatus::Complete, .. })), "the hook hears of it");
+    assert_eq!(d.stream.holding(), Holding::Sealed, "nothing left to repair");
+    assert_eq!(d.lease_alarm(), Ok(Release::Sealed));
     let again = d.close();
     match d.outcome(again) {
         Some(Ok(r)) => assert_eq!((r.seq, r.durable_seq), (Offset(11), Offset(11))),
@@ -367,7 +361,7 @@ fn a_sealed_stream_has_nothing_to_repair() {
     let _ = d.close();
     d.answer_all();
     assert_eq!(d.db.status(STREAM), "complete");
-    assert_eq!(d.stream.unsealed_write(), None);
+    assert_eq!(d.stream.holding(), Holding::Sealed, "nothing to repair");
 }
 
 #[test]
@@ -938,14 +932,9 @@ fn a_ui_reader_shown_lines_past_a_short_seal_ends_with_an_error_that_says_what_w
     let late = d.subscribe_ui(Offset(0));
     assert_eq!(d.read_ui(late), Some(expected), "a reader joining the lingering stream is shown the same lines");
 
-    // The lease repairs the producer's seal from the lingering stream: everything shown is durable.
-    let LeaseDecision::RepairSeal(write) =
-        lease::decide(&d.stream.holding(), None, &support::armed(d.lease_token.as_deref()), &cfg, Timestamp(0))
-    else {
-        panic!("the lingering stream holds the whole text: the lease repairs the producer's seal")
-    };
-    support::perform(&d.tables, STREAM, &write, Fault::None).expect("the retried seal commits");
-    d.stream.seal_repaired();
+    // The lease has the stream write its seal again: everything shown is durable.
+    assert_eq!(d.lease_alarm(), Err(Renewal::RetryingSeal));
+    d.answer_all();
     let after = d.subscribe_ui(Offset(0));
     let mut expected = ui_lines(Offset(0), &[&kept, &lost]);
     expected.extend([UiEvent::ending(r#"{"type":"finish"}"#), UiEvent::added("[DONE]")]);
@@ -1031,7 +1020,9 @@ fn the_lease_is_armed_before_the_row_is_marked() {
     let mut d = Driver::opening(fresh_row(), cfg(), TOKEN);
     assert_eq!(d.peek_kind(), Some(OpKind::ProbeOpen));
     d.answer(Fault::None);
-    assert_eq!(d.lease_to_arm.as_deref(), Some(TOKEN), "the probe passed: the lease comes next, with this open's token");
+    let lease = d.lease_to_arm.clone().expect("the probe passed: the lease comes next");
+    assert_eq!(lease.host_token.as_deref(), Some(TOKEN), "with this open's token");
+    assert_eq!((lease.stream_id.as_deref(), lease.format), (Some(STREAM), Some(Format::Text)), "and what a revival needs");
     assert_eq!(d.peek_kind(), None, "nothing is marked before the lease is armed");
     d.arm_lease(Ok(()));
     assert!(matches!(d.peek_mark(), Some(MarkStreaming { host_token, .. }) if host_token == TOKEN));
@@ -1143,23 +1134,31 @@ fn abandoned(db: SqliteDb, cfg: StreamConfig) -> Driver {
     d
 }
 
-/// Runs the core's lease alarm for an object that holds nothing of its stream.
-fn alarm_after_eviction(d: &mut Driver, cfg: &StreamConfig, host_mapped: bool) -> Release {
-    let _ = host_mapped; // the tables know whether a host column is mapped
-    let keys = Ok(ArmedLease { stream_id: Some(STREAM.into()), host_token: d.lease_token.clone(), armed_at: None });
-    let run = support::run_alarm(&d.tables, STREAM, cfg, keys, &|| Holding::Nothing, Timestamp(0), &mut std::iter::empty());
-    run.ended.expect("the alarm releases")
+/// The object is reset and its producer never comes back: the lease alarm's revival rebuilds
+/// the stream, its resume window passes, and the stream's one sealer seals the row
+/// `interrupted` from its durable text; the next alarm finds it sealed and releases.
+fn alarm_after_eviction(d: &mut Driver, cfg: &StreamConfig) -> Release {
+    match d.alarm_after_reset(cfg) {
+        Ok(release) => return release, // nothing to rebuild
+        Err(renewal) => assert_eq!(renewal, Renewal::Alive, "rebuilt"),
+    }
+    let window = d.stream.resume_by().expect("a rebuilt stream waits for its producer");
+    d.advance(window.0.saturating_sub(d.now.0));
+    d.answer_all();
+    d.lease_alarm().expect("the alarm releases")
 }
 
 #[test]
 fn the_lease_seals_a_row_left_streaming_by_a_lost_object_interrupted_from_its_durable_text() {
+    // No resume window: the rebuilt stream seals at once (with one, it waits; survival_rules).
+    let at_once = StreamConfig { resume_window_ms: Millis::ZERO, ..cfg() };
     let mut d = abandoned(fresh_row(), cfg());
-    assert_eq!(alarm_after_eviction(&mut d, &cfg(), true), Release::NotStreaming { status: "interrupted".into() });
+    assert_eq!(alarm_after_eviction(&mut d, &at_once), Release::Sealed);
     assert_eq!(d.db.status(STREAM), "interrupted");
     assert_eq!(d.db.durable_text(STREAM), "12345678", "the durable text, nothing un-checkpointed");
     assert_eq!(d.db.message_column(STREAM, "body"), ColumnValue::Text("12345678".into()), "compacted");
     assert_eq!(d.db.chunk_count(STREAM), 0);
-    assert_eq!(d.db.message_column(STREAM, "error"), ColumnValue::Text(lease::INTERRUPTED.into()));
+    assert_eq!(d.db.message_column(STREAM, "error"), ColumnValue::Text(rindle_streams::engine::live::lease::INTERRUPTED.into()));
 }
 
 #[test]
@@ -1178,7 +1177,7 @@ fn the_lease_seals_a_row_whose_mark_committed_but_whose_replies_were_lost() {
     assert!(matches!(opened(&d), Some(Err(OpenError::Store(_)))), "{:?}", opened(&d));
     assert!(d.retired);
     assert_eq!(d.db.status(STREAM), "streaming", "the mark committed");
-    assert_eq!(alarm_after_eviction(&mut d, &cfg(), true), Release::NotStreaming { status: "interrupted".into() });
+    assert_eq!(alarm_after_eviction(&mut d, &cfg()), Release::Sealed);
     assert_eq!(d.db.status(STREAM), "interrupted");
     // A regeneration is a new message id: the row is not reopened.
     let mut again = Driver::opening(Rc::clone(&d.db), cfg(), "host-B");
@@ -1190,7 +1189,7 @@ fn the_lease_seals_a_row_whose_mark_committed_but_whose_replies_were_lost() {
 fn the_lease_leaves_a_row_another_producer_marked_alone() {
     let mut d = abandoned(fresh_row(), cfg());
     d.db.exec("UPDATE messages SET host = 'host-B' WHERE id = 'm1'");
-    let release = alarm_after_eviction(&mut d, &cfg(), true);
+    let release = alarm_after_eviction(&mut d, &cfg());
     assert_eq!(release, Release::NotOurs { holder: Some("host-B".into()) });
     assert_eq!(d.db.status(STREAM), "streaming", "not ours to seal");
 }
@@ -1202,15 +1201,15 @@ fn without_a_host_column_the_lease_seals_the_streaming_row_of_its_stored_stream_
     db.insert_message(STREAM);
     let cfg = StreamConfig { mode: CheckpointMode::Tables { host_cas: false }, ..cfg() };
     let mut d = abandoned(db, cfg.clone());
-    assert_eq!(alarm_after_eviction(&mut d, &cfg, false), Release::NotStreaming { status: "interrupted".into() });
+    assert_eq!(alarm_after_eviction(&mut d, &cfg), Release::Sealed);
     assert_eq!(d.db.status(STREAM), "interrupted");
 }
 
 #[test]
 fn a_lease_that_stored_no_token_leaves_a_row_with_a_host_column_alone() {
     let mut d = abandoned(fresh_row(), cfg());
-    d.lease_token = None;
-    assert_eq!(alarm_after_eviction(&mut d, &cfg(), true), Release::TokenUnknown);
+    d.storage.host_token = None;
+    assert_eq!(alarm_after_eviction(&mut d, &cfg()), Release::TokenUnknown);
     assert_eq!(d.db.status(STREAM), "streaming");
 }
 
@@ -1218,7 +1217,7 @@ fn a_lease_that_stored_no_token_leaves_a_row_with_a_host_column_alone() {
 fn the_lease_seals_in_place_a_durable_text_too_large_to_compact_by_the_streams_own_rule() {
     let cfg = StreamConfig { max_compact_bytes: 4, ..cfg() };
     let mut d = abandoned(fresh_row(), cfg.clone());
-    assert_eq!(alarm_after_eviction(&mut d, &cfg, true), Release::NotStreaming { status: "interrupted".into() });
+    assert_eq!(alarm_after_eviction(&mut d, &cfg), Release::Sealed);
     assert_eq!(d.db.message_column(STREAM, "body"), ColumnValue::Text(String::new()), "not compacted");
     assert_eq!(d.db.chunk_count(STREAM), 1, "the chunk rows are the durable text");
     assert_eq!(d.db.durable_text(STREAM), "12345678");
@@ -1227,41 +1226,24 @@ fn the_lease_seals_in_place_a_durable_text_too_large_to_compact_by_the_streams_o
 #[test]
 fn the_lease_renews_while_the_stream_is_alive_here_and_releases_a_sealed_one() {
     let mut d = Driver::opening(fresh_row(), cfg(), TOKEN);
-    assert_eq!(
-        lease::decide(&d.stream.holding(), None, &support::armed(Some(TOKEN)), &cfg(), Timestamp(0)),
-        LeaseDecision::Renew(Renewal::Alive),
-        "opening"
-    );
+    assert_eq!(d.stream.holding(), Holding::Alive, "opening");
     d.answer_all();
-    assert_eq!(
-        lease::decide(&d.stream.holding(), None, &support::armed(Some(TOKEN)), &cfg(), Timestamp(0)),
-        LeaseDecision::Renew(Renewal::Alive),
-        "live"
-    );
+    assert_eq!(d.lease_alarm(), Err(Renewal::Alive), "live");
     let _ = d.close();
-    assert_eq!(
-        lease::decide(&d.stream.holding(), None, &support::armed(Some(TOKEN)), &cfg(), Timestamp(0)),
-        LeaseDecision::Renew(Renewal::Alive),
-        "sealing"
-    );
+    assert_eq!(d.lease_alarm(), Err(Renewal::Alive), "sealing");
     d.answer_all();
-    assert_eq!(
-        lease::decide(&d.stream.holding(), None, &support::armed(Some(TOKEN)), &cfg(), Timestamp(0)),
-        LeaseDecision::Release(Release::Sealed)
-    );
+    let kept = d.storage.clone();
+    assert_eq!(d.lease_alarm(), Ok(Release::Sealed));
+    assert_eq!(d.storage, support::StoredStream::default(), "a released lease forgets every key");
+    // Retired, in a fresh instance whose keys were never forgotten: the revival reads the row.
     d.advance(30_000);
     assert_eq!(d.stream.holding(), Holding::Nothing, "retired");
-    let row = d.db.lease_row(STREAM, true);
-    assert_eq!(
-        lease::decide(&Holding::Nothing, Some(&row), &support::armed(Some(TOKEN)), &cfg(), Timestamp(0)),
-        LeaseDecision::Release(Release::NotStreaming { status: "complete".into() }),
-        "a sealed row is never sealed again"
-    );
-    let missing = lease::LeaseRow { durable: None, host: HostColumn::Unmapped };
-    assert_eq!(
-        lease::decide(&Holding::Nothing, Some(&missing), &support::armed(Some(TOKEN)), &cfg(), Timestamp(0)),
-        LeaseDecision::Release(Release::NoRow)
-    );
+    d.storage = kept;
+    assert_eq!(d.alarm_after_reset(&cfg()), Ok(Release::NotStreaming { status: "complete".into() }), "a sealed row is never sealed again");
+    assert_eq!(d.storage, support::StoredStream::default());
+    d.db.exec("DELETE FROM messages");
+    d.storage = support::armed(STREAM, Some(TOKEN));
+    assert_eq!(d.alarm_after_reset(&cfg()), Ok(Release::NoRow));
 }
 
 #[test]
@@ -1301,7 +1283,10 @@ fn the_open_operation_carries_the_apps_meta_and_the_start_time() {
     let mut d = Driver::with_stream(stream, fresh_row());
     d.now = Timestamp(1_300);
     d.arm_lease(Ok(()));
-    assert_eq!(d.peek_mark(), Some(&MarkStreaming { host_token: TOKEN.into(), meta: Some(meta.clone()), started_at: Timestamp(1_234) }));
+    assert_eq!(
+        d.peek_mark(),
+        Some(&MarkStreaming { host_token: TOKEN.into(), format: Format::Text, meta: Some(meta.clone()), started_at: Timestamp(1_234) })
+    );
     assert_eq!(d.stream.meta(), Some(&meta), "kept for the authorizer");
 }
 
@@ -1347,7 +1332,7 @@ fn a_sink_refusal_after_a_failed_mark_attempt_keeps_the_lease_that_attempt_may_n
     d.answer_mark(MarkOutcome::Refused("already streaming".into())); // a sink refusing our own replay
     assert!(matches!(opened(&d), Some(Err(OpenError::Refused(OpenRefused::BySink { .. })))));
     assert!(d.disarmed.is_empty(), "the failed attempt may have marked the row: the lease stays");
-    assert_eq!(alarm_after_eviction(&mut d, &sink_cfg(), false), Release::NotStreaming { status: "interrupted".into() });
+    assert_eq!(alarm_after_eviction(&mut d, &sink_cfg()), Release::Sealed);
     assert_eq!(d.db.status(STREAM), "interrupted", "no row this object may have marked stays streaming");
 }
 

@@ -44,12 +44,13 @@ mod support;
 
 use rindle_streams::engine::durable::{SqlExecutor, Tables};
 use rindle_streams::engine::host::config::StreamConfig;
-use rindle_streams::engine::host::store::{next_host_token, ClaimHost, OpKind, StoreRequest};
+use rindle_streams::engine::host::object_storage::{KeyUpdate, StoredStream};
+use rindle_streams::engine::host::store::{OpKind, StoreRequest};
 use rindle_streams::engine::host::time::{Millis, Timestamp};
-use rindle_streams::engine::live::lease::{AlarmOutput, ArmedLease, Holding, LeaseAlarm, Release, Renewal, StorageError};
+use rindle_streams::engine::live::lease::{Holding, Release, Renewal};
 use rindle_streams::engine::live::{
-    window_expired_error, Dialect, Fenced, LiveStream, OpenError, Output, Producer, Pull, PushError, ReaderId, Rehydration, SealOutcome,
-    Settlement, StreamState, Ticket,
+    Dialect, Fenced, LiveStream, OpenError, Output, Producer, Pull, PushError, ReaderId, RevivalEnd, SealOutcome, Settlement, StreamEvent,
+    StreamState, Ticket, FIRST_EPOCH,
 };
 use rindle_streams::engine::text::utf16::{self, Offset};
 use rindle_streams::engine::wire::frame::{EndStatus, Frame};
@@ -58,7 +59,7 @@ use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use support::driver::{parse_sse, parse_ui_sse, ticket_id, Settles};
 use support::pg::PgDb;
-use support::{block_on, Fault, SqliteDb, Store};
+use support::{block_on, run_revival, Fault, SqliteDb, Step, Store};
 
 const STREAM: &str = "sim";
 
@@ -260,13 +261,17 @@ struct Sim {
     now: Timestamp,
     in_flight: VecDeque<(Timestamp, StoreRequest)>,
     /// The stream asked for its lease (answered at the time given).
-    arming: Option<(Timestamp, String)>,
-    /// The token stored with the armed lease: what the alarm compares with the host column.
-    lease_token: Option<String>,
-    /// When that lease was stored (the `armedAt` key).
-    lease_armed_at: Option<Timestamp>,
-    /// The object died: the stream is gone, and only the lease alarm can seal the row.
-    crashed: bool,
+    arming: Option<(Timestamp, StoredStream)>,
+    /// The object's own storage: what its lease armed, its revivals and resumes stored. It
+    /// survives every reset.
+    storage: StoredStream,
+    /// No instance holds the stream (the object died): only the lease alarm's revival rebuilds it.
+    dead: bool,
+    /// The producer's epoch, as it knows it, and the epochs of producers a resume replaced.
+    epoch: u64,
+    replaced: Vec<u64>,
+    /// Fresh claim tokens drawn so far (each revival draws its own).
+    tokens: u64,
     /// The lease sealed the row `interrupted`.
     interrupted: bool,
     fault_rate: f64,
@@ -291,11 +296,21 @@ struct Sim {
     /// Fresh instances that rebuilt the stream (SPEC §10), and the producer's resumes.
     rehydrations: u64,
     resumes: u64,
+    /// Checkpoints of a lost instance that committed after the new instance read the row.
+    late_commits: u64,
+    /// Revivals cut short by the instance dying at one of their steps, or failing one.
+    revival_deaths: u64,
+    revival_failures: u64,
+    /// Producers replaced by a resume while the stream was live.
+    replacements: u64,
     /// Readers that rejoined a rebuilt stream past its text, and were parked.
     parked: u64,
     /// After a rehydration the producer never came back (or a cancel came first): the stream
     /// ended without its seal, at its durable text.
     abandoned: Option<EndStatus>,
+    /// The text an abandoned stream ended with (what its readers hold at its end): the durable
+    /// text it knew, which a lost instance's late commit may have outgrown in the row.
+    ended_text: Option<String>,
 }
 
 impl Sim {
@@ -313,6 +328,9 @@ impl Sim {
             max_compact_bytes: rng.pick(&[64, 1_900_000]),
             max_queued_frames: rng.pick(&[4, 16, 1024]),
             linger_ms: Millis(30_000),
+            // With an idle timeout, a rebuilt stream waits what remains of it when that is longer
+            // than the resume window (the producer's absence, not the instance's, counts).
+            idle_timeout_ms: Millis(rng.pick(&[0, 60_000, 300_000])),
             ..StreamConfig::default()
         };
         let fault_rate = rng.pick(&[0.0, 0.05, 0.2, 0.5]);
@@ -336,9 +354,11 @@ impl Sim {
             now: Timestamp(0),
             in_flight: VecDeque::new(),
             arming: None,
-            lease_token: None,
-            lease_armed_at: None,
-            crashed: false,
+            storage: StoredStream::default(),
+            dead: false,
+            epoch: FIRST_EPOCH,
+            replaced: vec![],
+            tokens: 0,
             interrupted: false,
             fault_rate,
             max_latency,
@@ -357,8 +377,13 @@ impl Sim {
             repaired: false,
             rehydrations: 0,
             resumes: 0,
+            late_commits: 0,
+            revival_deaths: 0,
+            revival_failures: 0,
+            replacements: 0,
             parked: 0,
             abandoned: None,
+            ended_text: None,
         };
         sim.drain();
         sim
@@ -372,15 +397,15 @@ impl Sim {
         while let Some(o) = self.stream.poll_output() {
             match o {
                 Output::Store(r) => {
-                    if r.kind() == OpKind::MarkStreaming && self.lease_token.is_none() {
+                    if r.kind() == OpKind::MarkStreaming && self.storage.stream_id.is_none() {
                         self.fail("the row is marked before the lease that would seal it is armed".into());
                     }
                     let at = self.now + Millis(self.rng.below(self.max_latency + 1));
                     self.in_flight.push_back((at, r));
                 }
-                Output::ArmLease { host_token } => {
+                Output::ArmLease { lease } => {
                     let at = self.now + Millis(self.rng.below(self.max_latency + 1));
-                    self.arming = Some((at, host_token));
+                    self.arming = Some((at, lease));
                 }
                 Output::Settled(s) => {
                     let id = ticket_id(&s);
@@ -390,11 +415,12 @@ impl Sim {
                 }
                 Output::Retired => self.retired = true,
                 // A refused open undoes its arming (the object held nothing before it).
-                Output::DisarmLease { host_token } if self.lease_token.as_deref() == Some(host_token.as_str()) => {
-                    self.lease_token = None;
-                    self.lease_armed_at = None;
+                Output::DisarmLease { host_token } if self.storage.host_token.as_deref() == Some(host_token.as_str()) => {
+                    self.storage = StoredStream::default();
                 }
-                Output::Wake(_) | Output::Event(_) | Output::RenewLease | Output::DisarmLease { .. } => {}
+                Output::RenewLease { last_write: Some(at) } => self.storage.apply(&KeyUpdate::last_write(at)),
+                Output::Event(StreamEvent::SealRepaired { .. }) => self.repaired = true,
+                Output::Wake(_) | Output::Event(_) | Output::DisarmLease { .. } | Output::RenewLease { .. } => {}
             }
         }
     }
@@ -443,12 +469,11 @@ impl Sim {
 
     /// The object's storage answers the lease request (it fails at the fault rate).
     fn answer_arming(&mut self) {
-        let (_, token) = self.arming.take().unwrap();
+        let (_, lease) = self.arming.take().unwrap();
         let result = match self.rng.chance(self.fault_rate) {
             true => Err("injected: the object's storage failed".to_owned()),
             false => {
-                self.lease_token = Some(token);
-                self.lease_armed_at = Some(self.now);
+                self.storage.apply(&KeyUpdate::arming(&lease));
                 Ok(())
             }
         };
@@ -458,6 +483,10 @@ impl Sim {
 
     fn advance(&mut self, dt: u64) {
         let target = self.now + Millis(dt);
+        if self.dead {
+            self.now = target; // nothing runs in an object no instance holds
+            return;
+        }
         loop {
             let reply = self.in_flight.front().map(|(at, _)| *at);
             let arming = self.arming.as_ref().map(|(at, _)| *at);
@@ -487,6 +516,9 @@ impl Sim {
         }
         let n = 1 + self.rng.below(12);
         let text: String = (0..n).map(|_| self.rng.pick(TOKENS)).collect();
+        if let Err(e) = self.stream.admit(Some(self.epoch)) {
+            self.fail(format!("the current producer (epoch {}) was not admitted: {e}", self.epoch));
+        }
         match self.stream.push(&text, self.now) {
             Ok(receipt) => {
                 self.produced.push_str(&text);
@@ -499,6 +531,9 @@ impl Sim {
 
     /// The `ui` producer sends its next piece, as raw bytes or (when it is whole UTF-8) as text.
     fn push_ui(&mut self) {
+        if let Err(e) = self.stream.admit(Some(self.epoch)) {
+            self.fail(format!("the current producer (epoch {}) was not admitted: {e}", self.epoch));
+        }
         let (producer, reference) = self.ui.as_mut().unwrap();
         let piece = producer.piece(&mut self.rng);
         let (accepted, refused) = reference.feed(&piece);
@@ -552,7 +587,9 @@ impl Sim {
                 Err(shortfall) => shortfall.durable_seq,
             })
             .or(self.abandoned.map(|_| self.stream.durable_seq()));
-        let window_error = window_expired_error(self.cfg.resume_window_ms);
+        // Only a rebuilt stream's window seals a simulated stream `interrupted`: its error names
+        // the cause (the reset, or the producer's idle timeout).
+        let window_error = self.stream.end_error().unwrap_or_default().to_owned();
         let abandoned = self.abandoned.is_some();
         let held = |r: &UiReader| if abandoned { r.cursor.max(r.resume_from) } else { r.cursor };
         let (seed, produced) = (self.seed, &self.produced);
@@ -653,6 +690,7 @@ impl Sim {
         // A reader parked past the text of a stream that then ended without its producer gets
         // what there is: its join moves down to the end of the text.
         let ended_at = self.abandoned.map(|_| self.stream.seq());
+        let ended_text = self.ended_text.as_ref();
         for frame in parse_sse(&wire) {
             let r = &mut self.readers[i];
             let have = utf16::len(&r.text);
@@ -683,7 +721,7 @@ impl Sim {
                     if seq > durable_now {
                         die(seed, format!("end frame says {seq} durable but the store holds {durable_now}"));
                     }
-                    if r.text != *produced {
+                    if r.text != *ended_text.unwrap_or(produced) {
                         die(seed, format!("S: reader ended with {:?}, produced {:?}", r.text, produced));
                     }
                 }
@@ -763,6 +801,7 @@ impl Sim {
                     self.stream.detach(self.readers[i].id);
                     self.readers.swap_remove(i);
                 }
+                98 if self.rng.chance(0.5) => self.replace_producer(),
                 98 => assert!(block_on(self.tables.request_cancel(STREAM)).expect("the cancel flag is set"), "the row exists"),
                 _ => self.stream.cancel(),
             }
@@ -788,74 +827,79 @@ impl Sim {
             }
         }
         self.check_end();
-        // The lease alarm fires while the stream lingers (renewals stopped at the seal).
-        let sealed_here = matches!(self.seal_outcome(), Some(Ok(_)));
+        // The lease alarm fires while the stream lingers (renewals stopped at the seal): it
+        // releases, retrying a seal that fell short first, and forgets every key.
+        // (Alarms whose key reads fail past the linger find the stream retired: then the
+        // revival reads the sealed row.)
+        let sealed_as = match self.seal_outcome() {
+            Some(Ok(report)) => Some(report.status.as_str().to_owned()),
+            _ => None,
+        };
         let release = self.lease_alarm();
-        if sealed_here && release != Release::Sealed {
-            self.fail(format!("the alarm after a committed seal did {release:?}"));
+        match (&sealed_as, &release) {
+            (None, _) | (Some(_), Release::Sealed) => {}
+            (Some(sealed), Release::NotStreaming { status }) if status == sealed && self.retired => {}
+            _ => self.fail(format!("the alarm after a committed seal did {release:?}")),
         }
         self.check_repaired();
+        self.check_forgotten();
         self.advance(30_000);
         if !self.retired {
             self.fail("not retired after the linger window".into());
         }
-        // And again after the stream retired: nothing here, and the row is sealed.
-        if let r @ (Release::Sealed | Release::NoRow | Release::NotOurs { .. } | Release::TokenUnknown | Release::NothingArmed) =
+        // And again after the stream retired: nothing is armed any more.
+        if let r @ (Release::Sealed | Release::NoRow | Release::NotOurs { .. } | Release::TokenUnknown | Release::NotStreaming { .. }) =
             self.lease_alarm()
         {
-            self.fail(format!("the alarm after retirement released with {r:?}, not by reading the sealed row"));
+            self.fail(format!("the alarm after the release found something armed: {r:?}"));
         }
     }
 
-    /// The object is reset and a fresh instance rebuilds the stream from the store, as the Worker
-    /// does: the host claim from the lost token, the one-statement durable read, then
-    /// [`LiveStream::rehydrate`]. Its readers reconnect from what they hold (past the rebuilt
-    /// text: parked). Then the producer resumes after a while and re-sends what the old instance
-    /// lost (most schedules), or never comes back (the window seals `interrupted`), or a cancel
-    /// comes first (`cancelled`). `false`: the stream ended, the schedule is over.
+    /// A released lease left nothing in the object's storage.
+    fn check_forgotten(&mut self) {
+        if self.db.status(STREAM) == "streaming" {
+            self.fail("the lease was released with the row streaming".into());
+        }
+        if self.storage != StoredStream::default() {
+            self.fail(format!("a finished stream left keys behind: {:?}", self.storage));
+        }
+    }
+
+    /// The object is reset (a deploy, an eviction): its instance and every reply in flight are
+    /// lost; each in-flight write committed before the reset, commits late (after the next
+    /// instance read the row), or never. The next instance's revival ([`Revival`], driven as the
+    /// shell drives it) rebuilds the stream, itself dying or failing at any step now and then.
+    /// Its readers reconnect from what they hold (past the rebuilt text: parked). Then the
+    /// producer resumes after a while and re-sends what the old instance lost (most schedules),
+    /// or never comes back (the window seals `interrupted`), or a cancel comes first
+    /// (`cancelled`). Producers a resume replaced before the reset stay fenced. `false`: the
+    /// stream ended, the schedule is over.
     fn reset_and_rehydrate(&mut self) -> bool {
         if !matches!(self.stream.state(), StreamState::Live) {
             return true;
         }
-        for (_, req) in std::mem::take(&mut self.in_flight) {
-            if self.rng.chance(0.5) {
-                let _ = support::answer(&self.tables, STREAM, req, Fault::None);
-            }
-        }
-        self.check_prefix();
+        let late = self.lose_instance();
         if self.db.status(STREAM) != "streaming" {
             self.fail(format!("a live stream's row is {}", self.db.status(STREAM)));
         }
-        // The claim, retried through faults until it answers (a request after a 503).
-        let old = self.lease_token.clone().unwrap_or_else(|| self.fail("a live stream without a lease".into()));
-        let next = next_host_token(&old);
-        let holder = (0..50)
-            .find_map(|_| {
-                let fault = self.fault();
-                self.store_ops += 1;
-                support::perform(&self.tables, STREAM, &ClaimHost { old: old.clone(), new: next.clone() }, fault).ok()
-            })
-            .unwrap_or_else(|| self.fail("the host claim never answered".into()));
-        if holder.as_deref() != Some(next.as_str()) {
-            self.fail(format!("the rehydration's claim from {old} left the host {holder:?}"));
+        let Some(stream) = self.revive() else { self.fail("the revival never rebuilt the stream".into()) };
+        let d = stream.durable_seq();
+        if stream.seq() != d || utf16::slice(&self.produced, Offset(0), d).len() != stream.retained_text().1.len() {
+            self.fail(format!("rehydrated at {} / {d}, not the durable text", stream.seq()));
         }
-        self.lease_token = Some(next);
-        let durable = block_on(self.tables.read_durable(STREAM)).expect("the durable read").expect("the row");
-        if durable.text != self.db.durable_text(STREAM) || durable.seq < self.durable_high {
-            self.fail(format!("P: the rehydration read {:?} at {}, below {}", durable.text, durable.seq, self.durable_high));
-        }
-        let d = durable.seq;
-        let epoch = self.stream.epoch();
-        let from = Rehydration { durable, epoch, meta: None, resume_by: None, host_token: self.lease_token.clone() };
-        self.stream = LiveStream::rehydrate(STREAM, self.cfg.clone(), from, self.now);
-        self.settled.clear(); // the lost instance's requests died with it; tickets number anew
-        self.rehydrations += 1;
-        self.drain();
-        if (self.stream.seq(), self.stream.durable_seq()) != (d, d) {
-            self.fail(format!("rehydrated at {} / {}, the durable text is {d}", self.stream.seq(), self.stream.durable_seq()));
-        }
+        self.install(stream);
+        self.commit_late(late);
+        let epoch = self.epoch;
         if self.stream.admit(Some(epoch)) != Err(Fenced::ResumeRequired { seq: d, durable_seq: d }) {
-            self.fail("a write before the resume was admitted".into());
+            self.fail(format!("a write of the current epoch before the resume: {:?}", self.stream.admit(Some(epoch))));
+        }
+        for old in self.replaced.clone() {
+            if self.stream.admit(Some(old)) != Err(Fenced::Superseded { current: epoch }) {
+                self.fail(format!("a replaced producer (epoch {old}) was not fenced after the reset: {:?}", self.stream.admit(Some(old))));
+            }
+            if self.stream.resume(Some(old), None, self.now).is_ok() {
+                self.fail(format!("a replaced producer (epoch {old}) took the stream back after the reset"));
+            }
         }
         // The readers' connections died with the instance: each reconnects from what it holds.
         self.readers.retain(|r| !r.done);
@@ -880,34 +924,150 @@ impl Sim {
                 self.abandon(EndStatus::Cancelled)
             }
             1 => {
-                let window = self.cfg.resume_window_ms.0;
-                self.advance(window);
+                let until = self.stream.resume_by().unwrap_or_else(|| self.fail("a rebuilt stream without a window".into()));
+                self.advance(until.0.saturating_sub(self.now.0));
                 self.abandon(EndStatus::Interrupted)
             }
             _ => {
                 let delay = self.rng.pick(&[0, 10, 300, 2000]);
                 self.advance(delay);
-                self.resume(d, epoch);
+                self.resume(d);
                 true
             }
         }
     }
 
+    /// The instance is lost: each reply in flight with it. Every write in flight committed
+    /// already, commits late (returned: after the next instance read the row), or never. A lease
+    /// being armed may or may not have been stored.
+    fn lose_instance(&mut self) -> Vec<StoreRequest> {
+        let mut late = vec![];
+        for (_, req) in std::mem::take(&mut self.in_flight) {
+            match self.rng.below(4) {
+                0 | 1 => drop(support::answer(&self.tables, STREAM, req, Fault::None)),
+                2 => late.push(req),
+                _ => {}
+            }
+        }
+        if let Some((_, lease)) = self.arming.take() {
+            if self.rng.chance(0.5) {
+                self.storage.apply(&KeyUpdate::arming(&lease));
+            }
+        }
+        self.dead = true;
+        self.check_prefix();
+        late
+    }
+
+    /// The lost instance's writes that were still on their way commit now, after the new
+    /// instance read the row: P must hold, and no seal of the new instance may shrink the text.
+    fn commit_late(&mut self, late: Vec<StoreRequest>) {
+        for req in late {
+            let _ = support::answer(&self.tables, STREAM, req, Fault::None);
+            self.late_commits += 1;
+            self.check_prefix();
+        }
+    }
+
+    /// One step of a revival as the schedule's faults have it: now and then a failure, a lost
+    /// or duplicated answer, or the instance dying before or after the step applied.
+    fn revival_steps(&mut self) -> Vec<Step> {
+        (0..6)
+            .map(|_| match self.rng.chance(self.fault_rate / 2.0 + 0.02) {
+                false => Step::Ok,
+                true => self.rng.pick(&[Step::Fail, Step::ApplyThenLose, Step::Duplicate, Step::Die, Step::DieAfterApply]),
+            })
+            .collect()
+    }
+
+    fn fresh_token(&mut self) -> String {
+        self.tokens += 1;
+        format!("fresh-{}-{}", self.seed, self.tokens)
+    }
+
+    /// Fresh instances try to rebuild the stream until one does: each revival that dies or
+    /// fails is followed by another (a request's, or the alarm's a lease later). None may seal
+    /// the row before its window.
+    fn revive(&mut self) -> Option<LiveStream> {
+        for _ in 0..50 {
+            let steps = self.revival_steps();
+            let fresh = self.fresh_token();
+            let end = run_revival(&self.tables, &self.cfg, &mut self.storage, &fresh, self.now, &mut steps.into_iter());
+            self.store_ops += 6;
+            match end {
+                Some(RevivalEnd::Revived(stream)) => return Some(*stream),
+                None => self.revival_deaths += 1,
+                Some(RevivalEnd::Failed(_)) => self.revival_failures += 1,
+                Some(other) => self.fail(format!("the revival of a streaming row of ours ended {other:?}")),
+            }
+            if self.db.status(STREAM) != "streaming" {
+                self.fail("a failed revival sealed the row".into());
+            }
+            self.now = self.now + Millis(self.rng.pick(&[1, 50, 1000]));
+        }
+        None
+    }
+
+    /// A rebuilt stream is the one this object holds from now on.
+    fn install(&mut self, stream: LiveStream) {
+        self.stream = stream;
+        self.dead = false;
+        self.retired = false;
+        self.settled.clear(); // the lost instance's requests died with it; tickets number anew
+        self.rehydrations += 1;
+        self.drain();
+    }
+
     /// The producer resumes and re-sends everything past the answered `seq` (it kept what was
-    /// not durable: a `ui` producer also its unfinished line).
-    fn resume(&mut self, d: Offset, epoch: u64) {
-        let grant = self.stream.resume(self.now).unwrap_or_else(|e| self.fail(format!("resume refused: {e}")));
+    /// not durable: a `ui` producer also its unfinished line). Now and then it lost the answer
+    /// to its first resume and retries it, with the same id: the same grant.
+    fn resume(&mut self, d: Offset) {
+        let (epoch, id) = (self.epoch, format!("producer-{}", self.epoch));
+        let grant = self.stream.resume(Some(epoch), Some(&id), self.now).unwrap_or_else(|e| self.fail(format!("resume refused: {e}")));
+        if self.rng.chance(0.2) {
+            let again = self.stream.resume(Some(epoch), Some(&id), self.now);
+            if again != Ok(grant) {
+                self.fail(format!("a resume retried after a lost answer got {again:?}, first {grant:?}"));
+            }
+        }
+        self.storage.apply(&KeyUpdate::resumed(grant.epoch, Some(&id)));
         self.drain();
         if (grant.seq, grant.epoch) != (d, epoch + 1) {
             self.fail(format!("resume answered {grant:?}, rehydrated at {d} with epoch {epoch}"));
         }
+        self.epoch = grant.epoch;
         self.resumes += 1;
-        let kept = utf16::slice(&self.produced, Offset(0), d).len();
+        self.resend_from(d);
+    }
+
+    /// A second producer replaces the live one (a new connection of the same answer): it resumes
+    /// at the stream's own `seq`, the replaced one is fenced from then on, across resets too.
+    fn replace_producer(&mut self) {
+        let old = self.epoch;
+        let id = format!("producer-{}", old + 1);
+        let grant = match self.stream.resume(Some(old), Some(&id), self.now) {
+            Ok(grant) => grant,
+            Err(e) => self.fail(format!("a live stream refused its producer's resume: {e}")),
+        };
+        self.storage.apply(&KeyUpdate::resumed(grant.epoch, Some(&id)));
+        self.drain();
+        self.epoch = grant.epoch;
+        self.replaced.push(old);
+        self.replacements += 1;
+        if self.stream.admit(Some(old)) != Err(Fenced::Superseded { current: grant.epoch }) {
+            self.fail("the replaced producer was not fenced".into());
+        }
+        self.resend_from(grant.seq);
+    }
+
+    /// Re-sends everything the producer made past `from` (a `ui` producer's unfinished line too).
+    fn resend_from(&mut self, from: Offset) {
+        let kept = utf16::slice(&self.produced, Offset(0), from).len();
         let mut lost = self.produced.split_off(kept).into_bytes();
         if let Some((_, reference)) = &mut self.ui {
             lost.extend(std::mem::take(&mut reference.partial));
         }
-        if self.stream.admit(Some(grant.epoch)).is_err() {
+        if self.stream.admit(Some(self.epoch)).is_err() {
             self.fail("the resumed producer was not admitted".into());
         }
         let result = match &mut self.ui {
@@ -930,15 +1090,17 @@ impl Sim {
         self.drain();
     }
 
-    /// The stream ends without its producer, at its durable text: every reader (parked ones
-    /// too) gets that text and the end, the row holds exactly it, and the lease finds it sealed.
+    /// The stream ends without its producer, at its durable text (longer than the rebuilt one
+    /// when a lost instance's checkpoint committed late): every reader (parked ones too) gets
+    /// that text and the end, the row holds exactly it, and the lease finds it sealed.
     fn abandon(&mut self, status: EndStatus) -> bool {
         while !matches!(self.stream.state(), StreamState::Ended(_)) {
             self.advance(100);
         }
         self.abandoned = Some(status);
-        let kept = utf16::slice(&self.produced, Offset(0), self.stream.durable_seq()).len();
-        self.produced.truncate(kept);
+        let ended_as = self.stream.state();
+        let ended_text = utf16::slice(&self.produced, Offset(0), self.stream.seq()).to_owned();
+        self.ended_text = Some(ended_text.clone());
         if let Some((_, reference)) = &mut self.ui {
             reference.partial.clear();
         }
@@ -950,62 +1112,63 @@ impl Sim {
                 self.pull_ui(i);
             }
         }
-        // The stream's own seal may have fallen short (store faults): the alarm repairs it.
-        let short = matches!(self.stream.holding(), Holding::Unsealed(_));
+        // The stream's own seal may have fallen short (store faults): the alarm retries it, and
+        // the retry adopts what a late commit left in the row.
+        let short = matches!(self.stream.holding(), Holding::Unsealed);
         let release = self.lease_alarm();
         self.interrupted |= status == EndStatus::Interrupted;
         let (row, durable) = (self.db.status(STREAM), self.db.durable_text(STREAM));
-        if self.stream.state() != StreamState::Ended(status) || row != status.as_str() || durable != self.produced {
+        let text_ok = match short {
+            false => durable == ended_text,
+            true => durable.starts_with(&ended_text) && self.produced.starts_with(&durable),
+        };
+        if ended_as != StreamState::Ended(status) || row != status.as_str() || !text_ok {
             self.fail(format!(
-                "abandoned ({status:?}): the stream is {:?}, the row {row} with {durable:?} after {release:?}",
-                self.stream.state()
+                "abandoned ({status:?}): the stream was {ended_as:?} with {ended_text:?}, the row {row} with {durable:?} after {release:?} (short: {short})"
             ));
         }
+        self.produced = durable;
         if let Some(r) = self.readers.iter().find(|r| !r.done) {
             self.fail(format!("reader {:?} never got a terminal frame", r.id));
         }
         if let Some(r) = self.ui_readers.iter().find(|r| !r.done) {
             self.fail(format!("ui reader {:?} never got [DONE]", r.id));
         }
-        if self.stream.resume(self.now).is_ok() {
+        if self.stream.resume(Some(self.epoch), None, self.now).is_ok() {
             self.fail("a resume of the ended stream was granted".into());
         }
-        if release != Release::Sealed && !short {
+        if release != Release::Sealed && !short && !self.retired {
             self.fail(format!("the alarm after the abandoned stream's committed seal did {release:?}"));
         }
+        self.check_forgotten();
         false
     }
 
-    /// The object dies. Every reply in flight is lost; each operation may or may not have
-    /// committed. A lease being armed may or may not have been stored.
+    /// The object dies and its producer with it: the lease alarm's revival rebuilds the stream
+    /// (or finds nothing to rebuild: an open that never marked the row), nobody resumes, and the
+    /// window seals the row `interrupted` from its durable text (what the lost instance had
+    /// committed, late commits included); a reopen is then refused.
     fn crash(&mut self) {
-        for (_, req) in std::mem::take(&mut self.in_flight) {
-            if self.rng.chance(0.5) {
-                let _ = support::answer(&self.tables, STREAM, req, Fault::None);
-            }
-        }
-        if let Some((_, token)) = self.arming.take() {
-            if self.rng.chance(0.5) {
-                self.lease_token = Some(token);
-                self.lease_armed_at = Some(self.now);
-            }
-        }
-        self.crashed = true;
-        self.check_prefix();
+        let late = self.lose_instance();
+        self.commit_late(late);
         let before = self.db.durable_text(STREAM);
         let was_streaming = self.db.status(STREAM) == "streaming";
-        if was_streaming && self.lease_token.is_none() {
+        if was_streaming && self.storage.stream_id.is_none() {
             self.fail("a row marked streaming with no lease armed".into());
         }
-        if self.lease_token.is_none() {
+        if self.storage.stream_id.is_none() {
             return; // no alarm was ever set, and no row was marked
         }
         self.lease_alarm();
         let (status, after) = (self.db.status(STREAM), self.db.durable_text(STREAM));
         if was_streaming && (status != "interrupted" || after != before) {
-            self.fail(format!("after the object died the lease left the row {status} with {after:?} (durable was {before:?})"));
+            self.fail(format!("after the object died the row is {status} with {after:?} (durable was {before:?})"));
+        }
+        if status == "streaming" {
+            self.fail("the object died and its row stayed streaming".into());
         }
         self.interrupted |= was_streaming;
+        self.check_forgotten();
         if was_streaming {
             // A regeneration is a new message id: the sealed row is not reopened.
             let request = Producer { host_token: "sim-host-2".into(), meta: None };
@@ -1026,52 +1189,55 @@ impl Sim {
         }
     }
 
-    /// The lease alarm: the core's [`LeaseAlarm`], driven as the shell drives it, with the
-    /// object's storage and the store failing at the fault rate. A run that renews (a failure,
-    /// or a mark that may still land) fires again a lease later, until one releases.
+    /// The lease alarm: the core's [`LeaseAlarm`], driven as the shell drives it (its revival
+    /// too), with the object's storage and the store failing at the fault rate and the instance
+    /// dying mid-revival now and then. A run that renews fires again a lease later (the stream
+    /// it rebuilt, or the one lingering here, runs meanwhile), until one releases.
     fn lease_alarm(&mut self) -> Release {
-        for _ in 0..50 {
-            let mut alarm = LeaseAlarm::fire(self.cfg.clone());
-            while let Some(output) = alarm.poll_output() {
-                let holding = if self.crashed { Holding::Nothing } else { self.stream.holding() };
-                match output {
-                    AlarmOutput::ReadKeys => {
-                        let keys = match self.rng.chance(self.fault_rate / 2.0) {
-                            true => Err(StorageError("injected: the object's storage failed".into())),
-                            false => Ok(ArmedLease {
-                                stream_id: self.lease_token.is_some().then(|| STREAM.to_owned()),
-                                host_token: self.lease_token.clone(),
-                                armed_at: self.lease_armed_at,
-                            }),
-                        };
-                        alarm.handle_keys(keys, &holding, self.now);
+        for _ in 0..200 {
+            let holding = if self.dead { Holding::Nothing } else { self.stream.holding() };
+            let keys_fail = self.rng.chance(self.fault_rate / 2.0);
+            let steps = self.revival_steps();
+            let fresh = self.fresh_token();
+            let run = support::run_alarm(
+                &self.tables,
+                &self.cfg,
+                &mut self.storage,
+                keys_fail,
+                holding,
+                &fresh,
+                self.now,
+                &mut steps.into_iter(),
+            );
+            self.store_ops += 2;
+            match run {
+                None => self.revival_deaths += 1, // the instance died mid-revival: the alarm fires again
+                Some(run) => {
+                    if run.retry_seal {
+                        self.stream.retry_seal(self.now);
+                        self.drain();
                     }
-                    AlarmOutput::Store(request) => {
-                        let fault = self.fault();
-                        self.store_ops += 1;
-                        let answer = support::answer(&self.tables, STREAM, request, fault);
-                        self.check_prefix();
-                        alarm.handle_store(answer, &holding, self.now);
+                    if let Some(stream) = run.revived {
+                        self.install(stream);
                     }
-                    AlarmOutput::SealRepaired => {
-                        self.stream.seal_repaired();
-                        self.repaired = true;
+                    match run.ended {
+                        Ok(release) => return release,
+                        Err(Renewal::Alive) if matches!(holding, Holding::Sealed | Holding::Unsealed) => {
+                            self.fail("the alarm found the stream alive after it ended".into())
+                        }
+                        Err(_) => {}
                     }
-                    AlarmOutput::Notice(_) => {}
-                    AlarmOutput::Renew(Renewal::Alive) => self.fail("the alarm found the stream alive after it ended".into()),
-                    AlarmOutput::Renew(_) => {}
-                    AlarmOutput::Release(release) => return release,
                 }
             }
             // Renewed: the alarm fires again one lease later.
-            self.now = self.now + self.cfg.lease_ms;
+            self.advance(self.cfg.lease_ms.0);
         }
-        self.fail("the lease did not settle the row in 50 alarms".into())
+        self.fail("the lease did not settle the row in 200 alarms".into())
     }
 
     /// A refused open: the alarm that follows leaves no row `streaming`.
     fn check_lease_leaves_nothing_streaming(&mut self) {
-        if self.lease_token.is_some() {
+        if self.storage.stream_id.is_some() {
             self.lease_alarm();
         }
         if self.db.status(STREAM) == "streaming" {
@@ -1085,10 +1251,13 @@ impl Sim {
     fn check_repaired(&mut self) {
         let Some(Err(shortfall)) = self.seal_outcome() else { return };
         let (status, durable) = (self.db.status(STREAM), self.db.durable_text(STREAM));
-        if self.repaired {
-            if status != shortfall.status.as_str() || durable != self.produced || self.stream.durable_seq() != utf16::len(&self.produced) {
+        if self.repaired && status == shortfall.status.as_str() {
+            if durable != self.produced || self.stream.durable_seq() != utf16::len(&self.produced) {
                 self.fail(format!("after the repair the row is {status} with {durable:?}; produced {:?}", self.produced));
             }
+        } else if self.repaired && status != "interrupted" {
+            // Without the whole text the retry seals `interrupted` in place at the durable text.
+            self.fail(format!("a repair that could not write the producer's seal left the row {status}"));
         } else if status == "streaming" {
             self.fail("an unrepairable seal left the row streaming".into());
         } else {
@@ -1156,6 +1325,13 @@ struct Totals {
     unsaved_endings: u64,
     rehydrations: u64,
     resumes: u64,
+    /// Checkpoints of a lost instance that committed after the new instance read the row.
+    late_commits: u64,
+    /// Revivals cut short by the instance dying at one of their steps, or failing one.
+    revival_deaths: u64,
+    revival_failures: u64,
+    /// Producers replaced by a resume while the stream was live.
+    replacements: u64,
     parked: u64,
     abandoned: u64,
 }
@@ -1176,6 +1352,10 @@ impl Totals {
         self.resumes += sim.resumes;
         self.parked += sim.parked;
         self.abandoned += u64::from(sim.abandoned.is_some());
+        self.late_commits += sim.late_commits;
+        self.revival_deaths += sim.revival_deaths;
+        self.revival_failures += sim.revival_failures;
+        self.replacements += sim.replacements;
     }
 
     fn merge(&mut self, other: Totals) {
@@ -1193,6 +1373,10 @@ impl Totals {
         self.resumes += other.resumes;
         self.parked += other.parked;
         self.abandoned += other.abandoned;
+        self.late_commits += other.late_commits;
+        self.revival_deaths += other.revival_deaths;
+        self.revival_failures += other.revival_failures;
+        self.replacements += other.replacements;
     }
 }
 
@@ -1250,17 +1434,26 @@ fn run_schedules(backend: &'static str, default_schedules: u64, threads: u64, op
         resumes,
         parked,
         abandoned,
+        late_commits,
+        revival_deaths,
+        revival_failures,
+        replacements,
     } = totals;
     println!(
         "{backend}: {schedules} schedules ({ui_schedules} ui streams) on {threads} threads in {:.1} s, {ops} store operations, {readers} readers and {ui_readers} /ui readers, \
          {bad_lines} bad lines refused, {unsaved_endings} /ui endings saying the lines shown were not all saved, {sealed_short} seals short ({repaired} repaired by the lease), \
          {interrupted} rows sealed interrupted (by the lease or the resume window), {rehydrations} rehydrations ({resumes} resumed, {parked} readers parked, \
-         {abandoned} streams abandoned in the gap)",
+         {abandoned} streams abandoned in the gap, {late_commits} late commits of lost instances, {revival_deaths} instances dead \
+         mid-revival, {revival_failures} revival steps failed, {replacements} producers replaced)",
         started.elapsed().as_secs_f64()
     );
     assert_eq!(schedules, seeds.len() as u64);
     assert!(ops > schedules, "the simulator exercised the store");
     assert!(seeds.len() < 100 || (resumes > 0 && parked > 0 && abandoned > 0), "the schedules reset, resume, park and abandon");
+    assert!(
+        seeds.len() < 100 || (late_commits > 0 && revival_deaths > 0 && revival_failures > 0 && replacements > 0),
+        "the schedules commit late, kill and fail revivals, and replace producers"
+    );
 }
 
 /// The database a thread's schedules run on, and the mapped tables on it.

@@ -16,9 +16,11 @@ use rindle_streams::engine::durable::{
 use rindle_streams::engine::host::config::StreamConfig;
 use rindle_streams::engine::host::store::{Checkpoint, ReadState, SealGuard, StoreError};
 use rindle_streams::engine::host::time::Timestamp;
-use rindle_streams::engine::live::lease::{self, Holding, LeaseDecision, Release};
+use rindle_streams::engine::live::lease::{self, Release};
+use rindle_streams::engine::live::RevivalEnd;
 use rindle_streams::engine::text::utf16::{self, Offset};
 use rindle_streams::engine::wire::frame::EndStatus;
+use rindle_streams::engine::wire::ui::Format;
 use std::rc::Rc;
 use support::pg::{self, PgDb};
 use support::{Fault, Store};
@@ -89,7 +91,7 @@ fn every_statement_of_the_plan_runs_on_postgres() {
     let sql = db.sql.clone();
     let probe = &db.query(&sql.probe_open(ID))[0];
     assert_eq!((probe["seq"].clone(), probe["status"].clone()), (ColumnValue::Integer(0), ColumnValue::Text("pending".into())));
-    assert_eq!(db.batch(&[sql.mark_streaming(ID, "A")]).unwrap(), vec![1]);
+    assert_eq!(db.batch(&[sql.mark_streaming(ID, "A", Format::Text)]).unwrap(), vec![1]);
     assert_eq!(db.query(&sql.read_host(ID).unwrap())[0]["host"], ColumnValue::Text("A".into()));
     assert_eq!(checkpoint(&db, 0, 5, "hello"), state(5, false));
     assert_eq!(perform(&db, ID, &ReadState).unwrap(), state(5, false));
@@ -97,9 +99,11 @@ fn every_statement_of_the_plan_runs_on_postgres() {
     assert_eq!(perform(&db, ID, &ReadState).unwrap(), state(5, true), "a boolean flag reads as true");
     let chunks = db.query(&sql.read_chunks(ID));
     assert_eq!((chunks[0]["seq"].clone(), chunks[0]["text"].clone()), (ColumnValue::Integer(5), ColumnValue::Text("hello".into())));
-    db.batch(&[sql.seal_in_place(ID, EndStatus::Cancelled, None)]).unwrap();
+    let guard = |seq: u64| SealGuard { durable_seq: Offset(seq), host_token: Some("A".into()) };
+    db.batch(&sql.seal(ID, None, EndStatus::Cancelled, None, &guard(5))).unwrap();
     assert_eq!(db.status(ID), "cancelled");
-    db.batch(&sql.compact(ID, "hello!", EndStatus::Cancelled, Some("stopped"))).unwrap();
+    db.exec("UPDATE messages SET status = 'streaming'");
+    db.batch(&sql.seal(ID, Some("hello!"), EndStatus::Cancelled, Some("stopped"), &guard(5))).unwrap();
     let row = &db.query(&sql.read_row(ID))[0];
     assert_eq!(row["body"], ColumnValue::Text("hello!".into()));
     assert_eq!(row["seq"], ColumnValue::Integer(6));
@@ -185,11 +189,11 @@ fn the_open_probe_and_mark_refuse_what_they_must() {
         )
     };
     assert_eq!(probe(&db), Ok(()));
-    db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
-    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "B")]).unwrap(), vec![0], "B finds the row held");
+    db.batch(&[db.sql.mark_streaming(ID, "A", Format::Text)]).unwrap();
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "B", Format::Text)]).unwrap(), vec![0], "B finds the row held");
     assert_eq!(probe(&db), Err(OpenRefused::AlreadyStreaming));
     db.exec("ALTER TABLE messages ALTER COLUMN status DROP NOT NULL; UPDATE messages SET status = NULL WHERE id = 'm1'");
-    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "C")]).unwrap(), vec![1], "a NULL status is claimed");
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "C", Format::Text)]).unwrap(), vec![1], "a NULL status is claimed");
     let missing = db.query(&db.sql.probe_open("nobody"));
     assert!(missing.is_empty());
 }
@@ -232,7 +236,7 @@ fn race(db: &PgDb, a: &[Statement], b: Vec<Statement>, b_read: Option<Statement>
 #[test]
 fn the_open_cas_race_between_two_hosts_has_one_winner() {
     let db = db!("open_race");
-    let (changes, _) = race(&db, &[db.sql.mark_streaming(ID, "A")], vec![db.sql.mark_streaming(ID, "B")], None);
+    let (changes, _) = race(&db, &[db.sql.mark_streaming(ID, "A", Format::Text)], vec![db.sql.mark_streaming(ID, "B", Format::Text)], None);
     assert_eq!(changes, vec![0], "B's mark, re-checked after A committed, claims nothing");
     let host = match &db.query(&db.sql.read_host(ID).unwrap())[0]["host"] {
         ColumnValue::Text(h) => h.clone(),
@@ -272,7 +276,7 @@ fn compaction_writes_the_body_and_deletes_the_chunks_in_one_transaction() {
     let db = db!("compaction");
     append(&db, 0, 3, "abc");
     append(&db, 3, 6, "def");
-    db.batch(&db.sql.compact(ID, "abcdef😀", EndStatus::Complete, None)).unwrap();
+    db.seal_row(ID, Some("abcdef😀"), EndStatus::Complete, None);
     assert_eq!(db.chunk_count(ID), 0);
     assert_eq!(db.message_column(ID, "body"), ColumnValue::Text("abcdef😀".into()));
     assert_eq!(seq(&db), ColumnValue::Integer(8), "the length is in UTF-16 units");
@@ -300,7 +304,7 @@ fn surrogate_pairs_and_grapheme_clusters_at_chunk_edges() {
     assert_eq!(db.durable_text(ID), produced);
     let seqs: Vec<_> = db.query(&db.sql.read_chunks(ID)).iter().map(|r| r["seq"].as_offset().unwrap()).collect();
     assert_eq!(seqs, [3, 6, 8, 11, 12, 13, 15, 17, 19].map(Offset));
-    db.batch(&db.sql.compact(ID, &produced, EndStatus::Complete, None)).unwrap();
+    db.seal_row(ID, Some(&produced), EndStatus::Complete, None);
     assert_eq!(seq(&db), ColumnValue::Integer(utf16::len(&produced).0 as i64));
     assert_eq!(db.durable_text(ID), produced);
 }
@@ -316,40 +320,39 @@ fn bodies_of_2_mb_checkpoint_and_compact() {
     assert_eq!(db.durable_text(ID), body);
     let tail = "👍🏽";
     let whole = format!("{body}{tail}");
-    db.batch(&db.sql.compact(ID, &whole, EndStatus::Complete, None)).unwrap();
+    db.seal_row(ID, Some(&whole), EndStatus::Complete, None);
     assert_eq!(db.chunk_count(ID), 0);
     assert_eq!(seq(&db), ColumnValue::Integer(utf16::len(&whole).0 as i64));
     assert_eq!(db.durable_text(ID), whole);
 }
 
+/// The revival on Postgres: an abandoned row is rebuilt from one durable read and claimed;
+/// its window passes and the one sealer seals it `interrupted` from its durable text, compacted
+/// or in place.
 #[test]
-fn the_lease_seals_an_abandoned_row_interrupted_from_its_durable_text() {
+fn an_abandoned_row_is_rebuilt_and_sealed_interrupted_from_its_durable_text() {
     for seals_in_place in [false, true] {
         let db = db!(if seals_in_place { "abandoned_in_place" } else { "abandoned_compacted" });
         // The object marked the row and checkpointed, then died: nothing holds the stream.
-        db.batch(&[db.sql.mark_streaming(ID, "host-A")]).unwrap();
+        db.batch(&[db.sql.mark_streaming(ID, "host-A", Format::Text)]).unwrap();
         append(&db, 0, 5, "hello");
         append(&db, 5, 7, "😀");
-        let cfg = StreamConfig { max_compact_bytes: if seals_in_place { 4 } else { 1_900_000 }, ..StreamConfig::default() };
-        assert_eq!(lease::decide(&Holding::Nothing, None, &support::armed(Some("host-A")), &cfg, Timestamp(0)), LeaseDecision::ReadRow);
-        let row = db.lease_row(ID, true);
-        let LeaseDecision::SealInterrupted(write) =
-            lease::decide(&Holding::Nothing, Some(&row), &support::armed(Some("host-A")), &cfg, Timestamp(0))
-        else {
-            panic!("the lease must seal the abandoned row")
+        let cfg = StreamConfig {
+            max_compact_bytes: if seals_in_place { 4 } else { 1_900_000 },
+            resume_window_ms: rindle_streams::engine::host::time::Millis::ZERO,
+            ..StreamConfig::default()
         };
-        assert_eq!(write.body.is_none(), seals_in_place);
-        perform(&db, ID, &write).unwrap();
+        let tables = support::tables(&db);
+        let mut storage = support::armed(ID, Some("host-A"));
+        let end = support::run_revival(&tables, &cfg, &mut storage, "fresh-1", Timestamp(0), &mut std::iter::empty());
+        let Some(RevivalEnd::Revived(mut stream)) = end else { panic!("rebuilt: {end:?}") };
+        assert_eq!(db.message_column(ID, "host"), ColumnValue::Text("fresh-1".into()), "claimed");
+        support::drive_until_ended(&mut stream, &tables, Timestamp(0));
         assert_eq!(db.status(ID), "interrupted");
         assert_eq!(db.durable_text(ID), "hello😀", "the durable text, neither more nor less");
         assert_eq!(seq(&db), ColumnValue::Integer(7));
         assert!(matches!(db.message_column(ID, "error"), ColumnValue::Text(e) if e == lease::INTERRUPTED));
-        // The next alarm releases, and a reopen is refused.
-        let row = db.lease_row(ID, true);
-        assert_eq!(
-            lease::decide(&Holding::Nothing, Some(&row), &support::armed(Some("host-A")), &cfg, Timestamp(0)),
-            LeaseDecision::Release(Release::NotStreaming { status: "interrupted".into() })
-        );
+        assert_eq!(db.chunk_count(ID), if seals_in_place { 2 } else { 0 });
         let probe = &db.query(&db.sql.probe_open(ID))[0];
         let probe = OpenProbe { seq: probe["seq"].clone(), status: Some("interrupted".into()) };
         assert!(judge_probe(Some(&probe)).is_err());
@@ -357,14 +360,13 @@ fn the_lease_seals_an_abandoned_row_interrupted_from_its_durable_text() {
 }
 
 #[test]
-fn another_hosts_row_is_not_sealed_by_the_lease() {
+fn another_hosts_row_is_not_rebuilt() {
     let db = db!("not_ours");
-    db.batch(&[db.sql.mark_streaming(ID, "host-B")]).unwrap();
-    let row = db.lease_row(ID, true);
-    assert_eq!(
-        lease::decide(&Holding::Nothing, Some(&row), &support::armed(Some("host-A")), &StreamConfig::default(), Timestamp(0)),
-        LeaseDecision::Release(Release::NotOurs { holder: Some("host-B".into()) })
-    );
+    db.batch(&[db.sql.mark_streaming(ID, "host-B", Format::Text)]).unwrap();
+    let tables = support::tables(&db);
+    let mut storage = support::armed(ID, Some("host-A"));
+    let end = support::run_revival(&tables, &StreamConfig::default(), &mut storage, "fresh-1", Timestamp(0), &mut std::iter::empty());
+    assert!(matches!(end, Some(RevivalEnd::Nothing(Release::NotOurs { holder: Some(ref h) })) if h == "host-B"), "{end:?}");
 }
 
 #[test]
@@ -402,11 +404,11 @@ fn an_existing_schema_with_its_own_column_types_works() {
     db.exec(&format!("INSERT INTO \"Message\" (id, \"chatId\", role) VALUES ('{id}', gen_random_uuid(), 'assistant')"));
     let probe = &db.query(&sql.probe_open(id))[0];
     assert_eq!((probe["seq"].clone(), probe["status"].clone()), (ColumnValue::Integer(0), ColumnValue::Null));
-    assert_eq!(db.batch(&[sql.mark_streaming(id, "A")]).unwrap(), vec![1]);
+    assert_eq!(db.batch(&[sql.mark_streaming(id, "A", Format::Text)]).unwrap(), vec![1]);
     assert_eq!(perform(&db, id, &Checkpoint { from: Offset(0), to: Offset(2), text: "hi".into() }).unwrap(), state(2, false));
     db.batch(&[sql.request_cancel(id).unwrap()]).unwrap();
     assert_eq!(perform(&db, id, &ReadState).unwrap(), state(2, true), "an integer flag set to 1");
-    db.batch(&sql.compact(id, "hi!", EndStatus::Cancelled, Some("stopped"))).unwrap();
+    db.seal_row(id, Some("hi!"), EndStatus::Cancelled, Some("stopped"));
     let row = &db.query(&sql.read_row(id))[0];
     assert_eq!(row["body"], ColumnValue::Text("hi!".into()));
     assert_eq!(row["seq"], ColumnValue::Integer(3));
@@ -426,9 +428,9 @@ fn a_status_column_of_an_enum_type_reads_as_text() {
         format!("CREATE TYPE stream_status AS ENUM ('pending', 'streaming', 'complete', 'cancelled', 'error', 'interrupted');\n{schema}");
     let Some(db) = PgDb::with_schema("enum_status", &schema, TableMapping::example()) else { return };
     db.insert_message(ID);
-    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap(), vec![1]);
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A", Format::Text)]).unwrap(), vec![1]);
     assert_eq!(db.status(ID), "streaming");
-    db.batch(&[db.sql.seal_in_place(ID, EndStatus::Complete, None)]).unwrap();
+    db.seal_row(ID, None, EndStatus::Complete, None);
     assert_eq!(db.query(&db.sql.read_row(ID))[0]["status"], ColumnValue::Text("complete".into()));
 }
 
@@ -438,7 +440,7 @@ fn the_chat_reads_run_on_postgres() {
     let tables = support::tables(&db);
     let streaming = |chat: &str| support::block_on(tables.streaming_in_chat(chat)).unwrap();
     assert_eq!(streaming("chat-1"), None, "pending is not streaming");
-    db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
+    db.batch(&[db.sql.mark_streaming(ID, "A", Format::Text)]).unwrap();
     assert_eq!(streaming("chat-1").as_deref(), Some(ID));
     assert_eq!(streaming("x' OR '1'='1"), None, "bound, never spliced");
     assert_eq!(support::block_on(tables.chat_of(ID)).unwrap().as_deref(), Some("chat-1"));
@@ -452,7 +454,13 @@ fn every_statement_is_small_and_every_value_a_parameter() {
     let sql = MappedSql::new(TableMapping::new(&long, &long, &names).unwrap(), Dialect::Postgres);
     let big = "y".repeat(200_000);
     let mut all = sql.append(ID, Offset(0), Offset(1), &big);
-    all.extend(sql.compact(ID, &big, EndStatus::Complete, Some("e")));
+    all.extend(sql.seal(
+        ID,
+        Some(&big),
+        EndStatus::Complete,
+        Some("e"),
+        &SealGuard { durable_seq: Offset(0), host_token: Some("t".into()) },
+    ));
     all.extend([sql.probe_open(ID), sql.read_state(ID), sql.read_row(ID), sql.read_chunks(ID)]);
     for s in all {
         assert!(s.sql.len() < 2_000, "{} bytes of SQL text", s.sql.len());
@@ -461,53 +469,63 @@ fn every_statement_is_small_and_every_value_a_parameter() {
 }
 
 #[test]
-fn the_durable_read_is_one_statement_and_a_rehydration_claim_has_one_winner() {
+fn the_durable_read_is_one_statement_and_a_revival_claim_has_one_winner() {
     use rindle_streams::engine::durable::durable_of_rows;
-    use rindle_streams::engine::host::store::{next_host_token, ClaimHost};
+    use rindle_streams::engine::host::store::ClaimHost;
     let db = db!("durable_read_claim");
     let read = || durable_of_rows(&db.query(&db.sql.read_durable(ID))).unwrap();
-    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap(), vec![1]);
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A", Format::Text)]).unwrap(), vec![1]);
     checkpoint(&db, 0, 3, "a😀");
     checkpoint(&db, 3, 8, "👍🏽b");
     let durable = read();
     assert_eq!((durable.text.as_str(), durable.seq, durable.status.as_str()), ("a😀👍🏽b", Offset(8), "streaming"));
-    // The claim wins from the lost token, a replay of it wins again (its first reply lost), and
-    // an instance claiming from another token changes nothing and reads the winner's.
-    let next = next_host_token("A");
-    let winner = perform(&db, ID, &ClaimHost { old: "A".into(), new: next.clone() }).unwrap();
-    assert_eq!(winner.as_deref(), Some(next.as_str()));
-    assert_eq!(perform(&db, ID, &ClaimHost { old: "A".into(), new: next.clone() }).unwrap().as_deref(), Some(next.as_str()));
-    let loser = perform(&db, ID, &ClaimHost { old: "B".into(), new: "B~1".into() }).unwrap();
-    assert_eq!(loser.as_deref(), Some(next.as_str()), "the loser sees the winner's token");
-    db.batch(&db.sql.compact(ID, "a😀👍🏽b", EndStatus::Interrupted, None)).unwrap();
+    assert_eq!(durable.format, Some(Format::Text), "the format column the open wrote");
+    // The claim wins from the token the row holds, a replay of it finds its own claim (its first
+    // reply lost), and a second claimant from the same token changes nothing and reads the
+    // winner's.
+    let winner = perform(&db, ID, &ClaimHost { old: "A".into(), new: "fresh-1".into() }).unwrap();
+    assert_eq!(winner.as_deref(), Some("fresh-1"));
+    assert_eq!(perform(&db, ID, &ClaimHost { old: "A".into(), new: "fresh-1".into() }).unwrap().as_deref(), Some("fresh-1"));
+    let loser = perform(&db, ID, &ClaimHost { old: "A".into(), new: "fresh-2".into() }).unwrap();
+    assert_eq!(loser.as_deref(), Some("fresh-1"), "the loser sees the winner's token");
+    db.seal_row(ID, Some("a😀👍🏽b"), EndStatus::Interrupted, None);
     assert_eq!((read().text.as_str(), read().status.as_str()), ("a😀👍🏽b", "interrupted"));
 }
 
-/// The lease's `interrupted` seal, guarded, on Postgres (one statement: the chunk delete hangs
-/// off the guarded update): it lands only on a row still `streaming` and held by the token.
+/// Every seal is guarded on Postgres too (one statement: the chunk delete hangs off the guarded
+/// update): it lands only on a row still `streaming`, at the believed length, held by the token.
 #[test]
-fn the_lease_seal_is_guarded_by_streaming_and_the_host_token() {
-    let guard = |token: &str| SealGuard { host_token: Some(token.into()) };
+fn every_seal_is_guarded_by_streaming_the_durable_length_and_the_host_token() {
+    let guard = |seq: u64, token: &str| SealGuard { durable_seq: Offset(seq), host_token: Some(token.into()) };
     for compacts in [true, false] {
         let body = compacts.then_some("abc");
         let db = db!(if compacts { "guarded_compacted" } else { "guarded_in_place" });
-        db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
+        db.batch(&[db.sql.mark_streaming(ID, "A", Format::Text)]).unwrap();
         append(&db, 0, 3, "abc");
-        db.batch(&db.sql.guarded_seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard("A"))).unwrap();
+        db.batch(&db.sql.seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard(3, "A"))).unwrap();
         assert_eq!((db.status(ID), db.durable_text(ID)), ("interrupted".into(), "abc".into()));
         assert_eq!(db.chunk_count(ID), if compacts { 0 } else { 1 });
-        for (other, holder, sealed) in [("B", "B", false), ("A", "A", true)] {
-            let id = if sealed { "m-sealed" } else { "m-other" };
-            db.insert_message(id);
-            db.batch(&[db.sql.mark_streaming(id, holder)]).unwrap();
-            db.batch(&db.sql.append(id, Offset(0), Offset(3), "abc")).unwrap();
-            if sealed {
-                db.batch(&[db.sql.seal_in_place(id, EndStatus::Complete, None)]).unwrap();
+        for case in ["other", "sealed", "longer"] {
+            let id = format!("m-{case}");
+            db.insert_message(&id);
+            db.batch(&[db.sql.mark_streaming(&id, if case == "other" { "B" } else { "A" }, Format::Text)]).unwrap();
+            db.batch(&db.sql.append(&id, Offset(0), Offset(3), "abc")).unwrap();
+            match case {
+                "sealed" => db.seal_row(&id, None, EndStatus::Complete, None),
+                "longer" => drop(db.batch(&db.sql.append(&id, Offset(3), Offset(6), "def")).unwrap()),
+                _ => {}
             }
-            db.batch(&db.sql.guarded_seal(id, body, EndStatus::Interrupted, Some("lost"), &guard(if sealed { other } else { "A" })))
-                .unwrap();
-            let expected = if sealed { "complete" } else { "streaming" };
-            assert_eq!((db.status(id), db.durable_text(id), db.chunk_count(id)), (expected.into(), "abc".into(), 1), "{id}");
+            db.batch(&db.sql.seal(&id, body, EndStatus::Interrupted, Some("lost"), &guard(3, "A"))).unwrap();
+            let expected = match case {
+                "sealed" => ("complete", "abc", 1),
+                "longer" => ("streaming", "abcdef", 2),
+                _ => ("streaming", "abc", 1),
+            };
+            assert_eq!(
+                (db.status(&id), db.durable_text(&id), db.chunk_count(&id)),
+                (expected.0.into(), expected.1.into(), expected.2),
+                "{id}"
+            );
         }
     }
 }

@@ -7,6 +7,7 @@ use rindle_streams::engine::durable::{ColumnNames, ColumnValue, Dialect, MappedS
 use rindle_streams::engine::host::store::{Checkpoint, SealGuard};
 use rindle_streams::engine::text::utf16::Offset;
 use rindle_streams::engine::wire::frame::EndStatus;
+use rindle_streams::engine::wire::ui::Format;
 use std::rc::Rc;
 use support::{Fault, SqliteDb, Store};
 
@@ -96,8 +97,8 @@ fn the_open_probe_and_host_cas_pick_exactly_one_winner() {
     let probe = &db.query(&db.sql.probe_open(ID))[0];
     assert_eq!(probe["seq"], ColumnValue::Integer(0));
     assert_eq!(probe["status"], ColumnValue::Text("pending".into()));
-    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap(), vec![1]);
-    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "B")]).unwrap(), vec![0], "B finds the row held");
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A", Format::Text)]).unwrap(), vec![1]);
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "B", Format::Text)]).unwrap(), vec![0], "B finds the row held");
     assert_eq!(db.query(&db.sql.read_host(ID).unwrap())[0]["host"], ColumnValue::Text("A".into()));
     assert_eq!(db.status(ID), "streaming");
 }
@@ -107,7 +108,7 @@ fn the_open_write_claims_a_row_whose_status_is_null() {
     let schema = support::migration_sql().replace("\"status\" TEXT NOT NULL DEFAULT 'pending'", "\"status\" TEXT");
     let db = SqliteDb::with_schema(&schema, TableMapping::example());
     db.exec("INSERT INTO messages (id, chat_id, role, status) VALUES ('m1', 'c', 'assistant', NULL)");
-    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap(), vec![1]);
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A", Format::Text)]).unwrap(), vec![1]);
 }
 
 #[test]
@@ -115,7 +116,7 @@ fn compaction_writes_the_body_and_deletes_the_chunks_in_one_batch() {
     let db = example();
     db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
     db.batch(&db.sql.append(ID, Offset(3), Offset(6), "def")).unwrap();
-    db.batch(&db.sql.compact(ID, "abcdef😀", EndStatus::Complete, None)).unwrap();
+    db.seal_row(ID, Some("abcdef😀"), EndStatus::Complete, None);
     assert_eq!(db.chunk_count(ID), 0);
     assert_eq!(db.message_column(ID, "body"), ColumnValue::Text("abcdef😀".into()));
     assert_eq!(seq(&db), ColumnValue::Integer(8), "the length is in UTF-16 units");
@@ -127,7 +128,7 @@ fn compaction_writes_the_body_and_deletes_the_chunks_in_one_batch() {
 fn compaction_repairs_a_row_whose_checkpoints_failed() {
     let db = example();
     db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
-    db.batch(&db.sql.compact(ID, "abcdefgh", EndStatus::Error, Some("boom"))).unwrap();
+    db.seal_row(ID, Some("abcdefgh"), EndStatus::Error, Some("boom"));
     assert_eq!(db.durable_text(ID), "abcdefgh");
     assert_eq!(db.message_column(ID, "error"), ColumnValue::Text("boom".into()));
 }
@@ -136,7 +137,7 @@ fn compaction_repairs_a_row_whose_checkpoints_failed() {
 fn a_seal_in_place_keeps_the_chunks_as_the_durable_text() {
     let db = example();
     db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
-    db.batch(&[db.sql.seal_in_place(ID, EndStatus::Interrupted, None)]).unwrap();
+    db.seal_row(ID, None, EndStatus::Interrupted, None);
     assert_eq!(db.status(ID), "interrupted");
     assert_eq!(db.durable_text(ID), "abc");
 }
@@ -165,7 +166,7 @@ fn custom_names_are_quoted_and_work() {
     let db = SqliteDb::with_schema(&schema, mapping);
     db.exec("INSERT INTO \"chat messages\" (\"msg id\") VALUES ('m1')");
     db.batch(&db.sql.append(ID, Offset(0), Offset(2), "hi")).unwrap();
-    db.batch(&db.sql.compact(ID, "hi!", EndStatus::Complete, None)).unwrap();
+    db.seal_row(ID, Some("hi!"), EndStatus::Complete, None);
     let row = &db.query(&db.sql.read_row(ID))[0];
     assert_eq!(row["body"], ColumnValue::Text("hi!".into()));
     assert_eq!(row["seq"], ColumnValue::Integer(3));
@@ -176,7 +177,7 @@ fn custom_names_are_quoted_and_work() {
 fn the_row_read_carries_the_error_for_the_ui_error_ending() {
     let db = SqliteDb::new();
     db.insert_message(ID);
-    db.batch(&db.sql.compact(ID, "{\"type\":\"start\"}\n", EndStatus::Error, Some("the model timed out"))).unwrap();
+    db.seal_row(ID, Some("{\"type\":\"start\"}\n"), EndStatus::Error, Some("the model timed out"));
     let row = &db.query(&db.sql.read_row(ID))[0];
     assert_eq!(row["status"], ColumnValue::Text("error".into()));
     assert_eq!(row["error"], ColumnValue::Text("the model timed out".into()));
@@ -189,7 +190,13 @@ fn every_statement_is_far_under_d1s_statement_limit() {
     let sql = MappedSql::new(TableMapping::new(&long, &long, &names).unwrap(), Dialect::Sqlite);
     let big = "y".repeat(200_000);
     let mut all = sql.append(ID, Offset(0), Offset(1), &big);
-    all.extend(sql.compact(ID, &big, EndStatus::Complete, Some("e")));
+    all.extend(sql.seal(
+        ID,
+        Some(&big),
+        EndStatus::Complete,
+        Some("e"),
+        &SealGuard { durable_seq: Offset(0), host_token: Some("t".into()) },
+    ));
     all.push(sql.probe_open(ID));
     all.push(sql.read_state(ID));
     for s in all {
@@ -237,56 +244,65 @@ fn the_durable_read_is_one_statement_over_the_row_and_its_chunks() {
     db.batch(&db.sql.append(ID, Offset(0), Offset(4), "a😀b")).unwrap();
     db.batch(&db.sql.append(ID, Offset(4), Offset(6), "cd")).unwrap();
     assert_eq!((read().text, read().seq, read().status), ("a😀bcd".to_owned(), Offset(6), "pending".to_owned()));
-    db.batch(&db.sql.compact(ID, "a😀bcd!", EndStatus::Error, Some("boom"))).unwrap();
+    db.seal_row(ID, Some("a😀bcd!"), EndStatus::Error, Some("boom"));
     let sealed = read();
     assert_eq!((sealed.text.as_str(), sealed.seq, sealed.error.as_deref()), ("a😀bcd!", Offset(7), Some("boom")));
     assert_eq!(rindle_streams::engine::durable::durable_of_rows(&db.query(&db.sql.read_durable("nope"))), None, "no row");
 }
 
+/// A revival's claim: from the token the row holds to the claimant's own fresh one, once. Two
+/// claimants from one token cannot both win (each names its own new token; only the first finds
+/// the old one), and a replay after a lost reply finds its own claim by reading the holder.
 #[test]
-fn a_rehydration_claims_the_row_from_the_lost_token_once_and_a_replay_wins_again() {
-    use rindle_streams::engine::host::store::next_host_token;
+fn a_revival_claims_the_row_from_the_token_it_holds_and_only_one_claimant_wins() {
     let db = example();
-    db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
-    let next = next_host_token("A");
-    assert_eq!((next.as_str(), next_host_token(&next).as_str()), ("A~1", "A~2"));
-    let claim = db.sql.claim_host(ID, "A", &next).unwrap();
-    assert_eq!(db.batch(std::slice::from_ref(&claim)).unwrap(), vec![1]);
-    assert_eq!(db.batch(&[claim]).unwrap(), vec![1], "a replay after a lost reply finds its own claim");
-    assert_eq!(db.batch(&[db.sql.claim_host(ID, "B", "B~1").unwrap()]).unwrap(), vec![0], "another token claims nothing");
-    assert_eq!(db.message_column(ID, "host"), ColumnValue::Text("A~1".into()));
-    db.batch(&[db.sql.seal_in_place(ID, EndStatus::Interrupted, None)]).unwrap();
-    assert_eq!(db.batch(&[db.sql.claim_host(ID, "A~1", "A~2").unwrap()]).unwrap(), vec![0], "a sealed row is never claimed");
+    db.batch(&[db.sql.mark_streaming(ID, "A", Format::Text)]).unwrap();
+    let first = db.sql.claim_host(ID, "A", "fresh-1").unwrap();
+    assert_eq!(db.batch(std::slice::from_ref(&first)).unwrap(), vec![1]);
+    assert_eq!(db.batch(&[first]).unwrap(), vec![0], "a replay changes nothing");
+    assert_eq!(db.message_column(ID, "host"), ColumnValue::Text("fresh-1".into()), "and finds its own claim");
+    assert_eq!(db.batch(&[db.sql.claim_host(ID, "A", "fresh-2").unwrap()]).unwrap(), vec![0], "a second claimant from A wins nothing");
+    assert_eq!(db.message_column(ID, "host"), ColumnValue::Text("fresh-1".into()));
+    db.seal_row(ID, None, EndStatus::Interrupted, None);
+    assert_eq!(db.batch(&[db.sql.claim_host(ID, "fresh-1", "fresh-3").unwrap()]).unwrap(), vec![0], "a sealed row is never claimed");
 }
 
-/// The lease's `interrupted` seal, guarded: it lands on a row still `streaming` and held by the
-/// lease's token, and on no other. Without the guard the row sealed `complete` in place by its
-/// producer would be overwritten `interrupted` and lose its chunk rows.
+/// Every seal is guarded: it lands on a row still `streaming`, at the durable length its sealer
+/// believes, and held by its token, and on no other. Without the length the seal of a stream
+/// rebuilt at "abc" overwrote a row a late checkpoint had taken to "abcdef" (the durable text
+/// shrank); without the status a row sealed `complete` in place by its producer would be
+/// overwritten and lose its chunk rows; without the token another host's row would be sealed.
 #[test]
-fn the_lease_seal_is_guarded_by_streaming_and_the_host_token() {
-    let guard = |token: &str| SealGuard { host_token: Some(token.into()) };
+fn every_seal_is_guarded_by_streaming_the_durable_length_and_the_host_token() {
+    let guard = |seq: u64, token: &str| SealGuard { durable_seq: Offset(seq), host_token: Some(token.into()) };
     for compacts in [true, false] {
         let body = compacts.then_some("abc");
-        // Ours and still streaming: sealed, and the chunks compacted.
-        let db = example();
-        db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
-        db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
-        db.batch(&db.sql.guarded_seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard("A"))).unwrap();
+        let streaming_at_abc = |host: &str| {
+            let db = example();
+            db.batch(&[db.sql.mark_streaming(ID, host, Format::Text)]).unwrap();
+            db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
+            db
+        };
+        // Ours, streaming at the believed length: sealed, and the chunks compacted.
+        let db = streaming_at_abc("A");
+        db.batch(&db.sql.seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard(3, "A"))).unwrap();
         assert_eq!((db.status(ID), db.durable_text(ID)), ("interrupted".into(), "abc".into()));
         assert_eq!(db.chunk_count(ID), if compacts { 0 } else { 1 });
+        // A late checkpoint took the row to "abcdef": untouched, nothing shrinks, chunks kept.
+        let db = streaming_at_abc("A");
+        db.batch(&db.sql.append(ID, Offset(3), Offset(6), "def")).unwrap();
+        let changes = db.batch(&db.sql.seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard(3, "A"))).unwrap();
+        assert!(changes.iter().all(|&n| n == 0), "{changes:?}");
+        assert_eq!((db.status(ID), db.durable_text(ID), db.chunk_count(ID)), ("streaming".into(), "abcdef".into(), 2));
         // Sealed `complete` in place by its producer meanwhile: untouched, chunks kept.
-        let db = example();
-        db.batch(&[db.sql.mark_streaming(ID, "A")]).unwrap();
-        db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
-        db.batch(&[db.sql.seal_in_place(ID, EndStatus::Complete, None)]).unwrap();
-        let changes = db.batch(&db.sql.guarded_seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard("A"))).unwrap();
+        let db = streaming_at_abc("A");
+        db.seal_row(ID, None, EndStatus::Complete, None);
+        let changes = db.batch(&db.sql.seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard(3, "A"))).unwrap();
         assert!(changes.iter().all(|&n| n == 0), "{changes:?}");
         assert_eq!((db.status(ID), db.durable_text(ID), db.chunk_count(ID)), ("complete".into(), "abc".into(), 1));
         // Another host's row: untouched.
-        let db = example();
-        db.batch(&[db.sql.mark_streaming(ID, "B")]).unwrap();
-        db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
-        db.batch(&db.sql.guarded_seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard("A"))).unwrap();
+        let db = streaming_at_abc("B");
+        db.batch(&db.sql.seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard(3, "A"))).unwrap();
         assert_eq!((db.status(ID), db.chunk_count(ID)), ("streaming".into(), 1));
     }
 }

@@ -6,8 +6,10 @@ mod support;
 
 use rindle_streams::engine::host::config::StreamConfig;
 use rindle_streams::engine::host::hook::{SealCause, StreamNotice};
+use rindle_streams::engine::host::store::SealGuard;
 use rindle_streams::engine::host::time::{Millis, Timestamp};
-use rindle_streams::engine::live::{Fenced, LiveStream, Rehydration, ResumeGrant, ResumeRefused, StreamEvent, StreamState};
+use rindle_streams::engine::live::{Fenced, LiveStream, Rehydration, ResumeGrant, ResumeRefused, StreamEvent, StreamState, Window};
+use rindle_streams::engine::text::reading::DurableText;
 use rindle_streams::engine::text::utf16::{self, Offset};
 use rindle_streams::engine::wire::frame::{EndStatus, Frame};
 use rindle_streams::engine::wire::ui::Format;
@@ -33,7 +35,7 @@ fn line(delta: &str) -> String {
 fn lost_row(durable: &str) -> Rc<SqliteDb> {
     let db = SqliteDb::new();
     db.insert_message(STREAM);
-    db.batch(&[db.sql.mark_streaming(STREAM, TOKEN)]).unwrap();
+    db.batch(&[db.sql.mark_streaming(STREAM, TOKEN, Format::Text)]).unwrap();
     if !durable.is_empty() {
         db.batch(&db.sql.append(STREAM, Offset(0), utf16::len(durable), durable)).unwrap();
     }
@@ -45,17 +47,20 @@ fn rehydrated(durable: &str, cfg: StreamConfig, epoch: u64) -> Driver {
     let db = lost_row(durable);
     let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().expect("the row");
     assert_eq!(read.status, "streaming");
-    let stream = LiveStream::rehydrate(
-        STREAM,
-        cfg,
-        Rehydration { durable: read, epoch, meta: None, resume_by: None, host_token: None },
-        Timestamp(0),
-    );
+    let stream = LiveStream::rehydrate(STREAM, cfg, from_row(read, epoch, None, None), Timestamp(0));
     Driver::with_stream(stream, db)
 }
 
+/// What a revival hands over: the row's durable text, the stored epoch, the window (stored, or
+/// the resume window from now), the token the row is held by.
+fn from_row(read: DurableText, epoch: u64, window: Option<Window>, host_token: Option<&str>) -> Rehydration {
+    let window = Window::of(&cfg(), window, None, Timestamp(0));
+    Rehydration { durable: read, epoch, granted_to: None, meta: None, window, host_token: host_token.map(str::to_owned), last_write: None }
+}
+
+/// A resume by a producer that sends no epoch (one that never had one).
 fn resume(d: &mut Driver) -> Result<ResumeGrant, ResumeRefused> {
-    let r = d.stream.resume(d.now);
+    let r = d.stream.resume(None, None, d.now);
     d.drain();
     r
 }
@@ -221,7 +226,8 @@ fn a_resume_within_the_window_closes_it() {
 fn a_second_rehydration_keeps_the_window_the_first_one_started() {
     let db = lost_row("abc");
     let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().unwrap();
-    let from = Rehydration { durable: read, epoch: 2, meta: None, resume_by: Some(Timestamp(5_000)), host_token: None };
+    let stored = Window { until: Timestamp(5_000), cause: SealCause::ResumeWindowExpired };
+    let from = from_row(read, 2, Some(stored), None);
     let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg(), from, Timestamp(0)), db);
     d.advance(5_000);
     d.answer_all();
@@ -343,12 +349,172 @@ fn a_ui_line_longer_than_a_slice_is_checkpointed_whole() {
 fn the_windows_seal_is_guarded_it_never_writes_a_row_another_instance_holds() {
     let db = lost_row("abc");
     let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().unwrap();
-    // This instance believes it claimed the row with `X~1`, but the row is held by another token.
-    let from = Rehydration { durable: read, epoch: 1, meta: None, resume_by: None, host_token: Some("X~1".into()) };
-    let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg(), from, Timestamp(0)), db);
+    // This instance believes it claimed the row with `X`, but the row is held by another token.
+    let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg(), from_row(read, 1, None, Some("X")), Timestamp(0)), db);
+    let r = d.subscribe(Offset(0));
     d.advance(WINDOW);
     let seal = d.peek_seal().expect("the window's seal").clone();
-    assert!(seal.guard.is_some(), "guarded: no producer stands behind it");
+    assert_eq!(seal.guard, SealGuard { durable_seq: Offset(3), host_token: Some("X".into()) });
     d.answer_all();
     assert_eq!(d.db.status(STREAM), "streaming", "the row another instance holds is left alone");
+    assert!(matches!(d.read(r).last(), Some(Frame::Stale { .. })), "readers are told to rejoin, never an end the row lacks");
+    assert_eq!(d.stream.holding(), rindle_streams::engine::live::lease::Holding::Sealed, "nothing here to retry");
+}
+
+// ---- the one sealer: every seal guarded by the durable length this stream believes
+
+/// The lost instance's checkpoint of "def" commits after the new instance read "abc". Before
+/// every seal was guarded by the durable length, the three seals of a rebuilt stream (the
+/// window's expiry, the idle timeout, a cancel in the gap) wrote `body = "abc"`, `seq = 3` and
+/// deleted the chunk rows: the durable text shrank from "abcdef" to "abc" (P broken), and where
+/// no guard applied readers got `end {seq: 3}` while the row said something else. Now the seal
+/// does not apply, the stream takes in the row's longer text (readers get it), and seals that.
+#[test]
+fn a_late_commit_after_the_rebuild_is_adopted_by_every_seal_of_the_rebuilt_stream_never_shrunk() {
+    for ending in ["window", "idle", "cancel"] {
+        let db = lost_row("abc");
+        let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().unwrap();
+        db.batch(&db.sql.append(STREAM, Offset(3), Offset(6), "def")).unwrap(); // the late commit
+                                                                                // "idle": the producer's idle timeout ends after the resume window (it wrote just before
+                                                                                // the reset), so the window is the idle timeout's, and its seal names an idle producer.
+        let idle = ending == "idle";
+        let cfg = StreamConfig { idle_timeout_ms: Millis(if idle { 2 * WINDOW } else { 0 }), ..cfg() };
+        let last_write = Some(Timestamp(0));
+        let window = Window::of(&cfg, None, last_write, Timestamp(0));
+        let from =
+            Rehydration { durable: read, epoch: 1, granted_to: None, meta: None, window, host_token: Some(TOKEN.into()), last_write };
+        let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg, from, Timestamp(0)), db);
+        let r = d.subscribe(Offset(0));
+        let status = match ending {
+            "window" => {
+                d.advance(WINDOW);
+                EndStatus::Interrupted
+            }
+            "idle" => {
+                assert_eq!(window.cause, SealCause::IdleProducer);
+                d.advance(2 * WINDOW);
+                EndStatus::Interrupted
+            }
+            _ => {
+                d.stream.cancel();
+                d.drain();
+                EndStatus::Cancelled
+            }
+        };
+        d.answer_all();
+        assert_eq!((d.db.status(STREAM), d.db.durable_text(STREAM)), (status.as_str().to_owned(), "abcdef".to_owned()), "{ending}");
+        assert_eq!(d.db.chunk_count(STREAM), 0, "{ending}: compacted, nothing lost");
+        let frames = d.read(r);
+        let text: String =
+            frames.iter().filter_map(|f| if let Frame::Chunk { text, .. } = f { Some(text.as_str()) } else { None }).collect();
+        assert_eq!(text, "abcdef", "{ending}: S: the reader got the adopted text");
+        assert!(matches!(frames.last(), Some(Frame::End { seq: Offset(6), status: s, .. }) if *s == status), "{ending}: {frames:?}");
+    }
+}
+
+/// A seal that finds the row sealed by someone else (the lost instance's own seal, committed
+/// late) ends the stream as the row says: readers get its status and length, never ours.
+#[test]
+fn a_seal_that_finds_the_row_sealed_meanwhile_ends_as_the_row_says() {
+    let db = lost_row("abc");
+    let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().unwrap();
+    let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg(), from_row(read, 1, None, Some(TOKEN)), Timestamp(0)), db);
+    let r = d.subscribe(Offset(0));
+    d.db.batch(&d.db.sql.append(STREAM, Offset(3), Offset(6), "def")).unwrap();
+    d.db.seal_row(STREAM, Some("abcdef!"), EndStatus::Complete, None); // the lost producer's seal lands
+    d.advance(WINDOW);
+    d.answer_all();
+    assert_eq!((d.db.status(STREAM), d.db.durable_text(STREAM)), ("complete".to_owned(), "abcdef!".to_owned()));
+    let frames = d.read(r);
+    assert!(matches!(frames.last(), Some(Frame::End { seq: Offset(7), status: EndStatus::Complete, .. })), "{frames:?}");
+    assert_eq!(d.stream.state(), StreamState::Ended(EndStatus::Complete));
+}
+
+/// The producer's own close after a checkpoint whose answer was lost though it committed: the
+/// guarded seal does not apply, the stream adopts the row's length, and seals.
+#[test]
+fn the_producers_close_adopts_a_checkpoint_that_committed_without_an_answer() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    assert_eq!(d.peek_kind(), Some(rindle_streams::engine::host::store::OpKind::Checkpoint));
+    d.answer(support::Fault::CommitThenLoseReply);
+    d.fail_next(rindle_streams::engine::host::store::StoreError::MayHaveCommitted("the read-back timed out".into()));
+    assert_eq!((d.stream.durable_seq(), d.db.durable_text(STREAM).as_str()), (Offset(0), "12345678"), "believed 0, the row holds 8");
+    d.push("9");
+    let close = d.close();
+    d.answer_all();
+    assert!(matches!(d.outcome(close), Some(Ok(r)) if r.durable_seq == Offset(9)), "{:?}", d.outcome(close));
+    assert_eq!((d.db.status(STREAM), d.db.durable_text(STREAM)), ("complete".to_owned(), "123456789".to_owned()));
+}
+
+// ---- the fence across resets, and the pump
+
+/// B resumed (epoch 2) replacing A; then a reset. Before the fence looked at the epoch first, A's
+/// next write got `resume_required`, A resumed and took the stream back (epoch 3), and B was
+/// told `superseded`; had B written past what A kept, A's helper failed B's answer.
+#[test]
+fn a_replaced_producer_stays_fenced_across_a_reset() {
+    let d = rehydrated("abc", cfg(), 2);
+    assert_eq!(d.stream.admit(Some(1)), Err(Fenced::Superseded { current: 2 }), "A: fenced, not asked to resume");
+    assert_eq!(d.stream.admit(None), Err(Fenced::Superseded { current: 2 }), "a write without an epoch after a resume");
+    assert_eq!(d.stream.admit(Some(2)), Err(Fenced::ResumeRequired { seq: Offset(3), durable_seq: Offset(3) }), "B resumes");
+    let mut d = d;
+    assert_eq!(d.stream.resume(Some(1), None, d.now), Err(ResumeRefused::Fenced(Fenced::Superseded { current: 2 })), "A cannot");
+    let grant = d.stream.resume(Some(2), None, d.now).unwrap();
+    assert_eq!((grant.epoch, grant.seq), (3, Offset(3)));
+    assert_eq!(d.stream.admit(Some(3)), Ok(()));
+}
+
+/// A producer that lost the answer to its resume retries it with its old epoch and its id: it
+/// gets the same grant, where another producer with that epoch is fenced.
+#[test]
+fn a_resume_retried_by_the_same_producer_after_a_lost_answer_gets_the_same_grant() {
+    let mut d = rehydrated("abc", cfg(), 2);
+    let first = d.stream.resume(Some(2), Some("producer-b"), d.now).unwrap();
+    let again = d.stream.resume(Some(2), Some("producer-b"), d.now).unwrap();
+    assert_eq!((first.epoch, again.epoch), (3, 3));
+    assert_eq!(d.stream.resume(Some(2), Some("producer-a"), d.now), Err(ResumeRefused::Fenced(Fenced::Superseded { current: 3 })));
+    assert_eq!(d.stream.resume(Some(2), None, d.now), Err(ResumeRefused::Fenced(Fenced::Superseded { current: 3 })));
+}
+
+/// The pump is a producer with an epoch of its own: while it runs, a producer's writes and
+/// resumes are refused `pump_running`, and its own pushes are admitted only under its epoch.
+/// Before, a `/resume` during a pump was granted a new epoch while the pump kept pushing, and
+/// the two interleaved.
+#[test]
+fn the_pump_holds_an_epoch_producers_cannot_take_over() {
+    let mut d = Driver::open(cfg());
+    let pump = d.stream.start_pump(d.now).unwrap();
+    assert_eq!(pump.epoch, 2);
+    assert_eq!(d.stream.admit(Some(1)), Err(Fenced::PumpRunning));
+    assert_eq!(d.stream.admit(Some(2)), Err(Fenced::PumpRunning), "not even with the pump's epoch");
+    assert_eq!(d.stream.resume(Some(1), None, d.now), Err(ResumeRefused::Fenced(Fenced::PumpRunning)));
+    assert_eq!(d.stream.admit_pump(2), Ok(()));
+    assert_eq!(d.stream.admit_pump(1), Err(Fenced::Superseded { current: 2 }));
+    assert_eq!(d.stream.admit_flush(Some(1)), Ok(()), "a flush writes no text: taken while the pump runs");
+    // After a reset the re-attached pump takes the rebuilt stream again, fencing the producer.
+    let mut rebuilt = rehydrated("abc", cfg(), 2);
+    let again = rebuilt.stream.start_pump(rebuilt.now).unwrap();
+    assert_eq!((again.epoch, rebuilt.stream.resume_by()), (3, None), "the window closes");
+    assert_eq!(rebuilt.stream.admit(Some(2)), Err(Fenced::PumpRunning));
+}
+
+/// A rebuilt stream whose producer wrote last long ago waits the whole resume window: the idle
+/// timeout (which the window already counts) does not seal it first.
+#[test]
+fn a_rebuilt_stream_waits_its_whole_window_even_when_the_idle_timeout_ends_sooner() {
+    let db = lost_row("abc");
+    let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().unwrap();
+    let cfg = StreamConfig { idle_timeout_ms: Millis(300_000), ..cfg() };
+    let now = Timestamp(1_000_000);
+    let last_write = Some(now - Millis(290_000)); // 10 s of the idle timeout left, 30 s of window
+    let window = Window::of(&cfg, None, last_write, now);
+    let from = Rehydration { durable: read, epoch: 1, granted_to: None, meta: None, window, host_token: None, last_write };
+    let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg, from, now), db);
+    d.now = now;
+    d.advance(WINDOW - 1);
+    assert_eq!(d.stream.state(), StreamState::Live, "not sealed by the idle timeout after 10 s");
+    d.advance(1);
+    d.answer_all();
+    assert_eq!(sealed_with(&d), Some((EndStatus::Interrupted, Some(SealCause::ResumeWindowExpired))));
 }

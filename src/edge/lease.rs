@@ -1,17 +1,15 @@
-//! The lease alarm (SPEC §7), performed. The stream asks for its lease to be armed before its
-//! row is marked ([`Output::ArmLease`](crate::engine::live::Output::ArmLease)) and renewed while
-//! it is alive; what the alarm does when it fires is the core's [`LeaseAlarm`], which this
-//! drives: it reads the keys, answers the machine's store requests (each bounded by
-//! `STORE_TIMEOUT_MS`) and performs its renewal or release.
+//! The object's storage and its alarm, performed: the keys of [`StoredStream`] read in one call
+//! and written as [`KeyUpdate`]s, every call bounded by `STORE_TIMEOUT_MS`; and the lease alarm,
+//! which drives the core's [`LeaseAlarm`] (and, when nothing is held here, the same revival a
+//! request runs: `revive.rs`).
 
 use super::meter::Meter;
 use super::object::StreamObject;
-use super::shell::{log, now, with_timeout};
+use super::shell::{log, with_timeout};
 use crate::engine::host::config::StreamConfig;
-use crate::engine::host::hook::StreamNotice;
-use crate::engine::host::object_storage::{ARMED_AT, HOST_TOKEN, LEASE_KEYS, STREAM_ID};
+use crate::engine::host::object_storage::{kept_at_release, KeyUpdate, StoredStream, KEYS};
 use crate::engine::host::time::{Millis, Timestamp};
-use crate::engine::live::lease::{AlarmOutput, ArmedLease, Holding, LeaseAlarm, Release, StorageError};
+use crate::engine::live::lease::{AlarmOutput, Holding, LeaseAlarm, Release, Renewal, StorageError};
 use crate::engine::live::LiveStream;
 use serde_json::json;
 use std::cell::RefCell;
@@ -19,15 +17,16 @@ use std::rc::Rc;
 use std::time::Duration;
 use worker::State;
 
-/// The object's storage and alarm, as the lease uses them.
+/// The object's storage and alarm, as the lease and a revival use them.
 pub struct LeaseStore {
     state: State,
     lease: Duration,
     timeout: Millis,
-    /// The last arming (its host token) and what it replaced, so a refused open can undo it.
-    armed_over: RefCell<Option<(String, ArmedLease)>>,
+    /// The last arming (its host token) and what the keys held before it, so a refused open
+    /// can undo it.
+    armed_over: RefCell<Option<(String, StoredStream)>>,
     meter: Rc<Meter>,
-    /// The test build's fault plan: `ops=storage` breaks the alarm's read of its keys.
+    /// The test build's fault plan: `ops=storage` breaks the reads of the keys.
     #[cfg(feature = "test-faults")]
     pub faults: Option<Rc<super::faults::FaultPlan>>,
 }
@@ -48,86 +47,93 @@ impl LeaseStore {
         }
     }
 
-    /// Stores what the alarm needs and sets it one lease from now. The open waits for this
-    /// before it marks the row.
-    pub async fn arm(&self, stream_id: &str, host_token: &str) -> Result<(), StorageError> {
+    /// Stores what the alarm and a revival need and sets the alarm one lease from now. The open
+    /// waits for this before it marks the row.
+    pub async fn arm(&self, lease: &StoredStream) -> Result<(), StorageError> {
         // Unknown (a failed read) restores nothing on a disarm: the alarm then finds nothing.
-        let previous = self.stored().await.unwrap_or_default();
-        *self.armed_over.borrow_mut() = Some((host_token.to_owned(), previous));
-        let armed = ArmedLease { stream_id: Some(stream_id.to_owned()), host_token: Some(host_token.to_owned()), armed_at: Some(now()) };
-        self.store(&armed).await?;
-        self.renew().await
+        let previous = self.read_keys().await.unwrap_or_default();
+        let token = lease.host_token.clone().unwrap_or_default();
+        let update = KeyUpdate::arming(lease).over(&previous);
+        *self.armed_over.borrow_mut() = Some((token, previous));
+        self.write_keys(&update).await?;
+        self.renew(None).await
     }
 
     /// Undoes the arming with `host_token` (its open was refused without marking the row):
-    /// restores what the lease stored before it, or stores nothing. The alarm stays set; when it
-    /// fires it finds what was restored, or nothing to guard.
+    /// restores what the keys held before it. The alarm stays set; when it fires it finds what
+    /// was restored, or nothing to guard.
     pub async fn disarm(&self, host_token: &str) -> Result<(), StorageError> {
         let Some((token, previous)) = self.armed_over.borrow_mut().take() else { return Ok(()) };
         if token != host_token {
             return Ok(());
         }
-        self.store(&previous).await
+        self.write_keys(&KeyUpdate::arming(&previous)).await
     }
 
-    /// Writes the lease's keys (a key whose value is `None` is deleted).
-    async fn store(&self, armed: &ArmedLease) -> Result<(), StorageError> {
-        let storage = self.state.storage();
-        let values = [
-            (STREAM_ID, armed.stream_id.as_ref().map(|id| json!(id))),
-            (HOST_TOKEN, armed.host_token.as_ref().map(|token| json!(token))),
-            // A number of ms, stored as JavaScript stores it (an f64: exact below 2^53).
-            (ARMED_AT, armed.armed_at.map(|at| json!(at.0 as f64))),
-        ];
-        for (key, value) in values {
-            let call = async {
-                match value {
-                    Some(v) => {
-                        self.meter.storage(|s| s.puts += 1);
-                        storage.put(key, v).await
-                    }
-                    None => {
-                        self.meter.storage(|s| s.deletes += 1);
-                        storage.delete(key).await.map(drop)
-                    }
-                }
-            };
-            self.bounded(call).await?;
+    /// Sets the alarm one lease from now, storing the producer's last write first when the
+    /// stream asks (see `Output::RenewLease`).
+    pub async fn renew(&self, last_write: Option<Timestamp>) -> Result<(), StorageError> {
+        if let Some(at) = last_write {
+            self.write_keys(&KeyUpdate::last_write(at)).await?;
         }
-        Ok(())
-    }
-
-    /// Sets the alarm one lease from now.
-    pub async fn renew(&self) -> Result<(), StorageError> {
         self.meter.storage(|s| s.set_alarms += 1);
         self.bounded(self.state.storage().set_alarm(self.lease)).await
     }
 
-    /// A rehydration won the row with `host_token` (SPEC §10): the alarm's proof of ownership
-    /// is that token from now on.
-    pub async fn rehost(&self, host_token: &str) -> Result<(), StorageError> {
-        self.meter.storage(|s| s.puts += 1);
-        self.bounded(self.state.storage().put(HOST_TOKEN, host_token)).await
-    }
-
-    /// What the last armed lease stored. An error (or no answer in time) is an error, never
-    /// "nothing armed": the alarm renews on it.
-    pub async fn stored(&self) -> Result<ArmedLease, StorageError> {
+    /// Every key ([`KEYS`]), in one call. An error (or no answer in time) is an error, never "nothing
+    /// armed": the alarm renews on it.
+    pub async fn read_keys(&self) -> Result<StoredStream, StorageError> {
         #[cfg(feature = "test-faults")]
         {
             use crate::engine::host::faults::Fault;
             match self.faults.as_ref().and_then(|plan| plan.decide(crate::engine::host::store::OpKind::LeaseKeys)) {
-                Some(Fault::HoldReply) => return self.bounded(futures::future::pending::<worker::Result<ArmedLease>>()).await,
+                Some(Fault::HoldReply) => return self.bounded(futures::future::pending::<worker::Result<StoredStream>>()).await,
                 Some(_) => return Err(StorageError("injected fault: the object's storage failed".into())),
                 None => {}
             }
         }
+        // One `list()`: every key the object holds, and as many rows read (none for an object
+        // whose stream is over, which a late reader wakes).
+        let map = self.bounded(self.state.storage().list()).await?;
+        self.meter.storage(|s| s.gets += u64::from(map.size()));
+        let keys = StoredStream::from_values(|key| {
+            let value = map.get(&key.into());
+            let text = js_sys::JSON::stringify(&value).ok()?.as_string()?;
+            serde_json::from_str(&text).ok().filter(|v: &serde_json::Value| !v.is_null())
+        });
+        Ok(keys)
+    }
+
+    /// Applies `update`: its puts in one call, its deletes in another.
+    pub async fn write_keys(&self, update: &KeyUpdate) -> Result<(), StorageError> {
         let storage = self.state.storage();
-        self.meter.storage(|s| s.gets += LEASE_KEYS.len() as u64);
-        let stream_id = self.bounded(storage.get::<String>(STREAM_ID)).await?;
-        let host_token = self.bounded(storage.get::<String>(HOST_TOKEN)).await?;
-        let armed_at = self.bounded(storage.get::<f64>(ARMED_AT)).await?.map(|ms| Timestamp(ms as u64));
-        Ok(ArmedLease { stream_id, host_token, armed_at })
+        if !update.puts.is_empty() {
+            let object = js_sys::Object::new();
+            for (key, value) in &update.puts {
+                let value = js_sys::JSON::parse(&value.to_string()).map_err(|_| StorageError(format!("{key}: not JSON")))?;
+                let _ = js_sys::Reflect::set(&object, &(*key).into(), &value);
+            }
+            self.meter.storage(|s| s.puts += update.puts.len() as u64);
+            self.bounded(storage.put_multiple_raw(object)).await?;
+        }
+        if !update.deletes.is_empty() {
+            self.meter.storage(|s| s.deletes += update.deletes.len() as u64);
+            self.bounded(storage.delete_multiple(update.deletes.clone())).await?;
+        }
+        Ok(())
+    }
+
+    /// The lease ends: every key goes (but what [`kept_at_release`] keeps), and the alarm.
+    pub async fn forget(&self, keep: &[&str]) -> Result<(), StorageError> {
+        let storage = self.state.storage();
+        self.meter.storage(|s| s.deletes += 1);
+        if keep.is_empty() {
+            self.bounded(storage.delete_all()).await?;
+        } else {
+            let gone: Vec<&str> = KEYS.iter().copied().filter(|k| !keep.contains(k)).collect();
+            self.bounded(storage.delete_multiple(gone)).await.map(drop)?;
+        }
+        self.bounded(storage.delete_alarm()).await
     }
 
     /// A storage call, failed when it errs or does not answer within the store timeout.
@@ -146,80 +152,54 @@ impl StreamObject {
     pub(super) async fn lease_expired(&self) -> worker::Result<()> {
         let setup = self.setup().map_err(|e| worker::Error::RustError(e.message))?;
         let lease = self.lease_store()?;
-        let mut alarm = LeaseAlarm::fire(setup.settings.stream.clone());
-        let mut object = None;
+        let mut alarm = LeaseAlarm::fire();
+        let mut format = None;
         loop {
             let Some(output) = alarm.poll_output() else {
                 // Every run ends with a renewal or a release; a machine that stopped short
                 // leaves the alarm set, so it fires again.
                 return Ok(());
             };
-            let holding = |object: &Option<Rc<super::object::Object>>| {
-                object.as_ref().and_then(|o| o.shell.inspect(LiveStream::holding)).unwrap_or(Holding::Nothing)
-            };
+            let holding = || self.object.borrow().as_ref().and_then(|o| o.shell.inspect(LiveStream::holding)).unwrap_or(Holding::Nothing);
+            // The stream the keys name, else the one this object knows (nothing armed names none).
+            let known = || self.object.borrow().as_ref().map(|o| o.shell.stream_id.clone()).unwrap_or_default();
+            let id = || alarm.stream_id().map_or_else(known, str::to_owned);
             match output {
                 AlarmOutput::ReadKeys => {
-                    let keys = lease.stored().await;
-                    if let Ok(ArmedLease { stream_id: Some(id), .. }) = &keys {
-                        let o = self.object(id).map_err(|e| worker::Error::RustError(e.message))?;
-                        // A fresh instance that finds its row `streaming` rebuilds it and waits for
-                        // its producer (SPEC §10) instead of sealing it; then the stream is alive
-                        // here and the lease renews. A failure leaves the decision to the row.
-                        if let Err(e) = self.revive(&o).await {
-                            log("error", "rehydration_failed", id, json!({"error": e.message}));
-                        }
-                        object = Some(o);
-                    }
-                    alarm.handle_keys(keys, &holding(&object), now());
+                    let keys = lease.read_keys().await;
+                    format = keys.as_ref().ok().and_then(|k| k.format);
+                    alarm.handle_keys(keys, holding());
                 }
-                AlarmOutput::Store(request) => {
-                    let Some(o) = object.clone() else { return Ok(()) };
-                    let answer = o.shell.run_bounded(request).await;
-                    alarm.handle_store(answer, &holding(&object), now());
+                AlarmOutput::Revive => {
+                    let o = self.object(&id()).map_err(|e| worker::Error::RustError(e.message))?;
+                    let revived = self.revive(&o).await;
+                    alarm.handle_revival(revived);
                 }
-                AlarmOutput::SealRepaired => {
-                    if let Some(o) = &object {
-                        o.shell.feed(|s, _| s.seal_repaired());
-                    }
-                }
-                AlarmOutput::Notice(notice) => {
-                    let id = alarm.stream_id().unwrap_or_default().to_owned();
-                    match &notice {
-                        StreamNotice::Interrupted { durable_seq, .. } => {
-                            log("warn", "interrupted", &id, json!({"durableSeq": durable_seq, "by": "lease"}))
-                        }
-                        StreamNotice::SealRepaired { status, durable_seq, .. } => {
-                            log("warn", "seal_repaired", &id, json!({"status": status, "durableSeq": durable_seq}))
-                        }
-                        other => log("warn", "lease_notice", &id, json!({"notice": format!("{other:?}")})),
-                    }
-                    if let Some(o) = &object {
-                        o.shell.notify(notice);
+                AlarmOutput::RetrySeal => {
+                    if let Some(o) = self.object.borrow().clone() {
+                        o.shell.feed(|s, now| s.retry_seal(now));
                     }
                 }
                 AlarmOutput::Renew(why) => {
-                    let id = alarm.stream_id().unwrap_or_default().to_owned();
-                    if !matches!(why, crate::engine::live::lease::Renewal::Alive) {
+                    if !matches!(why, Renewal::Alive) {
                         log(
                             "warn",
                             "lease_renewed",
-                            &id,
+                            &id(),
                             json!({"reason": format!("{why:?}"), "retryInMs": setup.settings.stream.lease_ms}),
                         );
                     }
-                    return lease.renew().await.map_err(|e| worker::Error::RustError(e.to_string()));
+                    return lease.renew(None).await.map_err(|e| worker::Error::RustError(e.to_string()));
                 }
                 AlarmOutput::Release(why) => {
-                    // Nothing armed names no stream: the one this object knows, if any.
-                    let known = || self.object.borrow().as_ref().map(|o| o.shell.stream_id.clone()).unwrap_or_default();
-                    let id = alarm.stream_id().map_or_else(known, str::to_owned);
                     let (level, reason) = match &why {
                         Release::NothingArmed => ("info", "nothing armed".to_owned()),
                         Release::NotOurs { .. } | Release::TokenUnknown => ("warn", format!("{why:?}")),
                         _ => ("info", format!("{why:?}")),
                     };
-                    log(level, "lease_released", &id, json!({"reason": reason}));
-                    return Ok(());
+                    log(level, "lease_released", &id(), json!({"reason": reason}));
+                    let keep = kept_at_release(format, setup.store.has_format_column());
+                    return lease.forget(keep).await.map_err(|e| worker::Error::RustError(e.to_string()));
                 }
             }
         }

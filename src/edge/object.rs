@@ -12,7 +12,7 @@ use super::sse::{self, ReaderSource};
 use crate::engine::access::api::{self, Action, ApiError, OpenRequest, Route};
 use crate::engine::access::auth::{AuthRequest, Denied};
 use crate::engine::host::config::StreamConfig;
-use crate::engine::live::{Dialect, FlushError, LiveStream, OpenError, Producer, StreamState};
+use crate::engine::live::{Dialect, FlushError, LiveStream, OpenError, Producer, ResumeRefused, StreamState};
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -30,7 +30,7 @@ pub struct StreamObject {
     /// woken when it opens here (see `ui::format_or_await_open`).
     pub(super) awaiting_open: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
     /// How far this instance got with rebuilding a lost stream (SPEC §10, `revive.rs`).
-    pub(super) revival: std::cell::Cell<super::revive::Revival>,
+    pub(super) revival: RefCell<super::revive::RevivalState>,
     pub(super) revival_waiters: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
 }
 
@@ -54,7 +54,7 @@ impl DurableObject for StreamObject {
             object: RefCell::new(None),
             meter: Rc::default(),
             awaiting_open: RefCell::default(),
-            revival: std::cell::Cell::default(),
+            revival: RefCell::default(),
             revival_waiters: RefCell::default(),
         }
     }
@@ -181,7 +181,7 @@ impl StreamObject {
         // woke it (SPEC §10); `/text` reads D1 anyway, an open starts a stream of its own, and
         // `/stats` only looks.
         if !matches!(route.action, Action::Open | Action::Text | Action::Stats) {
-            self.revive(&o).await?;
+            self.revive_for_request(&o).await?;
         }
         let r = match route.action {
             Action::Open => self.open(&o, &route, &mut req).await,
@@ -198,7 +198,7 @@ impl StreamObject {
                     body.as_ref().and_then(|b| b.get("error")).and_then(|e| e.as_str()).unwrap_or("the producer failed the stream");
                 o.seal(&route, Some(message.to_owned()), epoch).await
             }
-            Action::Resume => self.resume_producer(&o, &route).await,
+            Action::Resume => self.resume_producer(&o, &route, &req).await,
             Action::Events => o.events(&req, &target),
             Action::Ui => self.ui(&o, &req, &target, &route).await,
             Action::Stream => self.resume(&o, &req, &target, &route).await,
@@ -220,7 +220,7 @@ impl StreamObject {
         let body = http::small_json(req, 64 * 1024, "the open body must be {\"format\": \"text\" | \"ui\", \"meta\": …}").await?;
         let OpenRequest { format, meta } = OpenRequest::parse(body)?;
         let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
-        let (stream, ticket) = LiveStream::open(&route.stream_id, cfg, Producer { host_token: random_token(), meta: meta.clone() }, now());
+        let (stream, ticket) = LiveStream::open(&route.stream_id, cfg, Producer { host_token: random_token(), meta }, now());
         let Some(settled) = o.shell.install(stream, ticket) else {
             return Err(ApiError::open_refused(&route.stream_id, crate::engine::durable::OpenRefused::AlreadyOpenHere));
         };
@@ -228,15 +228,10 @@ impl StreamObject {
         for waiter in self.awaiting_open.take() {
             let _ = waiter.send(());
         }
-        // An instance that opened its stream has nothing to rebuild.
-        self.revival.set(super::revive::Revival::Settled);
         o.shell.feed(|_, _| ()); // performs the first request queued by `open`
         match settled.await.map_err(unavailable)? {
-            // Stored only once the open settled: a refused reopen (a finished stream, another
-            // producer) must not overwrite the format of the stream that holds the row.
+            // The format and `meta` were stored with the lease's keys, before the row was marked.
             Ok(()) => {
-                self.remember_format(&route.stream_id, format).await;
-                self.remember_meta(&route.stream_id, meta.as_ref()).await;
                 http::json(200, &json!({"streamId": route.stream_id, "seq": 0, "durableSeq": 0, "epoch": crate::engine::live::FIRST_EPOCH}))
                     .map_err(unavailable)
             }
@@ -251,13 +246,13 @@ impl StreamObject {
     async fn text(&self, o: &Object, route: &Route) -> Result<Response, ApiError> {
         let durable = o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
         let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
-        let format = self.format(o).await?.unwrap_or_default();
+        let format = self.format(o, Some(&durable)).await?.unwrap_or_default();
         http::json(200, &TextAnswer { durable: &durable, format }).map_err(unavailable)
     }
 
     async fn pump(&self, o: &Rc<Object>, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
         o.require_live(route)?;
-        // The pump becomes the producer: a fenced or not-yet-resumed producer cannot start one.
+        // The pump becomes the producer: only the current producer can start one.
         let epoch = super::revive::epoch_of(req)?;
         if let Some(Err(fenced)) = o.shell.inspect(|s| s.admit(epoch)) {
             return Err(super::revive::fenced(&route.stream_id, fenced));
@@ -267,18 +262,26 @@ impl StreamObject {
             return Err(ApiError::too_large(MAX_PUMP_BODY_BYTES));
         }
         let (pump, upstream) = super::pump::upstream_request(&body, &o.setup.settings.pump_secrets, &self.env)?;
-        if o.pumping.replace(true) {
-            return Err(ApiError::new(409, "pump_running", format!("stream {} is already pumping an upstream", route.stream_id)));
+        if o.pumping.get() {
+            return Err(ApiError::pump_running(&route.stream_id));
         }
+        // The pump's epoch fences the producer that started it, and is stored as a resume's is.
+        let grant = match o.shell.feed(|s, now| s.admit(epoch).map_err(ResumeRefused::Fenced).and_then(|()| s.start_pump(now))) {
+            Some(Ok(grant)) => grant,
+            Some(Err(ResumeRefused::Fenced(f))) => return Err(super::revive::fenced(&route.stream_id, f)),
+            Some(Err(_)) | None => return Err(ApiError::closed(&route.stream_id)),
+        };
+        self.store_resume(&grant, None).await.map_err(ApiError::store_unavailable)?;
+        o.pumping.set(true);
         let object = Rc::clone(o);
-        let run = super::pump::PumpRun::new(Rc::clone(&o.shell), &self.state, self.env.clone(), Rc::clone(&self.meter));
+        let run = super::pump::PumpRun::new(Rc::clone(&o.shell), grant.epoch, &self.state, self.env.clone(), Rc::clone(&self.meter));
         let awake = self.meter.hold();
         self.state.wait_until(async move {
             let _awake = awake;
             super::pump::run(run, pump, upstream).await;
             object.pumping.set(false);
         });
-        http::json(202, &json!({"streamId": route.stream_id, "pumping": true})).map_err(unavailable)
+        http::json(202, &json!({"streamId": route.stream_id, "pumping": true, "epoch": grant.epoch})).map_err(unavailable)
     }
 }
 
@@ -299,7 +302,7 @@ impl Object {
     async fn flush(&self, route: &Route, epoch: Option<u64>) -> Result<Response, ApiError> {
         let shell = &self.shell;
         let settled = shell
-            .feed(|s, now| s.admit(epoch).map(|()| shell.await_ticket(s.flush(now))))
+            .feed(|s, now| s.admit_flush(epoch).map(|()| shell.await_ticket(s.flush(now))))
             .ok_or_else(|| ApiError::not_open(&route.stream_id))?
             .map_err(|f| super::revive::fenced(&route.stream_id, f))?;
         match settled.await.map_err(unavailable)? {
@@ -432,8 +435,8 @@ struct TextAnswer<'a> {
     format: crate::engine::wire::ui::Format,
 }
 
-/// A random claim token for the open CAS.
-fn random_token() -> String {
+/// A random claim token: the open's CAS, and a revival's claim (unique per claimant).
+pub(super) fn random_token() -> String {
     let mut bytes = [0u8; 16];
     if getrandom::fill(&mut bytes).is_err() {
         // The host token only needs to differ between producers; the clock is a fallback.

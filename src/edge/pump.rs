@@ -17,7 +17,7 @@ use super::object::{Object, StreamObject};
 use super::shell::{log, Shell};
 use crate::engine::access::api::ApiError;
 use crate::engine::host::hook::SealCause;
-use crate::engine::live::{LiveStream, PushError};
+use crate::engine::live::{LiveStream, PushError, PushReceipt};
 use crate::engine::pump::{
     BackgroundRecord, CallMethod, Interruption, PumpFailure, PumpRequest, PumpSecrets, PumpStep, Reattach, ReattachNext, Relay, Retrieved,
     UpstreamCall,
@@ -42,6 +42,8 @@ const NAME_WAIT: Duration = Duration::from_secs(10);
 /// What a running pump performs its work with.
 pub struct PumpRun {
     shell: Rc<Shell>,
+    /// The producer epoch the stream granted this pump (`LiveStream::start_pump`).
+    epoch: u64,
     /// A handle on the object's state: the storage of the background record.
     state: State,
     /// The environment the named secret is read from at each call.
@@ -80,11 +82,24 @@ enum Streamed {
 type CancelWatch = futures::future::Fuse<futures::channel::oneshot::Receiver<()>>;
 
 impl PumpRun {
-    pub fn new(shell: Rc<Shell>, state: &State, env: Env, meter: Rc<Meter>) -> Self {
+    /// A pump run holding the stream's producer epoch `epoch` (0 for a run that only reads or
+    /// cancels a stored record: its pushes are never admitted).
+    pub fn new(shell: Rc<Shell>, epoch: u64, state: &State, env: Env, meter: Rc<Meter>) -> Self {
         // A second handle on the same JavaScript state object (`State` itself is not `Clone`).
         let raw: &wasm_bindgen::JsValue = state.as_raw().as_ref();
         let state = State::from(wasm_bindgen::JsCast::unchecked_into::<worker::worker_sys::DurableObjectState>(raw.clone()));
-        PumpRun { shell, state, env, meter }
+        PumpRun { shell, epoch, state, env, meter }
+    }
+
+    fn with_epoch(self, epoch: u64) -> Self {
+        Self { epoch, ..self }
+    }
+
+    /// Pushes pumped text, admitted by the pump's epoch in the same borrow (a fenced push is
+    /// refused as a closed stream's: the pump is no longer the producer).
+    fn push(&self, text: &str) -> Option<Result<PushReceipt, PushError>> {
+        let epoch = self.epoch;
+        self.shell.feed(|s, now| s.admit_pump(epoch).map_err(|_| PushError::Closed).and_then(|()| s.push(text, now)))
     }
 
     fn stream_id(&self) -> &str {
@@ -319,7 +334,7 @@ async fn stream_events(run: &PumpRun, relay: &mut Relay, mut response: Response,
         };
         let push = relay.take_push();
         if !push.is_empty() {
-            match run.shell.feed(|s, now| s.push(&push, now)) {
+            match run.push(&push) {
                 Some(Ok(receipt)) if receipt.cancelled => return Streamed::End(PumpEnd::Cancelled),
                 Some(Ok(_)) => {}
                 Some(Err(PushError::Closed)) | Some(Err(PushError::NotOpen)) | None => return Streamed::End(PumpEnd::StreamEnded),
@@ -358,7 +373,7 @@ async fn learn_name<E>(relay: &mut Relay, mut events: Pin<Box<impl Stream<Item =
 
 /// Pushes the last text a stored response gave, then ends as `step` says.
 fn push_then(run: &PumpRun, push: &str, step: PumpStep) -> PumpEnd {
-    if !push.is_empty() && !matches!(run.shell.feed(|s, now| s.push(push, now)), Some(Ok(_))) {
+    if !push.is_empty() && !matches!(run.push(push), Some(Ok(_))) {
         return PumpEnd::StreamEnded;
     }
     match step {
@@ -394,7 +409,7 @@ impl StreamObject {
     /// what comes after it, and ends the stream as a pump does; the object counts as pumping
     /// meanwhile. A storage error is returned as is (the record stays for another try).
     pub(super) async fn reattach_pump(&self, o: &Rc<Object>, durable_from: Offset, durable_text: &str) -> worker::Result<PumpReattach> {
-        let run = PumpRun::new(Rc::clone(&o.shell), &self.state, self.env.clone(), Rc::clone(&self.meter));
+        let run = PumpRun::new(Rc::clone(&o.shell), 0, &self.state, self.env.clone(), Rc::clone(&self.meter));
         let Some(record) = run.record().await? else { return Ok(PumpReattach::NoRecord) };
         let upstream = record.endpoint.clone();
         let cancel = record.cancel_call();
@@ -406,9 +421,21 @@ impl StreamObject {
                 return Ok(PumpReattach::Interrupted(reason));
             }
         };
-        if o.pumping.replace(true) {
+        if o.pumping.get() {
             return Ok(PumpReattach::Started); // one runs here already
         }
+        // The re-attached pump takes the rebuilt stream as its producer, its epoch stored as a
+        // resume's is: a window left in storage would have passed by the next reset, which would
+        // then seal the row under a pump still running upstream.
+        let grant = match o.shell.feed(|s, now| s.start_pump(now)) {
+            Some(Ok(grant)) => grant,
+            _ => return Ok(PumpReattach::NoRecord),
+        };
+        if let Err(e) = self.store_resume(&grant, None).await {
+            log("error", "resume_not_stored", run.stream_id(), json!({"error": e}));
+        }
+        o.pumping.set(true);
+        let run = run.with_epoch(grant.epoch);
         log("info", "pump_reattaching", run.stream_id(), json!({"after": "an object reset", "mark": reattach.record().mark.after}));
         let object = Rc::clone(o);
         let awake = self.meter.hold();
@@ -424,7 +451,7 @@ impl StreamObject {
     /// After a cancel that found no pump running here (the object was reset under it): cancels
     /// upstream the background response a pump left a record of, and forgets the record.
     pub(super) fn cancel_stored_pump(&self, o: &Rc<Object>) {
-        let run = PumpRun::new(Rc::clone(&o.shell), &self.state, self.env.clone(), Rc::clone(&self.meter));
+        let run = PumpRun::new(Rc::clone(&o.shell), 0, &self.state, self.env.clone(), Rc::clone(&self.meter));
         let awake = self.meter.hold();
         self.state.wait_until(async move {
             let _awake = awake;

@@ -1,26 +1,16 @@
-//! Surviving the object (SPEC §10), performed: a fresh instance that finds its stream's row
-//! `streaming` rebuilds the live stream from D1 ([`LiveStream::rehydrate`]), once, however it
-//! was woken (the lease alarm, a reader, the producer); `POST /resume`; the producer epoch on
-//! writes (`x-rindle-epoch`). The decisions are the engine's (`engine/live/resume.rs`).
-//!
-//! What the object keeps for it, beside the lease's stream id and host token: the producer
-//! epoch (stored before a resume answers, so a replaced connection stays fenced across a
-//! reset), the open's `meta` (the authorizer sees it after a rehydration), and the window's
-//! deadline (so a second reset does not restart it; cleared by a resume).
+//! Surviving the object (SPEC §10), performed: the revival (the engine's [`Revival`], which
+//! decides every step) driven against the object's storage and the store, once per instance at
+//! a time however it was woken (the lease alarm, a reader, the producer); `POST /resume`; the
+//! producer epoch on writes (`x-rindle-epoch`).
 
 use super::http::{self, unavailable};
 use super::object::{Object, StreamObject};
 use super::pump::PumpReattach;
 use super::shell::{log, now};
-use super::store::Store;
 use crate::engine::access::api::{ApiError, Route};
-use crate::engine::host::config::{CheckpointMode, StreamConfig};
-use crate::engine::host::object_storage::{EPOCH, META, RESUME_BY};
-use crate::engine::host::store::{next_host_token, ClaimHost};
-use crate::engine::host::time::{Millis, Timestamp};
-use crate::engine::live::lease::ArmedLease;
-use crate::engine::live::{Fenced, LiveStream, Rehydration, ResumeGrant, ResumeRefused, FIRST_EPOCH};
-use crate::engine::text::utf16::Offset;
+use crate::engine::host::object_storage::KeyUpdate;
+use crate::engine::live::lease::Revived;
+use crate::engine::live::{Fenced, ResumeGrant, ResumeRefused, Revival, RevivalEnd, RevivalFailure, RevivalOutput};
 use crate::engine::wire::frame::STATUS_STREAMING;
 use serde_json::json;
 use std::rc::Rc;
@@ -28,6 +18,10 @@ use worker::{Request, Response};
 
 /// The request header carrying the producer epoch.
 pub const EPOCH_HEADER: &str = "x-rindle-epoch";
+
+/// The request header naming the producer (any string it chose, e.g. a random id per answer):
+/// a resume it retries after losing the answer gets the same grant.
+pub const PRODUCER_HEADER: &str = "x-rindle-producer";
 
 /// The producer epoch a write carries: `None` without the header; 400 `bad_epoch` when it is
 /// not a decimal number.
@@ -43,31 +37,36 @@ pub fn fenced(stream_id: &str, f: Fenced) -> ApiError {
     match f {
         Fenced::Superseded { current } => ApiError::superseded(stream_id, current),
         Fenced::ResumeRequired { seq, durable_seq } => ApiError::resume_required(stream_id, seq, durable_seq),
+        Fenced::PumpRunning => ApiError::pump_running(stream_id),
     }
 }
 
-/// How far this instance got with rehydration.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) enum Revival {
-    /// Not tried yet (a fresh instance).
+/// How far this instance got with its revival.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) enum RevivalState {
+    /// Not tried yet (a fresh instance), or the last attempt decided nothing.
     #[default]
     Untried,
     /// One attempt is under way: later callers wait for it (single flight).
     Running,
-    /// Decided: rebuilt, or nothing to rebuild here.
-    Settled,
+    /// Decided: nothing here to rebuild (a rebuilt stream is simply held).
+    Settled(Revived),
 }
 
-/// The one rehydration attempt under way: however it ends (an answer, an error, or its future
-/// dropped with its request), the next caller is let through and the waiters are woken.
+/// The one revival under way: however it ends (an answer, an error, or its future dropped with
+/// its request), the next caller is let through and the waiters are woken.
 struct Attempt<'a> {
     object: &'a StreamObject,
-    settled: bool,
+    outcome: Option<Revived>,
 }
 
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
-        self.object.revival.set(if self.settled { Revival::Settled } else { Revival::Untried });
+        let state = match self.outcome.take() {
+            Some(settled @ Revived::Nothing(_)) => RevivalState::Settled(settled),
+            _ => RevivalState::Untried,
+        };
+        *self.object.revival.borrow_mut() = state;
         for waiter in self.object.revival_waiters.take() {
             let _ = waiter.send(());
         }
@@ -75,143 +74,113 @@ impl Drop for Attempt<'_> {
 }
 
 impl StreamObject {
-    /// Remembers the open's `meta` for a later rehydration (nothing without one).
-    pub(super) async fn remember_meta(&self, stream_id: &str, meta: Option<&serde_json::Value>) {
-        let Some(meta) = meta else { return };
-        self.meter.storage(|s| s.puts += 1);
-        if let Err(e) = self.state.storage().put(META, meta).await {
-            log("error", "meta_not_stored", stream_id, json!({"error": e.to_string()}));
-        }
-    }
-
-    /// Rebuilds the stream if this is a fresh instance of an object whose stream was lost while
-    /// `streaming`, once per instance: concurrent callers wait for the one attempt. A store
-    /// failure is returned (503) and the next caller tries again.
-    pub(super) async fn revive(&self, o: &Rc<Object>) -> Result<(), ApiError> {
+    /// Rebuilds the stream if this instance holds none and its keys say one was lost while
+    /// `streaming`, once at a time: concurrent callers wait for the one attempt and see its
+    /// outcome. A stream already held here is [`Revived::Rebuilt`].
+    pub(super) async fn revive(&self, o: &Rc<Object>) -> Revived {
         loop {
-            if o.shell.holds_stream() || o.settings().stream.resume_window_ms == Millis::ZERO {
-                return Ok(());
+            if o.shell.holds_stream() {
+                return Revived::Rebuilt;
             }
-            match self.revival.get() {
-                Revival::Settled => return Ok(()),
-                Revival::Running => {
+            let state = self.revival.borrow().clone();
+            match state {
+                RevivalState::Settled(outcome) => return outcome,
+                RevivalState::Running => {
                     let (tx, rx) = futures::channel::oneshot::channel();
                     self.revival_waiters.borrow_mut().push(tx);
                     let _ = rx.await;
                 }
-                Revival::Untried => break,
+                RevivalState::Untried => break,
             }
         }
-        self.revival.set(Revival::Running);
-        let mut attempt = Attempt { object: self, settled: false };
-        let result = self.rehydrate(o).await;
-        attempt.settled = result.is_ok();
-        result
+        *self.revival.borrow_mut() = RevivalState::Running;
+        let mut attempt = Attempt { object: self, outcome: None };
+        let outcome = self.run_revival(o).await;
+        attempt.outcome = Some(outcome.clone());
+        outcome
     }
 
-    /// One attempt: the lease says this object armed it for this stream, the window has not
-    /// passed, the row is `streaming` (one atomic read), and, with a host column, the claim
-    /// from the lost instance's token wins.
-    async fn rehydrate(&self, o: &Rc<Object>) -> Result<(), ApiError> {
-        let stream_id = o.shell.stream_id.clone();
-        let lease = self.lease_store().map_err(unavailable)?;
-        let ArmedLease { stream_id: Some(armed_for), host_token: token, .. } = lease.stored().await.map_err(ApiError::store_unavailable)?
-        else {
-            return Ok(());
+    /// A request's revival: a step that failed is a 503 (the next request tries again).
+    pub(super) async fn revive_for_request(&self, o: &Rc<Object>) -> Result<(), ApiError> {
+        match self.revive(o).await {
+            Revived::Failed(RevivalFailure::Store(e)) => Err(ApiError::store_unavailable(e)),
+            Revived::Failed(RevivalFailure::Storage(e)) => Err(ApiError::store_unavailable(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Drives one [`Revival`]: every store call bounded by `STORE_TIMEOUT_MS` (a timeout is a
+    /// failure), the object's storage too.
+    async fn run_revival(&self, o: &Rc<Object>) -> Revived {
+        let lease = match self.lease_store() {
+            Ok(lease) => lease,
+            Err(e) => return Revived::Failed(RevivalFailure::Storage(e.to_string())),
         };
-        if armed_for != stream_id {
-            return Ok(());
-        }
-        let durable = o.setup.store.sink().read_durable(&stream_id).await.map_err(ApiError::store_unavailable)?;
-        let Some(durable) = durable.filter(|d| d.status == STATUS_STREAMING) else { return Ok(()) };
-        let storage = self.state.storage();
-        self.meter.storage(|s| s.gets += 3);
-        let resume_by = storage.get::<u64>(RESUME_BY).await.map_err(ApiError::store_unavailable)?.map(Timestamp);
-        if resume_by.is_some_and(|at| at <= now()) {
-            return Ok(()); // the window passed in an earlier life: the lease seals the row
-        }
-        let token = match (&*o.setup.store, &o.settings().stream.mode, token) {
-            (Store::Tables(tables), CheckpointMode::Tables { host_cas: true }, Some(old)) => {
-                let next = next_host_token(&old);
-                let holder =
-                    tables.perform(&stream_id, &ClaimHost { old, new: next.clone() }).await.map_err(ApiError::store_unavailable)?;
-                if holder.as_deref() != Some(next.as_str()) {
-                    log("warn", "rehydration_refused", &stream_id, json!({"holder": holder}));
-                    return Ok(());
+        let mut revival = Revival::start(o.settings().stream.clone(), super::object::random_token());
+        while let Some(output) = revival.poll_output() {
+            match output {
+                RevivalOutput::ReadKeys => revival.handle_keys(lease.read_keys().await.map_err(|e| e.0)),
+                RevivalOutput::Store(request) => {
+                    let answer = o.shell.run_bounded(request).await;
+                    revival.handle_store(answer, now());
                 }
-                Some(next)
+                RevivalOutput::WriteKeys(update) => revival.handle_keys_written(lease.write_keys(&update).await.map_err(|e| e.0), now()),
             }
-            // A host column and no token to prove ownership with: the row is left to the lease.
-            (Store::Tables(_), CheckpointMode::Tables { host_cas: true }, None) => return Ok(()),
-            (_, _, token) => token,
+        }
+        let Some(end) = revival.take_end() else {
+            return Revived::Failed(RevivalFailure::Storage("the revival stopped before it decided".into()));
         };
-        let epoch = storage.get::<u64>(EPOCH).await.map_err(ApiError::store_unavailable)?.unwrap_or(FIRST_EPOCH);
-        let meta = storage.get::<serde_json::Value>(META).await.map_err(ApiError::store_unavailable)?;
-        let format = self.format(o).await?.unwrap_or_default();
-        let now = now();
-        let window = resume_by.unwrap_or(now + o.settings().stream.resume_window_ms);
-        if let Some(token) = &token {
-            lease.rehost(token).await.map_err(ApiError::store_unavailable)?;
+        let revived = Revived::from(&end);
+        match end {
+            RevivalEnd::Revived(stream) => self.install_revived(o, *stream).await,
+            RevivalEnd::Nothing(why) => log("info", "nothing_to_revive", &o.shell.stream_id, json!({"reason": format!("{why:?}")})),
+            RevivalEnd::MarkMayBeInFlight => {}
+            RevivalEnd::Failed(e) => log("error", "revival_failed", &o.shell.stream_id, json!({"error": e.to_string()})),
         }
-        if resume_by.is_none() {
-            self.meter.storage(|s| s.puts += 1);
-            storage.put(RESUME_BY, window.0).await.map_err(ApiError::store_unavailable)?;
+        revived
+    }
+
+    /// Installs a rebuilt stream; a background pump that left its record re-attaches and
+    /// becomes its producer (it fences any HTTP producer).
+    async fn install_revived(&self, o: &Rc<Object>, stream: crate::engine::live::LiveStream) {
+        let (stream_id, d, epoch, resume_by) = (o.shell.stream_id.clone(), stream.durable_seq(), stream.epoch(), stream.resume_by());
+        let (durable_from, durable_text) = stream.retained_text();
+        let durable_text = durable_text.to_owned();
+        if !o.shell.install_rehydrated(stream) {
+            return;
         }
-        let durable_text = durable.text.clone();
-        let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
-        let from = Rehydration { durable, epoch, meta, resume_by: Some(window), host_token: token.clone() };
-        let d = from.durable.seq;
-        if !o.shell.install_rehydrated(LiveStream::rehydrate(&stream_id, cfg, from, now)) {
-            return Ok(());
-        }
-        log("warn", "rehydrated", &stream_id, json!({"durableSeq": d, "epoch": epoch, "resumeBy": window.0}));
-        // The object may be its own producer: a background pump re-attaches, and resumes the
-        // stream itself (it fences any HTTP producer).
-        match self.reattach_pump(o, Offset::ZERO, &durable_text).await {
-            // The pump's resume is stored as a producer's is: a window left in storage would
-            // have passed by the next reset, which would then leave the row to the lease's
-            // `interrupted` seal under a pump still running upstream.
-            Ok(PumpReattach::Started) => {
-                if let Some(Ok(grant)) = o.shell.feed(|s, now| s.resume(now)) {
-                    if let Err(e) = self.store_resume(&grant).await {
-                        log("error", "resume_not_stored", &stream_id, json!({"error": e.to_string()}));
-                    }
-                }
-            }
-            Ok(PumpReattach::NoRecord | PumpReattach::Interrupted(_)) => {}
+        log("warn", "rehydrated", &stream_id, json!({"durableSeq": d, "epoch": epoch, "resumeBy": resume_by.map(|t| t.0)}));
+        match self.reattach_pump(o, durable_from, &durable_text).await {
+            Ok(PumpReattach::Started | PumpReattach::NoRecord | PumpReattach::Interrupted(_)) => {}
             Err(e) => log("error", "pump_reattach_failed", &stream_id, json!({"error": e.to_string()})),
         }
-        Ok(())
     }
 
     /// `POST /resume`: a new epoch and where to continue. The epoch is stored before the answer,
     /// so the connection it replaces stays fenced across a reset.
-    pub(super) async fn resume_producer(&self, o: &Rc<Object>, route: &Route) -> Result<Response, ApiError> {
-        let granted = o.shell.feed(|s, now| s.resume(now));
+    pub(super) async fn resume_producer(&self, o: &Rc<Object>, route: &Route, req: &Request) -> Result<Response, ApiError> {
+        let epoch = epoch_of(req)?;
+        let producer = req.headers().get(PRODUCER_HEADER).ok().flatten();
+        let granted = o.shell.feed(|s, now| s.resume(epoch, producer.as_deref(), now));
         let grant = match granted {
             Some(Ok(grant)) => grant,
             Some(Err(ResumeRefused::Closed { status, seq, durable_seq })) => {
                 return Err(ApiError::closed_as(&route.stream_id, status.as_str(), seq, durable_seq))
             }
+            Some(Err(ResumeRefused::Fenced(f))) => return Err(fenced(&route.stream_id, f)),
             Some(Err(ResumeRefused::NotOpen)) | None => return Err(self.not_resumable(o, route).await),
         };
-        self.store_resume(&grant).await.map_err(ApiError::store_unavailable)?;
+        self.store_resume(&grant, producer.as_deref()).await.map_err(ApiError::store_unavailable)?;
         log("info", "resumed", &route.stream_id, json!({"seq": grant.seq, "durableSeq": grant.durable_seq, "epoch": grant.epoch}));
         http::json(200, &json!({"seq": grant.seq, "durableSeq": grant.durable_seq, "format": grant.format.as_str(), "epoch": grant.epoch}))
             .map_err(unavailable)
     }
 
-    /// Stores what a granted resume changed: the new epoch (the replaced connection stays
-    /// fenced across a reset) and no window (it closed; the next reset opens its own).
-    async fn store_resume(&self, grant: &ResumeGrant) -> worker::Result<()> {
-        let storage = self.state.storage();
-        self.meter.storage(|s| {
-            s.puts += 1;
-            s.deletes += 1;
-        });
-        storage.put(EPOCH, grant.epoch).await?;
-        storage.delete(RESUME_BY).await?;
-        Ok(())
+    /// Stores what a granted resume (or a pump taking over) changed: the new epoch (the replaced
+    /// connection stays fenced across a reset), whom it went to, and no window.
+    pub(super) async fn store_resume(&self, grant: &ResumeGrant, producer: Option<&str>) -> Result<(), String> {
+        let lease = self.lease_store().map_err(|e| e.to_string())?;
+        lease.write_keys(&KeyUpdate::resumed(grant.epoch, producer)).await.map_err(|e| e.0)
     }
 
     /// Why no stream here can resume: its row is sealed (409 naming the status), or there is

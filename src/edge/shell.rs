@@ -362,7 +362,7 @@ impl Shell {
                 Output::Store(request) => wasm_bindgen_futures::spawn_local(Rc::clone(self).run_store(request)),
                 Output::Wake(reader) => self.write_reader(reader, "", now),
                 Output::Settled(settlement) => self.waiting.settle(settlement),
-                Output::ArmLease { host_token } => wasm_bindgen_futures::spawn_local(Rc::clone(self).arm_lease(host_token)),
+                Output::ArmLease { lease } => wasm_bindgen_futures::spawn_local(Rc::clone(self).arm_lease(lease)),
                 Output::DisarmLease { host_token } => {
                     let shell = Rc::clone(self);
                     let awake = self.meter.hold();
@@ -373,12 +373,12 @@ impl Shell {
                         }
                     });
                 }
-                Output::RenewLease => {
+                Output::RenewLease { last_write } => {
                     let shell = Rc::clone(self);
                     let awake = self.meter.hold();
                     wasm_bindgen_futures::spawn_local(async move {
                         let _awake = awake;
-                        if let Err(e) = shell.lease.renew().await {
+                        if let Err(e) = shell.lease.renew(last_write).await {
                             log("error", "lease_renewal_failed", &shell.stream_id, json!({"error": e.to_string()}));
                         }
                     });
@@ -389,9 +389,9 @@ impl Shell {
         }
     }
 
-    async fn arm_lease(self: Rc<Self>, host_token: String) {
+    async fn arm_lease(self: Rc<Self>, lease: crate::engine::host::object_storage::StoredStream) {
         let _awake = self.meter.hold();
-        let result = self.lease.arm(&self.stream_id, &host_token).await.map_err(|e| e.to_string());
+        let result = self.lease.arm(&lease).await.map_err(|e| e.to_string());
         if let Err(e) = &result {
             log("error", "lease_failed", &self.stream_id, json!({"error": e}));
         }
@@ -462,10 +462,10 @@ impl Shell {
         }
     }
 
+    /// Logs a stream event, then tells the hook its notices (a hook that aborts the instance
+    /// cannot take the log line with it).
     fn log_event(&self, event: StreamEvent) {
-        for notice in StreamNotice::of(&self.stream_id, &event) {
-            self.notify(notice);
-        }
+        let notices = StreamNotice::of(&self.stream_id, &event);
         let id = &self.stream_id;
         match event {
             StreamEvent::Opened => log("info", "opened", id, json!({})),
@@ -486,15 +486,26 @@ impl Shell {
             StreamEvent::CheckpointFailed { from, to, error } => {
                 log("error", "checkpoint_failed", id, json!({"from": from, "to": to, "error": error.to_string()}))
             }
-            StreamEvent::Sealed { status, seq, durable_seq, shortfall, .. } => log(
-                if shortfall.is_some() { "error" } else { "info" },
-                "sealed",
-                id,
-                json!({"status": status, "seq": seq, "durableSeq": durable_seq, "shortfall": shortfall.map(|s| s.to_string())}),
-            ),
+            StreamEvent::Sealed { status, seq, durable_seq, shortfall, cause } => {
+                if let Some(cause) = cause.filter(|_| status == crate::engine::wire::frame::EndStatus::Interrupted) {
+                    log("warn", "interrupted", id, json!({"durableSeq": durable_seq, "cause": format!("{cause:?}")}));
+                }
+                log(
+                    if shortfall.is_some() { "error" } else { "info" },
+                    "sealed",
+                    id,
+                    json!({"status": status, "seq": seq, "durableSeq": durable_seq, "shortfall": shortfall.map(|s| s.to_string())}),
+                )
+            }
+            StreamEvent::SealRepaired { status, durable_seq } => {
+                log("warn", "seal_repaired", id, json!({"status": status, "durableSeq": durable_seq}))
+            }
             StreamEvent::ReaderDropped { reader, reason } => {
                 log("warn", "reader_dropped", id, json!({"reader": reader, "reason": format!("{reason:?}")}))
             }
+        }
+        for notice in notices {
+            self.notify(notice);
         }
     }
 }

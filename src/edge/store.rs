@@ -27,6 +27,11 @@ impl Store {
         }
     }
 
+    /// The rows carry the stream's format (a `/ui` of a finished stream reads it there).
+    pub fn has_format_column(&self) -> bool {
+        matches!(self, Store::Tables(tables) if tables.sql().has_format_column())
+    }
+
     /// The store's terminal write, durable text and cancel flag (the tables are a sink too).
     pub fn sink(&self) -> &dyn CheckpointSink {
         match self {

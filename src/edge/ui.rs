@@ -8,7 +8,9 @@ use super::object::{Object, StreamObject};
 use super::shell::log;
 use super::sse;
 use crate::engine::access::api::{ApiError, Route};
+use crate::engine::host::object_storage::FORMAT;
 use crate::engine::live::{Dialect, LiveStream};
+use crate::engine::text::reading::DurableText;
 use crate::engine::text::utf16::Offset;
 use crate::engine::wire::frame::{EndStatus, STATUS_STREAMING};
 use crate::engine::wire::ui::{self, Format};
@@ -17,32 +19,24 @@ use std::rc::Rc;
 use std::time::Duration;
 use worker::{Request, Response};
 
-/// The storage key of the stream's format.
-const FORMAT_KEY: &str = "format";
-
 /// The response header that tells a `/ui` client the server's `LEASE_MS`: a stream whose
 /// object was lost is sealed (and its ending served) within about that long, so the rindle
 /// transport waits longer than that before it gives up.
 pub const LEASE_HEADER: &str = "x-rindle-lease-ms";
 
 impl StreamObject {
-    /// Remembers the format of the stream opening here. A failure is logged: the live stream
-    /// still knows its format, only a read after it retired would not.
-    pub(super) async fn remember_format(&self, stream_id: &str, format: Format) {
-        self.meter.storage(|s| s.puts += 1);
-        if let Err(e) = self.state.storage().put(FORMAT_KEY, format.as_str()).await {
-            log("error", "format_not_stored", stream_id, json!({"format": format.as_str(), "error": e.to_string()}));
-        }
-    }
-
-    /// The stream's format: the live stream's, else the one stored at its open; `None` when
-    /// this object never opened the stream.
-    pub(super) async fn format(&self, o: &Object) -> Result<Option<Format>, ApiError> {
+    /// The stream's format: the live stream's, else the row's format column (written at the
+    /// open, where one is mapped), else the one stored with the lease's keys; `None` when this
+    /// object never opened the stream. `row` is the durable read, when the caller made one.
+    pub(super) async fn format(&self, o: &Object, row: Option<&DurableText>) -> Result<Option<Format>, ApiError> {
         if let Some(format) = o.shell.inspect(LiveStream::format) {
             return Ok(Some(format));
         }
+        if let Some(format) = row.and_then(|r| r.format) {
+            return Ok(Some(format));
+        }
         self.meter.storage(|s| s.gets += 1);
-        let stored = self.state.storage().get::<String>(FORMAT_KEY).await.map_err(ApiError::store_unavailable)?;
+        let stored = self.state.storage().get::<String>(FORMAT).await.map_err(ApiError::store_unavailable)?;
         Ok(stored.as_deref().and_then(Format::parse))
     }
 
@@ -50,15 +44,20 @@ impl StreamObject {
     /// whose row is waiting for its open (inserted, not yet `streaming` nor ended: the app
     /// inserts the row, then opens) is waited for, at most `LEASE_MS`, so a reader that comes
     /// between the two (a second tab, a reload) is not turned away. `None`: never opened here.
-    async fn format_or_await_open(&self, o: &Object, route: &Route) -> Result<Option<Format>, ApiError> {
-        if let Some(format) = self.format(o).await? {
-            return Ok(Some(format));
+    /// With it, the row it read, where that is still the row as it stands (no stream is held
+    /// here): the durable read a finished stream is served from.
+    async fn format_or_await_open(&self, o: &Object, route: &Route) -> Result<(Option<Format>, Option<DurableText>), ApiError> {
+        if let Some(format) = o.shell.inspect(LiveStream::format) {
+            return Ok((Some(format), None));
         }
         let row = o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+        if let Some(format) = self.format(o, row.as_ref()).await? {
+            return Ok((Some(format), row));
+        }
         let awaiting_open =
             row.is_some_and(|r| r.seq == Offset::ZERO && r.status != STATUS_STREAMING && EndStatus::parse(&r.status).is_none());
         if !awaiting_open {
-            return Ok(None);
+            return Ok((None, None));
         }
         let (opened, wait) = futures::channel::oneshot::channel();
         self.awaiting_open.borrow_mut().push(opened);
@@ -66,7 +65,7 @@ impl StreamObject {
         let bound = worker::Delay::from(Duration::from_millis(o.settings().stream.lease_ms.0));
         futures::pin_mut!(bound);
         let _ = futures::future::select(wait, bound).await;
-        self.format(o).await
+        Ok((self.format(o, None).await?, None))
     }
 
     /// `GET /ui`: live, a reader of the `ui` dialect; finished, the durable lines from the join
@@ -78,8 +77,11 @@ impl StreamObject {
         match self.join_ui(o, req, target, route).await? {
             UiJoin::Answered(response) => Ok(response),
             UiJoin::NeverOpened => Err(ApiError::no_stream(&route.stream_id)),
-            UiJoin::NoLiveStream { from } => {
-                let durable = o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+            UiJoin::NoLiveStream { from, row } => {
+                let durable = match row {
+                    Some(row) => Some(row),
+                    None => o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?,
+                };
                 let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
                 self.durable_ui(o, &durable, from)
             }
@@ -98,8 +100,12 @@ impl StreamObject {
             UiJoin::NeverOpened => no_content(),
             // Not held here: active only while the row is still `streaming` (the object was lost
             // and the lease has not sealed it yet).
-            UiJoin::NoLiveStream { from } => {
-                match o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)? {
+            UiJoin::NoLiveStream { from, row } => {
+                let row = match row {
+                    Some(row) => Some(row),
+                    None => o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?,
+                };
+                match row {
                     Some(durable) if durable.status == STATUS_STREAMING => self.durable_ui(o, &durable, from),
                     _ => no_content(),
                 }
@@ -113,14 +119,15 @@ impl StreamObject {
         if saw_ending(req) {
             return no_content().map(UiJoin::Answered);
         }
-        match self.format_or_await_open(o, route).await? {
+        let (format, row) = self.format_or_await_open(o, route).await?;
+        match format {
             Some(Format::Ui) => {}
             Some(other) => return Err(ApiError::wrong_format(&route.stream_id, other)),
             None => return Ok(UiJoin::NeverOpened),
         }
         Ok(match o.subscribe(Dialect::Ui, req, target) {
             sse::Subscription::Answered(response) => UiJoin::Answered(with_lease(response, o)?),
-            sse::Subscription::NoLiveStream { from } => UiJoin::NoLiveStream { from },
+            sse::Subscription::NoLiveStream { from } => UiJoin::NoLiveStream { from, row },
         })
     }
 
@@ -140,8 +147,8 @@ enum UiJoin {
     Answered(Response),
     /// The stream was never opened here (and no open came while it waited).
     NeverOpened,
-    /// No live stream here: read the durable text from `from`.
-    NoLiveStream { from: Offset },
+    /// No live stream here: read the durable text from `from` (`row`: already read).
+    NoLiveStream { from: Offset, row: Option<DurableText> },
 }
 
 /// The client got the ending already (an `EventSource` that did not close at `[DONE]`).

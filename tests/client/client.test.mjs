@@ -52,12 +52,27 @@ describe('recorded fixtures', () => {
     assert.equal(seen.texts.at(-2).text.length, shown, 'the longer text was shown while live');
   });
 
-  test('a /text recovery from a terminal row: the reader ends with the row, not the longer live text', async () => {
-    const fx = FIXTURES['absent-streaming'];
+  test('an evicted stream rebuilt and sealed: the reader ends with the durable text, not the longer live text', async () => {
+    const fx = FIXTURES['evicted-streaming'];
     const { final, seen } = await replay(fx);
     const held = Math.max(...seen.texts.map((t) => t.text.length));
     assert.ok(held > fx.expect.text.length, `the reader held ${held} units live, more than the ${fx.expect.text.length} durable`);
-    assert.equal(final.text, fx.textResponses.at(-1).body.text);
+    assert.equal(final.text, fx.expect.text);
+  });
+
+  test('a /text recovery from a terminal row: after `absent` the reader ends with the row, not its longer live text', async () => {
+    // The recorded eviction's live frames, then `absent` (a reader whose object holds nothing,
+    // e.g. an older server without a revival) and the terminal row /text answered for it.
+    const fx = structuredClone(FIXTURES['evicted-streaming']);
+    const live = fx.connections[0].events.slice(0, fx.connections[0].events.findIndex((e) => e.transport === 'reconnect'));
+    fx.connections = [{ from: 0, events: [...live, { type: 'absent' }] }];
+    fx.textResponses = [{ status: 200, body: { text: fx.expect.text, seq: fx.expect.text.length, status: 'interrupted', format: 'text' } }];
+    const { final, seen, browser } = await replay(fx);
+    const held = Math.max(...seen.texts.map((t) => t.text.length));
+    assert.ok(held > fx.expect.text.length, `the reader held ${held} units live, more than the ${fx.expect.text.length} durable`);
+    assert.equal(browser.fetches.length, 1, 'one /text read');
+    assert.equal(final.text, fx.expect.text, 'the terminal row, not spliced with the longer live text');
+    assert.equal(final.status, 'interrupted');
   });
 
   test('surrogate pairs: seq counts UTF-16 code units', async () => {

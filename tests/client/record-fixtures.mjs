@@ -25,7 +25,8 @@ export const FIXTURES_DIR = fileURLToPath(new URL('./fixtures/', import.meta.url
  */
 export const RECORDER_VARS = {
   CHECKPOINT_CHARS: '100000', CHECKPOINT_INTERVAL_MS: '60000', LINGER_MS: '3000', LEASE_MS: '1500', IDLE_TIMEOUT_MS: '3000',
-  // A reset seals `interrupted` at once (no rehydration): the fixtures record that ending.
+  // No resume window: a reset stream is rebuilt and sealed `interrupted` at once, the ending the
+  // fixtures record.
   RESUME_WINDOW_MS: '0',
 };
 /** A second stack where readers overflow at once: 4 queued frames, one write per N × 10 ms. */
@@ -312,7 +313,7 @@ async function endStatuses(stack, out) {
  * rejoin `absent` again, and the second /text the row the lease sealed `interrupted`. The reader
  * must end holding exactly that durable text, not the longer text it was shown live.
  */
-async function absentStreaming(stack) {
+async function evictedStreaming(stack) {
   const s = stream(stack, 'evicted');
   ok(await s.open(), 'open');
   const r1 = await s.join(0);
@@ -320,27 +321,21 @@ async function absentStreaming(stack) {
   await s.flush(r1);
   await s.push(3, r1); // never durable
   const lastId = r1.frames.filter((f) => f.id !== undefined).at(-1).id;
-  // The lease must not seal the row before /text is recorded once as `streaming`: D1 refuses
-  // its seal until then (a refused repair is retried a lease later).
-  const trigger = `e2e_record_hold_${s.id}`;
-  stack.db.exec(`CREATE TRIGGER "${trigger}" BEFORE UPDATE ON messages WHEN NEW.id = '${s.id}' AND NEW.status <> 'streaming' BEGIN SELECT RAISE(ABORT, 'recorder: not yet'); END;`);
   await stack.kill();
   r1.close();
   await stack.restart();
-  // The browser's own reconnect (same URL, Last-Event-ID), then client.js's /text and rejoin.
+  // The browser's own reconnect (same URL, Last-Event-ID past the durable text): the fresh
+  // instance rebuilds the stream at its durable length, parks the reader, and (no resume window)
+  // seals it at once, releasing the reader with the durable text and the end.
   const reconnect = await s.toEnd(await s.join(0, { 'last-event-id': lastId }));
-  const text1 = await s.text();
-  stack.db.exec(`DROP TRIGGER "${trigger}"`);
-  assert.equal(text1.body.status, 'streaming', 'the row still says streaming');
-  await until(async () => (await s.text()).body.status === 'interrupted', 'the lease to seal the row interrupted', WAIT_MS);
-  const conn2 = await s.toEnd(await s.join(Number(lastId)));
-  const text2 = await s.text();
+  const text = await s.text();
+  assert.equal(text.body.status, 'interrupted', 'the row is sealed');
   return fixture({
     streamId: s.id,
-    description: 'The Durable Object lost the live stream (kill -9 and restart) while a reader held more than was durable. Its reconnect gets `absent`; /text gives the checkpointed prefix of a row still `streaming` (kept with the longer live text: both are prefixes of one text); the rejoin gets `absent` again; the second /text shows the lease sealed the row `interrupted`. The reader ends with exactly the durable text.',
-    connections: [{ from: 0, events: [...frames(r1), { transport: 'reconnect' }, ...reconnect] }, { from: Number(lastId), events: conn2 }],
-    textResponses: [text1, text2],
-    expect: { text: text2.body.text, produced: upTo(4), status: 'interrupted', durableSeq: text2.body.seq, error: text2.body.error ?? null, connections: 2, textFetches: 2 },
+    description: 'The Durable Object lost the live stream (kill -9 and restart) while a reader held more than was durable. Its reconnect (Last-Event-ID past the durable text) wakes a fresh instance that rebuilds the stream at its durable length and, with no resume window, seals it `interrupted` at once: the parked reader is served from the durable length (`open` below its offset) and ends. The reader ends with exactly the durable text, not its longer live text.',
+    connections: [{ from: 0, events: [...frames(r1), { transport: 'reconnect' }, ...reconnect] }],
+    textResponses: [],
+    expect: { text: text.body.text, produced: upTo(4), status: 'interrupted', durableSeq: text.body.seq, error: text.body.error ?? null, connections: 1, textFetches: 0 },
   });
 }
 
@@ -362,7 +357,7 @@ async function absentTerminal(s) {
 
 /**
  * Records every fixture into `outDir`. `stack` runs with RECORDER_VARS and is restarted once
- * (absent-streaming); `staleStack` runs with STALE_VARS. Returns the file names written.
+ * (evicted-streaming); `staleStack` runs with STALE_VARS. Returns the file names written.
  */
 export async function recordFixtures(stack, staleStack, outDir = FIXTURES_DIR, log = () => {}) {
   mkdirSync(outDir, { recursive: true });
@@ -382,7 +377,7 @@ export async function recordFixtures(stack, staleStack, outDir = FIXTURES_DIR, l
   put('stale-fallback', await staleFallback(staleStack));
   const ends = await endStatuses(stack, out);
   put('end-statuses', { description: 'One stream per way a live reader sees the end.', token: TOKEN, ...ends });
-  put('absent-streaming', await absentStreaming(stack)); // kills and restarts the stack
+  put('evicted-streaming', await evictedStreaming(stack)); // kills and restarts the stack
   put('absent-terminal', await absentTerminal(splice.stream));
   put('durable-rows', { description: 'Message and chunk rows as D1 held them, with the /text the Worker answered for them: the Rust and JavaScript assemblers must both give `text`.', rows: out.durableRows });
   for (const [name, f] of Object.entries(files)) writeFileSync(join(outDir, `${name}.json`), `${JSON.stringify(f, null, 2)}\n`);

@@ -332,6 +332,32 @@ export function openDb(persistDir) {
   };
 }
 
+/**
+ * What the stream objects of a stack keep in their own storage: for each object's local SQLite
+ * file (`<persist>/v3/do/<script>-StreamObject/*.sqlite`), the keys of its storage API (the
+ * `_cf_KV` table) as `{ key: value }`. Read-only, beside workerd (WAL, as `openDb`).
+ */
+export function objectStorage(persistDir) {
+  const Database = requireFromRoot('better-sqlite3');
+  const root = join(persistDir, 'v3', 'do');
+  const dirs = existsSync(root) ? readdirSync(root).filter((d) => d.endsWith('-StreamObject')) : [];
+  const objects = [];
+  for (const dir of dirs) {
+    for (const f of readdirSync(join(root, dir)).filter((f) => f.endsWith('.sqlite'))) {
+      const file = join(root, dir, f);
+      const conn = new Database(file, { readonly: true, fileMustExist: true });
+      try {
+        const hasKv = conn.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_cf_KV'").get();
+        const keys = hasKv ? Object.fromEntries(conn.prepare('SELECT key, value FROM _cf_KV').all().map((r) => [r.key, r.value])) : {};
+        objects.push({ file, keys });
+      } finally {
+        conn.close();
+      }
+    }
+  }
+  return objects;
+}
+
 // ---------------------------------------------------------------------------------------
 // The stack
 

@@ -35,7 +35,9 @@ test.before(async () => {
     name: 'e2e-pump-background',
     // A short resume window: the multi-kill test's later resets come after an earlier life's
     // window passed (a pump that re-attached must not leave it behind).
-    vars: { PUMP_SECRETS: `MOCK_KEY=${mock.url},OTHER_KEY=https://api.openai.com`, RESUME_WINDOW_MS: '1000' },
+    // No idle timeout: the upstream is held for as long as a test likes, and a rebuilt stream's
+    // window is then the resume window alone (with one, it would wait what remains of it).
+    vars: { PUMP_SECRETS: `MOCK_KEY=${mock.url},OTHER_KEY=https://api.openai.com`, RESUME_WINDOW_MS: '1000', IDLE_TIMEOUT_MS: '0' },
     // UNLISTED_KEY is set but not on the allow-list.
     secrets: { MOCK_KEY: KEY, OTHER_KEY: 'sk-other-origin', UNLISTED_KEY: 'sk-unlisted' },
   });
@@ -152,7 +154,7 @@ test('background pump: a cancel seals cancelled and cancels the response upstrea
 
 test('background pump: the key is in no file of the object\'s storage or D1, and in no log; the response id is', { timeout: 60_000 }, async () => {
   const { tag, id, s, reader, g } = await heldPump('stored', { seed: 103, holdAt: 60 });
-  ok(await s.flush(), 'flush'); // the text is in D1 too
+  ok(await s.flush(), 'flush'); // the text is in D1 too (a flush is taken while the pump is the producer)
 
   /** Every file of the stack's local state (the objects' SQLite storage, D1, their WALs). */
   const files = (dir) => readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? files(join(dir, e.name)) : [join(dir, e.name)]));

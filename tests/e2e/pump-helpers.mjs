@@ -22,8 +22,12 @@ export async function openWithReader(stack, prefix) {
   return { id, s, reader };
 }
 
-/** The pump was accepted: 202 `{streamId, pumping: true}`. */
+/** The pump was accepted: 202 `{streamId, pumping: true, epoch}`, the epoch the pump holds as the
+ * stream's producer (above the caller's: the caller is fenced while the pump runs). */
 export function accepted(res, id) {
   assert.equal(res.status, 202, `pump: ${res.status} ${res.raw}`);
-  assert.deepEqual(res.json, { streamId: id, pumping: true });
+  const { epoch, ...rest } = res.json;
+  assert.deepEqual(rest, { streamId: id, pumping: true });
+  assert.ok(Number.isInteger(epoch) && epoch >= 2, `the pump's epoch: ${epoch}`);
+  return epoch;
 }

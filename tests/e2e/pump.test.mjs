@@ -291,6 +291,19 @@ test('pump refusals: 400 bad_upstream for bad bodies (the stream stays usable), 
   const slowTag = newTag('slow');
   accepted(await pump(slow.s, pumpBody('anthropic', { tokens: 200, rate: 100, seed: 6, tag: slowTag, fail: 'stall', failAt: 1 })), slow.id);
   isError(await pump(slow.s, pumpBody('openai-chat', { tokens: 5, seed: 6, tag: newTag('second') })), 409, 'pump_running', 'second pump');
+  // The pump holds the stream's producer epoch: the producer that started it can neither write
+  // nor take the stream over with a resume while it runs (before, a resume was granted a new
+  // epoch and its writes interleaved with the pump's).
+  const asProducer = (action, body) => fetch(slow.s.url(action), {
+    method: 'POST',
+    headers: { authorization: `Bearer ${slow.s.token}`, 'x-rindle-epoch': '1', 'content-type': 'text/plain' },
+    body,
+  }).then(async (res) => {
+    const raw = await res.text();
+    return { status: res.status, headers: res.headers, raw, json: JSON.parse(raw) };
+  });
+  isError(await asProducer('append', 'interleaved?'), 409, 'pump_running', 'an append during the pump');
+  isError(await asProducer('resume'), 409, 'pump_running', 'a resume during the pump');
   // The refusals below are answered before the body would be read (the object then discards
   // it; the last test of this file checks that a refused body breaks nothing).
   for (const scope of ['read', 'cancel']) {

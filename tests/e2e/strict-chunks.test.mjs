@@ -94,7 +94,7 @@ for (const [name, chunk, field] of CASES) {
 test('strict battery summary: at least 20 cases; every known chunk type with a required field has a case missing one, and an unknown type has one', () => {
   assert.ok(CASES.length >= 20, `${CASES.length} cases`);
   // The known types and their required fields: the strict table the Worker validates with (derived from the installed ai).
-  const table = JSON.parse(readFileSync(join(ROOT, 'src/engine/ui_chunks.json'), 'utf8')).types;
+  const table = JSON.parse(readFileSync(join(ROOT, 'src/engine/wire/ui_chunks.json'), 'utf8')).types;
   const required = (fields) => Object.entries(fields).filter(([, t]) => !(typeof t === 'object' && 'optional' in t)).map(([f]) => f);
   const missingOne = (type) =>
     CASES.some(([, chunk, field]) => typeof chunk === 'object' && chunk.type === type && required(table[type]).includes(field) && !(field in chunk));

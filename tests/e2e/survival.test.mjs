@@ -18,8 +18,8 @@
 // - a resume of a sealed stream: 409 `closed` naming `complete`.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { startStack, readSse } from './harness.mjs';
-import { api, durableFromDb, isError, newStream, ok, rng, seedFromEnv, emojiText, insidePair, ndjson, until, withTimeout } from './util.mjs';
+import { objectStorage, startStack, readSse } from './harness.mjs';
+import { api, durableFromDb, isError, newStream, ok, rng, rows, seedFromEnv, emojiText, insidePair, ndjson, until, withTimeout } from './util.mjs';
 
 /** `i` moved off the inside of a surrogate pair of `s`. */
 const cutAt = (s, i) => (insidePair(s, i) ? i - 1 : i);
@@ -31,7 +31,15 @@ let stack;
 test.before(async () => {
   stack = await startStack({
     name: 'e2e-survival',
-    vars: { LEASE_MS: String(LEASE_MS), RESUME_WINDOW_MS: String(WINDOW_MS), CHECKPOINT_CHARS: '64', CHECKPOINT_INTERVAL_MS: '60000' },
+    // The idle timeout below the window: a rebuilt stream waits the larger of the two, so here
+    // the window (the tests of the idle producer's longer wait are in eviction.test.mjs).
+    vars: {
+      LEASE_MS: String(LEASE_MS),
+      RESUME_WINDOW_MS: String(WINDOW_MS),
+      IDLE_TIMEOUT_MS: String(WINDOW_MS - 1000),
+      CHECKPOINT_CHARS: '64',
+      CHECKPOINT_INTERVAL_MS: '60000',
+    },
   });
 });
 test.after(async () => {
@@ -52,7 +60,8 @@ function write(c, action, body, epoch) {
   });
 }
 
-const resume = (c) => write(c, 'resume', undefined);
+/** A resume: with the caller's epoch, or (undefined) none, as a producer that never had one. */
+const resume = (c, epoch) => write(c, 'resume', undefined, epoch);
 
 test('a reset mid-answer: rehydration, resume, the fence, parked readers, the window, a cancel in the gap', async () => {
   const seed = seedFromEnv();
@@ -255,8 +264,12 @@ test('a second reset right after a resume: the fence and the new epoch survive i
   ok(await write(c, 'append', 'second 👍🏽 ', 2));
   await stack.kill(); // right after the resume: nothing of it durable yet but the epoch
   await stack.restart();
+  // The producer the first resume replaced (epoch 1) stays fenced across the reset: told
+  // `superseded`, never `resume_required`, and its resume cannot take the stream back.
+  isError(await write(c, 'append', 'x', 1), 409, 'superseded', 'the replaced producer after the reset');
+  isError(await resume(c, 1), 409, 'superseded', 'the replaced producer\'s resume after the reset');
   isError(await write(c, 'append', 'x', 2), 409, 'resume_required', 'the rebuilt stream waits for a resume again');
-  const second = ok(await resume(c));
+  const second = ok(await resume(c, 2));
   assert.equal(second.epoch, 3, 'the epoch the first resume stored survived the reset');
   assert.ok(second.seq >= first.seq, 'P: durableSeq never falls');
   isError(await write(c, 'append', 'stale', 2), 409, 'superseded');
@@ -264,4 +277,71 @@ test('a second reset right after a resume: the fence and the new epoch survive i
   ok(await write(c, 'append', produced.slice(second.seq), 3));
   ok(await write(c, 'close', undefined, 3));
   assert.equal(durableFromDb(stack.db, c.id).text, produced);
+});
+
+/** The object holding stream `id`: its file (found while it stores `streamId`), and its keys now. */
+function objectOf(id) {
+  const hit = objectStorage(stack.persistDir).find((o) => o.keys.streamId?.includes(Buffer.from(id)));
+  assert.ok(hit, `the object of ${id} stores its stream id while the stream lives`);
+  return () => objectStorage(stack.persistDir).find((o) => o.file === hit.file).keys;
+}
+
+test('a finished answer leaves nothing in its object\'s storage, and a late /ui still reads it from the row', async () => {
+  const text = api(stack, newStream(stack, 'surv-forget-text'));
+  const ui = api(stack, newStream(stack, 'surv-forget-ui'));
+  ok(await text.open());
+  ok(await ui.open(undefined, 'ui'));
+  const keysOf = { text: objectOf(text.id), ui: objectOf(ui.id) };
+  // The lease's keys carry what a revival needs from before the mark: the format and meta.
+  assert.ok('format' in keysOf.ui() && 'streamId' in keysOf.ui() && 'hostToken' in keysOf.ui(), JSON.stringify(Object.keys(keysOf.ui())));
+  ok(await text.append('forgotten 😀'));
+  ok(await ui.append(ndjson([{ type: 'start' }, { type: 'text-delta', id: 't', delta: 'kept in the row 👍🏽' }])));
+  ok(await text.close());
+  ok(await ui.close());
+  // The next alarm (a lease later) finds each stream sealed and releases: every key goes, and
+  // the alarm with them. (Before, 4-6 keys stayed per answer, for ever.)
+  for (const [name, keys] of Object.entries(keysOf)) {
+    await until(() => Object.keys(keys()).length === 0, () => `the ${name} stream's object to forget its keys: ${JSON.stringify(Object.keys(keys()))}`, LEASE_MS * 4 + 5000);
+  }
+  // A late reader in a fresh instance (no stream held, no keys): /text and /ui read the row,
+  // whose format column the open wrote.
+  await stack.kill();
+  await stack.restart();
+  assert.equal(ok(await text.text()).text, 'forgotten 😀');
+  const res = await fetch(ui.uiUrl(0));
+  assert.equal(res.status, 200, 'a ui stream, known from its row');
+  const body = await res.text();
+  assert.match(body, /kept in the row 👍🏽/);
+  assert.match(body, /data: \[DONE\]/);
+  assert.equal(Object.keys(keysOf.ui()).length, 0, 'reading it stored nothing');
+});
+
+test('an idle producer whose object is evicted mid-pause is rebuilt, waits past the resume window, then continues to complete', async () => {
+  // The idle timeout far above the resume window: a rebuilt stream waits what is left of it.
+  const window = 2000;
+  await stack.restart({ vars: { RESUME_WINDOW_MS: String(window), IDLE_TIMEOUT_MS: '30000' } });
+  const c = api(stack, newStream(stack, 'surv-idle'));
+  const opened = ok(await c.open());
+  const head = 'calling a tool 🛠️ ';
+  ok(await write(c, 'append', head, opened.epoch));
+  ok(await write(c, 'flush', undefined, opened.epoch));
+  const host = rows(stack, c.id).row.host;
+  // The producer pauses (a long tool call, no readers); the object is evicted meanwhile: the
+  // runtime is killed and comes back, and the lease alarm rebuilds the stream (it claims the row).
+  await stack.kill();
+  await stack.restart();
+  await until(() => rows(stack, c.id).row.host !== host, 'the alarm to rebuild the stream (its claim of the row)', LEASE_MS * 4 + 10_000);
+  const rebuiltAt = Date.now();
+  // The pause goes on past the resume window (twice over): the stream still waits, because the
+  // producer's absence is measured, not the instance's.
+  await until(() => Date.now() - rebuiltAt > 2 * window, 'the producer\'s pause to outlast the resume window');
+  assert.equal(rows(stack, c.id).row.status, 'streaming', 'not sealed when the resume window passed');
+  // The producer comes back: told to resume, it resumes with its epoch and goes on.
+  isError(await write(c, 'append', 'x', opened.epoch), 409, 'resume_required', 'the first write after the pause');
+  const grant = ok(await resume(c, opened.epoch));
+  assert.equal(grant.seq, head.length, 'the flushed text survived');
+  ok(await write(c, 'append', 'and the answer.', grant.epoch));
+  ok(await write(c, 'close', undefined, grant.epoch));
+  const final = durableFromDb(stack.db, c.id);
+  assert.deepEqual([final.row.status, final.text], ['complete', `${head}and the answer.`]);
 });

@@ -4,8 +4,10 @@
 use super::{Fault, SqliteDb, Store};
 use rindle_streams::engine::durable::Tables;
 use rindle_streams::engine::host::config::StreamConfig;
+use rindle_streams::engine::host::object_storage::{KeyUpdate, StoredStream};
 use rindle_streams::engine::host::store::{Checkpoint, MarkOutcome, MarkStreaming, OpKind, SealWrite, StoreError, StoreRequest};
 use rindle_streams::engine::host::time::{Millis, Timestamp};
+use rindle_streams::engine::live::lease::{Holding, Release, Renewal};
 use rindle_streams::engine::live::{
     Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Producer, Pull, PushError, PushReceipt, ReaderId, SealOutcome, Settlement,
     StreamEvent, Ticket,
@@ -30,11 +32,13 @@ pub struct Driver {
     pub events: Vec<StreamEvent>,
     pub wakes: Vec<ReaderId>,
     pub retired: bool,
-    /// The stream asked for its lease to be armed with this token, and awaits the answer.
-    pub lease_to_arm: Option<String>,
+    /// The stream asked for its lease to be armed with these keys, and awaits the answer.
+    pub lease_to_arm: Option<StoredStream>,
     /// The token the lease was armed with (what the object stores for its alarm); `None` again
     /// once a refused open undid it.
     pub lease_token: Option<String>,
+    /// The object's storage as the stream's outputs left it (the lease's keys, its last write).
+    pub storage: StoredStream,
     /// The tokens whose arming the stream asked to undo.
     pub disarmed: Vec<String>,
     /// How many times the stream renewed its lease.
@@ -72,6 +76,7 @@ impl Driver {
             retired: false,
             lease_to_arm: None,
             lease_token: None,
+            storage: StoredStream::default(),
             disarmed: Vec::new(),
             renewals: 0,
         };
@@ -90,16 +95,22 @@ impl Driver {
                 }
                 Output::Event(e) => self.events.push(e),
                 Output::Retired => self.retired = true,
-                Output::ArmLease { host_token } => {
-                    assert!(self.lease_to_arm.replace(host_token).is_none(), "a second arm before the first was answered");
+                Output::ArmLease { lease } => {
+                    assert!(self.lease_to_arm.replace(lease).is_none(), "a second arm before the first was answered");
                 }
                 Output::DisarmLease { host_token } => {
                     if self.lease_token.as_deref() == Some(host_token.as_str()) {
                         self.lease_token = None; // the object held nothing before this open
+                        self.storage = StoredStream::default();
                     }
                     self.disarmed.push(host_token);
                 }
-                Output::RenewLease => self.renewals += 1,
+                Output::RenewLease { last_write } => {
+                    self.renewals += 1;
+                    if let Some(at) = last_write {
+                        self.storage.apply(&KeyUpdate::last_write(at));
+                    }
+                }
             }
         }
     }
@@ -179,12 +190,56 @@ impl Driver {
 
     /// Answers the stream's request to arm its lease (the object's storage and alarm).
     pub fn arm_lease(&mut self, result: Result<(), String>) {
-        let token = self.lease_to_arm.take().expect("the stream asked for its lease");
+        let lease = self.lease_to_arm.take().expect("the stream asked for its lease");
         if result.is_ok() {
-            self.lease_token = Some(token);
+            self.lease_token = lease.host_token.clone();
+            self.storage.apply(&KeyUpdate::arming(&lease));
         }
         self.stream.handle_lease_armed(result, self.now);
         self.drain();
+    }
+
+    /// The lease alarm fires while this object holds its stream (as it holds it now): a run of
+    /// the core's alarm, as the shell drives it; a seal it asks to retry is retried at once.
+    pub fn lease_alarm(&mut self) -> Result<Release, Renewal> {
+        let holding = self.stream.holding();
+        let run = super::run_alarm(
+            &self.tables,
+            &self.cfg(),
+            &mut self.storage,
+            false,
+            holding,
+            "fresh-alarm",
+            self.now,
+            &mut std::iter::empty(),
+        )
+        .expect("no step dies");
+        if run.retry_seal {
+            self.stream.retry_seal(self.now);
+            self.drain();
+        }
+        run.ended
+    }
+
+    /// The object is reset (its stream and every request in flight gone, its storage kept) and
+    /// the lease alarm fires in the fresh instance: it runs the revival, and a stream it rebuilds
+    /// is the one this driver drives from then on.
+    pub fn alarm_after_reset(&mut self, cfg: &StreamConfig) -> Result<Release, Renewal> {
+        self.pending.clear();
+        self.settled.clear(); // the lost instance's requests died with it; tickets number anew
+        let run =
+            super::run_alarm(&self.tables, cfg, &mut self.storage, false, Holding::Nothing, "fresh-1", self.now, &mut std::iter::empty())
+                .expect("no step dies");
+        if let Some(stream) = run.revived {
+            self.stream = stream;
+            self.retired = false;
+            self.drain();
+        }
+        run.ended
+    }
+
+    fn cfg(&self) -> StreamConfig {
+        StreamConfig { format: self.stream.format(), ..StreamConfig::default() }
     }
 
     /// Moves virtual time forward by `ms` milliseconds, firing every timer due on the way in order.

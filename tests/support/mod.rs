@@ -11,13 +11,17 @@ use rindle_streams::engine::durable::{
     durable_of_rows, ColumnValue, Dialect, MappedSql, Row, SqlExecutor, Statement, TableMapping, Tables, TablesOp, Value,
 };
 use rindle_streams::engine::host::config::{CheckpointMode, StreamConfig};
-use rindle_streams::engine::host::hook::StreamNotice;
-use rindle_streams::engine::host::store::{run_on_sink, OpKind, StoreAnswer, StoreError, StoreFuture, StoreRequest};
+use rindle_streams::engine::host::object_storage::kept_at_release;
+pub use rindle_streams::engine::host::object_storage::StoredStream;
+use rindle_streams::engine::host::store::{run_on_sink, OpKind, SealGuard, StoreAnswer, StoreError, StoreFuture, StoreRequest};
 use rindle_streams::engine::host::time::Timestamp;
 use rindle_streams::engine::live::lease::{
-    AlarmOutput, ArmedLease, Holding, HostColumn, LeaseAlarm, LeaseRow, Release, Renewal, StorageError,
+    AlarmOutput, Holding, HostColumn, LeaseAlarm, LeaseRow, Release, Renewal, Revived, StorageError,
 };
+use rindle_streams::engine::live::{LiveStream, Revival, RevivalEnd, RevivalOutput};
 use rindle_streams::engine::text::reading::DurableText;
+use rindle_streams::engine::wire::frame::EndStatus;
+use rindle_streams::engine::wire::ui::Format;
 use rusqlite::{params_from_iter, Connection};
 use std::future::{ready, Future};
 use std::rc::Rc;
@@ -116,7 +120,7 @@ pub trait Store {
         let exists = !self.query(&self.sql().read_row(id)).is_empty();
         let durable = exists.then(|| {
             let text = self.durable_text(id);
-            DurableText { seq: rindle_streams::engine::text::utf16::len(&text), text, status: self.status(id), error: None }
+            DurableText { seq: rindle_streams::engine::text::utf16::len(&text), text, status: self.status(id), error: None, format: None }
         });
         let host = match (host_mapped, self.message_column(id, "host")) {
             (false, _) => HostColumn::Unmapped,
@@ -124,6 +128,21 @@ pub trait Store {
             (true, _) => HostColumn::Holds(None),
         };
         LeaseRow { durable, host }
+    }
+
+    /// Seals the row as its producer would, the guard matching the row as it stands (marked
+    /// `streaming` first if it is not): for tests that need a sealed or compacted row.
+    fn seal_row(&self, id: &str, body: Option<&str>, status: EndStatus, error: Option<&str>) {
+        if self.query(&self.sql().read_summary(id))[0]["status"] != ColumnValue::Text("streaming".into()) {
+            self.batch(&[self.sql().mark_streaming(id, "test-host", Format::Text)]).unwrap();
+        }
+        let durable_seq = self.query(&self.sql().read_summary(id))[0]["seq"].as_offset().expect("a length");
+        let host_token = self.sql().read_host(id).and_then(|read| match &self.query(&read)[0]["host"] {
+            ColumnValue::Text(h) => Some(h.clone()),
+            _ => None,
+        });
+        self.batch(&self.sql().seal(id, body, status, error, &SealGuard { durable_seq, host_token })).unwrap();
+        assert_eq!(self.query(&self.sql().read_summary(id))[0]["status"], ColumnValue::Text(status.as_str().into()), "sealed");
     }
 
     fn chunk_count(&self, id: &str) -> usize {
@@ -260,57 +279,166 @@ pub fn perform<Op: TablesOp>(tables: &Tables, stream_id: &str, op: &Op, fault: F
     }
 }
 
-/// What a lease armed with `token` stored, with no `armedAt` (no mark can be in flight).
+/// What a lease armed with `token` stored for stream `id`, with no `armedAt` (no mark can be in
+/// flight).
 #[allow(dead_code)] // not every test binary uses every helper
-pub fn armed(token: Option<&str>) -> ArmedLease {
-    ArmedLease { stream_id: Some("s".into()), host_token: token.map(str::to_owned), armed_at: None }
+pub fn armed(id: &str, token: Option<&str>) -> StoredStream {
+    StoredStream { stream_id: Some(id.into()), host_token: token.map(str::to_owned), ..StoredStream::default() }
 }
 
-/// How one run of the lease alarm ended, and what it told the hook.
+/// What happens to one call a host makes for the revival (each of its outputs in turn).
+#[allow(dead_code)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Performed and answered truthfully.
+    Ok,
+    /// Fails before anything is applied.
+    Fail,
+    /// Applied, then the answer is lost (the caller sees a failure; a timeout looks the same).
+    ApplyThenLose,
+    /// A store request performed twice (a replay), the second answer given.
+    Duplicate,
+    /// The instance dies before the call is applied.
+    Die,
+    /// The instance dies after the call was applied.
+    DieAfterApply,
+}
+
+/// Drives one [`Revival`] as the shell does (edge/revive.rs), on `tables` and an object storage
+/// `storage`, each call meeting the next of `steps` (then [`Step::Ok`]). `None`: the instance
+/// died mid-way (what it applied stays applied).
+#[allow(dead_code)]
+pub fn run_revival(
+    tables: &Tables,
+    cfg: &StreamConfig,
+    storage: &mut StoredStream,
+    fresh_token: &str,
+    now: Timestamp,
+    steps: &mut dyn Iterator<Item = Step>,
+) -> Option<RevivalEnd> {
+    let stream_id = storage.stream_id.clone().unwrap_or_default();
+    let mut revival = Revival::start(cfg.clone(), fresh_token.to_owned());
+    while let Some(output) = revival.poll_output() {
+        let step = steps.next().unwrap_or(Step::Ok);
+        match output {
+            RevivalOutput::ReadKeys => match step {
+                Step::Ok | Step::Duplicate => revival.handle_keys(Ok(storage.clone())),
+                Step::Fail | Step::ApplyThenLose => revival.handle_keys(Err("injected: the storage failed".into())),
+                Step::Die | Step::DieAfterApply => return None,
+            },
+            RevivalOutput::Store(request) => {
+                let answer = match step {
+                    // A stream with a sink is answered through the sink (no host column), as the shell does.
+                    Step::Ok if cfg.mode == CheckpointMode::Sink => block_on(run_on_sink(tables, &stream_id, request)),
+                    Step::Ok => answer(tables, &stream_id, request, Fault::None),
+                    Step::Fail => answer(tables, &stream_id, request, Fault::FailBeforeCommit),
+                    Step::ApplyThenLose => answer(tables, &stream_id, request, Fault::CommitThenLoseReply),
+                    Step::Duplicate => {
+                        // Performed twice (a replay), and answered twice: the real answer, then
+                        // a late failure for the same request, which the revival must ignore.
+                        let late = request.failed(StoreError::MayHaveCommitted("injected: a duplicated answer".into()));
+                        if let StoreRequest::ClaimHost(claim) = &request {
+                            let _ = perform(tables, &stream_id, claim.op(), Fault::None);
+                        }
+                        revival.handle_store(answer(tables, &stream_id, request, Fault::None), now);
+                        revival.handle_store(late, now);
+                        continue;
+                    }
+                    Step::Die => return None,
+                    Step::DieAfterApply => {
+                        let _ = answer(tables, &stream_id, request, Fault::None);
+                        return None;
+                    }
+                };
+                revival.handle_store(answer, now);
+            }
+            RevivalOutput::WriteKeys(update) => {
+                if matches!(step, Step::Ok | Step::Duplicate | Step::ApplyThenLose | Step::DieAfterApply) {
+                    storage.apply(&update);
+                }
+                match step {
+                    Step::Ok | Step::Duplicate => revival.handle_keys_written(Ok(()), now),
+                    Step::Fail | Step::ApplyThenLose => revival.handle_keys_written(Err("injected: the storage failed".into()), now),
+                    Step::Die | Step::DieAfterApply => return None,
+                }
+            }
+        }
+    }
+    revival.take_end()
+}
+
+/// How one run of the lease alarm ended.
 #[allow(dead_code)]
 #[derive(Debug)]
 pub struct AlarmRun {
     pub ended: Result<Release, Renewal>,
-    pub notices: Vec<StreamNotice>,
-    /// The run repaired a seal (`SealRepaired`): the caller tells its stream.
-    pub repaired: bool,
+    /// The alarm told the stream to retry its seal.
+    pub retry_seal: bool,
+    /// The stream its revival rebuilt (the caller installs it).
+    pub revived: Option<LiveStream>,
 }
 
-/// Runs the core's lease alarm once at `now` against `tables`, as the shell does: `keys` is
-/// what the object's storage answers, `holding` what the object holds, and each store request
-/// gets the next of `faults` (then none).
-#[allow(dead_code)]
+/// Runs the core's lease alarm once at `now`, as the shell does (edge/lease.rs): `holding` is
+/// what the object holds; a revival it asks for runs as [`run_revival`] with `steps`. A release
+/// forgets the keys as the shell does. `None`: the instance died during the revival.
+#[allow(dead_code, clippy::too_many_arguments)] // one per input the shell has at hand
 pub fn run_alarm(
     tables: &Tables,
-    stream_id: &str,
     cfg: &StreamConfig,
-    keys: Result<ArmedLease, StorageError>,
-    holding: &dyn Fn() -> Holding,
+    storage: &mut StoredStream,
+    keys_fail: bool,
+    holding: Holding,
+    fresh_token: &str,
     now: Timestamp,
-    faults: &mut dyn Iterator<Item = Fault>,
-) -> AlarmRun {
-    let mut alarm = LeaseAlarm::fire(cfg.clone());
-    let mut keys = Some(keys);
-    let (mut notices, mut repaired) = (Vec::new(), false);
+    steps: &mut dyn Iterator<Item = Step>,
+) -> Option<AlarmRun> {
+    let mut alarm = LeaseAlarm::fire();
+    let (mut retry_seal, mut revived) = (false, None);
     while let Some(output) = alarm.poll_output() {
         match output {
-            AlarmOutput::ReadKeys => alarm.handle_keys(keys.take().expect("the keys are read once"), &holding(), now),
-            AlarmOutput::Store(request) => {
-                let fault = faults.next().unwrap_or(Fault::None);
-                // A stream with a sink is answered through the sink (no host column), as the shell does.
-                let answer = match (&cfg.mode, fault) {
-                    (CheckpointMode::Sink, Fault::None) => block_on(run_on_sink(tables, stream_id, request)),
-                    _ => answer(tables, stream_id, request, fault),
-                };
-                alarm.handle_store(answer, &holding(), now);
+            AlarmOutput::ReadKeys => {
+                let keys = if keys_fail { Err(StorageError("injected: the storage failed".into())) } else { Ok(storage.clone()) };
+                alarm.handle_keys(keys, holding);
             }
-            AlarmOutput::SealRepaired => repaired = true,
-            AlarmOutput::Notice(n) => notices.push(n),
-            AlarmOutput::Renew(why) => return AlarmRun { ended: Err(why), notices, repaired },
-            AlarmOutput::Release(why) => return AlarmRun { ended: Ok(why), notices, repaired },
+            AlarmOutput::Revive => {
+                let end = run_revival(tables, cfg, storage, fresh_token, now, steps)?;
+                alarm.handle_revival(Revived::from(&end));
+                if let RevivalEnd::Revived(stream) = end {
+                    revived = Some(*stream);
+                }
+            }
+            AlarmOutput::RetrySeal => retry_seal = true,
+            AlarmOutput::Renew(why) => return Some(AlarmRun { ended: Err(why), retry_seal, revived }),
+            AlarmOutput::Release(why) => {
+                let keep = kept_at_release(storage.format, tables.sql().has_format_column());
+                let kept = StoredStream::from_values(|key| keep.contains(&key).then(|| storage.value(key)).flatten());
+                *storage = kept;
+                return Some(AlarmRun { ended: Ok(why), retry_seal, revived });
+            }
         }
     }
     panic!("a lease alarm run ended without a renewal or a release")
+}
+
+/// Drives `stream` on `tables` (every store request answered truthfully, timers fired in order)
+/// until it has ended; returns the time then.
+#[allow(dead_code)]
+pub fn drive_until_ended(stream: &mut LiveStream, tables: &Tables, mut now: Timestamp) -> Timestamp {
+    let id = stream.stream_id().to_owned();
+    for _ in 0..10_000 {
+        while let Some(output) = stream.poll_output() {
+            if let rindle_streams::engine::live::Output::Store(request) = output {
+                let answer = answer(tables, &id, request, Fault::None);
+                stream.handle_store(answer, now);
+            }
+        }
+        if matches!(stream.state(), rindle_streams::engine::live::StreamState::Ended(_)) {
+            return now;
+        }
+        now = stream.poll_timeout().unwrap_or(now).max(now);
+        stream.handle_timeout(now);
+    }
+    panic!("the stream never ended")
 }
 
 /// Runs a future that never waits (a test store's) to its end.

@@ -258,6 +258,12 @@ impl ApiError {
             .with("durableSeq", durable_seq)
     }
 
+    /// A producer's write or resume while the object's pump is the stream's producer (a
+    /// second pump too).
+    pub fn pump_running(stream_id: &str) -> Self {
+        Self::new(409, "pump_running", format!("stream {stream_id} is pumping an upstream: its pump is the producer until it ends"))
+    }
+
     /// An `x-rindle-epoch` header that is not a decimal number.
     pub fn bad_epoch(raw: &str) -> Self {
         Self::new(400, "bad_epoch", format!("x-rindle-epoch {raw:?} is not a decimal number"))

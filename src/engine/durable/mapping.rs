@@ -66,6 +66,9 @@ pub struct ColumnNames {
     /// The chat a message belongs to: enables `GET {prefix}/chats/{chat}/stream` and tokens
     /// with a `chat` claim.
     pub chat: Option<String>,
+    /// The stream's format (`text` or `ui`), written at the open: a `/ui` read of a finished
+    /// stream learns it from the row, so the object keeps nothing once the stream is over.
+    pub format: Option<String>,
     pub chunk_key: Option<String>,
     pub chunk_stream: Option<String>,
     pub chunk_seq: Option<String>,
@@ -91,6 +94,7 @@ pub struct TableMapping {
     pub error: Option<Ident>,
     pub host: Option<Ident>,
     pub chat: Option<Ident>,
+    pub format: Option<Ident>,
     pub chunk_key: Ident,
     pub chunk_stream: Ident,
     pub chunk_seq: Ident,
@@ -114,6 +118,7 @@ impl TableMapping {
             error: opt(&names.error)?,
             host: opt(&names.host)?,
             chat: opt(&names.chat)?,
+            format: opt(&names.format)?,
             chunk_key: req(&names.chunk_key, "id")?,
             chunk_stream: req(&names.chunk_stream, "streamId")?,
             chunk_seq: req(&names.chunk_seq, "seq")?,
@@ -128,6 +133,7 @@ impl TableMapping {
             error: Some("error".into()),
             host: Some("host".into()),
             chat: Some("chat_id".into()),
+            format: Some("format".into()),
             ..ColumnNames::default()
         };
         Self::new("messages", "message_chunks", &names).expect("the example mapping is valid")

@@ -6,7 +6,8 @@ use super::rows::{ColumnValue, OpenProbe, RowState};
 use super::sql::{MappedSql, Statement};
 use super::tables::{Row, SqlExecutor};
 use crate::engine::host::store::{
-    Checkpoint, ClaimHost, MarkOutcome, MarkStreaming, OpKind, Operation, ProbeOpen, ReadHost, ReadState, SealWrite, StoreError,
+    Checkpoint, ClaimHost, MarkOutcome, MarkStreaming, OpKind, Operation, ProbeOpen, ReadHost, ReadState, RowSummary, SealResult,
+    SealWrite, StoreError,
 };
 
 /// What an executor must run for one operation.
@@ -47,7 +48,7 @@ pub trait TablesOp: Operation {
     fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan;
 
     /// The reply, from what the plan gave back.
-    fn reply(executed: Executed) -> Result<Self::Reply, StoreError>;
+    fn reply(&self, executed: Executed) -> Result<Self::Reply, StoreError>;
 }
 
 impl TablesOp for ProbeOpen {
@@ -57,7 +58,7 @@ impl TablesOp for ProbeOpen {
         StorePlan::Query(sql.probe_open(stream_id))
     }
 
-    fn reply(executed: Executed) -> Result<Option<OpenProbe>, StoreError> {
+    fn reply(&self, executed: Executed) -> Result<Option<OpenProbe>, StoreError> {
         Ok(executed
             .rows
             .first()
@@ -69,11 +70,11 @@ impl TablesOp for MarkStreaming {
     const KIND: OpKind = OpKind::MarkStreaming;
 
     fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
-        StorePlan::Batch(vec![sql.mark_streaming(stream_id, &self.host_token)])
+        StorePlan::Batch(vec![sql.mark_streaming(stream_id, &self.host_token, self.format)])
     }
 
     /// The mark ran; where a host column is mapped, [`ReadHost`] says whose the row is.
-    fn reply(_: Executed) -> Result<MarkOutcome, StoreError> {
+    fn reply(&self, _: Executed) -> Result<MarkOutcome, StoreError> {
         Ok(MarkOutcome::Marked)
     }
 }
@@ -86,7 +87,7 @@ impl TablesOp for ReadHost {
         sql.read_host(stream_id).map_or(StorePlan::Batch(vec![]), StorePlan::Query)
     }
 
-    fn reply(executed: Executed) -> Result<Option<String>, StoreError> {
+    fn reply(&self, executed: Executed) -> Result<Option<String>, StoreError> {
         Ok(executed.rows.first().and_then(|row| text(row.get("host"))))
     }
 }
@@ -100,7 +101,7 @@ impl TablesOp for Checkpoint {
 
     /// The row as the write's own transaction left it; a row that cannot be read after a write
     /// that ran may hold that write.
-    fn reply(executed: Executed) -> Result<RowState, StoreError> {
+    fn reply(&self, executed: Executed) -> Result<RowState, StoreError> {
         row_state(&executed).map_err(|e| StoreError::MayHaveCommitted(e.to_string()))
     }
 }
@@ -112,7 +113,7 @@ impl TablesOp for ReadState {
         StorePlan::Query(sql.read_state(stream_id))
     }
 
-    fn reply(executed: Executed) -> Result<RowState, StoreError> {
+    fn reply(&self, executed: Executed) -> Result<RowState, StoreError> {
         row_state(&executed).map_err(|e| StoreError::NotCommitted(e.to_string()))
     }
 }
@@ -130,7 +131,7 @@ impl TablesOp for ClaimHost {
         }
     }
 
-    fn reply(executed: Executed) -> Result<Option<String>, StoreError> {
+    fn reply(&self, executed: Executed) -> Result<Option<String>, StoreError> {
         Ok(executed.rows.first().and_then(|row| text(row.get("host"))))
     }
 }
@@ -138,17 +139,28 @@ impl TablesOp for ClaimHost {
 impl TablesOp for SealWrite {
     const KIND: OpKind = OpKind::Seal;
 
+    /// The guarded seal, then the row's summary in the same transaction: what the row holds
+    /// says whether the seal applied.
     fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
-        let error = self.error.as_deref();
-        StorePlan::Batch(match (&self.guard, &self.body) {
-            (Some(guard), body) => sql.guarded_seal(stream_id, body.as_deref(), self.status, error, guard),
-            (None, Some(body)) => sql.compact(stream_id, body, self.status, error).into(),
-            (None, None) => vec![sql.seal_in_place(stream_id, self.status, error)],
-        })
+        let seal = sql.seal(stream_id, self.body.as_deref(), self.status, self.error.as_deref(), &self.guard);
+        StorePlan::BatchThenQuery(seal, sql.read_summary(stream_id))
     }
 
-    fn reply(_: Executed) -> Result<(), StoreError> {
-        Ok(())
+    /// Applied when the row holds this seal's status and length (a replay whose first attempt
+    /// committed finds exactly that too). A row that cannot be read after the write may hold it.
+    fn reply(&self, executed: Executed) -> Result<SealResult, StoreError> {
+        let Some(row) = executed.rows.first() else { return Ok(SealResult::NotApplied(None)) };
+        let seq = row.get("seq").and_then(ColumnValue::as_offset);
+        let status = text(row.get("status"));
+        let (Some(seq), Some(status)) = (seq, status) else {
+            return Err(StoreError::MayHaveCommitted("the sealed row's status or length could not be read".into()));
+        };
+        // A compaction sets the row's length to the body's end; a seal in place leaves it.
+        let sealed_seq = if self.body.is_some() { self.seq } else { self.guard.durable_seq };
+        if status == self.status.as_str() && seq == sealed_seq {
+            return Ok(SealResult::Applied);
+        }
+        Ok(SealResult::NotApplied(Some(RowSummary { status, seq, error: text(row.get("error")) })))
     }
 }
 

@@ -25,6 +25,14 @@ impl ColumnValue {
         }
     }
 
+    /// The value as text, if it is text.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            ColumnValue::Text(t) => Some(t),
+            _ => None,
+        }
+    }
+
     /// SQL truthiness of a flag column (`1`/`true`); NULL and 0 are false.
     pub fn is_truthy(&self) -> bool {
         match self {

@@ -9,6 +9,7 @@ use super::mapping::{Ident, TableMapping};
 use crate::engine::host::store::SealGuard;
 use crate::engine::text::utf16::Offset;
 use crate::engine::wire::frame::{EndStatus, STATUS_STREAMING};
+use crate::engine::wire::ui::Format;
 
 /// The SQL dialect of the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,6 +124,11 @@ impl MappedSql {
         self.map.host.is_some()
     }
 
+    /// A format column is mapped (the open writes the stream's format into the row).
+    pub fn has_format_column(&self) -> bool {
+        self.map.format.is_some()
+    }
+
     fn p(&self, n: usize) -> String {
         self.dialect.placeholder(n)
     }
@@ -155,33 +161,28 @@ impl MappedSql {
 
     /// The open write. With a host column it is the CAS half of the single-flight guard: it
     /// claims the row only where no producer holds it, and [`Self::read_host`] names the winner.
-    pub fn mark_streaming(&self, stream_id: &str, host_token: &str) -> Statement {
+    pub fn mark_streaming(&self, stream_id: &str, host_token: &str, format: Format) -> Statement {
         let m = &self.map;
-        match &m.host {
-            Some(host) => Statement {
-                sql: format!(
-                    "UPDATE {} SET {} = {}, {host} = {} WHERE {} = {} AND ({} IS NULL OR {} <> {})",
-                    m.message,
-                    m.status,
-                    self.p(1),
-                    self.p(2),
-                    m.key,
-                    self.p(3),
-                    m.status,
-                    m.status,
-                    self.p(1)
-                ),
-                params: vec![STATUS_STREAMING.into(), host_token.into(), stream_id.into()],
-            },
-            None => Statement {
-                sql: format!("UPDATE {} SET {} = {} WHERE {} = {}", m.message, m.status, self.p(1), m.key, self.p(2)),
-                params: vec![STATUS_STREAMING.into(), stream_id.into()],
-            },
+        let mut sets = vec![(&m.status, Value::from(STATUS_STREAMING))];
+        if let Some(host) = &m.host {
+            sets.push((host, host_token.into()));
         }
+        if let Some(col) = &m.format {
+            sets.push((col, format.as_str().into()));
+        }
+        let set_sql: Vec<String> = sets.iter().enumerate().map(|(i, (col, _))| format!("{col} = {}", self.p(i + 1))).collect();
+        let mut params: Vec<Value> = sets.into_iter().map(|(_, v)| v).collect();
+        params.push(stream_id.into());
+        let mut sql = format!("UPDATE {} SET {} WHERE {} = {}", m.message, set_sql.join(", "), m.key, self.p(params.len()));
+        if m.host.is_some() {
+            // The CAS: claim the row only where no producer holds it (`streaming` is param 1).
+            sql.push_str(&format!(" AND ({} IS NULL OR {} <> {})", m.status, m.status, self.p(1)));
+        }
+        Statement { sql, params }
     }
 
-    /// A rehydration's claim (see [`crate::engine::host::store::ClaimHost`]): the row passes from
-    /// `old` to `new` only while it is `streaming` and holds one of the two. `None` when no host
+    /// A revival's claim (see [`crate::engine::host::store::ClaimHost`]): the row passes from
+    /// `old` to `new` only while it is `streaming` and still holds `old`. `None` when no host
     /// column is mapped.
     pub fn claim_host(&self, stream_id: &str, old: &str, new: &str) -> Option<Statement> {
         let m = &self.map;
@@ -189,17 +190,16 @@ impl MappedSql {
         let p = |n| self.p(n);
         Some(Statement {
             sql: format!(
-                "UPDATE {} SET {host} = {} WHERE {} = {} AND {} = {} AND ({host} = {} OR {host} = {})",
+                "UPDATE {} SET {host} = {} WHERE {} = {} AND {} = {} AND {host} = {}",
                 m.message,
                 p(1),
                 m.key,
                 p(2),
                 m.status,
                 p(3),
-                p(4),
-                p(5)
+                p(4)
             ),
-            params: vec![new.into(), stream_id.into(), STATUS_STREAMING.into(), old.into(), new.into()],
+            params: vec![new.into(), stream_id.into(), STATUS_STREAMING.into(), old.into()],
         })
     }
 
@@ -279,46 +279,24 @@ impl MappedSql {
         }
     }
 
-    /// Compaction, as ONE transaction: the whole body, its length and the final status go on
-    /// the message row, and the stream's chunk rows go away. Whatever the chunks did or did not
-    /// capture, the row ends up right, so this also repairs an earlier failed checkpoint.
-    pub fn compact(&self, stream_id: &str, body: &str, status: EndStatus, error: Option<&str>) -> [Statement; 2] {
-        [
-            self.seal_update(stream_id, self.compacted_columns(body, status), error, None),
-            Statement {
-                sql: format!("DELETE FROM {} WHERE {} = {}", self.map.chunks, self.map.chunk_stream, self.p(1)),
-                params: vec![stream_id.into()],
-            },
-        ]
-    }
-
-    /// The seal of a body too large to compact into one row: the chunk rows stay (they are
-    /// the durable text), and only the status and error change.
-    pub fn seal_in_place(&self, stream_id: &str, status: EndStatus, error: Option<&str>) -> Statement {
-        self.seal_update(stream_id, vec![(&self.map.status, status.as_str().into())], error, None)
-    }
-
-    /// A seal that applies only while the row is still `streaming` and, where a host column is
-    /// mapped, held by `guard.host_token`: the lease's `interrupted` seal, which must never
-    /// overwrite a row its producer (or another host) sealed meanwhile. A compaction deletes
-    /// the chunk rows only where its update applied (they may be the text of a row sealed in
-    /// place): on SQLite the delete runs first under the same guard, in the same transaction
-    /// (one writer at a time, so both see one state); on Postgres, whose statements in read
-    /// committed may see different states, the delete hangs off the update's `RETURNING` in one
-    /// statement, after the update waited for the row lock and re-checked the guard.
-    pub fn guarded_seal(
-        &self,
-        stream_id: &str,
-        body: Option<&str>,
-        status: EndStatus,
-        error: Option<&str>,
-        guard: &SealGuard,
-    ) -> Vec<Statement> {
+    /// The seal, as ONE transaction, guarded (see [`SealGuard`]): it applies only while the
+    /// row is still `streaming` at `guard.durable_seq` and, where a host column is mapped, held
+    /// by `guard.host_token`. With a `body` it compacts: the whole body, its length and the
+    /// status go on the row and the stream's chunk rows go away, which also repairs an earlier
+    /// failed checkpoint; without one it seals in place (the chunk rows are the durable text,
+    /// and only the status and error change). A compaction deletes the chunk rows only where its
+    /// update applied (they are the text of a row sealed in place, or of a longer durable text
+    /// the sealer did not know of): on SQLite the delete runs first under the same guard, in
+    /// the same transaction (one writer at a time, so both see one state); on Postgres, whose
+    /// statements in read committed may see different states, the delete hangs off the update's
+    /// `RETURNING` in one statement, after the update waited for the row lock and re-checked
+    /// the guard. [`Self::read_summary`] then says whether it applied.
+    pub fn seal(&self, stream_id: &str, body: Option<&str>, status: EndStatus, error: Option<&str>, guard: &SealGuard) -> Vec<Statement> {
         let m = &self.map;
         let Some(body) = body else {
-            return vec![self.seal_update(stream_id, vec![(&m.status, status.as_str().into())], error, Some(guard))];
+            return vec![self.seal_update(stream_id, vec![(&m.status, status.as_str().into())], error, guard)];
         };
-        let update = self.seal_update(stream_id, self.compacted_columns(body, status), error, Some(guard));
+        let update = self.seal_update(stream_id, self.compacted_columns(body, status), error, guard);
         match self.dialect {
             Dialect::Sqlite => {
                 // The update's guard, numbered after the delete's own parameter.
@@ -364,13 +342,14 @@ impl MappedSql {
         vec![(&m.body, body.into()), (&m.seq, crate::engine::text::utf16::len(body).into()), (&m.status, status.as_str().into())]
     }
 
-    /// ` AND status = 'streaming' [AND host = token]`, its placeholders numbered from `first`.
+    /// ` AND status = 'streaming' AND seq = durable_seq [AND host = token]`, its placeholders
+    /// numbered from `first`.
     fn guard_clause(&self, guard: &SealGuard, first: usize) -> (String, Vec<Value>) {
         let m = &self.map;
-        let mut sql = format!(" AND {} = {}", m.status, self.p(first));
-        let mut params: Vec<Value> = vec![STATUS_STREAMING.into()];
+        let mut sql = format!(" AND {} = {} AND {} = {}", m.status, self.p(first), m.seq, self.p(first + 1));
+        let mut params: Vec<Value> = vec![STATUS_STREAMING.into(), guard.durable_seq.into()];
         if let (Some(host), Some(token)) = (&m.host, &guard.host_token) {
-            sql.push_str(&format!(" AND {host} = {}", self.p(first + 1)));
+            sql.push_str(&format!(" AND {host} = {}", self.p(first + 2)));
             params.push(token.as_str().into());
         }
         (sql, params)
@@ -383,7 +362,7 @@ impl MappedSql {
         stream_id: &str,
         mut columns: Vec<(&'a Ident, Value)>,
         error: Option<&str>,
-        guard: Option<&SealGuard>,
+        guard: &SealGuard,
     ) -> Statement {
         let m = &self.map;
         if let Some(col) = &m.error {
@@ -393,11 +372,9 @@ impl MappedSql {
         let mut params: Vec<Value> = columns.into_iter().map(|(_, v)| v).collect();
         params.push(stream_id.into());
         let mut sql = format!("UPDATE {} SET {} WHERE {} = {}", m.message, sets.join(", "), m.key, self.p(params.len()));
-        if let Some(guard) = guard {
-            let (clause, guard_params) = self.guard_clause(guard, params.len() + 1);
-            sql.push_str(&clause);
-            params.extend(guard_params);
-        }
+        let (clause, guard_params) = self.guard_clause(guard, params.len() + 1);
+        sql.push_str(&clause);
+        params.extend(guard_params);
         Statement { sql, params }
     }
 
@@ -423,6 +400,24 @@ impl MappedSql {
             sql: format!(
                 "SELECT {} AS body, {} AS seq, {} AS status, {error} AS error FROM {} WHERE {} = {}",
                 m.body,
+                m.seq,
+                m.status,
+                m.message,
+                m.key,
+                self.p(1)
+            ),
+            params: vec![stream_id.into()],
+        }
+    }
+
+    /// The row's status, length and (where mapped) error, without its body: what a seal reads
+    /// in its own transaction to learn whether it applied.
+    pub fn read_summary(&self, stream_id: &str) -> Statement {
+        let m = &self.map;
+        let error = m.error.as_ref().map_or_else(|| "NULL".to_owned(), |col| col.to_string());
+        Statement {
+            sql: format!(
+                "SELECT {} AS seq, {} AS status, {error} AS error FROM {} WHERE {} = {}",
                 m.seq,
                 m.status,
                 m.message,
@@ -472,10 +467,11 @@ impl MappedSql {
     pub fn read_durable(&self, stream_id: &str) -> Statement {
         let m = &self.map;
         let error = m.error.as_ref().map_or_else(|| "NULL".to_owned(), |col| col.to_string());
+        let format = m.format.as_ref().map_or_else(|| "NULL".to_owned(), |col| col.to_string());
         Statement {
             sql: format!(
-                "SELECT 0 AS part, {} AS text, {} AS seq, {} AS status, {error} AS error FROM {} WHERE {} = {} \
-                 UNION ALL SELECT 1, {}, {}, NULL, NULL FROM {} WHERE {} = {}",
+                "SELECT 0 AS part, {} AS text, {} AS seq, {} AS status, {error} AS error, {format} AS format FROM {} WHERE {} = {} \
+                 UNION ALL SELECT 1, {}, {}, NULL, NULL, NULL FROM {} WHERE {} = {}",
                 m.body,
                 m.seq,
                 m.status,

@@ -6,7 +6,8 @@ use super::plan::{text, StorePlan, TablesOp};
 use super::rows::{ColumnValue, RowState};
 use super::sql::{MappedSql, Statement};
 use crate::engine::host::store::{
-    Checkpoint, CheckpointSink, MarkOutcome, MarkStreaming, OpKind, ReadHost, SealWrite, StoreAnswer, StoreError, StoreFuture, StoreRequest,
+    Checkpoint, CheckpointSink, MarkOutcome, MarkStreaming, OpKind, ReadHost, SealResult, SealWrite, StoreAnswer, StoreError, StoreFuture,
+    StoreRequest,
 };
 use crate::engine::live::lease::{HostColumn, LeaseRow};
 use crate::engine::text::reading::{ChunkRow, DurableText};
@@ -75,7 +76,7 @@ impl Tables {
     /// Performs one operation on `stream_id`.
     pub async fn perform<Op: TablesOp>(&self, stream_id: &str, op: &Op) -> Result<Op::Reply, StoreError> {
         let plan: StorePlan = op.plan(&self.sql, stream_id);
-        Op::reply(plan.execute(self.exec.as_ref(), Op::KIND).await?)
+        op.reply(plan.execute(self.exec.as_ref(), Op::KIND).await?)
     }
 
     /// Answers a request of a stream whose store these tables are.
@@ -107,6 +108,10 @@ impl Tables {
             }
             StoreRequest::ReadLeaseRow(r) => {
                 let reply = self.lease_row(stream_id).await;
+                r.answer(reply)
+            }
+            StoreRequest::ClaimHost(r) => {
+                let reply = self.perform(stream_id, r.op()).await;
                 r.answer(reply)
             }
         }
@@ -170,8 +175,15 @@ impl CheckpointSink for Tables {
         Box::pin(self.perform(stream_id, slice))
     }
 
+    /// The guarded seal; a seal whose guard did not hold is an error here (a sink's `Ok` says
+    /// the seal is written).
     fn seal<'a>(&'a self, stream_id: &'a str, write: &'a SealWrite) -> StoreFuture<'a, ()> {
-        Box::pin(self.perform(stream_id, write))
+        Box::pin(async move {
+            match self.perform(stream_id, write).await? {
+                SealResult::Applied => Ok(()),
+                SealResult::NotApplied(row) => Err(StoreError::NotCommitted(format!("the seal's guard did not hold: the row is {row:?}"))),
+            }
+        })
     }
 
     fn read_durable<'a>(&'a self, stream_id: &'a str) -> StoreFuture<'a, Option<DurableText>> {
@@ -194,5 +206,6 @@ pub fn durable_of_rows(rows: &[Row]) -> Option<DurableText> {
         .collect();
     let body = text(row.get("text")).unwrap_or_default();
     let status = text(row.get("status")).unwrap_or_default();
-    Some(DurableText { error: text(row.get("error")), ..DurableText::assemble(&body, chunks, status) })
+    let format = text(row.get("format")).as_deref().and_then(crate::engine::wire::ui::Format::parse);
+    Some(DurableText { error: text(row.get("error")), format, ..DurableText::assemble(&body, chunks, status) })
 }

@@ -10,9 +10,9 @@
 //! - `readback`: a read-back fails (a checkpoint reads its row in its own transaction, so a
 //!   separate read-back follows only a failed checkpoint write: pair it with `before` or `lost`);
 //! - `ops` targets `before`, `lost` and `hold` at these operations (`probe`, `mark`,
-//!   `readhost`, `append`, `readstate`, `seal`, and `storage`: the lease alarm's read of its
-//!   keys from the object's storage, where `before` fails it and `hold` never answers it);
-//!   without it they break checkpoints and seals.
+//!   `readhost`, `append`, `readstate`, `seal`, `claim`: a revival's claim of the row, and
+//!   `storage`: the read of the object's keys, where `before` fails it and `hold` never answers
+//!   it); without it they break checkpoints and seals.
 
 use crate::engine::host::store::OpKind;
 use std::cell::Cell;
@@ -37,6 +37,7 @@ enum Op {
     Append,
     ReadState,
     Seal,
+    Claim,
     Storage,
 }
 
@@ -52,7 +53,8 @@ impl Op {
             OpKind::ReadState => Op::ReadState,
             OpKind::Seal => Op::Seal,
             OpKind::LeaseKeys => Op::Storage,
-            OpKind::ReadDurable | OpKind::RequestCancel | OpKind::ReadChat | OpKind::ClaimHost => return None,
+            OpKind::ClaimHost => Op::Claim,
+            OpKind::ReadDurable | OpKind::RequestCancel | OpKind::ReadChat => return None,
         })
     }
 
@@ -64,6 +66,7 @@ impl Op {
             "append" => Op::Append,
             "readstate" => Op::ReadState,
             "seal" => Op::Seal,
+            "claim" => Op::Claim,
             "storage" => Op::Storage,
             _ => return None,
         })

@@ -34,7 +34,7 @@ pub enum StreamNotice {
     /// A stream was sealed `interrupted`, with `durable_seq` units of text, for `cause`.
     Interrupted { stream_id: String, durable_seq: Offset, cause: SealCause },
     /// A seal that had fallen short (see [`StreamNotice::SealShortfall`]) was written by the
-    /// lease alarm after all: the row has the producer's `status` and `durable_seq` units.
+    /// lease alarm's retry after all: the row has `status` and `durable_seq` units.
     SealRepaired { stream_id: String, status: EndStatus, durable_seq: Offset },
 }
 
@@ -42,12 +42,14 @@ pub enum StreamNotice {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SealCause {
-    /// Its producer sent nothing for `IDLE_TIMEOUT_MS`.
+    /// Its producer sent nothing for `IDLE_TIMEOUT_MS` (counted across resets: a stream rebuilt
+    /// after an eviction waits for what remains of it).
     IdleProducer,
     /// The upstream a pump read from was lost (the object was its own producer).
     UpstreamLost,
-    /// Its live stream was lost (evicted, crashed, redeployed, or its open never completed) and
-    /// the lease alarm sealed the row from its durable text.
+    /// Its live stream was lost (evicted, crashed, redeployed, or its open never completed) and,
+    /// with no resume window configured (`RESUME_WINDOW_MS = 0`), the lease alarm's revival
+    /// sealed the row from its durable text at once.
     LeaseExpired,
     /// Its live stream was lost, a new instance rehydrated it, and its producer did not resume
     /// within `RESUME_WINDOW_MS` (SPEC §10).
@@ -82,6 +84,9 @@ impl StreamNotice {
                     });
                 }
                 notices
+            }
+            StreamEvent::SealRepaired { status, durable_seq } => {
+                vec![StreamNotice::SealRepaired { stream_id: id(), status: *status, durable_seq: *durable_seq }]
             }
             StreamEvent::Opened | StreamEvent::OpenFailed(_) | StreamEvent::CheckpointAttemptFailed { .. } => vec![],
         }

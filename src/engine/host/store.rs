@@ -43,6 +43,8 @@ pub struct ProbeOpen;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkStreaming {
     pub host_token: String,
+    /// The stream's format: written into the row where a format column is mapped.
+    pub format: crate::engine::wire::ui::Format,
     pub meta: Option<serde_json::Value>,
     pub started_at: Timestamp,
 }
@@ -66,27 +68,21 @@ pub struct Checkpoint {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadState;
 
-/// Claim a `streaming` row for a rehydrating instance (SPEC §10): where a host column is
-/// mapped, the row passes from the lost instance's token `old` to `new` (= [`next_host_token`]
-/// of `old`), and only if it still holds one of the two, so a replay after a lost reply wins
-/// again and two instances racing from one token cannot both win. Answers the row's holder
-/// after the claim: the claim won when it is `new`.
+/// Claim a `streaming` row for a reviving instance (SPEC §10): where a host column is mapped,
+/// the row passes from `old` (the token the row holds, which the revival proved is this
+/// object's) to `new`, a token no other claimant has (drawn at random by the host), and only if
+/// it still holds `old`. Answers the row's holder after the claim: the claim won when it is
+/// `new`, also for a replay after a lost reply (the row then already holds `new`). Two claimants
+/// from one token cannot both win: each names its own `new`, and only the first finds `old`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimHost {
     pub old: String,
     pub new: String,
 }
 
-/// The token a rehydration claims the row with: derived from the lost instance's, so the claim's
-/// compare-and-swap names both and a retry after a lost reply finds its own claim.
-pub fn next_host_token(old: &str) -> String {
-    match old.rsplit_once('~').and_then(|(base, n)| Some((base, n.parse::<u64>().ok()?))) {
-        Some((base, n)) => format!("{base}~{}", n + 1),
-        None => format!("{old}~1"),
-    }
-}
-
-/// The terminal write of a stream.
+/// The terminal write of a stream: every seal (the producer's close and fail, the resume
+/// window's expiry, the idle timeout, a cancel in the gap, the lease's repair) is one of these,
+/// built in one place ([`LiveStream`](super::super::live::LiveStream)'s sealer) with one guard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealWrite {
     pub status: EndStatus,
@@ -101,22 +97,45 @@ pub struct SealWrite {
     /// (the body is too large for one row and stays as chunk rows, all already committed).
     pub body: Option<String>,
     pub body_from: Offset,
-    /// `Some`: write only a row still `streaming` (and held by the guard's token where a host
-    /// column is mapped), as the lease's `interrupted` seal does; `None`: the producer's own
-    /// seal, which owns the row. A sink should honour it the same way.
-    pub guard: Option<SealGuard>,
+    /// The write applies only to a row still `streaming`, at the durable length this sealer
+    /// believes, and held by its host token where a host column is mapped. A sink must honour
+    /// it the same way.
+    pub guard: SealGuard,
 }
 
-/// The condition of a guarded [`SealWrite`].
+/// The condition of every [`SealWrite`]: the row is as its sealer believes it, so a seal never
+/// shrinks the durable text (a checkpoint that committed late moved the row's length), never
+/// overwrites a row sealed meanwhile, and never lands on a row another host claimed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealGuard {
-    /// The token the host column must hold (where one is mapped); the token this object stored
-    /// when it armed the lease.
+    /// The row's length must be this (`status = 'streaming' AND seq = durable_seq`).
+    pub durable_seq: Offset,
+    /// The token the host column must hold (where one is mapped): the open's, or the one a
+    /// revival claimed the row with.
     pub host_token: Option<String>,
 }
 
-/// Read the row as the lease alarm decides on it: its durable text and status, and the host
-/// column where one is mapped.
+/// What a seal found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SealResult {
+    /// The row now holds this seal's status and length (also when a replay finds its own first
+    /// attempt committed).
+    Applied,
+    /// The guard did not hold: the row as it is now (`None`: there is no row). The sealer
+    /// decides from it: adopt a longer durable text and seal again, or end as the row says.
+    NotApplied(Option<RowSummary>),
+}
+
+/// A message row's status, length and error, read in the seal's own transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowSummary {
+    pub status: String,
+    pub seq: Offset,
+    pub error: Option<String>,
+}
+
+/// Read the row as a revival decides on it: its durable text and status, and the host column
+/// where one is mapped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadLeaseRow;
 
@@ -152,7 +171,7 @@ impl Operation for ClaimHost {
     type Reply = Option<String>;
 }
 impl Operation for SealWrite {
-    type Reply = ();
+    type Reply = SealResult;
 }
 impl Operation for ReadLeaseRow {
     type Reply = LeaseRow;
@@ -232,8 +251,10 @@ pub enum StoreRequest {
     Checkpoint(Request<Checkpoint>),
     ReadState(Request<ReadState>),
     Seal(Request<SealWrite>),
-    /// The lease alarm's row read (the alarm's own request, never the stream's).
+    /// The row as a revival reads it (durable text and host), or a seal adopting a longer text.
     ReadLeaseRow(Request<ReadLeaseRow>),
+    /// A revival's claim of the row (a host column is mapped).
+    ClaimHost(Request<ClaimHost>),
 }
 
 /// A store's answer to one request, fed back with
@@ -252,7 +273,7 @@ pub(crate) enum Reply {
     Host(Result<Option<String>, StoreError>),
     Checkpoint(Result<RowState, StoreError>),
     State(Result<RowState, StoreError>),
-    Seal(Result<(), StoreError>),
+    Seal(Result<SealResult, StoreError>),
     LeaseRow(Result<LeaseRow, StoreError>),
 }
 
@@ -300,6 +321,7 @@ requests! {
     ReadState => ReadState, State;
     SealWrite => Seal, Seal;
     ReadLeaseRow => ReadLeaseRow, LeaseRow;
+    ClaimHost => ClaimHost, Host;
 }
 
 impl StoreRequest {
@@ -313,6 +335,7 @@ impl StoreRequest {
             StoreRequest::ReadState(_) => OpKind::ReadState,
             StoreRequest::Seal(_) => OpKind::Seal,
             StoreRequest::ReadLeaseRow(_) => OpKind::ReadDurable,
+            StoreRequest::ClaimHost(_) => OpKind::ClaimHost,
         }
     }
 }
@@ -336,7 +359,8 @@ pub trait CheckpointSink {
     /// is retried.
     fn checkpoint<'a>(&'a self, stream_id: &'a str, slice: &'a Checkpoint) -> StoreFuture<'a, RowState>;
 
-    /// The terminal write.
+    /// The terminal write. Honour [`SealWrite::guard`]: write only a row still streaming at
+    /// `guard.durable_seq` (its `Ok` means the seal is written).
     fn seal<'a>(&'a self, stream_id: &'a str, write: &'a SealWrite) -> StoreFuture<'a, ()>;
 
     /// The durable text of a stream, or `None` when it has no row.
@@ -357,8 +381,9 @@ pub async fn run_on_sink(sink: &dyn CheckpointSink, stream_id: &str, request: St
             let reply = sink.checkpoint(stream_id, r.op()).await;
             r.answer(reply)
         }
+        // A sink honours the guard itself: its `Ok` says the seal is written.
         StoreRequest::Seal(r) => {
-            let reply = sink.seal(stream_id, r.op()).await;
+            let reply = sink.seal(stream_id, r.op()).await.map(|()| SealResult::Applied);
             r.answer(reply)
         }
         // A sink has no host column: the row is the durable text.
@@ -368,7 +393,7 @@ pub async fn run_on_sink(sink: &dyn CheckpointSink, stream_id: &str, request: St
         }
         // A stream with a sink never asks these (its open is the mark; its checkpoint's answer
         // is the truth): a failure, never a made-up row.
-        other @ (StoreRequest::ProbeOpen(_) | StoreRequest::ReadHost(_) | StoreRequest::ReadState(_)) => {
+        other @ (StoreRequest::ProbeOpen(_) | StoreRequest::ReadHost(_) | StoreRequest::ReadState(_) | StoreRequest::ClaimHost(_)) => {
             let kind = other.kind();
             other.failed(StoreError::NotCommitted(format!("a checkpoint sink is never asked for {kind:?}")))
         }

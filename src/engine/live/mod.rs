@@ -6,28 +6,37 @@
 //! time, then drains [`LiveStream::poll_output`] until it returns `None` and arms a timer for
 //! [`LiveStream::poll_timeout`]. It performs the outputs (store operations, the lease's arming
 //! and renewals, reader wakes, settled requests, notices) only after it has stopped borrowing
-//! the machine. When the lease alarm fires, [`lease::decide`] says what to do.
+//! the machine. When the lease alarm fires, [`lease::LeaseAlarm`] says what to do, and when nothing
+//! is held here, [`Revival`] rebuilds the stream.
 //!
-//! - `stream`: the phases (opening, live, sealing, ended) and the reader side;
+//! - `stream`: the phases (opening, live, sealing, ended), checkpoints' effects, time;
 //! - `open`: the open handshake (probe, arm the lease, mark, read the host);
 //! - `checkpoint`: when a checkpoint round is due and one round's protocol;
 //! - `lease`: the lease alarm's decision;
-//! - `resume`: rehydration, the producer's resume and fence, the resume window, parked readers;
+//! - `seal`: the sealer, every seal's one guarded write and what follows when it does not apply;
+//! - `revival`: rebuilding a stream a reset instance lost (keys, row, claim, window), driven by
+//!   the lease alarm and by requests alike;
+//! - `resume`: the rebuilt stream, the producer's resume and fence, the resume window;
+//! - `joins`: where a reader starts (the replay, parked readers of a rebuilt stream);
 //! - `readers`: bounded queues, dialects, pacing, merging;
 //! - `outbox`: where outputs wait for the shell;
 //! - `slot`: the stream an object holds, and the detaches that wait while it is borrowed.
 
 mod checkpoint;
+mod joins;
 pub mod lease;
 mod open;
 mod outbox;
 mod readers;
 mod resume;
+mod revival;
+mod seal;
 mod slot;
 mod stream;
 
 pub use open::Producer;
 pub use readers::{Dialect, DropReason, Pull, ReaderId, SharedFrame, Wire};
-pub use resume::{window_expired_error, Fenced, Rehydration, ResumeGrant, ResumeRefused, FIRST_EPOCH};
+pub use resume::{idle_error, window_expired_error, Fenced, Holder, Rehydration, ResumeGrant, ResumeRefused, Window, FIRST_EPOCH};
+pub use revival::{Revival, RevivalEnd, RevivalFailure, RevivalOutput};
 pub use slot::StreamSlot;
 pub use stream::*;

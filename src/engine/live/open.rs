@@ -21,6 +21,7 @@ use super::outbox::Outbox;
 use super::stream::{OpenError, OpenOutcome, Output, Ticket};
 use crate::engine::durable::{judge_host, judge_probe, OpenRefused};
 use crate::engine::host::config::{CheckpointMode, StreamConfig};
+use crate::engine::host::object_storage::StoredStream;
 use crate::engine::host::store::{MarkOutcome, MarkStreaming, OpId, ProbeOpen, ReadHost, Reply};
 use crate::engine::host::time::Timestamp;
 
@@ -37,6 +38,7 @@ pub struct Producer {
 #[derive(Debug)]
 pub(crate) struct Opener {
     ticket: Ticket<OpenOutcome>,
+    stream_id: String,
     producer: Producer,
     started_at: Timestamp,
     step: Step,
@@ -91,13 +93,30 @@ impl Progress {
 impl Opener {
     /// Starts the handshake: the probe (mapped tables), or the lease (a sink judges the open
     /// at the mark).
-    pub fn start(ticket: Ticket<OpenOutcome>, producer: Producer, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) -> Self {
+    pub fn start(
+        ticket: Ticket<OpenOutcome>,
+        stream_id: &str,
+        producer: Producer,
+        cfg: &StreamConfig,
+        now: Timestamp,
+        out: &mut Outbox,
+    ) -> Self {
         let first = match cfg.mode {
             CheckpointMode::Tables { .. } => Retry::Probe,
             CheckpointMode::Sink => Retry::Arm,
         };
-        let step = send(first, &producer, now, out);
-        Self { ticket, producer, started_at: now, step, retries: 0, mark_failed: false, retried: 0 }
+        let mut opener = Self {
+            ticket,
+            stream_id: stream_id.to_owned(),
+            producer,
+            started_at: now,
+            step: Step::Arming,
+            retries: 0,
+            mark_failed: false,
+            retried: 0,
+        };
+        opener.step = opener.send(first, cfg, out);
+        opener
     }
 
     pub fn ticket(&self) -> Ticket<OpenOutcome> {
@@ -127,7 +146,7 @@ impl Opener {
             (Step::Probing(id), Reply::Probe(result)) if id == op => match result {
                 Ok(row) => {
                     return match judge_probe(row.as_ref()) {
-                        Ok(()) => self.next(Retry::Arm, out),
+                        Ok(()) => self.next(Retry::Arm, cfg, out),
                         Err(refused) => Progress::refused(refused, true),
                     }
                 }
@@ -173,25 +192,53 @@ impl Opener {
             return Progress::Pending;
         }
         match result {
-            Ok(()) => self.next(Retry::Mark, out),
+            Ok(()) => self.next(Retry::Mark, cfg, out),
             Err(reason) => self.failed(Retry::Arm, OpenError::Lease(reason), cfg, now),
         }
     }
 
     /// Resends a step whose backoff is over.
-    pub fn handle_timeout(&mut self, now: Timestamp, out: &mut Outbox) {
+    pub fn handle_timeout(&mut self, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) {
         if let Step::Backoff { until, step } = self.step {
             if until <= now {
-                self.step = send(step, &self.producer, self.started_at, out);
+                self.step = self.send(step, cfg, out);
             }
         }
     }
 
     /// Moves on to the next step, with retries of its own.
-    fn next(&mut self, step: Retry, out: &mut Outbox) -> Progress {
+    fn next(&mut self, step: Retry, cfg: &StreamConfig, out: &mut Outbox) -> Progress {
         self.retries = 0;
-        self.step = send(step, &self.producer, self.started_at, out);
+        self.step = self.send(step, cfg, out);
         Progress::Pending
+    }
+
+    /// Sends `step`'s request.
+    fn send(&self, step: Retry, cfg: &StreamConfig, out: &mut Outbox) -> Step {
+        let producer = &self.producer;
+        match step {
+            Retry::Probe => Step::Probing(out.request(ProbeOpen)),
+            Retry::Arm => {
+                // Everything a revival needs is stored before the row is marked: a reset between
+                // the mark and a later write cannot rebuild a `ui` stream as `text`.
+                let lease = StoredStream {
+                    stream_id: Some(self.stream_id.clone()),
+                    host_token: Some(producer.host_token.clone()),
+                    armed_at: Some(self.started_at),
+                    format: Some(cfg.format),
+                    meta: producer.meta.clone(),
+                    ..StoredStream::default()
+                };
+                out.push(Output::ArmLease { lease });
+                Step::Arming
+            }
+            Retry::Mark => Step::Marking(out.request(MarkStreaming {
+                host_token: producer.host_token.clone(),
+                format: cfg.format,
+                meta: producer.meta.clone(),
+                started_at: self.started_at,
+            })),
+        }
     }
 
     fn failed(&mut self, step: Retry, error: OpenError, cfg: &StreamConfig, now: Timestamp) -> Progress {
@@ -203,20 +250,6 @@ impl Opener {
                 Progress::Pending
             }
             None => Progress::Failed { error, marked_nothing: false },
-        }
-    }
-}
-
-/// Sends `step`'s request.
-fn send(step: Retry, producer: &Producer, started_at: Timestamp, out: &mut Outbox) -> Step {
-    match step {
-        Retry::Probe => Step::Probing(out.request(ProbeOpen)),
-        Retry::Arm => {
-            out.push(Output::ArmLease { host_token: producer.host_token.clone() });
-            Step::Arming
-        }
-        Retry::Mark => {
-            Step::Marking(out.request(MarkStreaming { host_token: producer.host_token.clone(), meta: producer.meta.clone(), started_at }))
         }
     }
 }

@@ -1,91 +1,137 @@
-//! Surviving the object (SPEC §10): rehydration, the producer's resume and its fence, the
-//! resume window, and readers parked past the rehydrated text.
+//! Surviving the object (SPEC §10): a rebuilt stream, the producer's resume and its fence, the
+//! resume window, and readers parked past the rebuilt text. The rebuild itself (reading the
+//! object's keys and the row, claiming the row) is the revival machine (`live/revival.rs`).
 //!
 //! ```text
-//!   LiveStream::open ──────────────▶ epoch 1, writes without an epoch admitted
-//!   a new instance finds the row `streaming`:
+//!   LiveStream::open ──────────────▶ epoch 1, writes with epoch 1 (or none) admitted
+//!   a new instance finds the row `streaming` (the revival):
 //!   LiveStream::rehydrate(D) ──────▶ live at seq = durableSeq = D, lease armed, waiting:
-//!       every write ──────────────────▶ ResumeRequired {seq, durableSeq}
+//!       a write of an older epoch ────▶ Superseded (whatever the state: the fence survives resets)
+//!       a write of the current one ───▶ ResumeRequired {seq, durableSeq}
 //!       resume ───────────────────────▶ epoch + 1, seq = D (a line end for `ui`); writes flow
-//!       the window passes ────────────▶ sealed `interrupted` (cause ResumeWindowExpired)
+//!       the window passes ────────────▶ sealed `interrupted` (cause: the reset, or an idle producer)
 //!       a cancel ─────────────────────▶ sealed `cancelled`; a late resume learns it (Closed)
 //!   resume on a live stream ───────▶ epoch + 1, its own seq; the replaced connection's
 //!                                     writes get Superseded, never interleaved
+//!   a pump ────────────────────────▶ holds an epoch of its own: producers' writes and resumes
+//!                                     get PumpRunning until it ends
 //! ```
 //!
-//! A reader joining a rehydrated stream past its `seq` is parked (attached, given nothing)
-//! until the re-sent text reaches its offset, then served from exactly there; the stream's
-//! end releases it with the text there is and the end.
+//! **The window measures the producer's absence, not the instance's**: a rebuilt stream waits
+//! the larger of `RESUME_WINDOW_MS` and what remains of `IDLE_TIMEOUT_MS` since the producer's
+//! last write (an object evicted while its producer waits on a long tool call is not a lost
+//! producer). The first rebuild's window is stored, so a second reset does not restart it.
+//!
+//! A reader joining a rebuilt stream past its `seq` is parked (`live/joins.rs`).
 
-use super::readers::{Dialect, ReaderId};
-use super::stream::{LiveStream, Output, Phase};
+use super::stream::{LiveStream, Phase};
+use crate::engine::host::config::StreamConfig;
 use crate::engine::host::hook::SealCause;
-use crate::engine::host::store::SealGuard;
 use crate::engine::host::time::{Millis, Timestamp};
 use crate::engine::text::reading::DurableText;
 use crate::engine::text::utf16::Offset;
-use crate::engine::wire::frame::{EndStatus, Frame};
+use crate::engine::wire::frame::EndStatus;
 use crate::engine::wire::ui::Format;
 use thiserror::Error;
 
 /// The producer epoch of a stream that was opened and never resumed.
 pub const FIRST_EPOCH: u64 = 1;
 
-/// The error sentence of a rehydrated stream whose producer never resumed.
+/// The error sentence of a rebuilt stream whose producer never resumed.
 pub fn window_expired_error(window: Millis) -> String {
     format!("the live stream was lost (its Durable Object was reset) and its producer did not resume within {} ms", window.0)
 }
 
-/// What a stream knows about surviving: its producer epoch and, once rehydrated, the window.
+/// The error sentence of a stream whose producer went quiet for the idle timeout.
+pub fn idle_error(idle: Millis) -> String {
+    format!("the producer sent nothing for {} s", idle.as_secs())
+}
+
+/// How long a rebuilt stream waits for its producer, and why it ends if nobody comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub until: Timestamp,
+    /// [`SealCause::ResumeWindowExpired`] (the reset), [`SealCause::IdleProducer`] (the
+    /// producer's idle timeout ends later than the resume window), or
+    /// [`SealCause::LeaseExpired`] (no window is configured).
+    pub cause: SealCause,
+}
+
+impl Window {
+    /// The window a stream rebuilt at `now` waits (see the module docs): the one an earlier
+    /// rebuild stored, else the larger of `RESUME_WINDOW_MS` from now and what remains of
+    /// `IDLE_TIMEOUT_MS` since the producer's last write. No resume window configured: none.
+    pub fn of(cfg: &StreamConfig, stored: Option<Window>, last_write: Option<Timestamp>, now: Timestamp) -> Window {
+        if let Some(stored) = stored {
+            return stored;
+        }
+        if cfg.resume_window_ms == Millis::ZERO {
+            return Window { until: now, cause: SealCause::LeaseExpired };
+        }
+        let reset = now + cfg.resume_window_ms;
+        match last_write.filter(|_| cfg.idle_timeout_ms > Millis::ZERO).map(|at| at + cfg.idle_timeout_ms) {
+            Some(idle) if idle > reset => Window { until: idle, cause: SealCause::IdleProducer },
+            _ => Window { until: reset, cause: SealCause::ResumeWindowExpired },
+        }
+    }
+
+    /// The error a stream sealed by this window carries.
+    pub fn error(&self, cfg: &StreamConfig) -> String {
+        match self.cause {
+            SealCause::IdleProducer => idle_error(cfg.idle_timeout_ms),
+            SealCause::LeaseExpired => super::lease::INTERRUPTED.to_owned(),
+            _ => window_expired_error(cfg.resume_window_ms),
+        }
+    }
+}
+
+/// Who writes the stream's text now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// The HTTP producer: the open's, or whoever resumed last.
+    Producer,
+    /// The object's own pump (`POST /pump`): producers' writes and resumes are refused until
+    /// it ends.
+    Pump,
+}
+
+/// What a stream knows about surviving: its producer epoch and, once rebuilt, the window.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Survival {
     pub epoch: u64,
-    /// A resume happened: a write without an epoch is no longer the current producer's.
-    pub resumed: bool,
+    /// The producer (its `x-rindle-producer` id) the current epoch was granted to, so a resume
+    /// retried after its answer was lost gets the same grant.
+    pub granted_to: Option<String>,
+    pub holder: Holder,
     /// This instance rebuilt the stream from the store.
     pub rehydrated: bool,
-    /// Rehydrated and waiting for the producer's resume until then.
-    pub window: Option<Timestamp>,
-    /// Readers waiting for the text to reach their offset.
-    pub parked: Vec<Parked>,
-    /// The host token a rehydration claimed the row with (where a host column is mapped).
-    pub host_token: Option<String>,
+    /// Rebuilt and waiting for the producer's resume.
+    pub window: Option<Window>,
 }
 
 impl Survival {
     pub fn opened() -> Self {
-        Self { epoch: FIRST_EPOCH, resumed: false, rehydrated: false, window: None, parked: Vec::new(), host_token: None }
-    }
-
-    /// The guard of a seal no producer stands behind.
-    pub fn guard(&self) -> SealGuard {
-        SealGuard { host_token: self.host_token.clone() }
+        Self { epoch: FIRST_EPOCH, granted_to: None, holder: Holder::Producer, rehydrated: false, window: None }
     }
 }
 
-/// A reader that joined past the rehydrated text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Parked {
-    pub reader: ReaderId,
-    pub dialect: Dialect,
-    pub from: Offset,
-}
-
-/// What a fresh instance rebuilds a stream from.
+/// What a fresh instance rebuilds a stream from (the revival gathers it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rehydration {
     /// The row's durable text (read in one statement), its status `streaming`.
     pub durable: DurableText,
-    /// The producer epoch the lost instance stored last.
+    /// The producer epoch the lost instance stored last, and whom it was granted to.
     pub epoch: u64,
+    pub granted_to: Option<String>,
     /// The app's `meta` from the open (the authorizer sees it).
     pub meta: Option<serde_json::Value>,
-    /// The window an earlier rehydration of this stream started (stored by the object), so a
-    /// second reset does not restart it; `None`: it starts now.
-    pub resume_by: Option<Timestamp>,
-    /// The token the rehydration claimed the row with (where a host column is mapped): the
-    /// window's seal is guarded by it.
+    /// How long to wait for the producer ([`Window::of`]).
+    pub window: Window,
+    /// The token the row is held by now (the revival's claim, where a host column is mapped):
+    /// every seal is guarded by it.
     pub host_token: Option<String>,
+    /// The producer's last write the object stored (the idle timeout counts from it).
+    pub last_write: Option<Timestamp>,
 }
 
 /// A write the fence refuses.
@@ -94,9 +140,12 @@ pub enum Fenced {
     /// A resume replaced the connection this write came on (409 `superseded`).
     #[error("a newer producer connection (epoch {current}) replaced this one")]
     Superseded { current: u64 },
-    /// The stream was rehydrated and waits for its producer's resume (409 `resume_required`).
-    #[error("the stream was rehydrated at {seq}: resume first")]
+    /// The stream was rebuilt and waits for its producer's resume (409 `resume_required`).
+    #[error("the stream was rebuilt at {seq}: resume first")]
     ResumeRequired { seq: Offset, durable_seq: Offset },
+    /// The object's pump is the producer (409 `pump_running`).
+    #[error("the stream's pump is its producer")]
+    PumpRunning,
 }
 
 /// What a resume answers: where the producer continues.
@@ -116,6 +165,9 @@ pub enum ResumeRefused {
     /// The stream is sealed (or sealing) with `status`.
     #[error("the stream is {}", status.as_str())]
     Closed { status: EndStatus, seq: Offset, durable_seq: Offset },
+    /// The caller's epoch is older than the stream's: another producer resumed since.
+    #[error(transparent)]
+    Fenced(Fenced),
 }
 
 impl LiveStream {
@@ -123,8 +175,7 @@ impl LiveStream {
     /// `seq = durableSeq = D`, the durable text as the start of its buffer, the lease armed
     /// (renewed at once), and waiting for its producer's resume until the window passes.
     #[must_use = "the stream must be driven"]
-    pub fn rehydrate(stream_id: &str, cfg: crate::engine::host::config::StreamConfig, from: Rehydration, now: Timestamp) -> Self {
-        let window = from.resume_by.unwrap_or(now + cfg.resume_window_ms);
+    pub fn rehydrate(stream_id: &str, cfg: StreamConfig, from: Rehydration, now: Timestamp) -> Self {
         let mut stream = Self::new_live(stream_id, cfg, from.meta, now);
         let (_, seq) = stream.buf.push(&from.durable.text);
         stream.durable_seq = seq;
@@ -134,16 +185,17 @@ impl LiveStream {
         if stream.format() == Format::Ui {
             stream.readers.lines_entered(seq, crate::engine::wire::ui::holds(&from.durable.text));
         }
+        stream.host_token = from.host_token;
+        stream.last_activity = from.last_write.unwrap_or(now).min(now);
+        stream.lease_writes.stored = from.last_write;
         stream.survival = Survival {
             epoch: from.epoch.max(FIRST_EPOCH),
-            resumed: false,
+            granted_to: from.granted_to,
+            holder: Holder::Producer,
             rehydrated: true,
-            window: Some(window),
-            parked: vec![],
-            host_token: from.host_token,
+            window: Some(from.window),
         };
-        stream.out.push(Output::RenewLease);
-        stream.lease_renew_at = Some(now + stream.cfg.lease_ms / 2);
+        stream.renew_lease(now);
         stream
     }
 
@@ -154,52 +206,118 @@ impl LiveStream {
         self.survival.epoch
     }
 
+    /// Who writes the text now.
+    pub fn holder(&self) -> Holder {
+        self.survival.holder
+    }
+
     /// This instance rebuilt the stream from the store.
     pub fn rehydrated(&self) -> bool {
         self.survival.rehydrated
     }
 
-    /// When a rehydrated stream seals `interrupted` unless its producer resumes first.
+    /// When a rebuilt stream seals `interrupted` unless its producer resumes first.
     pub fn resume_by(&self) -> Option<Timestamp> {
-        self.survival.window
+        self.survival.window.map(|w| w.until)
     }
 
     /// Whether a producer's write carrying `epoch` (`None`: no header) comes from the current
-    /// connection. The shell asks in the same borrow as the write, so no resume falls between.
+    /// connection. An older (or unknown) epoch is fenced whatever the state, so a producer a
+    /// resume replaced stays fenced across a reset; only then does a rebuilt stream ask for a
+    /// resume. The shell asks in the same borrow as the write, so no resume falls between.
     pub fn admit(&self, epoch: Option<u64>) -> Result<(), Fenced> {
+        if self.survival.holder == Holder::Pump {
+            return Err(Fenced::PumpRunning);
+        }
+        self.admit_epoch(epoch)
+    }
+
+    /// Whether a producer's flush carrying `epoch` may go in. While the pump is the producer a
+    /// flush is taken from whoever has write scope: it writes no text (nothing to interleave),
+    /// and the pump's starter may want what was pumped so far made durable.
+    pub fn admit_flush(&self, epoch: Option<u64>) -> Result<(), Fenced> {
+        match self.survival.holder {
+            Holder::Pump => Ok(()),
+            Holder::Producer => self.admit(epoch),
+        }
+    }
+
+    /// Whether a push of the pump holding `epoch` may go in.
+    pub fn admit_pump(&self, epoch: u64) -> Result<(), Fenced> {
+        match self.survival.holder {
+            Holder::Pump => self.admit_epoch(Some(epoch)),
+            Holder::Producer => Err(Fenced::Superseded { current: self.survival.epoch }),
+        }
+    }
+
+    fn admit_epoch(&self, epoch: Option<u64>) -> Result<(), Fenced> {
+        let current = self.survival.epoch;
+        match epoch {
+            Some(e) if e != current => return Err(Fenced::Superseded { current }),
+            // A write without an epoch is the first producer's; after a resume it is not.
+            None if current > FIRST_EPOCH => return Err(Fenced::Superseded { current }),
+            _ => {}
+        }
         if self.survival.window.is_some() && matches!(self.phase, Phase::Live) {
             return Err(Fenced::ResumeRequired { seq: self.seq(), durable_seq: self.durable_seq });
         }
-        let current = self.survival.epoch;
-        match epoch {
-            None if !self.survival.resumed => Ok(()),
-            Some(e) if e == current => Ok(()),
-            _ => Err(Fenced::Superseded { current }),
-        }
+        Ok(())
     }
 
     // ---- commands
 
     /// The producer (a new connection, or a new instance's first) takes over: a new epoch
     /// fences the connection it replaces, the window closes, and the answer says where to
-    /// continue. A `ui` stream's unfinished line is dropped (the producer re-sends it), so
-    /// `seq` is at a line end. Calling it again fences again and answers the same `seq`.
-    pub fn resume(&mut self, now: Timestamp) -> Result<ResumeGrant, ResumeRefused> {
-        match &self.phase {
-            Phase::Live => {}
-            Phase::Sealing(sealing) => return Err(self.closed(sealing.seal.status)),
-            Phase::Ended { seal, .. } => return Err(self.closed(seal.status)),
-            Phase::Opening(_) | Phase::Retired => return Err(ResumeRefused::NotOpen),
+    /// continue. `epoch` is the caller's (`None`: it has none): an older one is refused, so a
+    /// replaced producer cannot take the stream back. `producer` is the caller's id: the same
+    /// producer retrying a resume whose answer it lost gets the same grant. A `ui` stream's
+    /// unfinished line is dropped (the producer re-sends it), so `seq` is at a line end.
+    pub fn resume(&mut self, epoch: Option<u64>, producer: Option<&str>, now: Timestamp) -> Result<ResumeGrant, ResumeRefused> {
+        self.resumable()?;
+        if self.survival.holder == Holder::Pump {
+            return Err(ResumeRefused::Fenced(Fenced::PumpRunning));
         }
+        let current = self.survival.epoch;
+        let replay = producer.is_some() && producer == self.survival.granted_to.as_deref() && epoch == Some(current - 1);
+        match epoch {
+            _ if replay => {}
+            Some(e) if e != current => return Err(ResumeRefused::Fenced(Fenced::Superseded { current })),
+            _ => {
+                self.survival.epoch += 1;
+                self.survival.granted_to = producer.map(str::to_owned);
+            }
+        }
+        Ok(self.take_over(now))
+    }
+
+    /// The object's pump becomes the producer: after the current producer asked for it
+    /// (`POST /pump`, admitted by [`Self::admit`]), or when a background pump re-attaches to a
+    /// rebuilt stream. It gets an epoch of its own; producers are refused until it ends.
+    pub fn start_pump(&mut self, now: Timestamp) -> Result<ResumeGrant, ResumeRefused> {
+        self.resumable()?;
+        self.survival.epoch += 1;
+        self.survival.granted_to = None;
+        self.survival.holder = Holder::Pump;
+        Ok(self.take_over(now))
+    }
+
+    fn resumable(&self) -> Result<(), ResumeRefused> {
+        match &self.phase {
+            Phase::Live => Ok(()),
+            Phase::Sealing(sealing) => Err(self.closed(sealing.seal.status)),
+            Phase::Ended(ended) => Err(self.closed(ended.seal.status)),
+            Phase::Opening(_) | Phase::Retired => Err(ResumeRefused::NotOpen),
+        }
+    }
+
+    fn take_over(&mut self, now: Timestamp) -> ResumeGrant {
         if let Some(assembler) = self.ui_lines.as_mut() {
             let _ = assembler.take_partial();
         }
-        self.survival.epoch += 1;
-        self.survival.resumed = true;
         self.survival.window = None;
         self.last_activity = now;
         self.clock = self.clock.max(now);
-        Ok(ResumeGrant { seq: self.seq(), durable_seq: self.durable_seq, format: self.format(), epoch: self.survival.epoch })
+        ResumeGrant { seq: self.seq(), durable_seq: self.durable_seq, format: self.format(), epoch: self.survival.epoch }
     }
 
     fn closed(&self, status: EndStatus) -> ResumeRefused {
@@ -208,45 +326,16 @@ impl LiveStream {
 
     // ---- what stream.rs calls
 
-    /// A reader joining past the text of a rehydrated stream waits for it: attached with
-    /// nothing queued. `None`: serve it now.
-    pub(super) fn park(&mut self, dialect: Dialect, from: Offset) -> Option<ReaderId> {
-        if !self.survival.rehydrated || from <= self.seq() || !matches!(self.phase, Phase::Live | Phase::Sealing(_)) {
-            return None;
-        }
-        let reader = self.readers.attach_held(dialect, self.clock);
-        self.survival.parked.push(Parked { reader, dialect, from });
-        Some(reader)
-    }
-
-    /// Releases the parked readers the text now reaches, each served from exactly its offset as
-    /// a join would be. With `end` (the stream ends), all of them: each gets the text there is
-    /// and the end, told (on `/ui`) that it holds lines past what was saved.
-    pub(super) fn unpark(&mut self, end: Option<&Frame>) {
-        if self.survival.parked.is_empty() {
-            return;
-        }
-        let seq = self.seq();
-        let (due, waiting) = self.survival.parked.drain(..).partition(|p| end.is_some() || p.from <= seq);
-        self.survival.parked = waiting;
-        for Parked { reader, dialect, from } in due {
-            let mut replay = self.replay(dialect, from);
-            replay.extend(end.cloned());
-            if self.readers.release(reader, replay, from) {
-                self.out.push(Output::Wake(reader));
-            }
-        }
-    }
-
-    /// The resume window passed with no resume: seal `interrupted`.
+    /// The window passed with no resume.
     pub(super) fn window_due(&self, now: Timestamp) -> bool {
-        matches!(self.phase, Phase::Live) && self.survival.window.is_some_and(|at| at <= now)
+        matches!(self.phase, Phase::Live) && self.survival.window.is_some_and(|w| w.until <= now)
     }
 
+    /// The window passed: seal `interrupted`, naming the true cause.
     pub(super) fn expire_window(&mut self, now: Timestamp) {
-        self.survival.window = None;
-        let error = window_expired_error(self.cfg.resume_window_ms);
-        let _ = self.interrupt(SealCause::ResumeWindowExpired, error, now);
+        let Some(window) = self.survival.window.take() else { return };
+        let error = window.error(&self.cfg);
+        let _ = self.interrupt(window.cause, error, now);
     }
 
     /// A cancel that finds the stream waiting for its producer seals it: nobody would carry it

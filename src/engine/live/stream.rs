@@ -1,15 +1,18 @@
 //! The live stream: phases, inputs, outputs and the reader side.
 
 use super::checkpoint::{Checkpointer, Retry, RoundReply};
+use super::joins::Parked;
 use super::lease::Holding;
 use super::open::{Opener, Producer, Progress};
 use super::outbox::Outbox;
-use super::readers::{Dialect, Pacing, Pull, ReaderId, Readers};
+use super::readers::{Pacing, ReaderId, Readers};
 use super::resume::Survival;
+use super::seal::{Ended, Sealing};
 use crate::engine::durable::{OpenRefused, RowState};
-use crate::engine::host::config::{CheckpointMode, StreamConfig};
+use crate::engine::host::config::StreamConfig;
 use crate::engine::host::hook::SealCause;
-use crate::engine::host::store::{Checkpoint, OpId, ReadState, Reply, SealWrite, StoreAnswer, StoreError, StoreRequest};
+use crate::engine::host::object_storage::StoredStream;
+use crate::engine::host::store::{Checkpoint, OpId, ReadState, Reply, StoreAnswer, StoreError, StoreRequest};
 use crate::engine::host::time::{Millis, Timestamp};
 use crate::engine::text::buffer::TextBuffer;
 use crate::engine::text::utf16::Offset;
@@ -76,12 +79,16 @@ pub enum Output {
     Store(StoreRequest),
     /// A parked reader has frames: pull it.
     Wake(ReaderId),
-    /// Store what the lease alarm needs (the stream id and `host_token`) and set the alarm one
-    /// lease from now; answer with [`LiveStream::handle_lease_armed`]. The open waits for it
-    /// before it marks the row.
-    ArmLease { host_token: String },
-    /// Set the lease alarm one lease from now again (the stream is alive here).
-    RenewLease,
+    /// Store what the lease alarm and a revival need (the stream id, the host token, the format
+    /// and `meta`: [`KeyUpdate::arming`](crate::engine::host::object_storage::KeyUpdate::arming))
+    /// and set the alarm one lease from now; answer with [`LiveStream::handle_lease_armed`]. The
+    /// open waits for it before it marks the row.
+    ArmLease { lease: StoredStream },
+    /// Set the lease alarm one lease from now again (the stream is alive here), and with
+    /// `last_write`, store the producer's last write with it: a producer that went quiet for a
+    /// renewal interval (a tool call, say) has its last write kept, so a revival's window counts
+    /// from it. A producer writing on is not stored at every renewal (a row write each).
+    RenewLease { last_write: Option<Timestamp> },
     /// Undo the [`Output::ArmLease`] with `host_token`: that open was refused without marking
     /// the row, so its lease guards nothing, and its alarm must not seal a row another producer
     /// holds. The object restores what its lease held before that arming (an earlier stream's
@@ -154,6 +161,17 @@ pub enum Shortfall {
     TailNotCommitted,
     #[error("the stream is not open")]
     NotOpen,
+    /// The row was sealed by someone else meanwhile (the producer's seal of a lost instance,
+    /// committed late, or the app): readers were told what the row holds.
+    #[error("the row was sealed {status} at {seq} by someone else")]
+    SealedElsewhere { status: String, seq: Offset },
+    /// The row is held by another host (it claimed the row after this instance was given up
+    /// for lost), or was rewritten: not this stream's to seal.
+    #[error("the row is not this stream's any more")]
+    NotOurs,
+    /// The row is gone.
+    #[error("the message row is gone")]
+    NoRow,
 }
 
 /// Why one checkpoint attempt did not confirm its slice.
@@ -237,6 +255,11 @@ pub enum StreamEvent {
         /// Why an `interrupted` seal happened ([`LiveStream::interrupt`]).
         cause: Option<SealCause>,
     },
+    /// A seal that had fallen short was written after all, by the lease's retry.
+    SealRepaired {
+        status: EndStatus,
+        durable_seq: Offset,
+    },
     ReaderDropped {
         reader: ReaderId,
         reason: super::DropReason,
@@ -261,53 +284,34 @@ pub(crate) enum Phase {
     /// The open handshake is under way.
     Opening(Opener),
     Live,
-    /// A seal is requested; the terminal write is pending.
+    /// A seal is requested; the terminal write is pending (`live/seal.rs`).
     Sealing(Sealing),
-    /// Sealed; joinable until `linger_until`.
-    Ended {
-        seal: Seal,
-        shortfall: Option<SealShortfall>,
-        linger_until: Timestamp,
-    },
+    /// Sealed, or ended as the row says; joinable until its linger passes.
+    Ended(Ended),
     /// Refused at open, or past its linger window.
     Retired,
 }
 
-/// What the producer asked the seal to write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Seal {
-    pub status: EndStatus,
-    pub error: Option<String>,
-    /// The body cannot be compacted into one row: commit the tail as chunks, then seal in place.
-    pub in_place: bool,
-    /// Why an `interrupted` seal happened (for the hook).
-    pub cause: Option<SealCause>,
+/// The producer's last write, as the lease's renewals keep it in the object's storage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LastWrite {
+    /// What the previous renewal saw.
+    pub seen: Option<Timestamp>,
+    /// What is stored.
+    pub stored: Option<Timestamp>,
 }
 
-/// The seal in progress: one phase, holding everything only a sealing stream has.
-#[derive(Debug)]
-pub(crate) struct Sealing {
-    pub(super) seal: Seal,
-    /// An in-place seal's tail could not be committed; seal with what is durable.
-    tail_abandoned: bool,
-    write: SealStep,
-    /// The requests (close, fail, idle timeout) waiting for the outcome.
-    tickets: Vec<Ticket<SealOutcome>>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SealStep {
-    /// A checkpoint round must settle first: one in flight, or an in-place seal's tail.
-    AwaitingRound,
-    Writing {
-        op: OpId,
-        attempt: u32,
-        compacts: bool,
-    },
-    Backoff {
-        until: Timestamp,
-        attempt: u32,
-    },
+impl LastWrite {
+    /// At a renewal: the last write to store, if the producer wrote nothing since the previous
+    /// renewal (it went quiet) and it is not stored yet.
+    fn quiet_since(&mut self, last_write: Timestamp) -> Option<Timestamp> {
+        let quiet = self.seen == Some(last_write);
+        self.seen = Some(last_write);
+        (quiet && self.stored != Some(last_write)).then(|| {
+            self.stored = Some(last_write);
+            last_write
+        })
+    }
 }
 
 /// What the stream reports about itself.
@@ -334,18 +338,25 @@ pub struct LiveStream {
     pub(super) readers: Readers,
     /// The app's `meta` from the open.
     meta: Option<serde_json::Value>,
-    ck: Checkpointer,
+    pub(super) ck: Checkpointer,
     /// When the lease is renewed next (set once the open armed it, while the stream is alive).
     pub(super) lease_renew_at: Option<Timestamp>,
+    /// The producer's last write as the lease's renewals saw and stored it.
+    pub(super) lease_writes: LastWrite,
     flush_waiters: Vec<(Ticket<FlushOutcome>, Offset)>,
     /// The producer's last append or flush (for the idle timeout).
     pub(super) last_activity: Timestamp,
     /// The latest time an input brought (reader pacing reads it when frames fan out).
     pub(super) clock: Timestamp,
     pub(super) out: Outbox,
-    stats: Stats,
-    /// The producer epoch, the resume window and the parked readers (`live/resume.rs`).
+    pub(super) stats: Stats,
+    /// This stream's claim on the row (the open's CAS token, or the one a revival claimed it
+    /// with): every seal is guarded by it where a host column is mapped.
+    pub(super) host_token: Option<String>,
+    /// The producer epoch and the resume window (`live/resume.rs`).
     pub(super) survival: Survival,
+    /// Readers waiting for the text to reach their offset (`live/joins.rs`).
+    pub(super) parked: Vec<Parked>,
 }
 
 impl LiveStream {
@@ -354,8 +365,9 @@ impl LiveStream {
     #[must_use = "the stream must be driven, and its ticket awaited"]
     pub fn open(stream_id: &str, cfg: StreamConfig, producer: Producer, now: Timestamp) -> (Self, Ticket<OpenOutcome>) {
         let mut stream = Self::new_live(stream_id, cfg, producer.meta.clone(), now);
+        stream.host_token = Some(producer.host_token.clone());
         let ticket = stream.out.ticket();
-        stream.phase = Phase::Opening(Opener::start(ticket, producer, &stream.cfg, now, &mut stream.out));
+        stream.phase = Phase::Opening(Opener::start(ticket, stream_id, producer, &stream.cfg, now, &mut stream.out));
         (stream, ticket)
     }
 
@@ -381,12 +393,15 @@ impl LiveStream {
             meta,
             ck: Checkpointer::default(),
             lease_renew_at: None,
+            lease_writes: LastWrite::default(),
             flush_waiters: Vec::new(),
             last_activity: now,
             clock: now,
             out: Outbox::default(),
             stats: Stats::default(),
+            host_token: None,
             survival: Survival::opened(),
+            parked: Vec::new(),
         }
     }
 
@@ -401,18 +416,23 @@ impl LiveStream {
         self.buf.seq()
     }
 
+    /// The text this stream still holds, and the offset it starts at (0 unless retention
+    /// trimmed it).
+    pub fn retained_text(&self) -> (Offset, &str) {
+        (self.buf.floor(), self.buf.as_str())
+    }
+
     /// The app's `meta` from the open (the authorizer sees it).
     pub fn meta(&self) -> Option<&serde_json::Value> {
         self.meta.as_ref()
     }
 
     /// What the lease alarm finds of this stream: one rule for the renewals and the alarm
-    /// (see [`super::lease::decide`]).
+    /// (see [`super::lease::LeaseAlarm`]).
     pub fn holding(&self) -> Holding {
         match &self.phase {
             Phase::Opening(_) | Phase::Live | Phase::Sealing(_) => Holding::Alive,
-            Phase::Ended { shortfall: None, .. } => Holding::Sealed,
-            Phase::Ended { shortfall: Some(_), .. } => Holding::Unsealed(self.unsealed_write()),
+            Phase::Ended(ended) => Self::ended_holding(ended),
             Phase::Retired => Holding::Nothing,
         }
     }
@@ -437,8 +457,16 @@ impl LiveStream {
             Phase::Opening(_) => StreamState::Opening,
             Phase::Live => StreamState::Live,
             Phase::Sealing(_) => StreamState::Sealing,
-            Phase::Ended { seal, .. } => StreamState::Ended(seal.status),
+            Phase::Ended(ended) => StreamState::Ended(ended.seal.status),
             Phase::Retired => StreamState::Retired,
+        }
+    }
+
+    /// The error an ended stream's `end` carries (its seal's, or the row's when the row decided).
+    pub fn end_error(&self) -> Option<&str> {
+        match &self.phase {
+            Phase::Ended(ended) => ended.seal.error.as_deref(),
+            _ => None,
         }
     }
 
@@ -491,14 +519,14 @@ impl LiveStream {
         match self.phase {
             Phase::Live => {}
             Phase::Opening(_) | Phase::Retired => return Err(PushError::NotOpen),
-            Phase::Sealing(_) | Phase::Ended { .. } => return Err(PushError::Closed),
+            Phase::Sealing(_) | Phase::Ended(_) => return Err(PushError::Closed),
         }
         self.last_activity = now;
         self.clock = self.clock.max(now);
         Ok(())
     }
 
-    fn append(&mut self, text: &str, now: Timestamp) {
+    pub(super) fn append(&mut self, text: &str, now: Timestamp) {
         if !text.is_empty() {
             let (from, seq) = self.buf.push(text);
             self.fan_out(Frame::Chunk { from, seq, text: text.to_owned() });
@@ -535,7 +563,7 @@ impl LiveStream {
             Phase::Opening(_) | Phase::Retired => Some(Err(FlushError::NotOpen)),
             _ if self.durable_seq >= at => Some(Ok(self.durable_seq)),
             // After a failed seal the shortfall is permanent: nothing will retry it.
-            Phase::Ended { .. } => Some(Err(FlushError::EndedShort { seq: at, durable_seq: self.durable_seq })),
+            Phase::Ended(_) => Some(Err(FlushError::EndedShort { seq: at, durable_seq: self.durable_seq })),
             Phase::Live | Phase::Sealing(_) => None,
         };
         match settled {
@@ -549,172 +577,10 @@ impl LiveStream {
         ticket
     }
 
-    /// Seals `complete`, or `cancelled` when a cancel was seen.
-    pub fn close(&mut self, now: Timestamp) -> Ticket<SealOutcome> {
-        let status = if self.cancelled { EndStatus::Cancelled } else { EndStatus::Complete };
-        self.seal(status, None, now)
-    }
-
-    /// Seals `error` with the producer's message, or `cancelled` when a cancel was seen: the
-    /// reader asked first, and a producer's error after it is most often the cancel's own
-    /// consequence (its model stopped, its streaming append's connection cut by the early answer).
-    pub fn fail(&mut self, error: &str, now: Timestamp) -> Ticket<SealOutcome> {
-        if self.cancelled {
-            return self.seal(EndStatus::Cancelled, None, now);
-        }
-        self.seal(EndStatus::Error, Some(error.to_owned()), now)
-    }
-
-    /// Seals with `status`; settles with [`Settlement::Sealed`]. A second seal joins the first
-    /// (or, once ended, gets the first one's outcome): a stream seals once.
-    pub fn seal(&mut self, status: EndStatus, error: Option<String>, now: Timestamp) -> Ticket<SealOutcome> {
-        self.seal_for(status, error, None, now)
-    }
-
-    /// Seals `interrupted` for `cause`, which the hook is told.
-    pub fn interrupt(&mut self, cause: SealCause, error: String, now: Timestamp) -> Ticket<SealOutcome> {
-        self.seal_for(EndStatus::Interrupted, Some(error), Some(cause), now)
-    }
-
-    fn seal_for(&mut self, status: EndStatus, error: Option<String>, cause: Option<SealCause>, now: Timestamp) -> Ticket<SealOutcome> {
-        let ticket = self.out.ticket();
-        match &mut self.phase {
-            Phase::Live => {
-                // An unfinished last line is kept in the text as sent; it never becomes a chunk.
-                if let Some(fragment) = self.ui_lines.as_mut().and_then(LineAssembler::take_partial) {
-                    self.append(&fragment, now);
-                }
-                let seal = Seal { status, error, in_place: self.must_seal_in_place(), cause };
-                self.phase = Phase::Sealing(Sealing { seal, tail_abandoned: false, write: SealStep::AwaitingRound, tickets: vec![ticket] });
-                self.ck.stop_cadence();
-                self.drive(now);
-            }
-            Phase::Sealing(sealing) => sealing.tickets.push(ticket),
-            Phase::Ended { seal, shortfall, .. } => {
-                let (status, shortfall) = (seal.status, shortfall.clone());
-                let outcome = self.seal_outcome(status, shortfall);
-                self.settle(Settlement::Sealed(ticket, outcome));
-            }
-            Phase::Opening(_) | Phase::Retired => {
-                let shortfall = SealShortfall { status, seq: self.seq(), durable_seq: self.durable_seq, reason: Shortfall::NotOpen };
-                self.settle(Settlement::Sealed(ticket, Err(shortfall)));
-            }
-        }
-        ticket
-    }
-
-    /// After a seal that could not commit: the terminal write to try again, while this stream
-    /// still holds what it needs (the whole text for a compaction; for an in-place seal, a
-    /// tail that is all durable). The lease alarm retries it before sealing the row
-    /// `interrupted`; `None` when there is nothing to retry or too little to retry it with.
-    pub fn unsealed_write(&self) -> Option<SealWrite> {
-        let Phase::Ended { seal, shortfall: Some(_), .. } = &self.phase else { return None };
-        // A compaction needs the whole text; a sink is given `from` and `body_from` and takes
-        // what the buffer retained.
-        let whole_text = self.buf.floor() == Offset::ZERO || self.cfg.mode == CheckpointMode::Sink;
-        let body = match seal.in_place {
-            true if self.durable_seq == self.seq() => None,
-            false if whole_text => Some(self.buf.as_str().to_owned()),
-            _ => return None,
-        };
-        Some(SealWrite {
-            status: seal.status,
-            error: seal.error.clone(),
-            seq: self.seq(),
-            from: self.durable_seq,
-            body,
-            body_from: self.buf.floor(),
-            guard: None,
-        })
-    }
-
-    /// The write from [`Self::unsealed_write`] committed: the stream is sealed after all, with
-    /// everything durable.
-    pub fn seal_repaired(&mut self) {
-        if let Phase::Ended { shortfall, .. } = &mut self.phase {
-            if shortfall.take().is_some() {
-                self.durable_seq = self.buf.seq();
-            }
-        }
-    }
-
     /// Records a cancel request; the producer learns it from its next receipt.
     pub fn cancel(&mut self) {
         self.cancelled = true;
         self.cancel_in_gap();
-    }
-
-    // ---- reader inputs
-
-    /// Attaches an `/events` reader at UTF-16 offset `from` (see [`Self::subscribe_as`]).
-    #[must_use = "a reader's frames queue until it is pulled or detached"]
-    pub fn subscribe(&mut self, from: Offset) -> ReaderId {
-        self.subscribe_as(Dialect::Events, from)
-    }
-
-    /// Attaches a reader of `dialect` at UTF-16 offset `from`: replays `open`, the text from
-    /// there, a `durable` and (if ended) `end` in this one step, then registers it for live
-    /// frames, so no delta can fall between replay and live tail. A `ui` reader joins at the
-    /// start of the line holding `from`.
-    #[must_use = "a reader's frames queue until it is pulled or detached"]
-    pub fn subscribe_as(&mut self, dialect: Dialect, from: Offset) -> ReaderId {
-        if matches!(self.phase, Phase::Retired) {
-            return self.readers.attach(dialect, vec![Frame::Absent], self.clock);
-        }
-        if let Some(parked) = self.park(dialect, from) {
-            return parked;
-        }
-        let replay = self.replay(dialect, from);
-        self.readers.attach(dialect, replay, self.clock)
-    }
-
-    /// What a reader joining at `from` is replayed: `open`, the text from there, a `durable`
-    /// and (if ended) `end`; `stale` when the text there is no longer held.
-    pub(super) fn replay(&self, dialect: Dialect, from: Offset) -> Vec<Frame> {
-        let ended = match &self.phase {
-            // A reader that joins while the stream opens is attached (the text is empty so
-            // far); it gets `absent` only if the open fails.
-            Phase::Opening(_) | Phase::Live | Phase::Sealing(_) | Phase::Retired => None,
-            Phase::Ended { seal, .. } => Some(seal.clone()),
-        };
-        let seq = self.seq();
-        let wanted = from.min(seq);
-        let at = match dialect {
-            _ if wanted < self.buf.floor() => None,
-            Dialect::Events => Some(self.buf.char_floor(wanted)),
-            Dialect::Ui => self.buf.line_start(wanted),
-        };
-        let Some(at) = at else { return vec![self.stale_frame()] };
-        let mut replay =
-            vec![Frame::Open { stream_id: self.id.clone(), from: at, seq, durable_seq: self.durable_seq, ended: ended.is_some() }];
-        if seq > at {
-            replay.push(Frame::Chunk { from: at, seq, text: self.buf.tail(at).to_owned() });
-        }
-        if self.durable_seq > at {
-            replay.push(Frame::Durable { seq: self.durable_seq });
-        }
-        if let Some(seal) = ended {
-            replay.push(self.end_frame(&seal));
-        }
-        replay
-    }
-
-    /// Takes what is queued for a reader, as SSE bytes (`Pending` while it waits for data or
-    /// for its pace; a wake output names it when it should pull again).
-    pub fn pull(&mut self, reader: ReaderId, now: Timestamp) -> Pull {
-        self.readers.pull(reader, now)
-    }
-
-    /// When `reader`, after a `Pending` pull, next needs a pull: when its pace has passed, or
-    /// when it is due a keep-alive ping. The shell arms a timer for it (the stream's other
-    /// deadlines are armed already).
-    pub fn reader_due(&self, reader: ReaderId) -> Option<Timestamp> {
-        self.readers.due_of(reader)
-    }
-
-    /// A reader's client went away.
-    pub fn detach(&mut self, reader: ReaderId) {
-        self.readers.detach(reader);
     }
 
     // ---- store replies
@@ -726,9 +592,10 @@ impl LiveStream {
         let StoreAnswer { id: op, reply } = answer;
         match (&self.phase, reply) {
             (Phase::Opening(_), reply) => self.open_progress(|opener, cfg, out| opener.on_store_reply(op, reply, cfg, now, out), now),
-            (Phase::Sealing(Sealing { write: SealStep::Writing { op: id, attempt, compacts }, .. }), Reply::Seal(result)) if *id == op => {
-                let (attempt, compacts) = (*attempt, *compacts);
-                self.on_seal_reply(result, attempt, compacts, now)
+            (Phase::Sealing(_), reply) => {
+                if let Some(reply) = self.handle_seal_reply(op, reply, now) {
+                    self.handle_round_reply(op, reply, now);
+                }
             }
             (_, reply) => self.handle_round_reply(op, reply, now),
         }
@@ -754,9 +621,9 @@ impl LiveStream {
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         let phase_deadline = match &self.phase {
             Phase::Opening(opener) => opener.deadline(),
-            Phase::Live => [self.idle_deadline(), self.survival.window].into_iter().flatten().min(),
-            Phase::Sealing(Sealing { write: SealStep::Backoff { until, .. }, .. }) => Some(*until),
-            Phase::Ended { linger_until, .. } => Some(*linger_until),
+            Phase::Live => [self.idle_deadline(), self.resume_by()].into_iter().flatten().min(),
+            Phase::Sealing(sealing) => sealing.deadline(),
+            Phase::Ended(ended) => Some(ended.linger_until),
             _ => None,
         };
         [phase_deadline, self.lease_renew_at, self.ck.deadline(), self.readers.next_due()].into_iter().flatten().min()
@@ -769,17 +636,16 @@ impl LiveStream {
             self.out.push(Output::Wake(reader));
         }
         match self.phase {
-            Phase::Opening(ref mut opener) => opener.handle_timeout(now, &mut self.out),
-            Phase::Sealing(Sealing { write: SealStep::Backoff { until, attempt }, .. }) if until <= now => self.send_seal(attempt + 1),
-            Phase::Ended { linger_until, .. } if linger_until <= now => {
+            Phase::Opening(ref mut opener) => opener.handle_timeout(&self.cfg, now, &mut self.out),
+            Phase::Sealing(_) => self.seal_timeout(now),
+            Phase::Ended(Ended { linger_until, .. }) if linger_until <= now => {
                 self.phase = Phase::Retired;
                 self.out.push(Output::Retired);
             }
             Phase::Live if self.window_due(now) => self.expire_window(now),
             Phase::Live if self.idle_deadline().is_some_and(|d| d <= now) => {
-                let idle_s = self.cfg.idle_timeout_ms.as_secs();
                 // Nobody awaits this seal's ticket: its outcome is logged and framed.
-                let _ = self.interrupt(SealCause::IdleProducer, format!("the producer sent nothing for {idle_s} s"), now);
+                let _ = self.interrupt(SealCause::IdleProducer, super::resume::idle_error(self.cfg.idle_timeout_ms), now);
             }
             _ => {}
         }
@@ -802,23 +668,23 @@ impl LiveStream {
 
     // ---- internals
 
-    fn settle(&mut self, s: Settlement) {
+    pub(super) fn settle(&mut self, s: Settlement) {
         self.out.push(Output::Settled(s));
     }
 
-    fn event(&mut self, e: StreamEvent) {
+    pub(super) fn event(&mut self, e: StreamEvent) {
         self.out.push(Output::Event(e));
     }
 
-    fn stale_frame(&self) -> Frame {
+    pub(super) fn stale_frame(&self) -> Frame {
         Frame::Stale { floor_seq: self.buf.floor(), durable_seq: self.durable_seq }
     }
 
-    fn end_frame(&self, seal: &Seal) -> Frame {
+    pub(super) fn end_frame(&self, seal: &super::seal::Seal) -> Frame {
         Frame::End { seq: self.durable_seq, status: seal.status, error: seal.error.clone() }
     }
 
-    fn fan_out(&mut self, frame: Frame) {
+    pub(super) fn fan_out(&mut self, frame: Frame) {
         let stale = self.stale_frame();
         let (wake, dropped) = self.readers.fan_out(frame, || stale.clone(), self.clock);
         for reader in wake {
@@ -830,31 +696,29 @@ impl LiveStream {
         }
     }
 
-    fn finish_readers(&mut self, frame: Frame) {
+    pub(super) fn finish_readers(&mut self, frame: Frame) {
         for reader in self.readers.finish_all(frame) {
             self.out.push(Output::Wake(reader));
         }
     }
 
+    /// When the idle timeout seals the stream. A rebuilt stream waiting for its producer has
+    /// none: its window already waits the larger of the resume window and what is left of it.
     fn idle_deadline(&self) -> Option<Timestamp> {
+        if self.resume_by().is_some() {
+            return None;
+        }
         (self.cfg.idle_timeout_ms > Millis::ZERO).then(|| self.last_activity + self.cfg.idle_timeout_ms)
     }
 
-    fn must_seal_in_place(&self) -> bool {
+    pub(super) fn must_seal_in_place(&self) -> bool {
         self.cfg.seals_in_place(self.buf.floor(), self.buf.retained_bytes())
-    }
-
-    fn seal_outcome(&self, status: EndStatus, shortfall: Option<SealShortfall>) -> Result<SealReport, SealShortfall> {
-        match shortfall {
-            Some(s) => Err(s),
-            None => Ok(SealReport { status, seq: self.seq(), durable_seq: self.durable_seq }),
-        }
     }
 
     // ---- checkpoints (the driver decides; the stream sends, adopts and reports)
 
     /// Starts whatever is due. Called after every change.
-    fn drive(&mut self, now: Timestamp) {
+    pub(super) fn drive(&mut self, now: Timestamp) {
         if let Phase::Sealing(sealing) = &self.phase {
             if !sealing.seal.in_place {
                 // A seal that compacts writes the whole body: a round waiting to retry is moot.
@@ -865,13 +729,7 @@ impl LiveStream {
             return;
         }
         match &self.phase {
-            Phase::Sealing(Sealing { seal, tail_abandoned, write: SealStep::AwaitingRound, .. }) => {
-                if seal.in_place && !tail_abandoned && self.durable_seq < self.seq() {
-                    self.start_round();
-                } else {
-                    self.send_seal(0);
-                }
-            }
+            Phase::Sealing(_) => self.drive_seal(),
             Phase::Live => {
                 let behind = self.seq() - self.durable_seq;
                 let awaited = self.flush_waiters.iter().any(|&(_, at)| at > self.durable_seq);
@@ -883,7 +741,7 @@ impl LiveStream {
         }
     }
 
-    fn start_round(&mut self) {
+    pub(super) fn start_round(&mut self) {
         let from = self.durable_seq;
         let mut to = self.buf.capped_end(from, self.seq(), self.cfg.max_slice_bytes);
         if self.ui_lines.is_some() && to < self.seq() {
@@ -948,9 +806,9 @@ impl LiveStream {
         self.stats.failures += 1;
         self.event(StreamEvent::CheckpointFailed { from, to, error: error.clone() });
         let stall = match &mut self.phase {
-            Phase::Sealing(sealing) => {
+            Phase::Sealing(_) => {
                 // The seal settles the waiters; an in-place seal settles for what is durable.
-                sealing.tail_abandoned |= sealing.seal.in_place;
+                self.seal_round_failed();
                 false
             }
             _ => {
@@ -972,7 +830,7 @@ impl LiveStream {
     }
 
     /// The one place durable progress is recorded: position, `durable` frame, trim, waiters.
-    fn advance_durable(&mut self, seq: Offset) {
+    pub(super) fn advance_durable(&mut self, seq: Offset) {
         self.stats.bytes_written += self.buf.slice(self.durable_seq, seq).len() as u64;
         self.durable_seq = seq;
         self.fan_out(Frame::Durable { seq });
@@ -983,7 +841,7 @@ impl LiveStream {
     }
 
     /// Settles the flush waiters for which `verdict(at)` has an answer.
-    fn settle_waiters(&mut self, verdict: impl Fn(Offset) -> Option<Result<Offset, FlushError>>) {
+    pub(super) fn settle_waiters(&mut self, verdict: impl Fn(Offset) -> Option<Result<Offset, FlushError>>) {
         let waiters = std::mem::take(&mut self.flush_waiters);
         for (ticket, at) in waiters {
             match verdict(at) {
@@ -991,74 +849,6 @@ impl LiveStream {
                 None => self.flush_waiters.push((ticket, at)),
             }
         }
-    }
-
-    // ---- the seal
-
-    /// Sends the terminal write (attempt `attempt`, from 0).
-    fn send_seal(&mut self, attempt: u32) {
-        let Phase::Sealing(sealing) = &self.phase else { return };
-        let body = (!sealing.seal.in_place).then(|| self.buf.as_str().to_owned());
-        let compacts = body.is_some();
-        let (status, error) = (sealing.seal.status, sealing.seal.error.clone());
-        // No producer stands behind a resume window's seal: it is guarded as the lease's is, so
-        // it lands only on a row still `streaming` and held by the token this instance claimed.
-        let guard = (sealing.seal.cause == Some(SealCause::ResumeWindowExpired)).then(|| self.survival.guard());
-        let write = SealWrite { status, error, seq: self.seq(), from: self.durable_seq, body, body_from: self.buf.floor(), guard };
-        let op = self.out.request(write);
-        if let Phase::Sealing(sealing) = &mut self.phase {
-            sealing.write = SealStep::Writing { op, attempt, compacts };
-        }
-    }
-
-    fn on_seal_reply(&mut self, result: Result<(), StoreError>, attempt: u32, compacts: bool, now: Timestamp) {
-        match (result, self.cfg.retry_delay(attempt + 1)) {
-            (Ok(_), _) => self.finish_seal(None, compacts, now),
-            (Err(_), Some(delay)) => {
-                self.stats.retries += 1;
-                if let Phase::Sealing(sealing) = &mut self.phase {
-                    sealing.write = SealStep::Backoff { until: now + delay, attempt };
-                }
-            }
-            (Err(e), None) => self.finish_seal(Some(e), compacts, now),
-        }
-    }
-
-    fn finish_seal(&mut self, failure: Option<StoreError>, compacted: bool, now: Timestamp) {
-        let Phase::Sealing(sealing) = &mut self.phase else { return };
-        let tickets = std::mem::take(&mut sealing.tickets);
-        let seal = sealing.seal.clone();
-        if failure.is_none() && compacted {
-            self.stats.bytes_written += self.buf.retained_bytes() as u64;
-            self.durable_seq = self.seq();
-        }
-        let seq = self.seq();
-        // A seal that did not commit is a shortfall even when every character is durable as
-        // chunk rows: the row's terminal status was not written.
-        let reason = match failure {
-            Some(e) => Some(Shortfall::Store(e)),
-            None => (self.durable_seq < seq).then_some(Shortfall::TailNotCommitted),
-        };
-        let shortfall = reason.map(|reason| SealShortfall { status: seal.status, seq, durable_seq: self.durable_seq, reason });
-        self.ck = Checkpointer::default();
-        self.event(StreamEvent::Sealed {
-            status: seal.status,
-            seq,
-            durable_seq: self.durable_seq,
-            shortfall: shortfall.as_ref().map(|s| s.reason.clone()),
-            cause: seal.cause,
-        });
-        let outcome = self.seal_outcome(seal.status, shortfall.clone());
-        for ticket in tickets {
-            self.settle(Settlement::Sealed(ticket, outcome.clone()));
-        }
-        let durable_seq = self.durable_seq;
-        self.settle_waiters(|at| Some(if at <= durable_seq { Ok(durable_seq) } else { Err(FlushError::EndedShort { seq, durable_seq }) }));
-        let end = self.end_frame(&seal);
-        // Readers parked past the text get what there is, then the end.
-        self.unpark(Some(&end));
-        self.finish_readers(end);
-        self.phase = Phase::Ended { seal, shortfall, linger_until: now + self.cfg.linger_ms };
     }
 
     // ---- the open handshake and the lease
@@ -1109,11 +899,12 @@ impl LiveStream {
     }
 
     /// Renews the lease while the stream is alive here; once it ended, the renewals stop and
-    /// the alarm that follows decides (see [`super::lease::decide`]).
-    fn renew_lease(&mut self, now: Timestamp) {
+    /// the alarm that follows decides (see [`super::lease::LeaseAlarm`]).
+    pub(super) fn renew_lease(&mut self, now: Timestamp) {
         match self.holding() {
             Holding::Alive => {
-                self.out.push(Output::RenewLease);
+                let last_write = self.lease_writes.quiet_since(self.last_activity);
+                self.out.push(Output::RenewLease { last_write });
                 self.lease_renew_at = Some(now + self.cfg.lease_ms / 2);
             }
             _ => self.lease_renew_at = None,

@@ -26,13 +26,16 @@ pub struct DurableText {
     /// `/text` answers it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The row's format column, where mapped and set (`/text` answers the format on its own).
+    #[serde(skip)]
+    pub format: Option<crate::engine::wire::ui::Format>,
 }
 
 impl DurableText {
     /// Assembles body plus chunk rows (see [`assemble_durable_text`]).
     pub fn assemble(body: &str, chunks: Vec<ChunkRow>, status: String) -> Self {
         let text = assemble_durable_text(body, chunks);
-        Self { seq: utf16::len(&text), text, status, error: None }
+        Self { seq: utf16::len(&text), text, status, error: None, format: None }
     }
 }
 
