@@ -538,12 +538,13 @@ export async function startProxy(target, { cuts = [], match } = {}) {
       req.socket.destroy();
       return;
     }
-    const entry = { req, res, up: null, cutting: false };
+    const entry = { req, res, up: null, cutting: false, ending: false };
     entry.up = http.request(new URL(req.url, target), { method: req.method, headers: { ...req.headers, host: new URL(target).host } }, (upRes) => {
       res.writeHead(upRes.statusCode, upRes.headers);
       res.flushHeaders();
       const sse = /^text\/event-stream/.test(upRes.headers['content-type'] ?? '');
       const wire = sse && (!cutsMatch || cutsMatch.test(req.url)) ? sseWire() : null;
+      entry.wire = wire;
       // Settles once the last bytes forwarded were handed to the kernel.
       let flushed = Promise.resolve();
       const forward = (bytes) => {
@@ -574,14 +575,14 @@ export async function startProxy(target, { cuts = [], match } = {}) {
       upRes.on('end', () => {
         if (!entry.cutting) res.end();
       });
-      upRes.on('error', () => res.destroy());
+      upRes.on('error', () => entry.ending || res.destroy());
     });
     live.add(entry);
     res.on('close', () => {
       live.delete(entry);
       entry.up.destroy();
     });
-    entry.up.on('error', () => res.destroy());
+    entry.up.on('error', () => entry.ending || res.destroy());
     req.pipe(entry.up);
   });
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
@@ -607,18 +608,30 @@ export async function startProxy(target, { cuts = [], match } = {}) {
       if (made === plan.length) resolve();
       return allCut.promise;
     },
+    /** The open SSE answers whose url matches `match`, and the events each has carried so far. */
+    liveEvents(match) {
+      return [...live].filter((e) => e.wire && match.test(e.req.url)).map((e) => ({ url: e.req.url, events: e.wire.events }));
+    },
     /** Resolves once every planned cut was made. */
     get allCut() {
       return allCut.promise;
     },
     /**
-     * Drops every open answer whose url matches `match` now, and refuses (drops at once) every
+     * Ends every open answer whose url matches `match` now, cleanly and short (what the client
+     * got is all it gets: an SSE stream without its ending), and refuses (drops at once) every
      * request matching it for `ms`: a server that went away and comes back. Resolves with how
-     * many requests were refused, once the window is over.
+     * many requests were refused, once the window is over (the window is the fault's length).
      */
     async outage(match, ms) {
       refusing = { until: Date.now() + ms, match, refused: 0 };
-      for (const entry of [...live]) if (match.test(entry.req.url)) drop(entry);
+      for (const entry of [...live]) {
+        if (!match.test(entry.req.url)) continue;
+        entry.cutting = true;
+        entry.ending = true;
+        entry.res.end();
+        entry.up.destroy();
+        live.delete(entry);
+      }
       await new Promise((r) => setTimeout(r, ms));
       return refusing.refused;
     },

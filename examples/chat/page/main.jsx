@@ -108,18 +108,17 @@ const onError = (e) => window.chatErrors.push(e.message);
 /** rindle's transport, and the chat's feed: every turn of the chat, from any tab, live. */
 function FeedChat({ history, transport }) {
   const [chat] = useState(() => new Chat({ id: chatId, messages: history.messages, transport, onError }));
-  useEffect(
-    () =>
-      syncChat(chat, {
-        transport,
-        token: history.chatToken,
-        active: history.active?.streamId,
-        reload: async () => (await loadHistory()).messages,
-        onEvent: (event) => window.feedEvents.push(event),
-        onAttach: (attach) => window.feedAttaches.push(attach),
-      }),
-    [chat],
-  );
+  useEffect(() => {
+    window.syncChatCalls = (window.syncChatCalls ?? 0) + 1; // StrictMode (React's development build) calls it twice
+    return syncChat(chat, {
+      transport,
+      token: history.chatToken,
+      active: history.active?.streamId,
+      reload: async () => (await loadHistory()).messages,
+      onEvent: (event) => window.feedEvents.push(event),
+      onAttach: (attach) => window.feedAttaches.push(attach),
+    });
+  }, [chat]);
   return <ChatView chat={useChat({ chat })} />;
 }
 
