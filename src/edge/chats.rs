@@ -35,9 +35,9 @@ pub async fn belongs(env: &Env, settings: &Settings, stream_id: &str, chat_id: &
 
 /// An open that names chat `chat_id` (SPEC §11): refused when the row belongs to another chat,
 /// where a chat column is mapped (without one, or with an app's own sink, there is nothing to
-/// check against).
-pub async fn check_open(env: &Env, settings: &Settings, stream_id: &str, chat_id: &str) -> Result<(), ApiError> {
-    let Ok(tables) = tables(env, settings) else { return Ok(()) };
+/// check against). Read through the stream's own store, so its traffic counts as the stream's.
+pub async fn check_open(store: &super::store::Store, stream_id: &str, chat_id: &str) -> Result<(), ApiError> {
+    let super::store::Store::Tables(tables) = store else { return Ok(()) };
     match tables.chat_of(stream_id).await.map_err(ApiError::store_unavailable)? {
         Some(chat) if chat != chat_id => Err(ApiError::chat_mismatch(stream_id)),
         _ => Ok(()),

@@ -227,7 +227,7 @@ impl StreamObject {
         let body = http::small_json(req, MAX_OPEN_BODY_BYTES, "the open body must be {\"format\": \"text\" | \"ui\", \"meta\": …}").await?;
         let OpenRequest { format, meta, chat } = OpenRequest::parse(body)?;
         if let Some(link) = &chat {
-            super::chats::check_open(&self.env, &o.setup.settings, &route.stream_id, &link.chat_id).await?;
+            super::chats::check_open(&o.setup.store, &route.stream_id, &link.chat_id).await?;
         }
         let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
         let (stream, ticket) = LiveStream::open(
