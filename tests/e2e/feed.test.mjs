@@ -9,6 +9,8 @@
 //   chat's token, a stream's token, no token: the same 403; a user message that is not a user
 //   UIMessage, or over 64 KiB, a bad chat id, or a chat the row does not belong to: a 4xx, the row
 //   untouched, and nothing announced (the next event the feed carries is the next good turn's);
+// - a user message is checked as the AI SDK's own validateUIMessages checks it (what it refuses is
+//   refused; the user messages it accepts are announced);
 // - the message table is the truth: an answer `streaming` the feed never heard of is announced
 //   when the feed object loads, and its end is read from its row while it is in flight;
 // - a reset of the runtime mid-answer (SIGKILL): the reader reconnects with its `Last-Event-ID`,
@@ -172,6 +174,36 @@ test('the message table is the truth: an answer the feed never heard of is annou
   assert.deepEqual({ ...end, id: undefined }, { id: undefined, type: 'end', streamId: id, status: 'interrupted', durableSeq: 7 });
   assert.ok(Date.now() - t0 <= 3 * LEASE_MS + 5_000, 'read back every 3 leases while in flight');
   reader.close();
+});
+
+test('a user message is checked as the AI SDK checks it: what its validateUIMessages refuses is refused, a user message it accepts is announced', async () => {
+  const { safeValidateUIMessages } = await import('ai');
+  const chat = uniqueId('chat');
+  const text = (t) => ({ type: 'text', text: t });
+  const cases = [
+    userMessage('ok-text'),
+    { id: 'ok-parts', role: 'user', parts: [text('a'), { type: 'file', mediaType: 'image/png', url: 'data:image/png;base64,AA==', filename: 'x.png' }, { type: 'data-weather', data: { city: 'Tokyo' } }] },
+    { id: 'ok-state', role: 'user', parts: [{ type: 'text', text: 'a', state: 'done' }], metadata: { n: 1 } },
+    { id: 'ok-source', role: 'user', parts: [{ type: 'source-url', sourceId: 's', url: 'https://example.com' }, { type: 'step-start' }] },
+    { id: 'bad-no-parts', role: 'user', parts: [] },
+    { id: 'bad-no-text', role: 'user', parts: [{ type: 'text' }] },
+    { id: 'bad-text-number', role: 'user', parts: [{ type: 'text', text: 7 }] },
+    { id: 'bad-file', role: 'user', parts: [{ type: 'file', url: 'x' }] },
+    { id: 'bad-type', role: 'user', parts: [{ type: 'picture' }] },
+    { id: 'bad-role', role: 'robot', parts: [text('a')] },
+    { role: 'user', parts: [text('no id')] },
+    { id: 'bad-part', role: 'user', parts: ['hello'] },
+  ];
+  for (const message of cases) {
+    const sdk = (await safeValidateUIMessages({ messages: [message] })).success;
+    const c = answer(chat);
+    const res = await openIn(c, chat, { userMessage: message });
+    const accepted = res.status === 200;
+    if (!sdk) assert.equal(accepted, false, `${JSON.stringify(message)}: the SDK refuses it, so must the feed (${res.status} ${res.raw})`);
+    else assert.equal(accepted, true, `${JSON.stringify(message)}: a user message the SDK accepts (${res.status} ${res.raw})`);
+    if (accepted) ok(await c.close(), 'close');
+    else isError(res, 400, 'bad_user_message', JSON.stringify(message));
+  }
 });
 
 // Last: it kills the runtime.
