@@ -165,7 +165,12 @@ impl FeedShell {
         self.load(&chat_id).await?;
         let write = self.feed_input(|f, now| f.handle_notice(notice, now));
         if let Some(write) = write {
-            self.persist(write).await.map_err(ApiError::store_unavailable)?;
+            if let Err(e) = self.persist(write).await {
+                // The history in memory is ahead of storage: forget it, so the notice's retry
+                // is applied again to what storage holds (the same events, the same ids).
+                self.feed.borrow_mut().take();
+                return Err(ApiError::store_unavailable(e));
+            }
         }
         http::json(200, &json!({"ok": true})).map_err(unavailable)
     }
@@ -386,9 +391,12 @@ impl FeedShell {
         Ok(())
     }
 
+    /// [`Self::persist`], for a write no request waits on: on failure the history in memory is
+    /// forgotten (loaded again from storage by the next request, and checked against the table).
     async fn persist_logged(&self, write: StorageWrite) {
         if let Err(e) = self.persist(write).await {
             log("error", "feed_write_failed", "", json!({"error": e.to_string()}));
+            self.feed.borrow_mut().take();
         }
     }
 
@@ -433,7 +441,10 @@ impl FeedShell {
         let shell = Rc::clone(self);
         wasm_bindgen_futures::spawn_local(async move {
             loop {
+                // A pending timer keeps the object awake: counted as such.
+                let awake = shell.meter.hold();
                 worker::Delay::from(Duration::from_millis(interval.0)).await;
+                drop(awake);
                 if shell.readers.borrow().is_empty() {
                     break;
                 }
