@@ -75,6 +75,8 @@ export interface RindleChatTransportOptions<UI_MESSAGE extends UIMessage = UIMes
   /** Shape the GET of the chat's active answer. */
   prepareReconnectToStreamRequest?: (options: {
     id: string;
+    /** The answer to resume by name (`attach`, from a chat feed's turn); the default GET adds `?answer=`. */
+    answer: string | undefined;
     requestMetadata: unknown;
     body: Record<string, any> | undefined;
     credentials: RequestCredentials | undefined;
@@ -128,6 +130,12 @@ export class RindleChatTransport<UI_MESSAGE extends UIMessage = UIMessage> imple
   ): Promise<ReadableStream<UIMessageChunk> | null>;
   /** Stop every reader this transport started, without cancelling the answers. */
   close(): void;
+  /**
+   * The next `reconnectToStream` resumes the answer `streamId` (a turn the chat's feed announced:
+   * chat-feed.js's `syncChat` calls it, then `chat.resumeStream()`): the app's endpoint is asked for
+   * it by name, `GET {api}/{chatId}/stream?answer={streamId}`.
+   */
+  attach(streamId: string): void;
 }
 
 export interface ReadUIStreamOptions extends StreamRef {

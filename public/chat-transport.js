@@ -15,7 +15,9 @@
 //
 // The app's chat endpoint (`api`) starts the answer and says where it streams:
 //   POST {api}                  AI SDK body {id, messages, trigger, messageId, …} → {streamId, token}
-//   GET  {api}/{chatId}/stream  the chat's active answer → {streamId, token}, or 204 when none
+//   GET  {api}/{chatId}/stream  the chat's active answer → {streamId, token}, or 204 when none;
+//                               `?answer={streamId}`: that answer of the chat, whatever it has
+//                               become (a turn its feed announced: chat-feed.js)
 // The token needs `read cancel` scope for that stream. The transport then reads
 // GET {streamsUrl}{prefix}/{streamId}/ui (SPEC §9) with a fetch-based SSE reader:
 //   * a dropped connection is resumed here from the last `id:` (`?from=`), so the AI SDK never
@@ -328,6 +330,7 @@ export class RindleChatTransport {
 
   #readers = new Set();
   #cancelled = new Set(); // stream ids already cancelled (the abort can be seen twice)
+  #attach; // the answer the next reconnectToStream resumes by name (attach)
 
   constructor({
     api = '/api/chat',
@@ -388,14 +391,25 @@ export class RindleChatTransport {
     return this.#follow(ref, abortSignal, credentials);
   }
 
+  /**
+   * The next `reconnectToStream` resumes the answer `streamId` (a turn the chat's feed announced:
+   * chat-feed.js's `syncChat`): the app's endpoint is asked for it by name,
+   * `GET {api}/{chatId}/stream?answer={streamId}`, whatever it has become since.
+   */
+  attach(streamId) {
+    this.#attach = streamId;
+  }
+
   async reconnectToStream({ chatId, abortSignal, headers, body, metadata }) {
     const o = this.#options;
+    const answer = this.#attach;
+    this.#attach = undefined;
     const baseHeaders = { ...asHeaders(await resolveValue(o.headers)), ...asHeaders(headers) };
     const credentials = await resolveValue(o.credentials);
     const prepared = await o.prepareReconnectToStreamRequest?.({
-      id: chatId, body: { ...(await resolveValue(o.body)), ...body }, headers: baseHeaders, credentials, api: o.api, requestMetadata: metadata,
+      id: chatId, answer, body: { ...(await resolveValue(o.body)), ...body }, headers: baseHeaders, credentials, api: o.api, requestMetadata: metadata,
     });
-    const api = prepared?.api ?? `${o.api}/${encodeURIComponent(chatId)}/stream`;
+    const api = prepared?.api ?? `${o.api}/${encodeURIComponent(chatId)}/stream${answer === undefined ? '' : `?answer=${encodeURIComponent(answer)}`}`;
     const res = await this.#fetch(api, {
       method: 'GET',
       headers: prepared?.headers !== undefined ? asHeaders(prepared.headers) : baseHeaders,

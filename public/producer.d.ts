@@ -1,6 +1,6 @@
 // Types for producer.js: rindle-streams producer helpers for a JavaScript Worker (or Node ≥ 20).
 // `ai` is referenced for its types only; the module itself imports nothing.
-import type { UIMessageChunk } from 'ai';
+import type { UIMessage, UIMessageChunk } from 'ai';
 
 export { readUIMessage, uiChunksOf, type MessageRow, type ReadUIMessageOptions } from './ui-message.js';
 
@@ -25,6 +25,15 @@ export type OpenStreamOptions<F extends StreamFormat = 'text'> = StreamApi & {
   format?: F;
   /** Handed to the Worker's authorizer (and kept with the stream). */
   meta?: unknown;
+  /**
+   * The chat the answer belongs to (SPEC §11): its feed (`GET {prefix}/chats/{id}/events`)
+   * announces `userMessage` (the user's `UIMessage` that started the turn: role `user`, at most
+   * 64 KiB of JSON), then the answer's start and its end, to every tab and device of the chat.
+   * Where the message table maps a chat column the row must be of this chat (else 409
+   * `open_refused`); a `userMessage` that is not a user `UIMessage` is 400 `bad_user_message`, and
+   * nothing is opened or announced.
+   */
+  chat?: { id: string; userMessage?: UIMessage };
   /**
    * Surviving a reset object (SPEC §10): on a lost connection, a reset object's error (503
    * `unavailable`, a runtime 5xx, "Durable Object reset because its code was updated", "…is no

@@ -139,10 +139,15 @@ async function answer(res, action) {
 
 /**
  * Open a stream whose message row the app has already inserted (SPEC §5) and return its
- * producer handle. `token` needs `write` scope for `streamId`.
+ * producer handle. `token` needs `write` scope for `streamId`. `chat: { id, userMessage? }`
+ * names the chat the answer belongs to: its feed (`GET {prefix}/chats/{id}/events`, SPEC §11)
+ * announces the user's message, then the answer's start and end, to every tab of the chat.
  */
-export async function openStream({ streamId, token, format = 'text', meta, resume = {}, onResume, ...where }) {
+export async function openStream({ streamId, token, format = 'text', meta, chat, resume = {}, onResume, ...where }) {
   if (format !== 'text' && format !== 'ui') throw new TypeError(`openStream: format must be "text" or "ui", got ${JSON.stringify(format)}`);
+  if (chat !== undefined && (typeof chat !== 'object' || chat === null || typeof chat.id !== 'string')) {
+    throw new TypeError('openStream: chat must be { id: string, userMessage?: UIMessage }');
+  }
   const retry = resume === false ? null : { ...RESUME_DEFAULTS, ...resume };
   const api = endpoint(where);
   const auth = { authorization: `Bearer ${token}` };
@@ -162,7 +167,7 @@ export async function openStream({ streamId, token, format = 'text', meta, resum
   const textHeaders = { 'content-type': 'text/plain; charset=utf-8' };
 
   const opened = await openOrResume(
-    () => post('open', JSON.stringify(meta === undefined ? { format } : { format, meta }), jsonHeaders),
+    () => post('open', JSON.stringify({ format, meta, chat: chat && { id: chat.id, userMessage: chat.userMessage } }), jsonHeaders),
     () => post('resume'),
     retry,
   );

@@ -16,6 +16,9 @@
 //! - [`install_event_hook`]: an [`EventHook`](engine::host::hook::EventHook) told of checkpoint
 //!   failures, seal shortfalls, dropped readers and interrupted seals.
 //!
+//! Export [`ChatFeedObject`] too, bound as `CHAT_FEEDS`, for chat feeds (SPEC §11); without the
+//! binding, opens that name a chat still work and announce nothing.
+//!
 //! `examples/embed/` is a complete one (docs/EMBEDDING.md).
 //!
 //! ## The engine
@@ -33,6 +36,6 @@ pub mod engine;
 mod edge;
 
 #[cfg(target_arch = "wasm32")]
-pub use edge::{handle_request, install_authorizer, install_checkpoint_sink, install_event_hook, StreamObject, D1};
+pub use edge::{handle_request, install_authorizer, install_checkpoint_sink, install_event_hook, ChatFeedObject, StreamObject, D1};
 pub use engine::durable::Tables;
 pub use engine::host::store::CheckpointSink;

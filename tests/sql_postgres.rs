@@ -445,6 +445,12 @@ fn the_chat_reads_run_on_postgres() {
     assert_eq!(streaming("x' OR '1'='1"), None, "bound, never spliced");
     assert_eq!(support::block_on(tables.chat_of(ID)).unwrap().as_deref(), Some("chat-1"));
     assert_eq!(support::block_on(tables.chat_of("nope")).unwrap(), None);
+    // The feed's check (SPEC §11): the chat's answers streaming, and the named ones.
+    db.exec("INSERT INTO messages (id, chat_id, role, status, seq) VALUES ('done', 'chat-1', 'assistant', 'complete', 9), ('elsewhere', 'chat-2', 'assistant', 'streaming', 1)");
+    let mut rows = support::block_on(tables.chat_answers("chat-1", &["done".into(), "gone".into()])).unwrap().unwrap();
+    rows.sort_by(|a, b| a.id.cmp(&b.id));
+    let rows: Vec<_> = rows.into_iter().map(|r| (r.id, r.status, r.seq.0)).collect();
+    assert_eq!(rows, [("done".into(), "complete".into(), 9), (ID.into(), "streaming".into(), 0)]);
 }
 
 #[test]

@@ -235,6 +235,32 @@ fn the_tables_chat_reads_answer_through_the_executor() {
     assert_eq!(support::block_on(tables.chat_of("nope")).unwrap(), None);
 }
 
+/// The feed's check (SPEC §11): the chat's answers `streaming`, and the named ones whatever they
+/// became, with status and length; nothing of another chat, nothing unnamed that has ended.
+#[test]
+fn a_chats_answers_are_read_for_its_feed() {
+    let db = Rc::new(example());
+    let tables = support::tables(&db);
+    db.exec(
+        "INSERT INTO messages (id, chat_id, role, status, seq) VALUES ('s1', 'chat-1', 'assistant', 'streaming', 3), \
+         ('done', 'chat-1', 'assistant', 'complete', 9), ('old', 'chat-1', 'assistant', 'complete', 2), \
+         ('elsewhere', 'chat-2', 'assistant', 'streaming', 1), ('other-done', 'chat-2', 'assistant', 'complete', 1)",
+    );
+    let read = |open: &[&str]| {
+        let open: Vec<String> = open.iter().map(|s| s.to_string()).collect();
+        let mut rows = support::block_on(tables.chat_answers("chat-1", &open)).unwrap().unwrap();
+        rows.sort_by(|a, b| a.id.cmp(&b.id));
+        rows.into_iter().map(|r| (r.id, r.status, r.seq.0)).collect::<Vec<_>>()
+    };
+    assert_eq!(read(&[]), [("s1".into(), "streaming".into(), 3)]);
+    assert_eq!(read(&["done", "gone", "other-done"]), [("done".into(), "complete".into(), 9), ("s1".into(), "streaming".into(), 3)]);
+    let many: Vec<String> = (0..100).map(|i| format!("x{i}")).collect();
+    let statement = db.sql.chat_answers("chat-1", &many).unwrap();
+    assert_eq!(statement.params.len(), 2 + rindle_streams::engine::durable::MAX_CHECKED_ANSWERS, "bounded: D1 binds at most 100");
+    let unmapped = MappedSql::new(TableMapping::new("messages", "message_chunks", &ColumnNames::default()).unwrap(), Dialect::Sqlite);
+    assert!(unmapped.chat_answers("chat-1", &[]).is_none(), "no chat column, no check");
+}
+
 #[test]
 fn the_durable_read_is_one_statement_over_the_row_and_its_chunks() {
     let db = example();

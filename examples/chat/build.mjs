@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, '..', '..');
 export const DIST = join(HERE, 'dist');
-const SOURCES = [join(HERE, 'page', 'main.jsx'), join(HERE, 'page', 'index.html'), join(HERE, 'page', 'style.css'), join(ROOT, 'public', 'chat-transport.js'), join(ROOT, 'public', 'ui-message.js'), join(ROOT, 'public', 'client.js'), join(ROOT, 'package-lock.json')];
+const SOURCES = [join(HERE, 'page', 'main.jsx'), join(HERE, 'page', 'index.html'), join(HERE, 'page', 'style.css'), join(ROOT, 'public', 'chat-transport.js'), join(ROOT, 'public', 'chat-feed.js'), join(ROOT, 'public', 'ui-message.js'), join(ROOT, 'public', 'client.js'), join(HERE, 'build.mjs'), join(ROOT, 'package-lock.json')];
 const STAMP = join(DIST, '.built');
 
 export async function buildChatPage({ force = false } = {}) {
@@ -18,17 +18,21 @@ export async function buildChatPage({ force = false } = {}) {
   if (!force && existsSync(STAMP) && statSync(STAMP).mtimeMs >= newest) return { built: false, dist: DIST };
   mkdirSync(DIST, { recursive: true });
   const esbuild = createRequire(join(ROOT, 'package.json'))('esbuild');
-  await esbuild.build({
-    entryPoints: [join(HERE, 'page', 'main.jsx')],
-    outfile: join(DIST, 'app.js'),
-    bundle: true,
-    format: 'esm',
-    jsx: 'automatic',
-    minify: true,
-    target: ['chrome120', 'firefox120', 'safari17'],
-    define: { 'process.env.NODE_ENV': '"production"' },
-    logLevel: 'warning',
-  });
+  // React's production build (app.js), and its development build (app.dev.js, ?react=development),
+  // where StrictMode mounts every effect twice as it does in an app under development.
+  for (const [outfile, mode] of [['app.js', 'production'], ['app.dev.js', 'development']]) {
+    await esbuild.build({
+      entryPoints: [join(HERE, 'page', 'main.jsx')],
+      outfile: join(DIST, outfile),
+      bundle: true,
+      format: 'esm',
+      jsx: 'automatic',
+      minify: mode === 'production',
+      target: ['chrome120', 'firefox120', 'safari17'],
+      define: { 'process.env.NODE_ENV': JSON.stringify(mode) },
+      logLevel: 'warning',
+    });
+  }
   copyFileSync(join(HERE, 'page', 'index.html'), join(DIST, 'index.html'));
   copyFileSync(join(HERE, 'page', 'style.css'), join(DIST, 'style.css'));
   writeFileSync(STAMP, new Date().toISOString()); // only its mtime matters

@@ -22,23 +22,45 @@ const DIALECTS = {
     aMinuteAgo: `strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-60 seconds')`,
     /** The elements of a JSON array of strings (a bound parameter), as a one-column `value` table. */
     jsonStrings: (p) => `json_each(${p})`,
+    /** Earlier, and later, than any row's `created_at`. */
+    beforeAll: `''`,
+    afterAll: `'~'`,
   },
   postgres: {
     aMinuteAgo: `now() - interval '60 seconds'`,
     jsonStrings: (p) => `json_array_elements_text(${p}::json)`,
+    beforeAll: `'-infinity'::timestamptz`,
+    afterAll: `'infinity'::timestamptz`,
   },
 };
 
-/** The statements, for dialect `d`. */
+/**
+ * The statements, for dialect `d`. Starting an answer binds the same first five parameters in
+ * every statement: ?1 the chat, ?2 the ids of the messages the client sent (JSON), ?3 the last
+ * message the client showed (`seen`), ?4 1 when the request replaces messages (a regeneration, or
+ * an edit of the question), else 0, and ?5 the question's id.
+ */
 function statements(d) {
-  const idle = `NOT EXISTS (SELECT 1 FROM messages WHERE chat_id = ?1 AND role = 'assistant' AND ${inFlight(d)})`;
+  const at = (id) => `(SELECT x.created_at FROM messages x WHERE x.id = ${id} AND x.chat_id = ?1)`;
+  const busy = `EXISTS (SELECT 1 FROM messages WHERE chat_id = ?1 AND role = 'assistant' AND ${inFlight(d)})`;
+  // What a regeneration or an edit replaces: the messages from the question on that the client no
+  // longer sends (the old answer; for an edit of an earlier question, the turns after it). Turns
+  // before the question that the client never had are not its to drop.
+  const replaced = `chat_id = ?1 AND id NOT IN (SELECT value FROM ${d.jsonStrings('?2')}) AND created_at >= COALESCE(${at('?5')}, ${d.afterAll})`;
+  // ... and it may replace only what its client showed: nothing written after the last message it
+  // showed (another tab's turn it has not seen yet).
+  const stale = `(?4 = 1 AND EXISTS (SELECT 1 FROM messages WHERE ${replaced} AND created_at > COALESCE(${at('?3')}, ${d.beforeAll})))`;
+  const go = `NOT ${busy} AND NOT ${stale}`;
   return {
-    // Starting an answer (one transaction): the chat's history becomes what the client sent (a
-    // regenerate drops the old answer), then the question and the answer's row. Each applies only
-    // while no answer is in flight in the chat.
-    dropUnsent: `DELETE FROM messages WHERE chat_id = ?1 AND id NOT IN (SELECT value FROM ${d.jsonStrings('?2')}) AND ${idle}`,
-    insertQuestion: `INSERT INTO messages (id, chat_id, role, body, status) SELECT ?2, ?1, 'user', ?3, 'complete' WHERE ${idle} ON CONFLICT DO NOTHING`,
-    insertAnswer: `INSERT INTO messages (id, chat_id, role) SELECT ?2, ?1, 'assistant' WHERE ${idle}`,
+    // Starting an answer (one transaction): read whether it may start (no answer in flight, and a
+    // replacing request drops only what its client showed), drop what a regeneration or an edit
+    // replaces, then write the question (an edit rewrites it) and the answer's row, each only while
+    // it may start. A plain send drops nothing, so a turn its client missed stays in the chat.
+    checkStart: `SELECT ${busy} AS busy, ${stale} AS stale`,
+    dropReplaced: `DELETE FROM messages WHERE ${replaced} AND ?4 = 1 AND ${go}`,
+    insertQuestion: `INSERT INTO messages (id, chat_id, role, body, status) SELECT ?5, ?1, 'user', ?6, 'complete' WHERE ${go}
+      ON CONFLICT (id) DO UPDATE SET body = excluded.body WHERE messages.chat_id = excluded.chat_id`,
+    insertAnswer: `INSERT INTO messages (id, chat_id, role) SELECT ?6, ?1, 'assistant' WHERE ${go}`,
     dropUnopened: `DELETE FROM messages WHERE id = ?1 AND status = 'pending'`,
     answerOfChat: `SELECT id FROM messages WHERE id = ?1 AND chat_id = ?2 AND role = 'assistant'`,
     answerInFlight: `SELECT id FROM messages WHERE chat_id = ?1 AND role = 'assistant' AND ${inFlight(d)} LIMIT 1`,
@@ -52,7 +74,7 @@ function statements(d) {
 /**
  * The chat's store for this request's bindings.
  * @returns {{
- *   startAnswer(a: { chatId: string, keep: string[], questionId: string, question: string, answerId: string, beforeCommit?: () => Promise<unknown> }): Promise<boolean>,
+ *   startAnswer(a: { chatId: string, keep: string[], seen: string | null, replaces: boolean, questionId: string, question: string, answerId: string, beforeCommit?: () => Promise<unknown> }): Promise<'started' | 'busy' | 'stale'>,
  *   dropUnopened(answerId: string): Promise<void>,
  *   answerToResume(chatId: string, answer: string | null): Promise<string | null>,
  *   history(chatId: string): Promise<{ rows: { id: string, role: string, body: string, status: string, in_flight: unknown }[], chunks: { streamId: string, seq: number, text: string }[] }>,
@@ -66,18 +88,22 @@ function d1Store(db) {
   const sql = statements(DIALECTS.sqlite);
   return {
     /**
-     * True when the answer's row was inserted; false when the chat is still answering.
+     * `started` when the answer's row was inserted; `busy` when the chat is still answering;
+     * `stale` when a regeneration or an edit would drop a message the client never showed.
      * (`beforeCommit`, a test's hold between the writes and the commit: a batch has no such point.)
      */
-    async startAnswer({ chatId, keep, questionId, question, answerId }) {
-      // One batch is one transaction, and D1 runs one writer at a time: the `idle` of each
+    async startAnswer({ chatId, keep, seen, replaces, questionId, question, answerId }) {
+      // One batch is one transaction, and D1 runs one writer at a time: the check of each
       // statement is still true when it writes.
+      const common = [chatId, JSON.stringify(keep), seen ?? '', replaces ? 1 : 0, questionId];
       const results = await db.batch([
-        db.prepare(sql.dropUnsent).bind(chatId, JSON.stringify(keep)),
-        db.prepare(sql.insertQuestion).bind(chatId, questionId, question),
-        db.prepare(sql.insertAnswer).bind(chatId, answerId),
+        db.prepare(sql.checkStart).bind(...common),
+        db.prepare(sql.dropReplaced).bind(...common),
+        db.prepare(sql.insertQuestion).bind(...common, question),
+        db.prepare(sql.insertAnswer).bind(...common, answerId),
       ]);
-      return results[2].meta.changes === 1;
+      if (results[3].meta.changes === 1) return 'started';
+      return results[0].results[0].busy ? 'busy' : 'stale';
     },
     async dropUnopened(answerId) {
       await db.prepare(sql.dropUnopened).bind(answerId).run();
@@ -127,17 +153,21 @@ function postgresStore(hyperdrive, ctx) {
       }
     });
   return {
-    startAnswer: ({ chatId, keep, questionId, question, answerId, beforeCommit }) =>
+    startAnswer: ({ chatId, keep, seen, replaces, questionId, question, answerId, beforeCommit }) =>
       transaction('BEGIN', async (client) => {
         // Postgres runs writers side by side, and under read committed two sends would both see
         // the chat idle and both insert. The chat's lock, taken first and held to the commit,
         // makes its sends take turns; each statement after it sees what the one before committed.
         await client.query(`SELECT pg_advisory_xact_lock(hashtextextended('rindle-chat:' || $1, 0))`, [chatId]);
-        await client.query(sql.dropUnsent, [chatId, JSON.stringify(keep)]);
-        await client.query(sql.insertQuestion, [chatId, questionId, question]);
-        const { rowCount } = await client.query(sql.insertAnswer, [chatId, answerId]);
+        const common = [chatId, JSON.stringify(keep), seen ?? '', replaces ? 1 : 0, questionId];
+        const { rows: [check] } = await client.query(sql.checkStart, common);
+        if (check.busy) return 'busy';
+        if (check.stale) return 'stale';
+        await client.query(sql.dropReplaced, common);
+        await client.query(sql.insertQuestion, [...common, question]);
+        const { rowCount } = await client.query(sql.insertAnswer, [...common, answerId]);
         if (rowCount === 1) await beforeCommit?.(); // tests only: the answer inserted, not yet committed
-        return rowCount === 1;
+        return rowCount === 1 ? 'started' : 'busy';
       }),
     async dropUnopened(answerId) {
       await withClient((client) => client.query(sql.dropUnopened, [answerId]));

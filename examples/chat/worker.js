@@ -20,7 +20,10 @@
 // tool call with its result, then text. The app owns its message table (migrations/, or
 // migrations/postgres/ with a HYPERDRIVE binding: store.js): it inserts the user and assistant
 // rows before opening the stream (SPEC §5), and the insert itself refuses a second answer while
-// one is in flight in the chat (no read-then-insert race).
+// one is in flight in the chat (no read-then-insert race). The open names the chat and the user's
+// message, so the chat's feed announces the turn to every other tab (SPEC §11, chat-feed.js). A
+// send never drops a message: only a regeneration or an edit replaces what followed its question,
+// and only what the page showed (`seen`, the last message it showed; else 409 history_changed).
 import { readUIMessageStream } from 'ai';
 import { openStream, readUIMessage, RindleError, signStreamToken } from '../../public/producer.js';
 import { seedOf, streamAnswer, uiStreamOptions } from './answer.js';
@@ -70,16 +73,22 @@ async function startAnswer(request, env, ctx, { stock }) {
   } catch {
     return fail(400, 'bad_json', 'the body must be the AI SDK chat request as JSON');
   }
-  const { id: chatId, messages, trigger } = body ?? {};
+  const { id: chatId, messages, trigger, messageId, seen } = body ?? {};
   if (typeof chatId !== 'string' || !CHAT_ID.test(chatId)) return fail(400, 'bad_chat_id', 'a chat id is 1-64 characters of [A-Za-z0-9._:-]');
   if (!Array.isArray(messages) || messages.length === 0) return fail(400, 'bad_messages', '`messages` must be a non-empty array');
   const question = messages.findLast((m) => m?.role === 'user');
   if (!question || typeof question.id !== 'string' || !Array.isArray(question.parts)) return fail(400, 'bad_messages', 'no user message with an id and parts');
   if (trigger !== 'submit-message' && trigger !== 'regenerate-message') return fail(400, 'bad_trigger', `unknown trigger ${JSON.stringify(trigger)}`);
 
+  // A regeneration, or an edit of a question (the AI SDK's `messageId`), replaces what followed the
+  // question; the page says the last message it showed (`seen`), so nothing it never showed goes.
+  const replaces = trigger === 'regenerate-message' || typeof messageId === 'string';
+  if (seen !== undefined && typeof seen !== 'string') return fail(400, 'bad_seen', '`seen` is the id of the last message the page showed');
   const answerId = `a-${crypto.randomUUID()}`;
   const keep = messages.map((m) => m?.id).filter((id) => typeof id === 'string');
   const text = question.parts.filter((p) => p?.type === 'text').map((p) => p.text).join('');
+  // The user's message as the chat's feed announces it to the other tabs (SPEC §11).
+  const userMessage = { id: question.id, role: 'user', parts: question.parts, ...(question.metadata === undefined ? {} : { metadata: question.metadata }) };
   // Tokens first: a misconfigured secret fails before anything is written.
   const writeToken = await signStreamToken({ secret: env.STREAM_JWT_SECRET, stream: answerId, scope: 'write' });
   const token = await readToken(env, answerId);
@@ -95,15 +104,16 @@ async function startAnswer(request, env, ctx, { stock }) {
   // their transactions, where only the database can keep two from both inserting.
   const beforeCommit = env.MOCK_HOLD_URL && env.MOCK_HOLD_COMMIT === '1' ? () => fetch(`${env.MOCK_HOLD_URL}/commit-${question.id}`).then((res) => res.arrayBuffer()) : undefined;
   const store = chatStore(env, ctx);
-  const started = await store.startAnswer({ chatId, keep, questionId: question.id, question: JSON.stringify({ id: question.id, role: 'user', parts: question.parts }), answerId, beforeCommit });
-  if (!started) return fail(409, 'answer_in_progress', 'the chat is still answering; stop it or wait');
+  const started = await store.startAnswer({ chatId, keep, seen: seen ?? null, replaces, questionId: question.id, question: JSON.stringify({ id: question.id, role: 'user', parts: question.parts }), answerId, beforeCommit });
+  if (started === 'busy') return fail(409, 'answer_in_progress', 'the chat is still answering; stop it or wait');
+  if (started === 'stale') return fail(409, 'history_changed', 'the chat has messages this page has not shown yet; nothing was replaced');
 
   let stream;
   try {
     // A reset of rindle's object (a deploy, an eviction) mid-answer: the helpers resume and
     // re-send by themselves (SPEC §10); the hook only logs it.
     const onResume = ({ cause, seq, resent }) => console.log(`producer_resumed ${answerId} ${cause} ${seq} ${resent}`);
-    stream = await openStream({ service: env.RINDLE, streamId: answerId, token: writeToken, format: 'ui', meta: { chatId }, onResume });
+    stream = await openStream({ service: env.RINDLE, streamId: answerId, token: writeToken, format: 'ui', meta: { chatId }, chat: { id: chatId, userMessage }, onResume });
   } catch (err) {
     // No answer will come: drop its row rather than leave it `pending` (it would block the chat).
     await store.dropUnopened(answerId);

@@ -1,11 +1,12 @@
 //! Chats, through the message table's mapped chat column (`COLUMNS = {"chat": …}`): the resume
-//! GET for a chat (`GET {prefix}/chats/{chat}/stream`, answered by the front Worker), and the
-//! check that a read made through a token's `chat` claim is of an answer of that chat.
+//! GET for a chat (`GET {prefix}/chats/{chat}/stream`, answered by the front Worker), the
+//! check that a read made through a token's `chat` claim is of an answer of that chat, and the
+//! chat's feed (`GET {prefix}/chats/{chat}/events`, forwarded to its object: `feed.rs`).
 
 use super::http::{self, unavailable};
 use super::setup;
 use super::shell::{log, now};
-use crate::engine::access::api::{ApiError, ChatRoute};
+use crate::engine::access::api::{ApiError, ChatAction, ChatRoute};
 use crate::engine::access::auth::{AuthRequest, Scope};
 use crate::engine::durable::Tables;
 use crate::engine::host::config::Settings;
@@ -32,11 +33,25 @@ pub async fn belongs(env: &Env, settings: &Settings, stream_id: &str, chat_id: &
     Ok(chat.as_deref() == Some(chat_id))
 }
 
+/// An open that names chat `chat_id` (SPEC §11): refused when the row belongs to another chat,
+/// where a chat column is mapped (without one, or with an app's own sink, there is nothing to
+/// check against). Read through the stream's own store, so its traffic counts as the stream's.
+pub async fn check_open(store: &super::store::Store, stream_id: &str, chat_id: &str) -> Result<(), ApiError> {
+    let super::store::Store::Tables(tables) = store else { return Ok(()) };
+    match tables.chat_of(stream_id).await.map_err(ApiError::store_unavailable)? {
+        Some(chat) if chat != chat_id => Err(ApiError::chat_mismatch(stream_id)),
+        _ => Ok(()),
+    }
+}
+
 /// `GET {prefix}/chats/{chat}/stream`: authorized for the chat first (a denial never tells
 /// whether the chat has an answer), then the chat's streaming answer, answered by its object
 /// as `GET {prefix}/{id}/stream?chat={chat}` (which checks the answer is the chat's before
 /// serving it); 204 when the chat has none.
 pub async fn lookup(req: Request, env: Env, settings: Rc<Settings>, chat: ChatRoute) -> Result<Response, ApiError> {
+    if chat.action == ChatAction::Events {
+        return feed(req, &env, &chat.chat_id).await;
+    }
     let tables = tables(&env, &settings)?;
     let target = http::Target::of(&req);
     let token = http::token(&req, &target, true);
@@ -73,6 +88,16 @@ pub async fn lookup(req: Request, env: Env, settings: Rc<Settings>, chat: ChatRo
     let init = worker::RequestInit { method: req.method(), headers: req.headers().clone(), ..Default::default() };
     let forwarded = Request::new_with_init(&forwarded, &init).map_err(unavailable)?;
     stub.fetch_with_request(forwarded).await.map_err(http::unavailable)
+}
+
+/// `GET {prefix}/chats/{chat}/events`: the chat's feed object answers it (and authorizes it
+/// first, as a stream's object does).
+async fn feed(req: Request, env: &Env, chat_id: &str) -> Result<Response, ApiError> {
+    let stub = env
+        .durable_object(super::feed::FEEDS_BINDING)
+        .and_then(|ns| ns.id_from_name(chat_id)?.get_stub())
+        .map_err(|e| ApiError::misconfigured(format!("the {} Durable Object binding: {e}", super::feed::FEEDS_BINDING)))?;
+    stub.fetch_with_request(req).await.map_err(http::unavailable)
 }
 
 /// The part of an absolute URL from its path on (`/streams/…?…`).

@@ -1,6 +1,7 @@
 //! Development-only endpoints (the `dev` feature: absent from the production build), answered
 //! only when `DEV_MODE=1`: `POST /dev/session` creates a message row and mints tokens for the
-//! demo page.
+//! demo page; `GET /dev/feed-stats?chat=` answers what a chat's feed object did (its requests,
+//! storage and row reads, awake time: bench/cost.mjs).
 
 use super::http::{self, unavailable};
 use super::setup::{dev_mode, var};
@@ -21,6 +22,7 @@ pub async fn handle(req: Request, env: &Env) -> Result<Response, ApiError> {
     match (req.method().as_ref(), path.as_str()) {
         ("POST", "/dev/session") => session(env).await,
         (_, "/dev/session") => Err(ApiError::method_not_allowed(req.method().as_ref(), "POST")),
+        ("GET", "/dev/feed-stats") => feed_stats(&req, env).await,
         (_, path) => Err(ApiError::not_found(path)),
     }
 }
@@ -59,4 +61,15 @@ async fn session(env: &Env) -> Result<Response, ApiError> {
         }),
     )
     .map_err(unavailable)
+}
+
+/// A chat feed object's counts (the object answers them on an internal path).
+async fn feed_stats(req: &Request, env: &Env) -> Result<Response, ApiError> {
+    let chat = http::Target::of(req).query("chat").unwrap_or_default();
+    crate::engine::access::stream_id::validate(&chat).map_err(|e| ApiError::new(400, "bad_chat_id", e.to_string()))?;
+    let stub = env
+        .durable_object(super::feed::FEEDS_BINDING)
+        .and_then(|ns| ns.id_from_name(&chat)?.get_stub())
+        .map_err(|e| ApiError::misconfigured(format!("the {} binding: {e}", super::feed::FEEDS_BINDING)))?;
+    stub.fetch_with_str(&format!("https://chat-feed{}", super::feed::STATS_PATH)).await.map_err(unavailable)
 }

@@ -1,12 +1,14 @@
 //! The Workers shell (wasm32 only): the front Worker routes `{prefix}/{id}/…` to the stream's
 //! Durable Object; everything else about a stream happens inside that object.
 
+mod announce;
 mod append;
 mod chats;
 #[cfg(feature = "dev")]
 mod dev;
 #[cfg(feature = "test-faults")]
 mod faults;
+mod feed;
 #[cfg(feature = "heap-stats")]
 mod heap;
 mod http;
@@ -23,6 +25,7 @@ mod sse;
 mod store;
 mod ui;
 
+pub use feed::ChatFeedObject;
 pub use object::StreamObject;
 pub use setup::{install_authorizer, install_checkpoint_sink, install_event_hook};
 pub use store::D1;

@@ -42,6 +42,10 @@ pub(super) struct Object {
     pub(super) pumping: std::cell::Cell<bool>,
 }
 
+/// The largest open body: room for a chat's user message (at most 64 KiB, refused with 400
+/// `bad_user_message` past that) and a `meta`.
+const MAX_OPEN_BODY_BYTES: usize = 1 << 20;
+
 /// The largest pump request body (upstream URL, headers and request body).
 const MAX_PUMP_BODY_BYTES: usize = 1 << 20;
 
@@ -105,6 +109,8 @@ impl StreamObject {
         }
         let setup = self.setup()?;
         let lease = LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter));
+        let feeds = self.env.durable_object(super::feed::FEEDS_BINDING).ok();
+        let feed = super::announce::FeedLink::new(stream_id, &self.state, feeds, Rc::clone(&self.meter));
         let shell = Shell::new(
             stream_id.to_owned(),
             Rc::clone(&setup.store),
@@ -112,6 +118,7 @@ impl StreamObject {
             setup.settings.stream.store_timeout_ms,
             setup.hook.clone(),
             Rc::clone(&self.meter),
+            feed,
         );
         let object = Rc::new(Object { setup, shell, pumping: std::cell::Cell::new(false) });
         *self.object.borrow_mut() = Some(Rc::clone(&object));
@@ -217,10 +224,18 @@ impl StreamObject {
     }
 
     async fn open(&self, o: &Rc<Object>, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
-        let body = http::small_json(req, 64 * 1024, "the open body must be {\"format\": \"text\" | \"ui\", \"meta\": …}").await?;
-        let OpenRequest { format, meta } = OpenRequest::parse(body)?;
+        let body = http::small_json(req, MAX_OPEN_BODY_BYTES, "the open body must be {\"format\": \"text\" | \"ui\", \"meta\": …}").await?;
+        let OpenRequest { format, meta, chat } = OpenRequest::parse(body)?;
+        if let Some(link) = &chat {
+            super::chats::check_open(&o.setup.store, &route.stream_id, &link.chat_id).await?;
+        }
         let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
-        let (stream, ticket) = LiveStream::open(&route.stream_id, cfg, Producer { host_token: random_token(), meta }, now());
+        let (stream, ticket) = LiveStream::open(
+            &route.stream_id,
+            cfg,
+            Producer { host_token: random_token(), meta, chat: chat.as_ref().map(|c| c.chat_id.clone()) },
+            now(),
+        );
         let Some(settled) = o.shell.install(stream, ticket) else {
             return Err(ApiError::open_refused(&route.stream_id, crate::engine::durable::OpenRefused::AlreadyOpenHere));
         };
@@ -230,8 +245,9 @@ impl StreamObject {
         }
         o.shell.feed(|_, _| ()); // performs the first request queued by `open`
         match settled.await.map_err(unavailable)? {
-            // The format and `meta` were stored with the lease's keys, before the row was marked.
+            // The format, `meta` and chat were stored with the lease's keys, before the row was marked.
             Ok(()) => {
+                o.shell.feed.opened(chat.as_ref(), format);
                 http::json(200, &json!({"streamId": route.stream_id, "seq": 0, "durableSeq": 0, "epoch": crate::engine::live::FIRST_EPOCH}))
                     .map_err(unavailable)
             }

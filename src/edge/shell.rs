@@ -157,6 +157,8 @@ pub struct Shell {
     last_frame: Cell<Option<FrameCopy>>,
     /// The object's billing counts: reader bodies, timers and store calls hold it awake.
     meter: Rc<Meter>,
+    /// The stream's chat's feed, told of its start and its end (SPEC §11).
+    pub feed: Rc<super::announce::FeedLink>,
 }
 
 impl Shell {
@@ -167,6 +169,7 @@ impl Shell {
         store_timeout: Millis,
         hook: Option<Rc<dyn EventHook>>,
         meter: Rc<Meter>,
+        feed: super::announce::FeedLink,
     ) -> Rc<Self> {
         Rc::new(Self {
             stream_id,
@@ -182,6 +185,7 @@ impl Shell {
             timer_generation: Cell::new(0),
             last_frame: Cell::new(None),
             meter,
+            feed: Rc::new(feed),
         })
     }
 
@@ -490,6 +494,7 @@ impl Shell {
                 if let Some(cause) = cause.filter(|_| status == crate::engine::wire::frame::EndStatus::Interrupted) {
                     log("warn", "interrupted", id, json!({"durableSeq": durable_seq, "cause": format!("{cause:?}")}));
                 }
+                self.feed.sealed(self.inspect(LiveStream::format), status, durable_seq);
                 log(
                     if shortfall.is_some() { "error" } else { "info" },
                     "sealed",

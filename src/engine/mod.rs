@@ -14,6 +14,7 @@
 //! - [`live`]: the live plane, one stream as a sans-IO state machine (open, checkpoints, seal,
 //!   readers, the lease alarm, the revival after a reset);
 //! - [`durable`]: the durable plane, the mapped tables and the SQL they run (SQLite/D1, Postgres);
+//! - [`feed`]: a chat's feed of turns (SPEC §11): the history every tab of a chat follows;
 //! - [`pump`]: upstream model APIs turned into text or `ui` chunks;
 //! - [`text`]: the text and its coordinate (UTF-16 offsets, UTF-8 reassembly, the buffer, the
 //!   durable text as read back);
@@ -29,6 +30,7 @@
 
 pub mod access;
 pub mod durable;
+pub mod feed;
 pub mod host;
 pub mod live;
 pub mod pump;

@@ -168,7 +168,7 @@ test('chat: the SSE connection cut exactly twice mid-answer: the transport resum
   // end until both were made (the events before the hold are the cuts' budget).
   const plan = planCuts(rng(SEED), { cuts: 2, budget: (await sourceChunkCount(question)) - AFTER_HOLD });
   const earlier = proxy.cuts;
-  const allCut = proxy.plan(plan);
+  const allCut = proxy.plan(plan, { match: /\/ui\?/ }); // the answer's connections, not the chat's feed
   const { page, answerId } = await startAnswer(question);
   await withTimeout(allCut, 30_000, () => `the planned cuts ${JSON.stringify(plan)} (made: ${proxy.cuts - earlier}; reconnects so far: ${proxy.requests.filter((q) => q.url.includes('/ui?')).length - 1})`);
   hold.release(answerId);

@@ -12,7 +12,8 @@
 // and the page ends not streaming. Then, with both transports, the history and the resume
 // cannot miss an answer: one that ends between the history read and the reconnect, one still
 // `pending` (inserted, not yet opened) when the page loads. And one answer at a time per chat is
-// the database's decision. Seeded questions (E2E_SEED replays).
+// the database's decision, and the example never drops a message its client did not show
+// (../e2e/chat-store-rules.mjs). Seeded questions (E2E_SEED replays).
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
@@ -22,6 +23,7 @@ import { seedFromEnv, startHold, uiChunksOf, until, withTimeout } from '../e2e/u
 import { openStream, signStreamToken } from '../../public/producer.js';
 import { seedOf, streamAnswer, uiStreamOptions } from '../../examples/chat/answer.js';
 import { assertShowsAnswer, waitAnswered, waitSomeText } from './chat-page.mjs';
+import { checkStoreRules } from '../e2e/chat-store-rules.mjs';
 
 const SEED = seedFromEnv();
 const WORDS = 40;
@@ -235,6 +237,10 @@ test('one answer at a time per chat is the database\'s decision: six sends held 
   assert.deepEqual(assistants.map((r) => r.id), [started[0].body.streamId], 'one answer row');
   raceHold.release(started[0].body.streamId);
   await until(() => race.db.get('SELECT status FROM messages WHERE id = ?', started[0].body.streamId)?.status === 'complete', 'the answer to complete', 20_000);
+});
+
+test('the example never drops a message its client did not show: a stale send keeps the turn it missed; regenerations and edits replace only what was shown (D1)', async () => {
+  await checkStoreRules({ stack, hold, chatId: `rules-${process.pid}-${SEED % 100000}` });
 });
 
 test('no uncaught page errors', () => {

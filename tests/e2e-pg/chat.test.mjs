@@ -8,12 +8,13 @@
 // "mid-answer" and "inside concurrent transactions" are states the test waits for, never a clock.
 // Cases: a send whose rows end complete in Postgres, with the history and the resume read back
 // from there before and after its end, and a second send mid-answer refused; six concurrent sends:
-// the database starts exactly one answer.
+// the database starts exactly one answer; the store's rules (../e2e/chat-store-rules.mjs).
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { startStack } from '../e2e/harness.mjs';
 import { seedFromEnv, startHold, until, withTimeout } from '../e2e/util.mjs';
 import { sourceMessage } from '../browser/chat-page.mjs';
+import { checkStoreRules } from '../e2e/chat-store-rules.mjs';
 
 const SEED = seedFromEnv();
 const WORDS = 12;
@@ -129,4 +130,8 @@ test('one answer at a time per chat is the database\'s decision on Postgres: six
   assert.deepEqual(chatRows(chatId).filter((r) => r.role === 'assistant').map((r) => r.id), [answerId], 'one answer row');
   hold.release(answerId);
   await until(() => stack.db.get('SELECT status FROM messages WHERE id = ?', answerId)?.status === 'complete', 'the answer to complete', 20_000);
+});
+
+test('the example never drops a message its client did not show, on Postgres: a stale send keeps the turn it missed; regenerations and edits replace only what was shown', async () => {
+  await checkStoreRules({ stack, hold, chatId: newChat() });
 });

@@ -515,13 +515,17 @@ function sseWire() {
  * cut (`lastId`: the `id:` of the last event the client got whole on that connection;
  * `sentWhole(id)`: whether it got that one whole).
  */
-export async function startProxy(target, { cuts = [] } = {}) {
+export async function startProxy(target, { cuts = [], match } = {}) {
   const requests = [];
   const live = new Set();
   let plan = [];
   let made = 0;
   const cutLog = [];
   let allCut;
+  /** The answers planned cuts may fall on (`plan(cuts, { match })`): a RegExp on the request's url. */
+  let cutsMatch = match;
+  /** Until when requests matching `refusing.match` are refused (their connection dropped at once). */
+  let refusing = { until: 0, match: null, refused: 0 };
   const drop = (entry) => {
     entry.req.socket.destroy();
     entry.up.destroy();
@@ -529,11 +533,18 @@ export async function startProxy(target, { cuts = [] } = {}) {
   };
   const server = http.createServer((req, res) => {
     requests.push({ method: req.method, url: req.url, headers: { ...req.headers }, at: Date.now() });
-    const entry = { req, res, up: null, cutting: false };
+    if (Date.now() < refusing.until && refusing.match.test(req.url)) {
+      refusing.refused += 1;
+      req.socket.destroy();
+      return;
+    }
+    const entry = { req, res, up: null, cutting: false, ending: false };
     entry.up = http.request(new URL(req.url, target), { method: req.method, headers: { ...req.headers, host: new URL(target).host } }, (upRes) => {
       res.writeHead(upRes.statusCode, upRes.headers);
       res.flushHeaders();
-      const wire = /^text\/event-stream/.test(upRes.headers['content-type'] ?? '') ? sseWire() : null;
+      const sse = /^text\/event-stream/.test(upRes.headers['content-type'] ?? '');
+      const wire = sse && (!cutsMatch || cutsMatch.test(req.url)) ? sseWire() : null;
+      entry.wire = wire;
       // Settles once the last bytes forwarded were handed to the kernel.
       let flushed = Promise.resolve();
       const forward = (bytes) => {
@@ -564,14 +575,14 @@ export async function startProxy(target, { cuts = [] } = {}) {
       upRes.on('end', () => {
         if (!entry.cutting) res.end();
       });
-      upRes.on('error', () => res.destroy());
+      upRes.on('error', () => entry.ending || res.destroy());
     });
     live.add(entry);
     res.on('close', () => {
       live.delete(entry);
       entry.up.destroy();
     });
-    entry.up.on('error', () => res.destroy());
+    entry.up.on('error', () => entry.ending || res.destroy());
     req.pipe(entry.up);
   });
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
@@ -585,19 +596,44 @@ export async function startProxy(target, { cuts = [] } = {}) {
       return made;
     },
     /**
-     * Plans `cuts` (from planCuts) from here on; resolves once all of them were made: what a
-     * held producer waits for.
+     * Plans `cuts` (from planCuts) from here on, on the SSE answers whose request url `match`es
+     * (a RegExp; default: every SSE answer); resolves once all of them were made: what a held
+     * producer waits for. The match applies to answers that start from here on.
      */
-    plan(more) {
+    plan(more, { match: only } = {}) {
+      cutsMatch = only ?? cutsMatch;
       plan = [...plan.slice(0, made), ...more];
       let resolve;
       allCut = { promise: new Promise((r) => (resolve = r)), resolve };
       if (made === plan.length) resolve();
       return allCut.promise;
     },
+    /** The open SSE answers whose url matches `match`, and the events each has carried so far. */
+    liveEvents(match) {
+      return [...live].filter((e) => e.wire && match.test(e.req.url)).map((e) => ({ url: e.req.url, events: e.wire.events }));
+    },
     /** Resolves once every planned cut was made. */
     get allCut() {
       return allCut.promise;
+    },
+    /**
+     * Ends every open answer whose url matches `match` now, cleanly and short (what the client
+     * got is all it gets: an SSE stream without its ending), and refuses (drops at once) every
+     * request matching it for `ms`: a server that went away and comes back. Resolves with how
+     * many requests were refused, once the window is over (the window is the fault's length).
+     */
+    async outage(match, ms) {
+      refusing = { until: Date.now() + ms, match, refused: 0 };
+      for (const entry of [...live]) {
+        if (!match.test(entry.req.url)) continue;
+        entry.cutting = true;
+        entry.ending = true;
+        entry.res.end();
+        entry.up.destroy();
+        live.delete(entry);
+      }
+      await new Promise((r) => setTimeout(r, ms));
+      return refusing.refused;
     },
     async close() {
       for (const entry of [...live]) drop(entry);

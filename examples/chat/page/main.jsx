@@ -1,16 +1,20 @@
-// The example chat page: React 19, `useChat` from @ai-sdk/react, and either rindle-streams'
-// ChatTransport (the default) or the AI SDK's own DefaultChatTransport (?transport=stock).
-// Bundled by ../build.mjs (esbuild, no CDN) into ../dist/app.js.
+// The example chat page: React 19, the AI SDK's `Chat` and `useChat` from @ai-sdk/react, and
+// either rindle-streams' ChatTransport with the chat's feed (the default) or the AI SDK's own
+// DefaultChatTransport (?transport=stock). Bundled by ../build.mjs (esbuild, no CDN) into
+// ../dist/app.js (React's production build) and ../dist/app.dev.js (its development build, where
+// StrictMode mounts every effect twice: ?react=development).
 //
-// The chat id lives in the URL (?chat=…), so a reload or a second tab opens the same chat: the
-// page loads the chat's history from the app, with the answer still in flight that it leaves
-// out, and `resume: true` replays that answer. Test knobs: ?giveUpAfterMs=N (the rindle
-// transport's reconnect budget).
-import { StrictMode, useState } from 'react';
+// The chat id lives in the URL (?chat=…), so a reload, a second tab or a second browser opens the
+// same chat: the page loads the chat's history from the app, with the answer still in flight that
+// it leaves out. With rindle's transport the page follows the chat's feed (public/chat-feed.js):
+// a turn started in another tab or browser appears by itself, the answer in flight is attached
+// once, nothing shows twice. Test knobs: ?giveUpAfterMs=N (the transport's reconnect budget).
+import { StrictMode, useEffect, useState } from 'react';
 import { createRoot } from 'react-dom/client';
-import { useChat } from '@ai-sdk/react';
+import { Chat, useChat } from '@ai-sdk/react';
 import { DefaultChatTransport } from 'ai';
 import { RindleChatTransport } from '../../../public/chat-transport.js';
+import { syncChat } from '../../../public/chat-feed.js';
 
 const params = new URLSearchParams(location.search);
 let chatId = params.get('chat');
@@ -23,34 +27,21 @@ const giveUpAfterMs = Number(params.get('giveUpAfterMs'));
 const stock = params.get('transport') === 'stock';
 window.rindleReconnects = []; // every reconnect the transport made, for the curious (and the tests)
 window.chatErrors = []; // every error useChat reported (onError), for the tests
+window.feedEvents = []; // every event of the chat's feed
+window.feedAttaches = []; // every answer the feed made this page attach
 
 /**
- * The transport. `active`: the answer the history left out because it was in flight when read
- * (`{streamId, token}`); resuming names it, so it is replayed whatever it has become since (it
- * may have finished in between). `chatToken`: reads the chat's answers (the stock resume GET).
+ * The id of the last message the page showed. A regeneration or an edit replaces what followed
+ * its question, and the app replaces only up to this (`seen`): never a turn another tab added that
+ * this page has not shown yet.
  */
-function makeTransport({ active, chatToken }) {
-  if (stock) {
-    // The AI SDK's own transport, no rindle code: answers come back on the POST, and the resume
-    // GET is rindle's (SPEC §9): the answer left out, or the chat's answer in flight now / 204.
-    return new DefaultChatTransport({
-      api: '/api/chat/stock',
-      prepareReconnectToStreamRequest: ({ id }) => ({
-        api: active
-          ? `/streams/${encodeURIComponent(active.streamId)}/ui?token=${encodeURIComponent(active.token)}`
-          : `/streams/chats/${encodeURIComponent(id)}/stream?token=${encodeURIComponent(chatToken)}`,
-      }),
-    });
-  }
-  return new RindleChatTransport({
-    api: '/api/chat',
-    prepareReconnectToStreamRequest: ({ id }) => ({
-      api: `/api/chat/${encodeURIComponent(id)}/stream${active ? `?answer=${encodeURIComponent(active.streamId)}` : ''}`,
-    }),
-    retry: giveUpAfterMs > 0 ? { giveUpAfterMs } : undefined,
-    onReconnect: (event) => window.rindleReconnects.push(event),
-  });
-}
+let lastShown;
+const seen = () => ({ seen: lastShown });
+
+const loadHistory = async () => {
+  const res = await fetch(`/api/chat/${encodeURIComponent(chatId)}/messages`);
+  return res.ok ? res.json() : { messages: [] };
+};
 
 function Part({ part }) {
   if (part.type === 'text') return <p className="part" data-type="text" data-state={part.state}>{part.text}</p>;
@@ -76,14 +67,8 @@ function Part({ part }) {
   return <pre className="part" data-type={part.type}>{JSON.stringify(part)}</pre>;
 }
 
-function Chat({ initialMessages, transport }) {
-  const { messages, sendMessage, status, stop, error } = useChat({
-    id: chatId,
-    messages: initialMessages,
-    transport,
-    resume: true,
-    onError: (e) => window.chatErrors.push(e.message),
-  });
+function ChatView({ chat: { messages, sendMessage, status, stop, error } }) {
+  lastShown = messages.at(-1)?.id;
   const [input, setInput] = useState('');
   const busy = status === 'submitted' || status === 'streaming';
   const submit = (event) => {
@@ -118,14 +103,55 @@ function Chat({ initialMessages, transport }) {
   );
 }
 
+const onError = (e) => window.chatErrors.push(e.message);
+
+/** rindle's transport, and the chat's feed: every turn of the chat, from any tab, live. */
+function FeedChat({ history, transport }) {
+  const [chat] = useState(() => new Chat({ id: chatId, messages: history.messages, transport, onError }));
+  useEffect(() => {
+    window.syncChatCalls = (window.syncChatCalls ?? 0) + 1; // StrictMode (React's development build) calls it twice
+    return syncChat(chat, {
+      transport,
+      token: history.chatToken,
+      active: history.active?.streamId,
+      reload: async () => (await loadHistory()).messages,
+      onEvent: (event) => window.feedEvents.push(event),
+      onAttach: (attach) => window.feedAttaches.push(attach),
+    });
+  }, [chat]);
+  return <ChatView chat={useChat({ chat })} />;
+}
+
+/** The AI SDK's own transport: the answer in flight at load is resumed by `useChat` itself. */
+function StockChat({ history }) {
+  const [transport] = useState(
+    () =>
+      new DefaultChatTransport({
+        api: '/api/chat/stock',
+        body: seen,
+        // The resume GET is rindle's (SPEC §9): the answer the history left out, or the chat's answer in flight now / 204.
+        prepareReconnectToStreamRequest: ({ id }) => ({
+          api: history.active
+            ? `/streams/${encodeURIComponent(history.active.streamId)}/ui?token=${encodeURIComponent(history.active.token)}`
+            : `/streams/chats/${encodeURIComponent(id)}/stream?token=${encodeURIComponent(history.chatToken)}`,
+        }),
+      }),
+  );
+  return <ChatView chat={useChat({ id: chatId, messages: history.messages, transport, resume: true, onError })} />;
+}
+
 async function main() {
-  const res = await fetch(`/api/chat/${encodeURIComponent(chatId)}/messages`);
-  const history = res.ok ? await res.json() : { messages: [] };
-  const transport = makeTransport(history);
+  const history = await loadHistory();
+  const transport = stock
+    ? null
+    : new RindleChatTransport({
+        api: '/api/chat',
+        body: seen,
+        retry: giveUpAfterMs > 0 ? { giveUpAfterMs } : undefined,
+        onReconnect: (event) => window.rindleReconnects.push(event),
+      });
   createRoot(document.getElementById('root')).render(
-    <StrictMode>
-      <Chat initialMessages={history.messages} transport={transport} />
-    </StrictMode>,
+    <StrictMode>{stock ? <StockChat history={history} /> : <FeedChat history={history} transport={transport} />}</StrictMode>,
   );
 }
 main();

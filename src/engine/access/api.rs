@@ -3,6 +3,7 @@
 
 use crate::engine::access::auth::Scope;
 use crate::engine::access::stream_id::{self, BadStreamId};
+use crate::engine::feed::{BadChat, ChatLink};
 use crate::engine::text::utf16::Offset;
 use crate::engine::wire::ui::Format;
 use serde_json::{json, Map, Value};
@@ -132,42 +133,60 @@ fn parse_path(prefix: &str, path: &str) -> Result<Option<Route>, ApiError> {
     Ok(Some(Route { stream_id: id.to_owned(), action }))
 }
 
-/// `GET {prefix}/chats/{chat}/stream`: the resume GET for a chat, answered with the chat's
-/// streaming answer (found through the mapped chat column), or 204.
+/// A route of a chat (`GET {prefix}/chats/{chat}/…`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatRoute {
     pub chat_id: String,
+    pub action: ChatAction,
+}
+
+/// What a chat route asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChatAction {
+    /// `…/stream`: the resume GET for a chat, answered with the chat's streaming answer (found
+    /// through the mapped chat column), or 204.
+    Stream,
+    /// `…/events`: the chat's feed (SPEC §11), answered by the chat's own object.
+    Events,
 }
 
 /// The path segment of chat lookups, under the prefix.
 pub const CHATS: &str = "chats";
 
-/// Resolves a chat lookup. `Ok(None)`: the path is not one (any other route, or not ours). A
+/// Resolves a chat route. `Ok(None)`: the path is not one (any other route, or not ours). A
 /// chat id follows the stream id rules.
 pub fn chat_route(prefix: &str, method: &str, path: &str) -> Result<Option<ChatRoute>, ApiError> {
     let Some(rest) = path.strip_prefix(prefix).and_then(|r| r.strip_prefix('/')).and_then(|r| r.strip_prefix(CHATS)) else {
         return Ok(None);
     };
-    let Some(chat_id) = rest.strip_prefix('/').and_then(|r| r.strip_suffix("/stream")) else { return Ok(None) };
+    let Some(rest) = rest.strip_prefix('/') else { return Ok(None) };
+    let (chat_id, action) = match (rest.strip_suffix("/stream"), rest.strip_suffix("/events")) {
+        (Some(chat_id), _) => (chat_id, ChatAction::Stream),
+        (_, Some(chat_id)) => (chat_id, ChatAction::Events),
+        _ => return Ok(None),
+    };
     stream_id::validate(chat_id).map_err(|e| ApiError::new(400, "bad_chat_id", e.to_string().replace("stream id", "chat id")))?;
     if method != "GET" && method != "HEAD" {
         return Err(ApiError::method_not_allowed(method, "GET"));
     }
-    Ok(Some(ChatRoute { chat_id: chat_id.to_owned() }))
+    Ok(Some(ChatRoute { chat_id: chat_id.to_owned(), action }))
 }
 
-/// What `POST open` asks for: `{"format"?: "text" | "ui", "meta"?: …}` (SPEC §4, §9).
+/// What `POST open` asks for: `{"format"?: "text" | "ui", "meta"?: …, "chat"?: {"id", "userMessage"?}}`
+/// (SPEC §4, §9, §11).
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpenRequest {
     pub format: Format,
     pub meta: Option<Value>,
+    /// The chat the answer belongs to, whose feed announces it (SPEC §11).
+    pub chat: Option<ChatLink>,
 }
 
 impl OpenRequest {
     /// Reads the open body (`None`: no body). A missing `format` is `text`.
     pub fn parse(body: Option<Value>) -> Result<Self, ApiError> {
         let mut fields = match body {
-            None => return Ok(Self { format: Format::Text, meta: None }),
+            None => return Ok(Self { format: Format::Text, meta: None, chat: None }),
             Some(Value::Object(fields)) => fields,
             Some(_) => return Err(ApiError::bad_json("the open body", "expected a JSON object like {\"format\": \"ui\", \"meta\": …}")),
         };
@@ -175,7 +194,11 @@ impl OpenRequest {
             None | Some(Value::Null) => Format::Text,
             Some(v) => v.as_str().and_then(Format::parse).ok_or_else(|| ApiError::bad_format(&v))?,
         };
-        Ok(Self { format, meta: fields.remove("meta") })
+        let chat = match fields.remove("chat") {
+            None | Some(Value::Null) => None,
+            Some(chat) => Some(ChatLink::parse(chat).map_err(|e| ApiError::bad_chat(&e))?),
+        };
+        Ok(Self { format, meta: fields.remove("meta"), chat })
     }
 }
 
@@ -338,6 +361,23 @@ impl ApiError {
         Self::new(400, "bad_upstream", e.to_string())
     }
 
+    /// An open's `chat` that is refused: nothing is opened, nothing announced.
+    pub fn bad_chat(e: &BadChat) -> Self {
+        match e {
+            BadChat::NotAnObject => Self::new(400, "bad_chat", e.to_string()),
+            BadChat::BadId(_) => Self::new(400, "bad_chat_id", e.to_string()),
+            BadChat::BadUserMessage(_) => Self::new(400, "bad_user_message", e.to_string()),
+            BadChat::UserMessageTooLarge { .. } => {
+                Self::new(400, "bad_user_message", e.to_string()).with("maxBytes", crate::engine::feed::MAX_USER_MESSAGE_BYTES)
+            }
+        }
+    }
+
+    /// An open naming a chat its row does not belong to.
+    pub fn chat_mismatch(stream_id: &str) -> Self {
+        Self::new(409, "open_refused", format!("stream {stream_id}: its row belongs to another chat than the open's chat.id"))
+    }
+
     /// A chat lookup on a deployment that maps no chat column.
     pub fn no_chat_column() -> Self {
         Self::new(404, "no_chat_column", "chat lookups need the message table's chat column mapped: COLUMNS = {\"chat\": \"<column>\"}")
@@ -398,7 +438,10 @@ mod tests {
     #[test]
     fn a_chat_lookup_is_its_own_route_and_every_other_path_is_not_one() {
         let chat = |m: &str, p: &str| chat_route("/streams", m, p);
-        assert_eq!(chat("GET", "/streams/chats/c-1/stream"), Ok(Some(ChatRoute { chat_id: "c-1".into() })));
+        assert_eq!(chat("GET", "/streams/chats/c-1/stream"), Ok(Some(ChatRoute { chat_id: "c-1".into(), action: ChatAction::Stream })));
+        assert_eq!(chat("GET", "/streams/chats/c-1/events"), Ok(Some(ChatRoute { chat_id: "c-1".into(), action: ChatAction::Events })));
+        assert_eq!(chat("POST", "/streams/chats/c-1/events").unwrap_err().status, 405);
+        assert_eq!(chat("GET", "/streams/chats/a%2Fb/events").unwrap_err().code, "bad_chat_id");
         assert_eq!(chat("OPTIONS", "/streams/chats/c-1/stream").unwrap_err().status, 405, "a preflight is the front's CORS");
         assert_eq!(chat("POST", "/streams/chats/c-1/stream").unwrap_err().status, 405);
         assert_eq!(chat("GET", "/streams/chats/a%2Fb/stream").unwrap_err().code, "bad_chat_id");
@@ -431,15 +474,40 @@ mod tests {
     #[test]
     fn an_open_body_names_the_format_and_anything_but_text_or_ui_is_refused() {
         let parse = |v: Option<Value>| OpenRequest::parse(v);
-        assert_eq!(parse(None), Ok(OpenRequest { format: Format::Text, meta: None }));
-        assert_eq!(parse(Some(json!({"meta": {"a": 1}}))), Ok(OpenRequest { format: Format::Text, meta: Some(json!({"a": 1})) }));
-        assert_eq!(parse(Some(json!({"format": "ui"}))), Ok(OpenRequest { format: Format::Ui, meta: None }));
+        assert_eq!(parse(None), Ok(OpenRequest { format: Format::Text, meta: None, chat: None }));
+        assert_eq!(
+            parse(Some(json!({"meta": {"a": 1}}))),
+            Ok(OpenRequest { format: Format::Text, meta: Some(json!({"a": 1})), chat: None })
+        );
+        assert_eq!(parse(Some(json!({"format": "ui"}))), Ok(OpenRequest { format: Format::Ui, meta: None, chat: None }));
         assert_eq!(parse(Some(json!({"format": null, "meta": 2}))).unwrap().format, Format::Text);
         for bad in [json!("UI"), json!("xml"), json!(""), json!(7), json!(["ui"]), json!({"ui": true})] {
             let e = parse(Some(json!({ "format": bad }))).unwrap_err();
             assert_eq!((e.status, e.code), (400, "bad_format"), "{bad}");
         }
         assert_eq!(parse(Some(json!([1]))).unwrap_err().code, "bad_json");
+    }
+
+    #[test]
+    fn an_open_may_name_its_chat_and_a_bad_chat_or_user_message_is_a_400() {
+        let parse = |v: Value| OpenRequest::parse(Some(v));
+        let user = json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]});
+        let open = parse(json!({"format": "ui", "chat": {"id": "c-1", "userMessage": user}})).unwrap();
+        let chat = open.chat.unwrap();
+        assert_eq!((chat.chat_id.as_str(), chat.user_message.unwrap().id()), ("c-1", "u1"));
+        assert_eq!(parse(json!({"chat": null})).unwrap().chat, None);
+        for (body, code) in [
+            (json!({"chat": "c-1"}), "bad_chat"),
+            (json!({"chat": {"id": "a/b"}}), "bad_chat_id"),
+            (json!({"chat": {"id": "c", "userMessage": {"id": "u", "role": "user", "parts": []}}}), "bad_user_message"),
+            (
+                json!({"chat": {"id": "c", "userMessage": {"id": "u", "role": "user", "parts": [{"type": "text", "text": "x".repeat(70_000)}]}}}),
+                "bad_user_message",
+            ),
+        ] {
+            let e = parse(body.clone()).unwrap_err();
+            assert_eq!((e.status, e.code), (400, code), "{}", e.message);
+        }
     }
 
     #[test]

@@ -12,5 +12,5 @@ pub mod tables;
 pub use mapping::{ColumnNames, Ident, MappingError, TableMapping};
 pub use plan::{Executed, StorePlan, TablesOp};
 pub use rows::{judge_host, judge_probe, ColumnValue, OpenProbe, OpenRefused, RowState, UnusableRow};
-pub use sql::{chunk_id, Dialect, MappedSql, Statement, Value};
-pub use tables::{durable_of_rows, Row, SqlExecutor, Tables};
+pub use sql::{chunk_id, Dialect, MappedSql, Statement, Value, MAX_CHECKED_ANSWERS};
+pub use tables::{durable_of_rows, ChatAnswer, Row, SqlExecutor, Tables};

@@ -97,6 +97,9 @@ pub struct Statement {
     pub params: Vec<Value>,
 }
 
+/// The most answers a feed's check names in one statement (D1 binds at most 100 values).
+pub const MAX_CHECKED_ANSWERS: usize = 32;
+
 /// The deterministic id of a chunk row: a replayed checkpoint collides with itself and is
 /// absorbed by `ON CONFLICT DO NOTHING`, so retries need no dedup ledger.
 pub fn chunk_id(stream_id: &str, seq: Offset) -> String {
@@ -444,6 +447,34 @@ impl MappedSql {
                 m.key
             ),
             params: vec![chat_id.into(), STATUS_STREAMING.into()],
+        })
+    }
+
+    /// A chat's answers as its feed checks them (SPEC §11): those `streaming`, and the rows of
+    /// `open` (the answers the feed believes in flight), each with its status and length; `None`
+    /// when no chat column is mapped. At most [`MAX_CHECKED_ANSWERS`] of `open` are bound.
+    pub fn chat_answers(&self, chat_id: &str, open: &[String]) -> Option<Statement> {
+        let m = &self.map;
+        let chat = m.chat.as_ref()?;
+        let open = &open[..open.len().min(MAX_CHECKED_ANSWERS)];
+        let named = match open.len() {
+            0 => String::new(),
+            n => format!(" OR {} IN ({})", m.key, (3..3 + n).map(|i| self.p(i)).collect::<Vec<_>>().join(", ")),
+        };
+        let mut params: Vec<Value> = vec![chat_id.into(), STATUS_STREAMING.into()];
+        params.extend(open.iter().map(|id| Value::from(id.as_str())));
+        Some(Statement {
+            sql: format!(
+                "SELECT {} AS id, {} AS status, {} AS seq FROM {} WHERE {chat} = {} AND ({} = {}{named})",
+                m.key,
+                m.status,
+                m.seq,
+                m.message,
+                self.p(1),
+                m.status,
+                self.p(2)
+            ),
+            params,
         })
     }
 

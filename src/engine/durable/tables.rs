@@ -55,6 +55,14 @@ pub trait SqlExecutor {
     fn batch_then_query<'a>(&'a self, op: OpKind, writes: &'a [Statement], read: &'a Statement) -> StoreFuture<'a, Vec<Row>>;
 }
 
+/// One answer of a chat as its feed checks it: its key, status column and durable length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatAnswer {
+    pub id: String,
+    pub status: String,
+    pub seq: crate::engine::text::utf16::Offset,
+}
+
 /// The app's message table and the protocol's chunk table, on the database an executor runs:
 /// the default store of a stream, and a [`CheckpointSink`] for a sink that wraps it.
 #[derive(Clone)]
@@ -145,6 +153,24 @@ impl Tables {
     /// column is mapped.
     pub async fn chat_of(&self, stream_id: &str) -> Result<Option<String>, StoreError> {
         self.read_text(self.sql.chat_of(stream_id), "chat").await
+    }
+
+    /// A chat's answers `streaming`, and the rows of `open` that exist, for its feed
+    /// ([`MappedSql::chat_answers`]); `None` when no chat column is mapped.
+    pub async fn chat_answers(&self, chat_id: &str, open: &[String]) -> Result<Option<Vec<ChatAnswer>>, StoreError> {
+        let Some(statement) = self.sql.chat_answers(chat_id, open) else { return Ok(None) };
+        let rows = self.exec.query(OpKind::ReadChat, &statement).await?;
+        Ok(Some(
+            rows.iter()
+                .filter_map(|row| {
+                    Some(ChatAnswer {
+                        id: text(row.get("id"))?,
+                        status: text(row.get("status")).unwrap_or_default(),
+                        seq: row.get("seq").and_then(ColumnValue::as_offset).unwrap_or_default(),
+                    })
+                })
+                .collect(),
+        ))
     }
 
     /// A chat read: the text in `column` of the first row `statement` gives.

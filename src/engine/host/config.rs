@@ -3,6 +3,7 @@
 
 use crate::engine::access::cors::AllowedOrigins;
 use crate::engine::durable::{ColumnNames, Dialect, MappingError, TableMapping};
+use crate::engine::feed::FeedConfig;
 use crate::engine::host::time::Millis;
 use crate::engine::pump::{PumpSecrets, SecretsError};
 use crate::engine::text::utf16::Offset;
@@ -235,6 +236,8 @@ pub struct Settings {
     /// The page origins that may call the API from a browser (`ALLOWED_ORIGINS`; none: only
     /// the Worker's own origin).
     pub allowed_origins: AllowedOrigins,
+    /// The chat feeds' history and lifetime (`FEED_HISTORY`, `FEED_IDLE_MS`; SPEC §11).
+    pub feed: FeedConfig,
 }
 
 impl Settings {
@@ -295,6 +298,7 @@ impl Settings {
             ..defaults
         };
         stream.validate()?;
+        let lease_ms = stream.lease_ms;
         let path_prefix = var("PATH_PREFIX").unwrap_or_else(|| "/streams".into());
         if !path_prefix.starts_with('/') || path_prefix.ends_with('/') || path_prefix.contains("//") {
             return Err(ConfigError::invalid("PATH_PREFIX", format!("{path_prefix:?} must start with '/' and not end with '/'")));
@@ -320,6 +324,14 @@ impl Settings {
             pump_secrets,
             allowed_origins: AllowedOrigins::parse(var("ALLOWED_ORIGINS").as_deref().unwrap_or(""))
                 .map_err(|e| ConfigError::invalid("ALLOWED_ORIGINS", e.to_string()))?,
+            feed: FeedConfig {
+                history_events: number("FEED_HISTORY", FeedConfig::default().history_events as u64, 3, 1000)? as usize,
+                idle_ms: ms("FEED_IDLE_MS", FeedConfig::default().idle_ms, 1000, 7 * 86_400_000)?,
+                // A stream whose object was lost is sealed within a lease (SPEC §7): its row is
+                // read back a few leases after the feed last heard of it.
+                verify_ms: lease_ms * 3,
+                ..FeedConfig::default()
+            },
         })
     }
 }
@@ -349,6 +361,16 @@ mod tests {
         assert_eq!(s.path_prefix, "/streams");
         assert_eq!(s.stream.resume_window_ms, Millis(30_000), "SPEC §10");
         assert_eq!(settings(&[("RESUME_WINDOW_MS", "0")]).unwrap().stream.resume_window_ms, Millis::ZERO, "0 turns rehydration off");
+    }
+
+    #[test]
+    fn the_feed_keeps_96_events_for_10_minutes_idle_unless_told_otherwise() {
+        let s = settings(&[]).unwrap();
+        assert_eq!((s.feed.history_events, s.feed.idle_ms, s.feed.verify_ms), (96, Millis(600_000), Millis(30_000)));
+        let s = settings(&[("FEED_HISTORY", "9"), ("FEED_IDLE_MS", "5000"), ("LEASE_MS", "2000")]).unwrap();
+        assert_eq!((s.feed.history_events, s.feed.idle_ms, s.feed.verify_ms), (9, Millis(5000), Millis(6000)));
+        assert!(settings(&[("FEED_HISTORY", "2")]).unwrap_err().to_string().contains("FEED_HISTORY"));
+        assert!(settings(&[("FEED_IDLE_MS", "10")]).unwrap_err().to_string().contains("FEED_IDLE_MS"));
     }
 
     #[test]

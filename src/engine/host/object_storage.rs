@@ -15,6 +15,7 @@
 //! | `producer`   | a resume with an `x-rindle-producer` id   | a revival (a retried resume gets its grant) |
 //! | `window`     | a revival (when the resume window ends)   | a later revival (no restart); a resume deletes it |
 //! | `lastWrite`  | lease renewals, when it changed           | a revival (the idle timeout counts from it) |
+//! | `chat`       | lease armed (an open naming a chat)       | a seal's notice to the chat's feed after a reset (SPEC §11) |
 //!
 //! When the lease is released (the stream sealed, or the lease guards nothing) the object
 //! forgets every key and its alarm: a finished answer leaves nothing in object storage, except
@@ -37,9 +38,10 @@ pub const EPOCH: &str = "epoch";
 pub const PRODUCER: &str = "producer";
 pub const WINDOW: &str = "window";
 pub const LAST_WRITE: &str = "lastWrite";
+pub const CHAT: &str = "chat";
 
 /// Every key, in the order a read asks for them.
-pub const KEYS: [&str; 10] = [STREAM_ID, HOST_TOKEN, CLAIMING, ARMED_AT, FORMAT, META, EPOCH, PRODUCER, WINDOW, LAST_WRITE];
+pub const KEYS: [&str; 11] = [STREAM_ID, HOST_TOKEN, CLAIMING, ARMED_AT, FORMAT, META, EPOCH, PRODUCER, WINDOW, LAST_WRITE, CHAT];
 
 /// What the object stored for its stream (absent keys are `None`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -59,6 +61,8 @@ pub struct StoredStream {
     pub producer: Option<String>,
     pub window: Option<Window>,
     pub last_write: Option<Timestamp>,
+    /// The chat the open named (SPEC §11): its feed is told of the seal.
+    pub chat: Option<String>,
 }
 
 /// Writes to the object's storage, applied together (one `put` of many keys, one `delete`).
@@ -95,6 +99,7 @@ impl KeyUpdate {
             .put_or_delete(PRODUCER, lease.producer.as_ref().map(|v| json!(v)))
             .put_or_delete(WINDOW, lease.window.map(window_json))
             .put_or_delete(LAST_WRITE, lease.last_write.map(|at| json!(at.0 as f64)))
+            .put_or_delete(CHAT, lease.chat.as_ref().map(|v| json!(v)))
     }
 
     /// The same update without the deletes of keys `stored` does not hold (a delete is a billed
@@ -168,6 +173,7 @@ impl StoredStream {
             producer: text(PRODUCER),
             window: get(WINDOW).as_ref().and_then(window_of),
             last_write: time(LAST_WRITE),
+            chat: text(CHAT),
         }
     }
 

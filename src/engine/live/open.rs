@@ -33,6 +33,9 @@ pub struct Producer {
     /// The app's `meta` from the open body, handed to the authorizer and to the store's open
     /// operation.
     pub meta: Option<serde_json::Value>,
+    /// The chat the open named (SPEC §11), stored with the lease: a seal made after a reset
+    /// still tells that chat's feed.
+    pub chat: Option<String>,
 }
 
 #[derive(Debug)]
@@ -227,6 +230,7 @@ impl Opener {
                     armed_at: Some(self.started_at),
                     format: Some(cfg.format),
                     meta: producer.meta.clone(),
+                    chat: producer.chat.clone(),
                     ..StoredStream::default()
                 };
                 out.push(Output::ArmLease { lease });

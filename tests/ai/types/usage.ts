@@ -7,6 +7,8 @@ import { RindleChatTransport, readUIStream, type ReconnectEvent } from '../../..
 import { openStream, signStreamToken, encodeUIChunk, RindleError, readUIMessage, RESUME_DEFAULTS, backoffDelay, resumeCause, KeptText, ResumeGapError } from '../../../public/producer.js';
 import { readUIMessage as readUIMessageInThePage } from '../../../public/chat-transport.js';
 import { followStream, applyFrame, initialState, type Frame } from '../../../public/client.js';
+import { syncChat, type FeedEvent } from '../../../public/chat-feed.js';
+import type { Chat } from '@ai-sdk/react';
 
 type Env = { RINDLE: { fetch(request: Request): Promise<Response> }; STREAM_JWT_SECRET: string };
 
@@ -90,4 +92,27 @@ export async function history(env: Env, row: { id: string; body: string; chunks:
   // @ts-expect-error the SDK's readUIMessageStream is required (the module imports nothing)
   await readUIMessage({ row });
   return `${fromRow.id} ${fromApi.parts.length}`;
+}
+
+// One conversation everywhere (SPEC §11): the producer names the chat and the user's message, the
+// page syncs its Chat with the chat's feed.
+export async function chatTurn(env: Env, answerId: string, question: UIMessage): Promise<void> {
+  const token = await signStreamToken({ secret: env.STREAM_JWT_SECRET, stream: answerId, scope: 'write' });
+  await openStream({ service: env.RINDLE, streamId: answerId, token, format: 'ui', chat: { id: 'c1', userMessage: question } });
+  // @ts-expect-error a chat is named by its id
+  await openStream({ service: env.RINDLE, streamId: answerId, token, chat: 'c1' });
+}
+
+export function page(chat: Chat<UIMessage>, chatToken: string): () => void {
+  const rindle = new RindleChatTransport({ api: '/api/chat', prepareReconnectToStreamRequest: ({ id, answer }) => ({ api: `/api/chat/${id}/stream?answer=${answer ?? ''}` }) });
+  const stop = syncChat(chat, {
+    transport: rindle,
+    token: async () => chatToken,
+    active: 'a-1',
+    reload: async () => [] as UIMessage[],
+    onEvent: (event: FeedEvent) => void (event.type === 'end' ? event.durableSeq.toFixed() : event.type),
+  });
+  // @ts-expect-error syncChat needs a transport that attaches answers (DefaultChatTransport does not)
+  syncChat(chat, { transport: {} });
+  return stop;
 }
