@@ -343,8 +343,8 @@ impl LiveStream {
         if seq > self.seq() {
             let tail = utf16::slice(&text, self.seq(), seq).to_owned();
             self.append(&tail, now);
-            if let Some(lines) = &self.ui_lines {
-                let _ = lines; // the tail ends at a line end (checkpoints of `ui` streams do)
+            if self.ui_lines.is_some() {
+                // The tail ends at a line end (checkpoints of `ui` streams do).
                 self.readers.lines_entered(self.seq(), crate::engine::wire::ui::holds(&tail));
             }
         }
