@@ -50,10 +50,11 @@ RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --target wasm32-unknown-u
 step "cargo doc: $(elapsed "$T")"
 
 # A real PostgreSQL for the Postgres backend's tests: a throwaway cluster in target/pg. With
-# RINDLE_PG_URL set they run or fail; they never skip here.
+# RINDLE_PG_URL set they run or fail; RINDLE_PG_REQUIRED makes a missing URL a failure too
+# (tests/support/pg.rs), so they never skip here.
 T="$(now)"
 RINDLE_PG_URL="$("$SCRIPTS_DIR/pg.sh" start)" || die "could not start PostgreSQL (scripts/pg.sh start): the Postgres tests need it"
-export RINDLE_PG_URL
+export RINDLE_PG_URL RINDLE_PG_REQUIRED=1
 step "postgres: $RINDLE_PG_URL ($(elapsed "$T"))"
 
 step "cargo test (native)"

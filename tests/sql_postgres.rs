@@ -3,8 +3,9 @@
 //! statement of the plan does what the protocol needs, under replay and under two hosts racing.
 //!
 //! Without `RINDLE_PG_URL` these tests say loudly that they did not run and return (a plain
-//! `cargo test` on a machine without the cluster); `scripts/test.sh` always starts the cluster and
-//! sets it, so there they run or fail, never skip.
+//! `cargo test` on a machine without the cluster); `scripts/test.sh` always starts the cluster,
+//! sets it, and sets `RINDLE_PG_REQUIRED`, under which a missing URL fails them: there they run
+//! or fail, never skip.
 
 mod support;
 
