@@ -418,7 +418,7 @@ const fmt = (n, d = 0) => (n === undefined || n === null ? '–' : Number(n).toL
 export function formatReport(report, analysis = analyse(report)) {
   const out = [];
   out.push(`commit ${report.commit}, ${report.date}, ${report.machine.cpus} CPUs, Node ${report.machine.node}; ${report.tokensPerSecond} tokens/s; config ${JSON.stringify(report.config)}`);
-  out.push('', 'rindle-streams, counted (per answer; requests: open + append + close + reader GETs, then alarm invocations):');
+  out.push('', 'rindle-streams, counted (per answer; requests: open + append + close + the producer watch (one per 20 s) + reader GETs, then alarm invocations):');
   out.push('| format | tokens | readers | chars | streamed s | DO requests | alarms | awake s | GB-s | DO rows written / read | D1 rows written / read | checkpoints | D1 peak chunk rows (bytes) | D1 kept bytes |');
   out.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const a of report.answers) {

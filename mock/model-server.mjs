@@ -14,7 +14,7 @@
 //                               cancel), path, query, authorization, credential (the SHA-256 hex
 //                               of the authorization or x-api-key header, so a test can check
 //                               which key arrived), responseId, tokensSent, completed, aborted,
-//                               fail, held, body }]
+//                               fail, held, body, abortedAt (ms since the epoch) }]
 //   POST /_mock/reset           forget them
 //   POST /_mock/hold?seed=S&at=N  the next requests with seed=S stop before text token N and
 //                               wait (`held: true`) until POST /_mock/release?seed=S: a test
@@ -75,7 +75,8 @@
 // `failed`); `malformed` is not injected.
 //
 // `aborted` is true when the CLIENT closed the connection before the end: that is how a test
-// proves a cancel reached the upstream. A `drop` is the server's doing and is not an abort.
+// proves a cancel reached the upstream (`abortedAt`: when, for a latency). A `drop` is the
+// server's doing and is not an abort.
 
 import { createServer } from 'node:http';
 import { createHash, randomUUID } from 'node:crypto';
@@ -421,7 +422,10 @@ function streamResponse(format, record, res, hold) {
   const pace = pacer(steps, rate, run, held);
   res.on('close', () => {
     pace.stop();
-    if (!res.writableFinished && !dropped) record.aborted = true;
+    if (!res.writableFinished && !dropped) {
+      record.aborted = true;
+      record.abortedAt = Date.now();
+    }
   });
   res.writeHead(200, SSE_HEADERS);
   res.socket?.setNoDelay(true);

@@ -46,6 +46,16 @@ export type OpenStreamOptions<F extends StreamFormat = 'text'> = StreamApi & {
   resume?: Partial<ResumeOptions> | false;
   /** Called after each successful resume, before the lost text is re-sent (logs, metrics). */
   onResume?: (info: ResumeInfo) => void;
+  /**
+   * Hold the stream's watch (`GET /watch`) from the open until the producer is done, so a
+   * reader's cancel fires `signal` within a second in any state: before the model's first
+   * token, between appends, during a streaming append (whose own early answer a client's fetch
+   * may not read before the body ends), a refused one, the gap after a reset. One more request
+   * open on the stream's object while the answer runs (it is asked again every 20 s, and after
+   * a failure within half a second). Default `true`; `false`: a cancel reaches the producer
+   * only in a write's answer.
+   */
+  watch?: boolean;
 };
 
 export interface ResumeOptions {
@@ -110,7 +120,7 @@ export class ResumeGapError extends Error {
 /** A request that got no answer (the connection failed or dropped): a resume cause. */
 export class ConnectionLostError extends Error {
   name: 'ConnectionLostError';
-  /** `open`, `append`, `flush`, `close`, `fail` or `resume`. */
+  /** `open`, `append`, `flush`, `close`, `fail`, `resume` or `watch`. */
   action: string;
 }
 
@@ -144,7 +154,8 @@ export interface ProducerStream<F extends StreamFormat = 'text'> {
   readonly epoch: number | undefined;
   /**
    * Fires (reason: a `CancelledError`, named `AbortError`) once the producer learns of a
-   * cancel: pass it as the model call's `abortSignal`.
+   * cancel: pass it as the model call's `abortSignal`. With the watch (the default) within a
+   * second of the cancel, whatever the producer is doing.
    */
   readonly signal: AbortSignal;
   readonly cancelled: boolean;
@@ -162,8 +173,9 @@ export interface ProducerStream<F extends StreamFormat = 'text'> {
   fail(error: unknown): Promise<EndResult>;
   /**
    * Send `source` as ONE streaming append (NDJSON lines for `ui`), then `close()`; an upstream
-   * that throws or a UI `error` chunk ends it with `fail()` instead. A cancel answers the append
-   * early: `pipe` stops reading `source`, fires `signal`, and closes (status `cancelled`).
+   * that throws or a UI `error` chunk ends it with `fail()` instead. A cancel (heard through the
+   * watch, or the append's early answer) fires `signal`: `pipe` stops the append and reading
+   * `source` (it is cancelled), and closes (status `cancelled`).
    * Rejects (after failing the stream) if the stream API refuses the append, unless a cancel was
    * seen first (its early answer can cut the append's connection): then it resolves `cancelled`.
    * A reset object or a lost connection does not end it: it resumes and re-sends (`resume`), so

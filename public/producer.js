@@ -29,6 +29,13 @@
 // jittered backoff for `resume.timeoutMs` (60 s), then fail as before. `superseded` (another
 // producer resumed the stream) stops them; a cancel during the gap fires `signal`.
 //
+// Stop reaches the model in every state: from the open until the producer is done, the helpers
+// hold one more request on the stream, its watch (`GET /watch`), which the object answers the
+// moment a reader cancels (or the stream ends), whatever the producer is doing: waiting for its
+// model's first token, between appends, inside a streaming append (whose own early answer a
+// client's fetch may not read before the request body ends), in a refused one, in the gap
+// after a reset. `signal` then fires, `pipe` stops its append and the source, and closes.
+//
 // Ids by construction: on a `ui` stream the `start` chunk's `messageId` is the stream id (the
 // message row's id), so a replay replaces the message it belongs to instead of adding one. A
 // `start` chunk without one gets it; one with another id is refused (`BadChunkError`).
@@ -143,7 +150,7 @@ async function answer(res, action) {
  * names the chat the answer belongs to: its feed (`GET {prefix}/chats/{id}/events`, SPEC §11)
  * announces the user's message, then the answer's start and end, to every tab of the chat.
  */
-export async function openStream({ streamId, token, format = 'text', meta, chat, resume = {}, onResume, ...where }) {
+export async function openStream({ streamId, token, format = 'text', meta, chat, resume = {}, onResume, watch = true, ...where }) {
   if (format !== 'text' && format !== 'ui') throw new TypeError(`openStream: format must be "text" or "ui", got ${JSON.stringify(format)}`);
   if (chat !== undefined && (typeof chat !== 'object' || chat === null || typeof chat.id !== 'string')) {
     throw new TypeError('openStream: chat must be { id: string, userMessage?: UIMessage }');
@@ -152,9 +159,9 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
   const api = endpoint(where);
   const auth = { authorization: `Bearer ${token}` };
   /** One request; a failure to reach the API at all is a `ConnectionLostError`. */
-  const post = async (action, body, headers = {}, signal) => {
+  const call = async (method, action, body, headers = {}, signal) => {
     // Built outside the try: a bad URL or header is the caller's error, not a lost connection.
-    const request = api.request(streamId, action, { method: 'POST', headers: { ...auth, ...headers }, body, signal, ...(isStream(body) ? { duplex: 'half' } : {}) });
+    const request = api.request(streamId, action, { method, headers: { ...auth, ...headers }, body, signal, ...(isStream(body) ? { duplex: 'half' } : {}) });
     let res;
     try {
       res = await api.send(request);
@@ -163,6 +170,7 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
     }
     return answer(res, action);
   };
+  const post = (action, body, headers, signal) => call('POST', action, body, headers, signal);
   const jsonHeaders = { 'content-type': 'application/json' };
   const textHeaders = { 'content-type': 'text/plain; charset=utf-8' };
 
@@ -178,6 +186,49 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
   };
   const encode = format === 'ui' ? uiChunkEncoder(streamId) : encodeText;
 
+  // The watch: `GET /watch` held on the stream from now until the producer is done (`done`),
+  // answered at a reader's cancel or the stream's end, else after a hold (then asked again).
+  // Its answer is the one channel that reaches a producer in every state: a streaming append's
+  // early answer may not be read by the client's fetch before the body ends (Node's fetch under
+  // `wrangler dev`), a refused streaming append is answered at its body's end, and between
+  // writes nothing is in flight at all. A failed watch is asked again after a short jittered
+  // wait (at most WATCH_RETRY_MAX_MS: it bounds how late a cancel made during a gap is heard).
+  // It gives up as a resume does: after `timeoutMs` of failures in a row (the API is gone).
+  const done = new AbortController();
+  const watching = watch ? (async () => {
+    const { baseDelayMs, timeoutMs } = retry ?? RESUME_DEFAULTS;
+    const delays = { baseDelayMs: Math.min(baseDelayMs, WATCH_RETRY_MAX_MS), maxDelayMs: WATCH_RETRY_MAX_MS };
+    for (let failures = 0, since; !done.signal.aborted && !cancel.signal.aborted; ) {
+      const bounded = new AbortController(); // a held watch that outlives its hold is a dead connection
+      const timer = unref(setTimeout(() => bounded.abort(), WATCH_TIMEOUT_MS));
+      const stop = () => bounded.abort();
+      done.signal.addEventListener('abort', stop, { once: true });
+      let reply;
+      try {
+        reply = await call('GET', 'watch', undefined, {}, bounded.signal);
+        failures = 0;
+        since = undefined;
+      } catch (err) {
+        if (done.signal.aborted) return;
+        // Down, reset, not rebuilt yet, or the hold outlived: ask again. A refusal (a server
+        // without the watch answers 404 `not_found`, a token without `write`) ends the watch.
+        if (!(bounded.signal.aborted || resumeCause(err) || (err instanceof RindleError && err.code === 'store_unavailable'))) return;
+        since ??= Date.now();
+        if (Date.now() - since >= timeoutMs) return;
+        await sleep(backoffDelay(failures++, delays), done.signal, true);
+        continue;
+      } finally {
+        clearTimeout(timer);
+        done.signal.removeEventListener('abort', stop);
+      }
+      learn(reply);
+      if (reply.status !== 'streaming') return; // ended: nothing more to hear
+    }
+  })() : undefined;
+  watching?.catch(() => {}); // it only ever fires `signal`
+  /** The producer is done (sealed, superseded, given up): the watch stops. */
+  const finished = () => done.abort();
+
   // The send layer. `epoch`: this producer's, sent on every write (none from a server without
   // resume, which then needs no header). `serverSeq`: where the server's text ends, as last
   // told. `kept`: what was sent and may still be lost (beyond the last durableSeq told).
@@ -190,7 +241,11 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
     if (typeof reply?.durableSeq === 'number') kept.forget(reply.durableSeq);
     return reply;
   };
-  const write = (action, body, headers = {}, signal) => post(action, body, { ...headers, ...epochHeader() }, signal).then(told);
+  const write = (action, body, headers = {}, signal) =>
+    post(action, body, { ...headers, ...epochHeader() }, signal).then(told, (err) => {
+      if (isSuperseded(err)) finished(); // another producer owns the stream now
+      throw err;
+    });
 
   /**
    * POST /resume until it answers, with jittered backoff, for at most `retry.timeoutMs` since
@@ -201,7 +256,8 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
     const cause = resumeCause(failure);
     for (let attempt = 0; ; attempt++) {
       if (Date.now() - since >= retry.timeoutMs) throw failure;
-      await sleep(backoffDelay(attempt, retry));
+      // A cancel heard meanwhile (the watch) cuts the wait short: the next resume says it.
+      await sleep(backoffDelay(attempt, retry), cancel.signal);
       let resumed;
       try {
         resumed = await post('resume', undefined, {});
@@ -267,7 +323,7 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
         if (resumed && kept.end > serverSeq) await write('append', kept.from(serverSeq), textHeaders).then(learn);
         return learn(await write(action, body, headers));
       }, (sealed) => sealed);
-    });
+    }).finally(() => action !== 'flush' && finished());
 
   const stream = {
     streamId,
@@ -348,8 +404,9 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
             // An attempt that failed or was replaced sends no more: its connection may still take
             // bytes (a runtime that answered early keeps reading), which reach no one, and its
             // pulls would read the source ahead of the next attempt, which then sends all of that
-            // in one piece.
-            if (over.aborted) return controller.error(over.reason);
+            // in one piece. It ends cleanly, not with an error: a Worker's runtime may still be
+            // copying the body to an answered request, and would log the error as uncaught.
+            if (over.aborted) return controller.close();
             if (sent < kept.end) {
               const piece = kept.from(sent);
               sent = kept.end;
@@ -360,7 +417,15 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
         });
       };
 
-      let attempt; // aborts the connection of an attempt a resume replaced
+      let attempt; // aborts the connection of an attempt a resume replaced, or a cancel stopped
+      // A cancel heard elsewhere (the watch, an answer) stops the append in flight, whatever
+      // state it is in, and the source: the model stops now, not at the append's answer. (The
+      // append is aborted with the default reason: a Worker's runtime logs any other as uncaught.)
+      const stopped = () => {
+        attempt?.abort();
+        reader.cancel(cancel.signal.reason).catch(() => {});
+      };
+      cancel.signal.addEventListener('abort', stopped, { once: true });
       const streamAppend = async (resumed) => {
         attempt?.abort();
         // After a resume, what the server lost goes first as a plain append: its answer comes
@@ -371,9 +436,14 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
           const resent = learn(await write('append', kept.from(serverSeq), textHeaders));
           if (resent.cancelled) return resent;
         }
+        if (cancel.signal.aborted) return { seq: serverSeq, durableSeq: kept.start, cancelled: true };
         const current = (attempt = new AbortController());
         return write('append', bodyFrom(serverSeq, current.signal), textHeaders, current.signal)
-          .then(learn)
+          .then(learn, (err) => {
+            // Stopped by a cancel heard elsewhere: the cancel is the outcome (close seals it).
+            if (cancel.signal.aborted && current.signal.aborted) return { seq: serverSeq, durableSeq: kept.start, cancelled: true };
+            throw err;
+          })
           .finally(() => current.abort()); // answered (at its body's end) or failed: its body is over
       };
       let appended;
@@ -381,6 +451,7 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
         appended = await serial(() => resilient(streamAppend, asAppend));
       } catch (err) {
         attempt?.abort();
+        finished();
         // Never leave the row `streaming`. A reader's cancel answers the append at once, and the
         // connection can be torn down before fetch reads that answer: `fail` then seals
         // `cancelled` and says so, and the cancel is the outcome, not this error. A superseded
@@ -391,8 +462,12 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
         if (stream.cancelled) return failed ?? { status: 'cancelled', seq: serverSeq, durableSeq: kept.start };
         throw err;
       }
+      cancel.signal.removeEventListener('abort', stopped);
       if (appended.cancelled) reader.cancel(cancel.signal.reason).catch(() => {});
-      if (appended.ended) return appended.ended; // sealed `cancelled` while the object was gone
+      if (appended.ended) {
+        finished();
+        return appended.ended; // sealed `cancelled` while the object was gone
+      }
       if (badChunk) {
         await stream.fail(badChunk).catch(() => {});
         throw badChunk;
@@ -527,7 +602,30 @@ export class KeptText {
 
 const isHighSurrogate = (c) => c >= 0xd800 && c <= 0xdbff;
 const isLowSurrogate = (c) => c >= 0xdc00 && c <= 0xdfff;
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+/** Waits `ms`, or less when `signal` aborts (it resolves either way); `weak`: unref'd (the watch's). */
+const sleep = (ms, signal, weak = false) =>
+  new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    if (weak) unref(timer);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+
+/** A timer that does not keep a Node process alive by itself (the watch is no reason to stay). */
+const unref = (timer) => {
+  timer?.unref?.();
+  return timer;
+};
+
+/** The longest wait before a failed watch is asked again: a cancel made during a gap is heard within about this. */
+const WATCH_RETRY_MAX_MS = 500;
+/** A held watch answers within 20 s (the server's hold); one silent for this long is a dead connection. */
+const WATCH_TIMEOUT_MS = 45_000;
 
 /** A resume answered a `seq` the producer cannot continue from: a server bug, never patched over. */
 export class ResumeGapError extends Error {

@@ -50,10 +50,11 @@ RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --target wasm32-unknown-u
 step "cargo doc: $(elapsed "$T")"
 
 # A real PostgreSQL for the Postgres backend's tests: a throwaway cluster in target/pg. With
-# RINDLE_PG_URL set they run or fail; they never skip here.
+# RINDLE_PG_URL set they run or fail; RINDLE_PG_REQUIRED makes a missing URL a failure too
+# (tests/support/pg.rs), so they never skip here.
 T="$(now)"
 RINDLE_PG_URL="$("$SCRIPTS_DIR/pg.sh" start)" || die "could not start PostgreSQL (scripts/pg.sh start): the Postgres tests need it"
-export RINDLE_PG_URL
+export RINDLE_PG_URL RINDLE_PG_REQUIRED=1
 step "postgres: $RINDLE_PG_URL ($(elapsed "$T"))"
 
 step "cargo test (native)"
@@ -98,7 +99,7 @@ step "node tests: $(elapsed "$T")"
 # tests/e2e-pg/ (the Postgres faults) stops and restarts the cluster (PG_DIR above): it runs only
 # here, after every other suite, one file at a time.
 PG_SUITES=(tests/e2e/durable.test.mjs tests/e2e/errors.test.mjs tests/e2e/ui.test.mjs tests/e2e/eviction.test.mjs
-  tests/e2e/lease.test.mjs tests/e2e/survival.test.mjs tests/e2e/feed.test.mjs tests/e2e-pg/chat.test.mjs tests/e2e-pg/faults.test.mjs)
+  tests/e2e/lease.test.mjs tests/e2e/survival.test.mjs tests/e2e/feed.test.mjs tests/e2e-pg/chat.test.mjs tests/e2e-pg/stuck.test.mjs tests/e2e-pg/faults.test.mjs)
 step "node --test on Postgres: ${PG_SUITES[*]}"
 T="$(now)"
 RINDLE_E2E_BACKEND=postgres EVICTION_KILLS="${PG_EVICTION_KILLS:-3}" \

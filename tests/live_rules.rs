@@ -624,6 +624,44 @@ fn fail_after_a_cancel_seals_cancelled_and_readers_get_abort_not_error() {
     assert!(matches!(d.read(r).last(), Some(Frame::End { status: EndStatus::Cancelled, error: None, .. })));
 }
 
+#[test]
+fn the_watch_is_held_while_the_stream_runs_and_answers_at_a_cancel_or_the_end() {
+    // The producer's watch (`GET /watch`): nothing to say while the stream opens and runs, so
+    // the shell holds it; a cancel (direct, or seen in a read-back) or the end answers it.
+    let db = SqliteDb::new();
+    db.insert_message(STREAM);
+    let mut d = Driver::opening(db, cfg(), TOKEN);
+    assert_eq!(d.stream.watch(), None, "opening: held");
+    d.answer_all();
+    d.push("abc");
+    assert_eq!(d.stream.watch(), None, "live: held");
+    let held = d.stream.watch_held();
+    assert_eq!((held.status_str(), held.cancelled, held.seq), ("streaming", false, Offset(3)), "a hold that ran out says so");
+    d.stream.cancel();
+    d.drain();
+    let now = d.stream.watch().expect("a cancel answers it at once");
+    assert_eq!((now.status_str(), now.cancelled, now.seq), ("streaming", true, Offset(3)), "live until the producer closes");
+    let _ = d.close();
+    d.answer_all();
+    let ended = d.stream.watch().expect("ended");
+    assert_eq!((ended.status_str(), ended.cancelled, ended.durable_seq), ("cancelled", true, Offset(3)));
+
+    // A cancel made elsewhere reaches the stream in a read-back: the watch answers then.
+    let mut d = Driver::open(cfg());
+    d.db.exec("UPDATE messages SET cancel = 1 WHERE id = 'm1'");
+    d.push("12345678");
+    assert_eq!(d.stream.watch(), None, "not seen yet");
+    d.answer_all();
+    assert!(d.stream.watch().is_some_and(|a| a.cancelled && a.status.is_none()));
+
+    // Any other end answers it too (the producer has nothing left to send), not as a cancel.
+    let mut d = Driver::open(cfg());
+    d.push("done");
+    let _ = d.close();
+    d.answer_all();
+    assert!(d.stream.watch().is_some_and(|a| !a.cancelled && a.status == Some(EndStatus::Complete)));
+}
+
 // ---- open refusals
 
 fn open_verdict(db: SqliteDb) -> Result<(), OpenError> {

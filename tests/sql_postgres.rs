@@ -3,8 +3,9 @@
 //! statement of the plan does what the protocol needs, under replay and under two hosts racing.
 //!
 //! Without `RINDLE_PG_URL` these tests say loudly that they did not run and return (a plain
-//! `cargo test` on a machine without the cluster); `scripts/test.sh` always starts the cluster and
-//! sets it, so there they run or fail, never skip.
+//! `cargo test` on a machine without the cluster); `scripts/test.sh` always starts the cluster,
+//! sets it, and sets `RINDLE_PG_REQUIRED`, under which a missing URL fails them: there they run
+//! or fail, never skip.
 
 mod support;
 
@@ -496,6 +497,77 @@ fn the_durable_read_is_one_statement_and_a_revival_claim_has_one_winner() {
     assert_eq!(loser.as_deref(), Some("fresh-1"), "the loser sees the winner's token");
     db.seal_row(ID, Some("a😀👍🏽b"), EndStatus::Interrupted, None);
     assert_eq!((read().text.as_str(), read().status.as_str()), ("a😀👍🏽b", "interrupted"));
+}
+
+/// The durable read under a concurrent writer: a rehydrating instance's read runs while the lost
+/// instance's compaction (the body written, the chunk rows deleted) commits on another
+/// connection, in the middle of the read (it runs as a portal: its first row fetched, then the
+/// commit, then the rest). One statement sees one snapshot: the whole text. The same commit
+/// between two statements (the row, then the chunks) is caught losing it.
+#[test]
+fn the_durable_read_holds_one_snapshot_while_a_compaction_commits_in_its_middle() {
+    use rindle_streams::engine::durable::durable_of_rows;
+    let db = db!("durable_read_snapshot");
+    let text = "a😀👍🏽b";
+    let lost_instance = |id: &str| {
+        if id != ID {
+            db.insert_message(id);
+        }
+        assert_eq!(db.batch(&[db.sql.mark_streaming(id, "A", Format::Text)]).unwrap(), vec![1]);
+        db.batch(&db.sql.append(id, Offset(0), Offset(3), "a😀")).unwrap();
+        db.batch(&db.sql.append(id, Offset(3), Offset(8), "👍🏽b")).unwrap();
+    };
+    let compact = |id: &str| db.seal_row(id, Some(text), EndStatus::Complete, None);
+    lost_instance(ID);
+    let statement = db.sql.read_durable(ID);
+    let mut reader = db.connect_again();
+    let rows = {
+        let mut tx = reader.transaction().unwrap();
+        let prepared = tx.prepare(&statement.sql).unwrap();
+        let bound = rindle_streams::engine::durable::postgres::bind(&statement.params);
+        let params: Vec<&(dyn postgres::types::ToSql + Sync)> = bound.iter().map(|b| b as &(dyn postgres::types::ToSql + Sync)).collect();
+        let portal = tx.bind(&prepared, &params).unwrap();
+        let mut rows = tx.query_portal(&portal, 1).unwrap();
+        assert_eq!(rows.len(), 1, "the read is under way");
+        compact(ID); // commits on the test's own connection, in the middle of the read
+        rows.extend(tx.query_portal(&portal, 0).unwrap());
+        tx.commit().unwrap();
+        rows.iter().map(|r| rindle_streams::engine::durable::postgres::row(r).unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(db.status(ID), "complete", "the compaction did commit meanwhile");
+    let seen = durable_of_rows(&rows).unwrap();
+    assert_eq!((seen.text.as_str(), seen.seq), (text, Offset(8)), "one snapshot: the whole text, whichever side of the commit");
+
+    // Two statements with the same commit between them: the row from before it (no body yet),
+    // the chunks from after it (deleted): the text is lost. What one statement rules out.
+    let other = "m2";
+    lost_instance(other);
+    let row = pg::query(&mut reader, &db.sql.read_row(other)).unwrap();
+    compact(other);
+    let chunks = pg::query(&mut reader, &db.sql.read_chunks(other)).unwrap();
+    let body = match &row[0]["body"] {
+        ColumnValue::Text(t) => t.clone(),
+        _ => String::new(),
+    };
+    assert_eq!(
+        (body.as_str(), chunks.len()),
+        ("", 0),
+        "two snapshots, the row before the compaction and the chunks after it: the text is lost"
+    );
+}
+
+/// Two instances rehydrating from the same lost token at once: the first claim holds its
+/// transaction open, the second (another token of its own) waits behind it (seen in
+/// `pg_stat_activity`), then re-checks and claims nothing, and reads the winner's token.
+#[test]
+fn two_instances_claiming_from_one_lost_token_at_once_have_one_winner() {
+    let db = db!("claim_race");
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A", Format::Text)]).unwrap(), vec![1]);
+    let claim = |new: &str| db.sql.claim_host(ID, "A", new).expect("a host column is mapped");
+    let (changes, rows) = race(&db, &[claim("A~first")], vec![claim("A~second")], db.sql.read_host(ID));
+    assert_eq!(changes, vec![0], "the second claim, re-checked after the first committed, claims nothing");
+    assert_eq!(rows[0]["host"], ColumnValue::Text("A~first".into()), "and it reads the winner's token");
+    assert_eq!(db.message_column(ID, "host"), ColumnValue::Text("A~first".into()));
 }
 
 /// Every seal is guarded on Postgres too (one statement: the chunk delete hangs off the guarded

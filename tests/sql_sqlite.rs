@@ -293,6 +293,84 @@ fn a_revival_claims_the_row_from_the_token_it_holds_and_only_one_claimant_wins()
     assert_eq!(db.batch(&[db.sql.claim_host(ID, "fresh-1", "fresh-3").unwrap()]).unwrap(), vec![0], "a sealed row is never claimed");
 }
 
+/// The durable read under a concurrent writer (two connections to one database file, as D1
+/// serves two requests): the lost instance's compaction (the body written, the chunk rows
+/// deleted) commits in the middle of a rehydrating instance's read, after its first row. One
+/// statement sees one snapshot: the whole text. The same commit between two statements (the
+/// row, then the chunks) is caught losing it.
+#[test]
+fn the_durable_read_holds_one_snapshot_while_a_compaction_commits_in_its_middle() {
+    let (reader, writer, _file) = SqliteDb::shared_pair("durable_snapshot");
+    let text = "a😀👍🏽b";
+    let lost_instance = |id: &str| {
+        reader.insert_message(id);
+        assert_eq!(reader.batch(&[reader.sql.mark_streaming(id, "A", Format::Text)]).unwrap(), vec![1]);
+        reader.batch(&reader.sql.append(id, Offset(0), Offset(3), "a😀")).unwrap();
+        reader.batch(&reader.sql.append(id, Offset(3), Offset(8), "👍🏽b")).unwrap();
+    };
+    let compact = |id: &str| writer.seal_row(id, Some(text), EndStatus::Complete, None);
+    lost_instance(ID);
+    let rows = reader.query_stepped(&reader.sql.read_durable(ID), || {
+        compact(ID);
+    });
+    assert_eq!(writer.status(ID), "complete", "the compaction did commit meanwhile");
+    let seen = rindle_streams::engine::durable::durable_of_rows(&rows).unwrap();
+    assert_eq!((seen.text.as_str(), seen.seq), (text, Offset(8)), "one snapshot: the whole text, whichever side of the commit");
+
+    let other = "m2";
+    lost_instance(other);
+    let row = reader.query(&reader.sql.read_row(other));
+    compact(other);
+    let chunks = reader.query(&reader.sql.read_chunks(other));
+    let body = match &row[0]["body"] {
+        ColumnValue::Text(t) => t.clone(),
+        _ => String::new(),
+    };
+    assert_eq!(
+        (body.as_str(), chunks.len()),
+        ("", 0),
+        "two snapshots, the row before the compaction and the chunks after it: the text is lost"
+    );
+}
+
+/// Two instances rehydrating from the same lost token at once, on two connections: the first
+/// claim holds the write lock, the second (another token of its own) waits for it (seen in its
+/// busy handler), then claims nothing and reads the winner's token.
+#[test]
+fn two_instances_claiming_from_one_lost_token_at_once_have_one_winner() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static SECOND_WAITED: AtomicBool = AtomicBool::new(false);
+    fn waiting(_: i32) -> bool {
+        SECOND_WAITED.store(true, Ordering::SeqCst);
+        std::thread::yield_now();
+        true // try again: the first claim's commit frees the lock
+    }
+    let (first, second, _file) = SqliteDb::shared_pair("claim_race");
+    first.insert_message(ID);
+    assert_eq!(first.batch(&[first.sql.mark_streaming(ID, "A", Format::Text)]).unwrap(), vec![1]);
+    let claim = |db: &SqliteDb, new: &str| db.sql.claim_host(ID, "A", new).expect("a host column is mapped");
+    first.conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    assert_eq!(SqliteDb::execute_on(&first.conn, &claim(&first, "A~first")), 1, "the first claim lands");
+    second.conn.busy_handler(Some(waiting)).unwrap();
+    let (second_claim, read_host) = (claim(&second, "A~second"), second.sql.read_host(ID).unwrap());
+    let (changes, host) = std::thread::scope(|scope| {
+        let racing = scope.spawn(move || {
+            second.conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+            let changes = SqliteDb::execute_on(&second.conn, &second_claim);
+            let host = support::rows_of(&second.conn, &read_host).unwrap();
+            second.conn.execute_batch("COMMIT").unwrap();
+            (changes, host)
+        });
+        while !SECOND_WAITED.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        first.conn.execute_batch("COMMIT").unwrap();
+        racing.join().unwrap()
+    });
+    assert_eq!(changes, 0, "the second claim, run after the first committed, claims nothing");
+    assert_eq!(host[0]["host"], ColumnValue::Text("A~first".into()), "and it reads the winner's token");
+}
+
 /// Every seal is guarded: it lands on a row still `streaming`, at the durable length its sealer
 /// believes, and held by its token, and on no other. Without the length the seal of a stream
 /// rebuilt at "abc" overwrote a row a late checkpoint had taken to "abcdef" (the durable text

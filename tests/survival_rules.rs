@@ -246,6 +246,20 @@ fn a_cancel_in_the_gap_seals_cancelled_and_the_resuming_producer_learns_it() {
 }
 
 #[test]
+fn a_watch_held_in_the_gap_answers_the_cancel_that_seals_it() {
+    // A producer's watch reaches the rebuilt stream before the producer's resume does: it is
+    // held, and a cancel in the gap (which seals at once: no producer is there to close) answers it.
+    let mut d = rehydrated("abc", cfg(), 1);
+    assert_eq!(d.stream.watch(), None, "the gap: held");
+    d.stream.cancel();
+    d.drain();
+    assert!(d.stream.watch().is_some_and(|a| a.cancelled), "cancelled while the seal commits");
+    d.answer_all();
+    let sealed = d.stream.watch().expect("sealed");
+    assert_eq!((sealed.status, sealed.cancelled, sealed.seq), (Some(EndStatus::Cancelled), true, Offset(3)));
+}
+
+#[test]
 fn a_cancel_after_the_resume_reaches_the_producer_as_before() {
     let mut d = rehydrated("abc", cfg(), 1);
     resume(&mut d).unwrap();

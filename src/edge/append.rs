@@ -89,7 +89,8 @@ impl Object {
             .map_err(unavailable)
     }
 
-    /// A streaming body: each piece is pushed as it arrives. A cancel answers at once. A body
+    /// A streaming body: each piece is pushed as it arrives. A cancel (before it or during it)
+    /// answers at once. A body
     /// that turns out too large, not UTF-8 or (in a `ui` stream) to hold a bad line stops being
     /// pushed, is read to its end (up to
     /// [`MAX_DISCARDED_BYTES`] more) and only then refused: answering while the client is still
@@ -121,6 +122,14 @@ impl Object {
         }));
         let stop = web_sys::AbortController::new().map_err(|e| unavailable(worker::Error::from(e)))?;
         let read = wasm_bindgen_futures::JsFuture::from(read_body(&body, AppendSink(Rc::clone(&intake)), &stop.signal()));
+        if receipt.cancelled {
+            // A cancel came before this append (between a producer's resume and its next
+            // streaming append, say): answered at once, as a cancel during it is (its read
+            // started, then stopped: a body cancelled unread breaks the client's connection
+            // under the local runtime), rather than at a first piece the stopped model may never send.
+            stop.abort();
+            return Ok(receipt);
+        }
         let mut cancelled = self.shell.watch_cancel();
         let outcome = match select(read, &mut cancelled).await {
             Either::Left((outcome, _)) => outcome,

@@ -7,12 +7,13 @@ use super::http::{self, error, unavailable};
 use super::lease::LeaseStore;
 use super::meter::{Hold, Meter};
 use super::setup::Setup;
-use super::shell::{log, now, Shell};
+use super::shell::{log, now, with_timeout, Shell};
 use super::sse::{self, ReaderSource};
 use crate::engine::access::api::{self, Action, ApiError, OpenRequest, Route};
 use crate::engine::access::auth::{AuthRequest, Denied};
 use crate::engine::host::config::StreamConfig;
-use crate::engine::live::{Dialect, FlushError, LiveStream, OpenError, Producer, ResumeRefused, StreamState};
+use crate::engine::host::time::Millis;
+use crate::engine::live::{Dialect, FlushError, LiveStream, OpenError, Producer, ResumeRefused, StreamState, WatchAnswer, WATCH_HOLD};
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -218,6 +219,7 @@ impl StreamObject {
                 answer
             }
             Action::Stats => o.stats(&route, &self.meter),
+            Action::Watch => o.watch(&route).await,
             Action::Pump => self.pump(&o, &route, &mut req).await,
         };
         r
@@ -392,6 +394,32 @@ impl Object {
             Err(e) => return Err(ApiError::store_unavailable(e)),
         }
         http::json(200, &json!({"cancelled": true, "live": live})).map_err(unavailable)
+    }
+
+    /// `GET /watch`: held until the producer must hear something (a reader's cancel, the
+    /// stream's end: [`LiveStream::watch`]), at most [`WATCH_HOLD`], then answered with where
+    /// the stream stands. With no stream here the row says how it ended (`not_open` while it
+    /// has not: nothing streams here).
+    async fn watch(&self, route: &Route) -> Result<Response, ApiError> {
+        let until = now() + WATCH_HOLD;
+        let answer = loop {
+            let change = match self.shell.inspect(LiveStream::watch) {
+                Some(Some(answer)) => break answer,
+                Some(None) => self.shell.watch_change(),
+                None => {
+                    let row = self.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+                    break row.as_ref().and_then(WatchAnswer::of_row).ok_or_else(|| ApiError::not_open(&route.stream_id))?;
+                }
+            };
+            if with_timeout(Millis(until.0.saturating_sub(now().0)), change).await.is_none() {
+                if let Some(held) = self.shell.inspect(LiveStream::watch_held) {
+                    break held;
+                }
+            }
+        };
+        let answer =
+            json!({"status": answer.status_str(), "cancelled": answer.cancelled, "seq": answer.seq, "durableSeq": answer.durable_seq});
+        http::json(200, &answer).map_err(unavailable)
     }
 
     /// The live stream's counters, and the object's billing counts and D1 traffic. With no

@@ -3,8 +3,9 @@
 //! bound and rows read by `engine::durable::postgres`, the code the native tests run on a real
 //! server (docs/POSTGRES.md).
 //!
-//! * **One connection per object**, kept and reused; a closed or failed one is dropped and the
-//!   next call connects again. Calls take turns on it (an async lock), so one operation's
+//! * **One connection per object**, kept and reused; a closed or failed one, or one a call got
+//!   no answer on (in time, or at all: the call given up by its caller), is dropped and the next
+//!   call connects again. Calls take turns on it (an async lock), so one operation's
 //!   transaction never interleaves with another's statements.
 //! * **A transaction is one round trip**: `BEGIN`, the writes, the read-back and `COMMIT` are
 //!   sent together (tokio-postgres pipelines requests polled together) and their answers read
@@ -90,35 +91,37 @@ impl Postgres {
 
     /// Runs `call` on the connection (opened if there is none, or it closed), one call at a
     /// time. A failure that is not the server's answer (the connection broke, or went quiet)
-    /// drops the connection so the next call connects afresh; `lost` types that failure.
+    /// drops the connection so the next call connects afresh; `lost` types that failure. So does
+    /// a call given up from outside (its future dropped: the shell's `STORE_TIMEOUT_MS`, which
+    /// may come before [`ROUND_TRIP_DEADLINE_MS`]): a half-open socket answers nothing and is
+    /// never `is_closed`, so a connection kept after a call that got no answer would time out
+    /// every call after it.
     async fn with_client<T, F, Fut>(&self, lost: fn(String) -> StoreError, call: F) -> Result<T, StoreError>
     where
         F: FnOnce(Rc<Client>) -> Fut,
         Fut: Future<Output = Result<T, (StoreError, bool)>>,
     {
-        let mut slot = self.client.lock().await;
-        let client = match slot.as_ref().filter(|c| !c.is_closed()) {
+        let mut turn = Turn { slot: self.client.lock().await, answered: false };
+        let client = match turn.slot.as_ref().filter(|c| !c.is_closed()) {
             Some(c) => Rc::clone(c),
             None => {
-                *slot = None;
+                *turn.slot = None;
                 let fresh = self.connect().await?;
-                *slot = Some(Rc::clone(&fresh));
+                *turn.slot = Some(Rc::clone(&fresh));
                 fresh
             }
         };
         self.count(|c| c.rounds += 1);
         match deadline(call(client)).await {
-            Some(Ok(value)) => Ok(value),
+            Some(Ok(value)) => {
+                turn.answered = true;
+                Ok(value)
+            }
             Some(Err((e, broken))) => {
-                if broken {
-                    *slot = None;
-                }
+                turn.answered = !broken;
                 Err(e)
             }
-            None => {
-                *slot = None;
-                Err(lost(format!("postgres: no answer within {ROUND_TRIP_DEADLINE_MS} ms")))
-            }
+            None => Err(lost(format!("postgres: no answer within {ROUND_TRIP_DEADLINE_MS} ms"))),
         }
     }
 
@@ -209,6 +212,22 @@ impl SqlExecutor for Postgres {
 
     fn batch_then_query<'a>(&'a self, _op: OpKind, writes: &'a [Statement], read: &'a Statement) -> StoreFuture<'a, Vec<Row>> {
         Box::pin(async move { Ok(self.transact(writes, Some(read)).await?.1) })
+    }
+}
+
+/// One call's turn on the connection: unless the server answered it (a result, or a refusal
+/// on a healthy connection), the connection is dropped when the turn ends, however it ends
+/// (a broken connection, no answer in time, or the call's future dropped by its caller).
+struct Turn<'a> {
+    slot: futures::lock::MutexGuard<'a, Option<Rc<Client>>>,
+    answered: bool,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            *self.slot = None; // the client's last reference ends its connection task
+        }
     }
 }
 

@@ -151,6 +151,9 @@ pub struct Shell {
     bodies: RefCell<HashMap<ReaderId, Rc<ReaderBody>>>,
     /// Senders woken when a cancel arrives (a streaming append waits on one).
     cancel_watchers: RefCell<Vec<oneshot::Sender<()>>>,
+    /// Producers' watches (`GET /watch`), woken once the stream has something to tell them
+    /// ([`LiveStream::watch`]) or is dropped.
+    watches: RefCell<Vec<oneshot::Sender<()>>>,
     timer_at: Cell<Option<Timestamp>>,
     timer_generation: Cell<u64>,
     /// The last frame written whole, as JavaScript bytes: the readers woken for it get this copy.
@@ -181,6 +184,7 @@ impl Shell {
             waiting: Waiting::default(),
             bodies: RefCell::default(),
             cancel_watchers: RefCell::default(),
+            watches: RefCell::default(),
             timer_at: Cell::new(None),
             timer_generation: Cell::new(0),
             last_frame: Cell::new(None),
@@ -233,13 +237,17 @@ impl Shell {
     /// Feeds one input to the stream and performs what it asks for. `None`: no stream here.
     pub fn feed<R>(self: &Rc<Self>, input: impl FnOnce(&mut LiveStream, Timestamp) -> R) -> Option<R> {
         let now = now();
-        let (result, outputs, deadline) = {
+        let (result, outputs, deadline, tell_watches) = {
             let mut slot = self.live.borrow_mut();
             let stream = slot.as_mut()?;
             let result = input(stream, now);
             let outputs: Vec<Output> = std::iter::from_fn(|| stream.poll_output()).collect();
-            (result, outputs, stream.poll_timeout())
+            let tell_watches = !self.watches.borrow().is_empty() && stream.watch().is_some();
+            (result, outputs, stream.poll_timeout(), tell_watches)
         }; // the borrow ends here, before anything is performed
+        if tell_watches {
+            self.wake_watches();
+        }
         self.perform(outputs, now);
         self.arm_timer(deadline, now);
         Some(result)
@@ -259,6 +267,20 @@ impl Shell {
         let (tx, rx) = oneshot::channel();
         self.cancel_watchers.borrow_mut().push(tx);
         rx
+    }
+
+    /// A receiver that fires once the stream has something to tell a producer's watch (see
+    /// [`LiveStream::watch`]), or is dropped here.
+    pub fn watch_change(&self) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.watches.borrow_mut().push(tx);
+        rx
+    }
+
+    fn wake_watches(&self) {
+        for tx in self.watches.borrow_mut().drain(..) {
+            let _ = tx.send(());
+        }
     }
 
     /// Tells the live stream about a cancel, and everything waiting on one.
@@ -428,6 +450,7 @@ impl Shell {
     fn retire(&self) {
         self.live.take();
         self.last_frame.take();
+        self.wake_watches(); // a watch held now reads how the row ended
         let bodies: Vec<_> = self.bodies.borrow_mut().drain().collect();
         for (_, body) in bodies {
             let _ = body.controller.close();

@@ -87,11 +87,49 @@ test('resumeCause: lost connections, reset objects, not_open and resume_required
  * are read piece by piece; a `cut` fault takes `keep` characters of the body and drops the rest
  * with the connection.
  */
-function fakeApi({ faults = {}, onRequest = () => {} } = {}) {
-  const server = { text: '', durable: 0, epoch: 1, resumes: 0, requests: [], sealed: null };
+function fakeApi({ faults = {}, onRequest = () => {}, watch = true } = {}) {
+  const server = { text: '', durable: 0, epoch: 1, resumes: 0, requests: [], watches: 0, held: 0, cancelled: false };
+  // The producer's watch (GET /watch) is held until the stream is sealed, as the object holds it
+  // until a cancel or the end. It is not numbered with the writes: `faults` name writes.
+  let sealed = null;
+  const watchers = new Set();
+  Object.defineProperty(server, 'sealed', {
+    get: () => sealed,
+    set: (value) => {
+      sealed = value;
+      for (const wake of [...watchers]) wake();
+    },
+  });
   const reply = (status, body) => new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json' } });
+  /** A reader's cancel of the live stream: it stays live until the producer closes it. */
+  server.cancel = () => {
+    server.cancelled = true;
+    for (const wake of [...watchers]) wake();
+  };
+  const watched = async (request) => {
+    const n = (server.watches += 1);
+    if (!watch) return reply(404, { error: 'not_found', message: 'no route for /streams/s/watch' }); // a server without it
+    if (typeof watch === 'function' && watch(n) === 'down') throw new TypeError('fetch failed');
+    if (!sealed && !server.cancelled) {
+      server.held += 1;
+      await new Promise((resolve, reject) => {
+        const wake = () => {
+          watchers.delete(wake);
+          resolve();
+        };
+        watchers.add(wake);
+        request.signal.addEventListener('abort', () => {
+          watchers.delete(wake);
+          reject(request.signal.reason);
+        }, { once: true });
+      }).finally(() => (server.held -= 1));
+    }
+    const status = sealed?.status ?? 'streaming';
+    return reply(200, { status, cancelled: server.cancelled || status === 'cancelled', seq: server.text.length, durableSeq: server.durable });
+  };
   server.fetch = async (request) => {
     const action = new URL(request.url).pathname.split('/').at(-1);
+    if (action === 'watch') return watched(request);
     const n = server.requests.push({ action, epoch: request.headers.get('x-rindle-epoch') });
     onRequest(action, server, n);
     const fault = faults[n];
@@ -132,6 +170,12 @@ function fakeApi({ faults = {}, onRequest = () => {} } = {}) {
       server.text = server.text.slice(0, server.durable);
       return reply(503, { error: 'unavailable', message: 'Durable Object reset because its code was updated.' });
     }
+    if (action === 'append' && fault === 'refuseStreaming') {
+      // Refused up front (say, resume_required), and like the real object answered only once
+      // its body ended: the body waits on the model.
+      if (request.body) await readBody(request.body);
+      return reply(409, { error: 'resume_required', message: 'rehydrated', seq: server.text.length, durableSeq: server.durable });
+    }
     if (action === 'append') {
       const body = request.body ? await readBody(request.body, fault) : '';
       server.text += body.text;
@@ -139,7 +183,7 @@ function fakeApi({ faults = {}, onRequest = () => {} } = {}) {
         server.text = server.text.slice(0, Math.max(server.durable, server.text.length - 1)); // and a piece lost with it
         throw new TypeError('fetch failed', { cause: { code: 'ECONNRESET' } });
       }
-      return reply(200, { seq: server.text.length, durableSeq: server.durable, cancelled: false });
+      return reply(200, { seq: server.text.length, durableSeq: server.durable, cancelled: server.cancelled });
     }
     if (action === 'flush') {
       server.durable = server.text.length;
@@ -388,3 +432,71 @@ test('a cancel right after a granted resume with nothing to re-send: pipe learns
   assert.equal(idle.cancelled?.name, 'AbortError', 'the model is stopped');
   assert.deepEqual(server.requests.map((r) => r.action), ['open', 'append', 'resume', 'append', 'fail']);
 });
+
+test('the watch: a cancel heard while no write is in flight (before the first append, between appends) fires signal at once', async () => {
+  const server = fakeApi();
+  const stream = await open(server);
+  await until(() => server.held === 1, 'the watch held from the open');
+  server.cancel();
+  await noHang(new Promise((resolve) => stream.signal.addEventListener('abort', resolve)), 'signal before any append');
+  assert.equal(stream.signal.reason.name, 'AbortError');
+  assert.equal((await stream.close()).status, 'complete', 'the fake seals as told; the real object seals cancelled');
+  assert.equal(server.held, 0, 'no watch left once done');
+  assert.deepEqual(server.requests.map((r) => r.action), ['open', 'close'], 'no write was needed to hear it');
+});
+
+test('the watch: a cancel during a streaming append nobody answers before its body ends (refused, or an early answer fetch cannot read) stops the model and pipe resolves cancelled', async () => {
+  for (const fault of ['refuseStreaming', 'neverAnswered']) {
+    const server = fakeApi({ faults: { 2: fault } });
+    if (fault === 'neverAnswered') {
+      // As Node's fetch under wrangler dev: the object's early answer is never read while the body is open.
+      const inner = server.fetch;
+      server.fetch = async (request) => {
+        if (!request.url.endsWith('/append') || !request.body) return inner(request);
+        server.unanswered = true;
+        await readBody(request.body);
+        return inner(new Request(request.url, { method: 'POST', headers: request.headers, body: '' }));
+      };
+    }
+    const stream = await open(server);
+    const idle = idleModel();
+    const piping = stream.pipe(idle.stream);
+    await until(() => (server.requests.length === 2 || server.unanswered) && server.held === 1, `${fault}: the streaming append sent, the watch held`);
+    server.cancel();
+    const ended = await noHang(piping, `${fault}: pipe`);
+    assert.equal(stream.signal.aborted, true, `${fault}: signal fired`);
+    assert.equal(idle.cancelled?.name, 'AbortError', `${fault}: the model is stopped`);
+    assert.equal(ended.status, 'complete', `${fault}: closed (the fake seals as told; the real object seals cancelled)`);
+    assert.deepEqual(server.requests.map((r) => r.action), ['open', 'append', 'close'], `${fault}: the append's body ended, the stream closed, no resume`);
+    assert.equal(server.held, 0, `${fault}: no watch left`);
+  }
+});
+
+test('the watch: asked again after it fails (within half a second), and a server without it (404) changes nothing', async () => {
+  const flaky = fakeApi({ watch: (n) => (n <= 3 ? 'down' : 'ok') });
+  const stream = await open(flaky, { resume: { ...FAST, maxDelayMs: 2_000 } });
+  await until(() => flaky.held === 1, 'the watch held after three failures');
+  assert.equal(flaky.watches, 4);
+  flaky.cancel();
+  await noHang(new Promise((resolve) => stream.signal.addEventListener('abort', resolve)), 'signal');
+
+  const old = fakeApi({ watch: false });
+  const plain = await open(old);
+  await plain.append('no watch here');
+  assert.equal((await plain.close()).status, 'complete');
+  assert.equal(old.text, 'no watch here');
+  assert.equal(old.watches, 1, 'asked once, then left alone');
+
+  const off = fakeApi();
+  const unwatched = await open(off, { watch: false });
+  await unwatched.append('x');
+  await unwatched.close();
+  assert.equal(off.watches, 0, 'watch: false sends none');
+});
+
+/** Polls `probe` until it is true (a fake's state, which announces itself by no event). */
+async function until(probe, what) {
+  for (const started = Date.now(); !probe(); await new Promise((resolve) => setTimeout(resolve, 2))) {
+    if (Date.now() - started > 3_000) throw new Error(`${what}: not within 3 s`);
+  }
+}

@@ -13,7 +13,7 @@
 // producer's chunks (no gap, no repeat), and the UI message `readUIMessageStream` builds from
 // them deep-equals the one it builds from the producer's own chunks; D1 holds them as NDJSON; the
 // producer's calls are open, ONE append (still unanswered when the reader gets its first chunk:
-// a streaming body), close.
+// a streaming body), close, with its watch beside them.
 // Then the endings: cancel (abort, the model stops), an upstream error, a UI error chunk, a text
 // stream read as ui (409), a bad token (403), and an unreachable stream API (give-up).
 // Each test prints its seed; E2E_SEED=<seed> replays the cuts (and the answers).
@@ -50,6 +50,9 @@ async function drain(stream) {
 const producerToken = (id) => signStreamToken({ secret: stack.secret, stream: id, scope: 'write' });
 const readerToken = (id) => signStreamToken({ secret: stack.secret, stream: id, scope: 'read cancel' });
 const openUi = async (id, more = {}) => openStream({ baseUrl: stack.baseUrl, streamId: id, token: await producerToken(id), format: 'ui', ...more });
+
+/** The producer's calls but its watch. */
+const writes = (calls) => calls.filter((c) => c.action !== 'watch');
 
 /** A `fetch` for the producer helpers that records each stream API call: { action, answered }. */
 function recordingFetch(calls) {
@@ -127,13 +130,15 @@ for (const kind of ['text', 'reasoning', 'tool']) {
       let appendOpenAtFirstChunk;
       const read = (async () => {
         for await (const chunk of stream) {
-          if (chunks.push(chunk) === 1) appendOpenAtFirstChunk = calls.map((c) => [c.action, c.answered]);
+          if (chunks.push(chunk) === 1) appendOpenAtFirstChunk = writes(calls).map((c) => [c.action, c.answered]);
         }
       })();
       await withTimeout(read, 60_000, () => `${label}: the answer did not end; ${proxy.cuts} of ${CUTS} cuts made (${JSON.stringify(plan)}), ${chunks.length} chunks read`);
       assert.equal((await ended).status, 'complete', label);
-      // The whole answer went as ONE append, still open (unanswered) when the reader got its first chunk.
-      assert.deepEqual(calls.map((c) => c.action), ['open', 'append', 'close'], `${label}: the producer's calls`);
+      // The whole answer went as ONE append, still open (unanswered) when the reader got its first
+      // chunk; beside it the producer's watch, held from the open (a cancel's channel).
+      assert.deepEqual(writes(calls).map((c) => c.action), ['open', 'append', 'close'], `${label}: the producer's calls`);
+      assert.equal(calls.filter((c) => c.action === 'watch').length, 1, `${label}: one watch`);
       assert.deepEqual(appendOpenAtFirstChunk, [['open', true], ['append', false]], `${label}: one streaming append`);
       // Exactly the planned cuts, each followed by one reconnect from the last event it got whole.
       assert.equal(proxy.cuts, CUTS, `${label}: cuts made`);
@@ -221,7 +226,8 @@ test('stop() (the abort signal) cancels the answer: the model stops, the row end
 
 // With the helpers' resume (SPEC §10) the lost append is a resume cause: the helper resumes and
 // re-sends, and the re-sent append's answer says `cancelled`; without it (`resume: false`) the
-// helper's `fail` learns the cancel. Either way the pipe resolves `cancelled`.
+// helper's `fail` learns the cancel. Either way the pipe resolves `cancelled`. The watch is off
+// here: it would hear the cancel first and spare the resume (tests/survival/stop.test.mjs).
 for (const resume of [undefined, false]) {
   test(`a streaming append cut off after a cancel (simulated fault) resolves \`cancelled\`${resume === false ? ' (resume: false)' : ' (resumed)'}: pipe does not reject, the row and the readers say \`cancelled\``, async () => {
     const id = newStream(stack, 'ui');
@@ -238,7 +244,7 @@ for (const resume of [undefined, false]) {
       return fetch(request);
     };
     const resumes = [];
-    const stream = await openUi(id, { fetch: cutAfterCancel, resume, onResume: (info) => resumes.push(info.cause) });
+    const stream = await openUi(id, { fetch: cutAfterCancel, resume, watch: false, onResume: (info) => resumes.push(info.cause) });
     const reader = drain(readUIStream({ streamId: id, token: await readerToken(id), streamsUrl: stack.baseUrl }));
     const source = new ReadableStream({ start: (c) => c.enqueue({ type: 'start' }) }); // a model still running
     const ended = await stream.pipe(source);

@@ -4,58 +4,22 @@
 // Postgres restarted mid-answer, a statement timeout, Postgres down when a stream opens (503).
 // Each loses nothing, half-writes nothing, and leaves no row `streaming`.
 //
-// Between wrangler and Postgres sits a TCP relay of the test's own (not a mock: it forwards
-// bytes): wrangler 4.86's Hyperdrive proxy crashes the whole `wrangler dev` on a refused or reset
+// Between wrangler and Postgres sits a TCP relay of the tests' own (relay.mjs: it forwards bytes):
+// wrangler 4.86's Hyperdrive proxy crashes the whole `wrangler dev` on a refused or reset
 // connection (docs/TOOLCHAIN.md, "Postgres down crashes wrangler dev"), so while Postgres is down
-// the relay accepts and closes cleanly, as a server that went away does.
+// the relay answers as a server shutting down does.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import net from 'node:net';
 import { join } from 'node:path';
 import { ROOT, startStack } from '../e2e/harness.mjs';
 import { PSQL, clusterUrl } from '../e2e/pg.mjs';
 import { api, isError, newStream, ok, rows, until } from '../e2e/util.mjs';
+import { startRelay, via } from './relay.mjs';
 
 const PG_SH = join(ROOT, 'scripts', 'pg.sh');
 let stack;
 let relay;
-
-/**
- * A relay from a free port to Postgres on `port`. While Postgres is down it answers as a server
- * shutting down does: the startup gets a FATAL 57P03 ErrorResponse, and the socket closes only
- * after the client closes it (a FIN first made wrangler's proxy write after it, EPIPE, and crash).
- */
-function startRelay(port) {
-  const server = net.createServer((client) => {
-    const upstream = net.connect(port, '127.0.0.1');
-    let connected = false;
-    client.on('error', () => upstream.destroy());
-    // Until the upstream connects the client's bytes wait in its (paused) socket.
-    upstream.on('connect', () => {
-      connected = true;
-      client.pipe(upstream);
-      upstream.pipe(client);
-    });
-    upstream.on('error', () => (connected ? client.end() : refuse(client)));
-  });
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ port: server.address().port, close: () => server.close() })));
-}
-
-const SSL_REQUEST = 80877103;
-
-/** Answers a client's startup as a Postgres that is shutting down. */
-function refuse(client) {
-  client.on('data', (bytes) => {
-    if (bytes.length === 8 && bytes.readInt32BE(4) === SSL_REQUEST) return client.write('N'); // no TLS; the startup follows
-    const fields = Buffer.from('SFATAL\0VFATAL\0C57P03\0Mthe database system is shutting down (e2e relay)\0\0');
-    const head = Buffer.alloc(5);
-    head.write('E');
-    head.writeInt32BE(4 + fields.length, 1);
-    client.write(Buffer.concat([head, fields]));
-  });
-  client.on('end', () => client.end());
-}
 
 /** scripts/pg.sh on the cluster RINDLE_PG_URL names (PG_DIR must be that cluster's: test.sh sets both). */
 function pgSh(command) {
@@ -99,13 +63,8 @@ test.before(async () => {
   const url = new URL(clusterUrl());
   assert.equal(new URL(pgSh('url')).port, url.port, `scripts/pg.sh (PG_DIR=${process.env.PG_DIR ?? '.wrangler/pg'}) must run the cluster of RINDLE_PG_URL`);
   relay = await startRelay(Number(url.port));
-  const via = (dbUrl) => {
-    const u = new URL(dbUrl);
-    u.port = String(relay.port);
-    return u.toString();
-  };
   // Retries: 3, doubling from 50 ms (the default), so a checkpoint gives up within ~0.4 s.
-  stack = await startStack({ name: 'e2e-pg-faults', backend: 'postgres', pgVia: via, vars: { CHECKPOINT_CHARS: '100000', CHECKPOINT_INTERVAL_MS: '60000', LEASE_MS: '2000' } });
+  stack = await startStack({ name: 'e2e-pg-faults', backend: 'postgres', pgVia: via(relay.port), vars: { CHECKPOINT_CHARS: '100000', CHECKPOINT_INTERVAL_MS: '60000', LEASE_MS: '2000' } });
 });
 test.after(async () => {
   await stack?.stop();

@@ -288,6 +288,7 @@ for (const [method, action, allow] of [
   ['DELETE', 'events', 'GET'],
   ['PUT', 'text', 'GET'],
   ['POST', 'stats', 'GET'],
+  ['POST', 'watch', 'GET'],
   ['OPTIONS', 'pump', 'POST'],
 ]) {
   add(`method: ${method} ${action} → 405 (Allow: ${allow})`, () => req({ method, path: `/streams/${LIVE}/${action}?token=${liveTok()}`, headers: bearer(liveTok()) }), (res) => {

@@ -19,6 +19,9 @@ const VARS = { LINGER_MS: '5000', LEASE_MS: '1000' };
  * Indexes on the chunk table (its primary key's included) in the schema the migrations build:
  * D1 counts one row written per index an INSERT updates, besides the row itself.
  */
+/** How long the object holds a producer's watch while nothing happens (src/engine/live/watch.rs). */
+const WATCH_HOLD_MS = 20_000;
+
 function chunkIndexes() {
   const Database = createRequire(join(ROOT, 'package.json'))('better-sqlite3');
   const db = new Database(':memory:');
@@ -41,13 +44,15 @@ test('cost smoke run: every count agrees with the formula the run\'s configurati
     const label = `${a.format} ${a.tokens} tokens, ${a.readers} readers`;
     const { meter, d1 } = a.answer;
     const k = a.checkpoints;
-    const { stats, ...served } = meter.requests;
+    const { stats, watch, ...served } = meter.requests;
     assert.ok(stats > 0, `${label}: the meter's own reads are counted apart`);
-    // Requests: the recommended producer path is one open, one streaming append and one close;
-    // each reader is one GET that ends with the answer; the lease's alarm runs once.
+    // Requests: the recommended producer path is one open, one streaming append and one close,
+    // with its watch held beside them (asked again every 20 s while the answer runs); each
+    // reader is one GET that ends with the answer; the lease's alarm runs once.
     assert.deepEqual(served, { open: 1, append: 1, close: 1, [a.format === 'ui' ? 'ui' : 'events']: a.readers }, `${label}: requests`);
+    assert.ok(watch >= 1 && watch <= 1 + Math.ceil(a.openToCloseMs / WATCH_HOLD_MS), `${label}: ${watch} watch requests in ${a.openToCloseMs} ms`);
     assert.equal(meter.alarms, 1, `${label}: one alarm invocation`);
-    assert.equal(rindleUnits(a).doRequests, 3 + a.readers + 1, `${label}: billed requests`);
+    assert.equal(rindleUnits(a).doRequests, 3 + watch + a.readers + 1, `${label}: billed requests`);
     // The object's own storage (src/engine/host/object_storage.rs): the lease's keys (streamId,
     // hostToken, armedAt, format) put once when the lease is armed, after a `list()` of what the
     // object held (nothing: no rows read); the alarm after the seal lists the four (four rows

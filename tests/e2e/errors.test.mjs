@@ -264,6 +264,7 @@ const ROUTES = [
   ['POST', 'fail', '{"error":"x"}'],
   ['POST', 'cancel'],
   ['GET', 'stats'],
+  ['GET', 'watch'],
   ['GET', 'events'],
   ['GET', 'ui'],
   ['GET', 'text'],

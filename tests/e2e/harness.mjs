@@ -14,7 +14,7 @@
 import { spawn, execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
-  cpSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync,
+  cpSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, utimesSync, writeFileSync,
 } from 'node:fs';
 import { createRequire } from 'node:module';
 import net from 'node:net';
@@ -387,6 +387,23 @@ function dotenv(values) {
   }).join('\n') + '\n';
 }
 
+/**
+ * Makes the other `wrangler dev` processes of a dev registry read it again. Each watches the
+ * directory and re-reads it on any change, but a restarted process's new entry is sometimes
+ * missed (its service binding then answers 503 "Worker … not found" until the next heartbeat,
+ * up to 30 s later): touching the entries is what that heartbeat does.
+ */
+function touchRegistry(registry) {
+  const now = new Date();
+  for (const name of readdirSync(registry)) {
+    try {
+      utimesSync(join(registry, name), now, now);
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+}
+
 let stackCounter = 0;
 
 /**
@@ -406,6 +423,10 @@ let stackCounter = 0;
  *              `vars` still go to rindle-streams; `chatVars` go to the example Worker. With
  *              `backend: 'postgres'` both Workers get a Hyperdrive binding to the stack's database
  *              (the example keeps its messages there: examples/chat/store.js).
+ *   front      another Worker's wrangler config served in front of rindle-streams as `chat` serves
+ *              the example chat's (one `wrangler dev`, that Worker first, its service binding to
+ *              rindle in-process; `chatVars` go to it): a test's own producer Worker
+ *              (tests/survival/stop.test.mjs). Not with `chat`.
  *   demo       also serve the demo page and the vendorable JavaScript (public/) at /, as
  *              scripts/run.sh does (`--assets public`); the deployed service has no assets.
  *   bare       benchmarks only: serve the Worker with bench/bare-serve.mjs instead of `wrangler
@@ -432,6 +453,7 @@ export async function startStack({
   name,
   config,
   chat = false,
+  front,
   chatVars = {},
   demo = false,
   bare = false,
@@ -442,7 +464,8 @@ export async function startStack({
   pgVia,
 } = {}) {
   // RINDLE_E2E_BACKEND applies to the stacks that can take it: the project's dev build alone.
-  backend ??= bare || chat || config || production ? 'd1' : E2E_BACKEND;
+  if (chat && front) throw new Error('startStack: `chat` is a front Worker already; pass one of `chat` and `front`');
+  backend ??= bare || chat || front || config || production ? 'd1' : E2E_BACKEND;
   if (bare && (chat || demo)) throw new Error('startStack: `bare` serves one Worker, without `chat` or `demo`');
   if (production && (config || chat)) throw new Error('startStack: `production` serves the project\'s own Worker, without `config` or `chat`');
   if (backend === 'postgres' && (bare || config || production)) {
@@ -453,7 +476,8 @@ export async function startStack({
   // The project's own Worker is served from a build named on the command line (wrangler.toml's
   // `main` is the production build); another config serves its own `main`.
   if (scriptCopy && (config || chat || production)) throw new Error('startStack: `script` serves a copy of the project\'s build, without `config`, `chat` or `production`');
-  const script = config || chat ? null : scriptCopy ?? (production ? PRODUCTION_SHIM : SHIM);
+  if (front && (bare || config || production || scriptCopy || backend === 'postgres')) throw new Error('startStack: `front` serves the dev build on D1 behind one other Worker');
+  const script = config || chat || front ? null : scriptCopy ?? (production ? PRODUCTION_SHIM : SHIM);
   installExitHooks();
   const id = `${process.pid}-${++stackCounter}`;
   const label = (name ?? 'stack').replace(/[^A-Za-z0-9_.-]+/g, '_');
@@ -478,7 +502,7 @@ export async function startStack({
     workerPgUrl = pgVia ? pgVia(pgUrl) : pgUrl;
     if (!chat) pgConfig = writeDevConfig({ root: ROOT, dir: join(base, 'pg'), backend: 'postgres', pgUrl: workerPgUrl });
   }
-  const chatConfig = chat && backend === 'postgres' ? writeChatConfig({ root: ROOT, dir: join(base, 'chat'), pgUrl: workerPgUrl }) : CHAT_CONFIG;
+  const frontConfig = chat ? (backend === 'postgres' ? writeChatConfig({ root: ROOT, dir: join(base, 'chat'), pgUrl: workerPgUrl }) : CHAT_CONFIG) : front;
   const envFile = join(base, 'secrets.env');
   const writeEnvFile = (values) => writeFileSync(envFile, dotenv(values));
   mkdirSync(ARTIFACTS, { recursive: true });
@@ -541,6 +565,7 @@ export async function startStack({
       Object.assign(this.vars, more);
       if (newSecret !== undefined) this.secret = newSecret;
       await launch();
+      if (registry) touchRegistry(registry);
       return this;
     },
   };
@@ -578,9 +603,9 @@ export async function startStack({
     if (demo) args.push('--assets', join(ROOT, 'public'));
     const asVar = ([k, v]) => ['--var', `${k}:${typeof v === 'string' ? v : JSON.stringify(v)}`];
     let env = registry ? { ...BASE_ENV, WRANGLER_REGISTRY_PATH: registry } : BASE_ENV;
-    if (chat) {
+    if (frontConfig) {
       const rindle = writeAuxiliaryConfig(join(base, 'rindle'), { ...stack.vars, STREAM_JWT_SECRET: stack.secret }, { backend, pgUrl: workerPgUrl });
-      args.push('--config', chatConfig, '--config', rindle);
+      args.push('--config', frontConfig, '--config', rindle);
       args.push(...Object.entries(stack.chatVars).flatMap(asVar));
       env = { ...BASE_ENV, WRANGLER_REGISTRY_PATH: join(base, 'registry') }; // no other dev process's workers
     } else {

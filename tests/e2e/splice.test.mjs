@@ -296,6 +296,27 @@ test('a cancel ends a streaming append early with cancelled: true while its body
   assert.equal(rows(stack, id).row.status, 'cancelled');
 });
 
+test('a streaming append that starts after a cancel is answered at once with cancelled: true, before any piece of its body', { timeout: 30_000 }, async () => {
+  // A producer's next streaming append can leave just as a cancel lands (between its resume's
+  // re-sent tail and the append that follows): its model may be waiting on something and send
+  // nothing for a long time, so the answer must not wait for a first piece.
+  const id = newStream(stack, 'pipe-after-cancel');
+  const s = api(stack, id);
+  ok(await s.open(), 'open');
+  ok(await s.append('before 🛑'), 'append');
+  ok(await s.cancel(), 'cancel');
+  const post = openPost(s.url('append'), { authorization: `Bearer ${s.token}`, 'content-type': 'text/plain' });
+  try {
+    // Its body stays open and empty: any answer at all is the cancel's doing.
+    const res = await withTimeout(post.answer, 15_000, 'the streaming append after a cancel did not answer while its body is open and empty');
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(JSON.parse(res.text), { seq: 'before 🛑'.length, durableSeq: JSON.parse(res.text).durableSeq, cancelled: true });
+  } finally {
+    post.destroy();
+  }
+  assert.equal(ok(await s.close(), 'close').status, 'cancelled');
+});
+
 test('a small tail becomes durable by the interval cadence alone (no flush)', { timeout: 30_000 }, async () => {
   const id = newStream(stack, 'interval');
   const s = api(stack, id);

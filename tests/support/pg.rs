@@ -24,16 +24,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Where the test command's cluster listens (`scripts/test.sh` sets it from `scripts/pg.sh url`).
 pub const URL_VAR: &str = "RINDLE_PG_URL";
 
+/// Set by `scripts/test.sh` (and CI): the Postgres tests are part of the run, so a missing
+/// [`URL_VAR`] fails them instead of skipping them (a skip there would count as a pass).
+pub const REQUIRED_VAR: &str = "RINDLE_PG_REQUIRED";
+
 /// The example schema in the Postgres dialect (`migrations/postgres/*.sql`).
 pub fn migration_sql() -> String {
     migrations_in(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres"))
 }
 
 /// The cluster's URL, or `None` after saying loudly, past the test harness's capture, that the
-/// Postgres tests did not run. `scripts/test.sh` always sets it, so there they never skip.
+/// Postgres tests did not run: by hand only. Where [`REQUIRED_VAR`] is set (`scripts/test.sh`,
+/// which also sets the URL) a missing URL panics: the test fails, it never passes unrun.
 pub fn url_or_skip(test: &str) -> Option<String> {
     match std::env::var(URL_VAR) {
         Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os(REQUIRED_VAR).is_some_and(|v| !v.is_empty()) => {
+            panic!(
+                "{test}: {REQUIRED_VAR} is set (the test command runs the Postgres tests) but {URL_VAR} is not: no database to run them on"
+            )
+        }
         _ => {
             let _ = writeln!(
                 std::io::stderr(),

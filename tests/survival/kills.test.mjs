@@ -9,7 +9,8 @@
 //   during open        the open request has left the producer;
 //   between checkpoints  a checkpoint is in D1 and the readers have everything released;
 //   during a checkpoint round  right as released text crosses the checkpoint threshold;
-//   during rehydration  right as the first request reaches the restarted runtime (a second kill);
+//   right after a rehydration  a reader woke the restarted runtime, whose new instance rebuilt
+//                      the stream (seen in /stats) while the producer's resumes waited: a second kill;
 //   right after a resume  as soon as the producer reports its resume.
 // Asserted: pipe resolves `complete`, the source was read once, the row is `complete` with
 // exactly the produced text and no chunk rows, every reader's text is the produced text, the
@@ -19,7 +20,7 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { startStack } from '../e2e/harness.mjs';
-import { durableFromDb, newStream, rng, seedFromEnv, until } from '../e2e/util.mjs';
+import { api, durableFromDb, newStream, rng, seedFromEnv, until } from '../e2e/util.mjs';
 import { signStreamToken } from '../../public/producer.js';
 import { answerOf, assertSurvived, eventsReader, startProducer, STEP_MS, uiReader } from './support.mjs';
 
@@ -36,7 +37,7 @@ test.after(async () => {
   await stack?.stop();
 });
 
-const KILL_POINTS = ['between checkpoints', 'during a checkpoint round', 'during rehydration', 'right after a resume'];
+const KILL_POINTS = ['between checkpoints', 'during a checkpoint round', 'right after a rehydration', 'right after a resume'];
 
 /** The seeded order: open first (it happens once), a resume's kill never right after it. */
 function killPlan(r) {
@@ -116,13 +117,25 @@ for (const format of ['text', 'ui']) {
         release(n);
         await until(() => delivered() >= threshold, `${point}: the reader past ${threshold}`, STEP_MS);
         await kill(point);
-      } else if (point === 'during rehydration') {
+      } else if (point === 'right after a rehydration') {
         release(target);
         await allDelivered(point);
+        // The producer's resumes wait, so the new instance rebuilds the stream for a reader
+        // (which wakes it, as any request but open, /text and /stats does), and is killed
+        // rebuilt, before the producer took it over.
+        producer.send({ type: 'hold-resumes' });
         await kill(`${point} (first, to leave a row to rehydrate)`);
-        // The first request to reach the restarted runtime wakes the object, which rehydrates.
-        fetch(`${stack.baseUrl}/streams/${id}/stats?token=${encodeURIComponent(readToken)}`).catch(() => {});
+        const waking = await api(stack, id, { token: readToken }).events(0);
+        const rebuilt = await until(async () => {
+          const res = await fetch(`${stack.baseUrl}/streams/${id}/stats`, { headers: { authorization: `Bearer ${stack.token(id, 'write')}` } });
+          const s = await res.json();
+          return res.status === 200 && s.rehydrated === true && s;
+        }, `${point}: the new instance to rebuild the stream (/stats rehydrated)`, STEP_MS);
+        waking.close();
+        t.diagnostic(`${point}: rebuilt at ${rebuilt.seq} (durable ${rebuilt.durableSeq}, epoch ${rebuilt.epoch})`);
+        assert.equal(rebuilt.seq, rebuilt.durableSeq, 'rebuilt at the durable length');
         await kill(point);
+        producer.send({ type: 'unhold' });
       } else if (point === 'right after a resume') {
         release(target);
         await allDelivered(point);

@@ -2,20 +2,28 @@
 // so killing rindle's runtime never touches it (as a deploy never touches the producer Worker).
 // It is paced by its parent, not by a clock: piece n of the source is read only once the
 // parent released it (`{ type: 'release', upTo }`), so every kill point is an event the parent
-// chose. It reports each read, each request it sends, each resume and the end over IPC.
+// chose; `{ type: 'hold-resumes' }` keeps its resumes from leaving until `{ type: 'unhold' }`.
+// It reports each read, each request it sends, each resume and the end over IPC.
 import { openStream } from '../../public/producer.js';
 
 const send = (message) => process.send(message);
 let released = 0;
 let wake;
+let holdResumes = null; // while set, a resume waits for `unhold` before it leaves
 process.on('message', (message) => {
   if (message.type === 'release') {
     released = Math.max(released, message.upTo);
     wake?.();
+  } else if (message.type === 'hold-resumes') {
+    let resolve;
+    holdResumes = { promise: new Promise((r) => (resolve = r)), resolve };
+  } else if (message.type === 'unhold') {
+    holdResumes?.resolve();
+    holdResumes = null;
   } else if (message.type === 'go') run(message).catch((err) => send({ type: 'failed', error: `${err.name}: ${err.message}`, code: err.code }));
 });
 
-async function run({ baseUrl, streamId, token, format, pieces, resume }) {
+async function run({ baseUrl, streamId, token, format, pieces, resume, watch }) {
   let reads = 0;
   const source = new ReadableStream({
     async pull(controller) {
@@ -26,8 +34,10 @@ async function run({ baseUrl, streamId, token, format, pieces, resume }) {
     },
   });
   // Tell the parent when a request leaves (the `during open` kill waits for it).
-  const tracing = (request) => {
-    send({ type: 'request', action: new URL(request.url).pathname.split('/').at(-1) });
+  const tracing = async (request) => {
+    const action = new URL(request.url).pathname.split('/').at(-1);
+    if (action === 'resume' && holdResumes) await holdResumes.promise;
+    send({ type: 'request', action });
     return fetch(request);
   };
   const stream = await openStream({
@@ -37,6 +47,7 @@ async function run({ baseUrl, streamId, token, format, pieces, resume }) {
     token,
     format,
     resume,
+    watch,
     onResume: ({ cause, seq, durableSeq, epoch, resent, attempt }) => send({ type: 'resumed', cause, seq, durableSeq, epoch, resent, attempt }),
   });
   send({ type: 'opened', opened: stream.opened });

@@ -29,11 +29,14 @@ pub enum Action {
     /// `POST /resume`: the producer takes over again after a lost connection or a reset
     /// object (SPEC §10).
     Resume,
+    /// `GET /watch`: the producer's watch, answered at a reader's cancel or the stream's end
+    /// (or after a hold; the producer asks again), so a cancel reaches a producer in any state.
+    Watch,
 }
 
 impl Action {
     /// Every route, in declaration order (`action as usize` indexes it).
-    pub const ALL: [Action; 13] = [
+    pub const ALL: [Action; 14] = [
         Action::Open,
         Action::Append,
         Action::Flush,
@@ -47,6 +50,7 @@ impl Action {
         Action::Pump,
         Action::Stats,
         Action::Resume,
+        Action::Watch,
     ];
 
     /// The route's path segment.
@@ -65,6 +69,7 @@ impl Action {
             Action::Pump => "pump",
             Action::Stats => "stats",
             Action::Resume => "resume",
+            Action::Watch => "watch",
         }
     }
 
@@ -75,7 +80,7 @@ impl Action {
     /// The one method each route answers.
     pub fn method(self) -> &'static str {
         match self {
-            Action::Events | Action::Ui | Action::Stream | Action::Text | Action::Stats => "GET",
+            Action::Events | Action::Ui | Action::Stream | Action::Text | Action::Stats | Action::Watch => "GET",
             _ => "POST",
         }
     }
@@ -419,6 +424,7 @@ mod tests {
             ("POST", "pump", Action::Pump),
             ("GET", "stats", Action::Stats),
             ("POST", "resume", Action::Resume),
+            ("GET", "watch", Action::Watch),
         ] {
             let got = r(method, &format!("/streams/m-1/{action}")).unwrap().unwrap();
             assert_eq!(got, Route { stream_id: "m-1".into(), action: expected });

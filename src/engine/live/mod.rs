@@ -20,7 +20,8 @@
 //! - `joins`: where a reader starts (the replay, parked readers of a rebuilt stream);
 //! - `readers`: bounded queues, dialects, pacing, merging;
 //! - `outbox`: where outputs wait for the shell;
-//! - `slot`: the stream an object holds, and the detaches that wait while it is borrowed.
+//! - `slot`: the stream an object holds, and the detaches that wait while it is borrowed;
+//! - `watch`: what the producer's watch answers (a cancel, the end) and when.
 
 mod checkpoint;
 mod joins;
@@ -33,6 +34,7 @@ mod revival;
 mod seal;
 mod slot;
 mod stream;
+mod watch;
 
 pub use open::Producer;
 pub use readers::{Dialect, DropReason, Pull, ReaderId, SharedFrame, Wire};
@@ -40,3 +42,4 @@ pub use resume::{idle_error, window_expired_error, Fenced, Holder, Rehydration, 
 pub use revival::{Revival, RevivalEnd, RevivalFailure, RevivalOutput};
 pub use slot::StreamSlot;
 pub use stream::*;
+pub use watch::{WatchAnswer, WATCH_HOLD};

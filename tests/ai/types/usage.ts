@@ -42,6 +42,10 @@ export async function produce(env: Env, answerId: string): Promise<string> {
   const epoch: number | undefined = text.epoch;
   void epoch;
   void (await openStream({ baseUrl: 'http://x', streamId: 'x', token, resume: false }));
+  // The watch (a cancel heard in any state) is on by default; `false` turns it off.
+  void (await openStream({ baseUrl: 'http://x', streamId: 'x', token, watch: false }));
+  // @ts-expect-error the watch is on or off
+  void (await openStream({ baseUrl: 'http://x', streamId: 'x', token, watch: 'yes' }));
   // @ts-expect-error the resume policy's fields are numbers
   void (await openStream({ baseUrl: 'http://x', streamId: 'x', token, resume: { timeoutMs: '60s' } }));
   const kept = new KeptText(0);
