@@ -41,7 +41,10 @@ export type OpenStreamOptions<F extends StreamFormat = 'text'> = StreamApi & {
    * `fail`, `pipe`) POSTs `/resume`, re-sends what the server lost from the `seq` it answers and
    * carries on (`pipe` keeps reading the same source: it is read once). Retries with jittered
    * backoff (`baseDelayMs` doubling to `maxDelayMs`) for `timeoutMs` per gap, then fails as
-   * without it. Defaults: `RESUME_DEFAULTS` (60 s, 100 ms, 2 s). `false`: never resume.
+   * without it. Defaults: `RESUME_DEFAULTS` (60 s, 100 ms, 2 s). `false`: never resume. A resume
+   * carries the epoch the producer holds and a random id of this producer's: a producer another
+   * resume replaced is refused `superseded` (it stops, and never fails the stream), and a resume
+   * retried after its answer was lost gets the same grant.
    */
   resume?: Partial<ResumeOptions> | false;
   /** Called after each successful resume, before the lost text is re-sent (logs, metrics). */

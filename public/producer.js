@@ -174,9 +174,12 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
   const jsonHeaders = { 'content-type': 'application/json' };
   const textHeaders = { 'content-type': 'text/plain; charset=utf-8' };
 
+  // This producer's id on its resumes: a resume it retries after losing the answer gets the same
+  // grant, where any other producer holding its epoch is fenced.
+  const producerId = globalThis.crypto.randomUUID();
   const opened = await openOrResume(
     () => post('open', JSON.stringify({ format, meta, chat: chat && { id: chat.id, userMessage: chat.userMessage } }), jsonHeaders),
-    () => post('resume'),
+    () => post('resume', undefined, { 'x-rindle-producer': producerId }),
     retry,
   );
   const cancel = new AbortController();
@@ -260,8 +263,12 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
       await sleep(backoffDelay(attempt, retry), cancel.signal);
       let resumed;
       try {
-        resumed = await post('resume', undefined, {});
+        // The epoch it holds goes with it: a producer another resume replaced is told
+        // `superseded`, across resets too, and never takes the stream back.
+        resumed = await post('resume', undefined, { ...epochHeader(), 'x-rindle-producer': producerId });
       } catch (err) {
+        // Another producer owns the stream now: stop, and never fail a stream that is not ours.
+        if (isSuperseded(err)) throw err;
         if (err instanceof RindleError && err.code === 'closed') {
           learn(err.body);
           if (cancel.signal.aborted) return { sealed: { status: 'cancelled', seq: err.body.seq, durableSeq: err.body.durableSeq } };

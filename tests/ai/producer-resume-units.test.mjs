@@ -144,6 +144,10 @@ function fakeApi({ faults = {}, onRequest = () => {}, watch = true } = {}) {
       if (!server.opened) return reply(404, { error: 'not_open', message: 'no stream is open here' });
       if (fault === 'down') throw new TypeError('fetch failed');
       if (server.sealed) return reply(409, { error: 'closed', message: 'sealed', ...server.sealed });
+      // The fence, as the object keeps it: an older epoch is superseded, whatever the state.
+      const asked = request.headers.get('x-rindle-epoch');
+      server.resumers = [...(server.resumers ?? []), { epoch: asked, producer: request.headers.get('x-rindle-producer') }];
+      if (asked !== null && Number(asked) < server.epoch) return reply(409, { error: 'superseded', message: 'old epoch', epoch: server.epoch });
       server.epoch += 1;
       server.resumes += 1;
       return reply(200, { seq: server.text.length, durableSeq: server.durable, format: 'text', epoch: server.epoch });
@@ -238,7 +242,7 @@ test('pipe: a connection cut mid-append and a reset resume, re-send from the ser
   assert.deepEqual(resumes.map((r) => [r.cause, r.epoch]), [['connection', 2], ['reset', 3]]);
   assert.equal(stream.epoch, 3);
   assert.deepEqual(server.requests.map((r) => [r.action, r.epoch]), [
-    ['open', null], ['append', '1'], ['resume', null], ['append', '2'], ['resume', null], ['append', '3'], ['append', '3'], ['close', '3'],
+    ['open', null], ['append', '1'], ['resume', '1'], ['append', '2'], ['resume', '2'], ['append', '3'], ['append', '3'], ['close', '3'],
   ]);
 });
 
@@ -304,6 +308,18 @@ test('the resume gives up after timeoutMs with the write\'s own failure; superse
   const plain = await open(noResume, { resume: false });
   await assert.rejects(plain.append('x'), (e) => e.code === 'unavailable');
   assert.equal(noResume.resumes, 0);
+});
+
+test('a resume carries the epoch and the producer\'s id; a producer another resume replaced is superseded at its resume and stops without failing the stream', async () => {
+  // A reset loses the producer's append; by its resume another producer has resumed (epoch 2).
+  const server = fakeApi({ faults: { 2: 'reset' }, onRequest: (action, s) => action === 'resume' && s.epoch === 1 && (s.epoch = 2) });
+  const stream = await open(server);
+  const source = new ReadableStream({ start: (c) => { c.enqueue('replaced'); c.close(); } });
+  await assert.rejects(stream.pipe(source), (e) => e.code === 'superseded');
+  assert.deepEqual(server.resumers.map((r) => r.epoch), ['1'], 'the resume carried the epoch it held');
+  assert.match(server.resumers[0].producer, /^[0-9a-f-]{36}$/, 'and the producer\'s id');
+  assert.equal(server.requests.filter((r) => r.action === 'fail').length, 0, 'the stream it no longer owns is not failed');
+  assert.equal(server.sealed, null);
 });
 
 test('a cancel during the gap: the resume answers closed/cancelled, signal fires, pipe resolves cancelled', async () => {
