@@ -60,8 +60,6 @@ const { workerOptions, main } = unstable_getMiniflareWorkerOptions(config, undef
 // `wrangler dev --var K:V` sets string bindings over the config's [vars].
 const cliVars = Object.fromEntries(values.var.map((kv) => [kv.slice(0, kv.indexOf(':')), kv.slice(kv.indexOf(':') + 1)]));
 
-// miniflare 5 takes its options in a new shape; wrangler builds the 4.x shape and converts it
-// (convertV4MiniflareOptions), as wrangler dev does.
 /**
  * The modules to serve: the main module and every module it reaches by a relative import
  * (worker-build's shim.mjs → ../index.js → ./index_bg.wasm), by extension: `.wasm` compiled
@@ -86,6 +84,8 @@ function moduleGraph(mainPath) {
   return { modulesRoot, modules: [...found].map(([path, type]) => ({ type, path })) };
 }
 
+// miniflare 5 takes its options in a new shape; wrangler builds the 4.x shape and converts it
+// (convertV4MiniflareOptions), as wrangler dev does.
 const mf = new Miniflare(convertV4MiniflareOptions({
   host: values.ip,
   port: 0,
