@@ -1,8 +1,8 @@
 // What a deploy does (SPEC §10, issue 35 "What a deploy does"): `wrangler dev` reloads a rebuilt
 // Worker mid-answer, which resets the stream's object as a `wrangler deploy` does, while the
 // producer (its own Node process, producer.js's pipe) keeps running. The write in flight fails
-// as a reset: wrangler 4.164's dev server answers it with its own 503 ("Your worker restarted
-// mid-request…", not the API's JSON); wrangler 4.86 let the Worker answer 503 `unavailable`
+// as a reset: `wrangler dev` (4.86 and 4.164 alike) answers it with its own 503 ("Your worker
+// restarted mid-request…", not the API's JSON), where a deployed Worker answers 503 `unavailable`
 // quoting the object's "Durable Object reset because its code was updated". Each resume's cause
 // and the runtime's words are printed. The stack serves a copy of the dev build, which the test
 // rewrites 3 times at seeded points of a `ui` answer; each rewrite is a new Worker version.
