@@ -26,7 +26,7 @@ import { createParser } from 'eventsource-parser';
 import { mintToken as mintTokenImpl, decodeToken, verifyToken } from '../../scripts/jwt.mjs';
 import { devShim, writeChatConfig, writeDevConfig } from '../../scripts/dev-config.mjs';
 import { E2E_BACKEND, createDatabase, dropDatabase, openPgDb } from './pg.mjs';
-import { openSqlite, plainRow } from './sqlite.mjs';
+import { asBuffer, openSqlite, plainRow } from './sqlite.mjs';
 
 export { E2E_BACKEND };
 
@@ -335,17 +335,16 @@ export function openDb(persistDir) {
  * `_cf_KV` table) as `{ key: value }`. Read-only, beside workerd (WAL, as `openDb`).
  */
 export function objectStorage(persistDir) {
-  const Database = requireFromRoot('better-sqlite3');
   const root = join(persistDir, 'v3', 'do');
   const dirs = existsSync(root) ? readdirSync(root).filter((d) => d.endsWith('-StreamObject')) : [];
   const objects = [];
   for (const dir of dirs) {
     for (const f of readdirSync(join(root, dir)).filter((f) => f.endsWith('.sqlite'))) {
       const file = join(root, dir, f);
-      const conn = new Database(file, { readonly: true, fileMustExist: true });
+      const conn = openSqlite(file, { readOnly: true });
       try {
         const hasKv = conn.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_cf_KV'").get();
-        const keys = hasKv ? Object.fromEntries(conn.prepare('SELECT key, value FROM _cf_KV').all().map((r) => [r.key, r.value])) : {};
+        const keys = hasKv ? Object.fromEntries(conn.prepare('SELECT key, value FROM _cf_KV').all().map((r) => [r.key, asBuffer(r.value)])) : {};
         objects.push({ file, keys });
       } finally {
         conn.close();

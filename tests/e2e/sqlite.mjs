@@ -6,11 +6,12 @@
 
 /**
  * Opens `file` (a path, or ':memory:'). `busy_timeout` is 5 s (node:sqlite's default is 0): a
- * read waits out a write lock workerd holds instead of failing with SQLITE_BUSY.
+ * read waits out a write lock workerd holds instead of failing with SQLITE_BUSY. `readOnly`
+ * opens an existing file only (a missing one is an error, never created).
  */
-export function openSqlite(file) {
+export function openSqlite(file, { readOnly = false } = {}) {
   const { DatabaseSync } = process.getBuiltinModule('node:sqlite');
-  const db = new DatabaseSync(file);
+  const db = new DatabaseSync(file, { readOnly });
   db.exec('PRAGMA busy_timeout = 5000');
   return db;
 }
@@ -21,6 +22,11 @@ export function openSqlite(file) {
  */
 export function plainRow(row) {
   return row === undefined ? undefined : { ...row };
+}
+
+/** A BLOB as node:sqlite reads it (a Uint8Array) as a Buffer, whose includes/equals compare bytes. */
+export function asBuffer(value) {
+  return value instanceof Uint8Array ? Buffer.from(value.buffer, value.byteOffset, value.byteLength) : value;
 }
 
 /** The value of a pragma with a single result (`page_count`, `page_size`, ...). */
