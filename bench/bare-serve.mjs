@@ -18,9 +18,10 @@
 // and prints "Ready on http://IP:P" once the Worker answers there. The entry socket (through
 // miniflare's entry Worker) is on a port of the system's choosing and is not used.
 import { createServer } from 'node:net';
-import { dirname, isAbsolute, join, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { dirname, isAbsolute, join, resolve, sep } from 'node:path';
 import { parseArgs } from 'node:util';
-import { Log, LogLevel, Miniflare } from 'miniflare';
+import { Log, LogLevel, Miniflare, convertV4MiniflareOptions } from 'miniflare';
 import { unstable_getMiniflareWorkerOptions, unstable_readConfig } from 'wrangler';
 
 const { values } = parseArgs({
@@ -59,26 +60,48 @@ const { workerOptions, main } = unstable_getMiniflareWorkerOptions(config, undef
 // `wrangler dev --var K:V` sets string bindings over the config's [vars].
 const cliVars = Object.fromEntries(values.var.map((kv) => [kv.slice(0, kv.indexOf(':')), kv.slice(kv.indexOf(':') + 1)]));
 
-const mf = new Miniflare({
+/**
+ * The modules to serve: the main module and every module it reaches by a relative import
+ * (worker-build's shim.mjs → ../index.js → ./index_bg.wasm), by extension: `.wasm` compiled
+ * WebAssembly, the rest ES modules (worker-build's .js files are ES modules, which wrangler's
+ * default rules would call CommonJS). miniflare 5 serves exactly the modules it is given: it takes
+ * no module rules with a script path to find the rest by.
+ */
+function moduleGraph(mainPath) {
+  const found = new Map();
+  const visit = (path) => {
+    if (found.has(path)) return;
+    found.set(path, path.endsWith('.wasm') ? 'CompiledWasm' : 'ESModule');
+    if (path.endsWith('.wasm')) return;
+    for (const [, specifier] of readFileSync(path, 'utf8').matchAll(/\b(?:from|import)\s*['"](\.{1,2}\/[^'"]+)['"]/g)) {
+      visit(resolve(dirname(path), specifier));
+    }
+  };
+  visit(mainPath);
+  // Module names are paths below the deepest directory holding them all.
+  let modulesRoot = dirname(mainPath);
+  while (![...found.keys()].every((path) => path.startsWith(`${modulesRoot}${sep}`))) modulesRoot = dirname(modulesRoot);
+  return { modulesRoot, modules: [...found].map(([path, type]) => ({ type, path })) };
+}
+
+// miniflare 5 takes its options in a new shape; wrangler builds the 4.x shape and converts it
+// (convertV4MiniflareOptions), as wrangler dev does.
+const mf = new Miniflare(convertV4MiniflareOptions({
   host: values.ip,
   port: 0,
   ...(values['inspector-port'] ? { inspectorPort: Number(values['inspector-port']) } : {}),
-  defaultPersistRoot: join(resolve(values['persist-to']), 'v3'), // where `wrangler dev --persist-to` keeps it
+  resourcePersistencePath: join(resolve(values['persist-to']), 'v3'), // where `wrangler dev --persist-to` keeps it
   log: new Log(LogLevel.INFO),
   workers: [
     {
       ...workerOptions,
       name: config.name,
       bindings: { ...workerOptions.bindings, ...cliVars },
-      modules: true,
-      // worker-build's bundle is ES modules in .js files, which wrangler's default rules call
-      // CommonJS (wrangler dev bundles it with esbuild first, which does not care).
-      modulesRules: [{ type: 'ESModule', include: ['**/*.js'] }, ...workerOptions.modulesRules],
-      scriptPath: values.script ? resolve(values.script) : isAbsolute(main) ? main : resolve(dirname(configPath), main),
+      ...moduleGraph(values.script ? resolve(values.script) : isAbsolute(main) ? main : resolve(dirname(configPath), main)),
       unsafeDirectSockets: [{ host: values.ip, port: Number(values.port) }],
     },
   ],
-});
+}));
 // Any other way workerd can fail to start without miniflare noticing ends here, with a message,
 // rather than at the harness's own deadline.
 const STARTUP_MS = 45_000;

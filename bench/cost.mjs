@@ -10,7 +10,7 @@
 //     request, a reader's body, a pending timer or store I/O held it: what Cloudflare bills as
 //     duration, "active, or idle but unable to hibernate");
 //   - the D1 executor (/stats `d1`): rows read and written as D1 reports them (`meta`);
-//   - the D1 file itself (better-sqlite3, no request): the chunk rows' peak while streaming and
+//   - the D1 file itself (node:sqlite, no request): the chunk rows' peak while streaming and
 //     what stays; the object's own SQLite file: what it keeps after the answer.
 // Beside rindle's counted column stand two designs users would otherwise pick, as formulas
 // from their documented or source behaviour (`naiveD1`, `naiveObjectStorage`,
@@ -24,7 +24,6 @@
 // The report is written to bench/results/<date>-<commit>-cost.json (not with --no-save).
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -32,6 +31,7 @@ import { parseArgs } from 'node:util';
 import { EventSource } from 'eventsource';
 import { ROOT, startStack } from '../tests/e2e/harness.mjs';
 import { newStream, rng, sleep, until } from '../tests/e2e/util.mjs';
+import { openSqlite, pragmaValue } from '../tests/e2e/sqlite.mjs';
 import { openStream } from '../public/producer.js';
 import { followStream } from '../public/client.js';
 import { readUIStream } from '../public/chat-transport.js';
@@ -179,22 +179,21 @@ function objectStorage(persistDir) {
   const dir = join(persistDir, 'v3', 'do', 'rindle-streams-StreamObject');
   const out = { objects: 0, keys: 0, keyValueBytes: 0, fileBytes: 0 };
   if (!existsSync(dir)) return out;
-  const Database = createRequire(join(ROOT, 'package.json'))('better-sqlite3');
   const scratch = mkdtempSync(join(os.tmpdir(), 'rindle-cost-do-'));
   try {
     for (const f of readdirSync(dir).filter((f) => /^[0-9a-f]{64}\.sqlite$/.test(f))) {
       const copy = join(scratch, f);
       copyFileSync(join(dir, f), copy);
       if (existsSync(join(dir, `${f}-wal`))) copyFileSync(join(dir, `${f}-wal`), `${copy}-wal`);
-      const db = new Database(copy);
+      const db = openSqlite(copy);
       try {
-        db.pragma('wal_checkpoint(TRUNCATE)');
+        db.exec('PRAGMA wal_checkpoint(TRUNCATE)');
         const hasKv = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_cf_KV'").get();
         const kv = hasKv ? db.prepare('SELECT key, value FROM _cf_KV').all() : [];
         out.objects += 1;
         out.keys += kv.length;
         out.keyValueBytes += kv.reduce((n, r) => n + Buffer.byteLength(r.key) + Buffer.from(r.value).length, 0);
-        out.fileBytes += db.pragma('page_count', { simple: true }) * db.pragma('page_size', { simple: true });
+        out.fileBytes += pragmaValue(db, 'page_count') * pragmaValue(db, 'page_size');
       } finally {
         db.close();
       }

@@ -676,8 +676,8 @@ async function main() {
   let stack;
   if (a.url) {
     if (!a.db) throw new Error('--url needs --db (the D1 sqlite file, to insert message rows)');
-    const Database = (await import('node:module')).createRequire(import.meta.url)('better-sqlite3');
-    const db = new Database(a.db);
+    const { openSqlite } = await import('../tests/e2e/sqlite.mjs');
+    const db = openSqlite(a.db);
     stack = {
       baseUrl: a.url,
       db: { run: (sql, ...p) => db.prepare(sql).run(...p) },

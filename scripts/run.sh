@@ -91,6 +91,11 @@ EOT
 fi
 
 URL="http://127.0.0.1:$PORT"
+# wrangler needs Node >= 22.12: where setup installed it (the machine's is older), the session
+# below puts it first on the PATH, as lib.sh does for the scripts.
+NODE_PATH_LINE=""
+[[ "$(command -v node)" == "$NODE_TOOLS_DIR/dist/bin/node" ]] && NODE_PATH_LINE="
+    export PATH=\"$NODE_TOOLS_DIR/dist/bin:\$PATH\"   # Node $NODE_VERSION, for npx wrangler"
 SQL="INSERT INTO messages (id, chat_id, role) VALUES ('m1','c1','assistant')"
 if [[ "$BACKEND" == postgres ]]; then INSERT_ROW="psql \"$PG_URL\" -c \"$SQL\""; else INSERT_ROW="npx wrangler d1 execute DB --local --command \"$SQL\""; fi
 cat <<EOT
@@ -99,7 +104,7 @@ cat <<EOT
   Example chat:  http://127.0.0.1:$CHAT_PORT/   (AI SDK useChat + RindleChatTransport; examples/chat/)
 
   Try it from another terminal (in $ROOT):
-
+$NODE_PATH_LINE
     T=\$(node scripts/mint-token.mjs m1 "read write cancel")
     $INSERT_ROW
     curl -X POST -H "authorization: Bearer \$T" $URL/streams/m1/open

@@ -74,11 +74,36 @@ else
   warn "  (scripts/test.sh fails without it: the Postgres backend's tests never skip there)"
 fi
 
-# 5. Node.js.
-command -v node >/dev/null 2>&1 || die "node not found: install Node.js >= $MIN_NODE_MAJOR (Debian: apt-get install nodejs npm)"
-NODE_MAJOR="$(node -p 'process.versions.node.split(".")[0]')"
-(( NODE_MAJOR >= MIN_NODE_MAJOR )) || die "Node.js $(node --version) is too old: need >= $MIN_NODE_MAJOR"
-step "node $(node --version) ok (>= $MIN_NODE_MAJOR)"
+# 5. Node.js >= MIN_NODE_VERSION (wrangler's requirement). A machine whose Node is older gets
+#    NODE_VERSION from the npm registry, installed with the machine's own npm: the platform
+#    binary package (bin/node and include/node) that the `node` package's install script would
+#    fetch with a nested npm, installed directly. lib.sh puts its bin directory first on the PATH.
+command -v npm >/dev/null 2>&1 || die "npm not found: install Node.js and npm (Debian: apt-get install nodejs npm)"
+if [[ -x "$NODE_TOOLS_DIR/dist/bin/node" && "$("$NODE_TOOLS_DIR/dist/bin/node" --version 2>/dev/null)" == "v$NODE_VERSION" ]]; then
+  step "node v$NODE_VERSION (npm registry, in ${NODE_TOOLS_DIR#"$ROOT"/})"
+elif [[ ! -e "$NODE_TOOLS_DIR" ]] && command -v node >/dev/null 2>&1 && node_at_least node "$MIN_NODE_VERSION"; then
+  step "node $(node --version) ok (>= $MIN_NODE_VERSION)"
+else
+  case "$(uname -m)" in
+    x86_64) NODE_ARCH=x64 ;;
+    aarch64 | arm64) NODE_ARCH=arm64 ;;
+    *) die "no Node.js >= $MIN_NODE_VERSION here, and no npm registry build of it for $(uname -m): install one" ;;
+  esac
+  NODE_PACKAGE="node-$(uname -s | tr '[:upper:]' '[:lower:]')-$NODE_ARCH"
+  step "node: $(node --version 2>/dev/null || echo none) is older than $MIN_NODE_VERSION; npm install $NODE_PACKAGE@$NODE_VERSION into ${NODE_TOOLS_DIR#"$ROOT"/} (~50 MB, once)"
+  rm -rf "$NODE_TOOLS_DIR"
+  mkdir -p "$NODE_TOOLS_DIR"
+  # Its own prefix with an empty package.json: npm would otherwise climb to the project's.
+  printf '{ "private": true, "description": "Node.js for rindle-streams (scripts/setup.sh)" }\n' >"$NODE_TOOLS_DIR/package.json"
+  npm install --prefix "$NODE_TOOLS_DIR" --no-save --no-package-lock --no-audit --no-fund --loglevel=error \
+    "$NODE_PACKAGE@$NODE_VERSION"
+  ln -sfn "node_modules/$NODE_PACKAGE" "$NODE_TOOLS_DIR/dist"
+  hash -r
+  [[ "$("$NODE_TOOLS_DIR/dist/bin/node" --version)" == "v$NODE_VERSION" ]] || die "node from $NODE_PACKAGE@$NODE_VERSION does not run"
+  [[ "$(command -v node)" == "$NODE_TOOLS_DIR/dist/bin/node" ]] || die "PATH: $(command -v node) comes before $NODE_TOOLS_DIR/dist/bin"
+  use_tools_node_headers
+  step "node v$NODE_VERSION installed"
+fi
 
 # 6. npm packages (wrangler, esbuild, test libraries), exactly as locked.
 # A symlinked node_modules is an install shared with other checkouts (git worktrees): never
@@ -89,7 +114,7 @@ if [[ -L node_modules ]]; then
   step "npm packages: shared install at $(readlink node_modules) (not reinstalled from here)"
 elif [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json \
       || package.json -nt node_modules/.package-lock.json ]]; then
-  step "npm ci (node_modules missing or older than package-lock.json; ~1 min, compiles better-sqlite3)"
+  step "npm ci (node_modules missing or older than package-lock.json; seconds)"
   npm ci --no-audit --no-fund --loglevel=error
   touch node_modules/.package-lock.json
 else

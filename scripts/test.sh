@@ -81,17 +81,19 @@ step "fan-out smoke: $(elapsed "$T")"
 # build), which tests/e2e/embed.test.mjs runs.
 BUILD_CRATE=examples/embed "$SCRIPTS_DIR/build.sh"
 
-dirs=()
+# Node 22's `node --test` takes files and glob patterns, not directories (Node 20 searched a
+# directory for test files): one quoted pattern per directory, expanded by node, not by bash.
+suites=()
 for d in tests/client tests/ai tests/e2e tests/survival tests/browser; do
-  [[ -d "$d" ]] && dirs+=("$d/")
+  [[ -d "$d" ]] && suites+=("$d/**/*.test.mjs")
 done
-[[ ${#dirs[@]} -gt 0 ]] || die "no Node test directories (tests/client, tests/ai, tests/e2e, tests/survival, tests/browser)"
-step "node --test ${dirs[*]}"
+[[ ${#suites[@]} -gt 0 ]] || die "no Node test directories (tests/client, tests/ai, tests/e2e, tests/survival, tests/browser)"
+step "node --test ${suites[*]}"
 T="$(now)"
 rm -rf test-artifacts/e2e && mkdir -p test-artifacts
 # One file at a time: each e2e file runs its own wrangler/workerd and the machine has 2 cores.
 # NODE_TEST_TIMEOUT (ms, default 300000) bounds any single test so CI can never hang.
-RINDLE_E2E_BACKEND=d1 node --test --test-concurrency=1 --test-timeout="${NODE_TEST_TIMEOUT:-300000}" "${dirs[@]}"
+RINDLE_E2E_BACKEND=d1 node --test --test-concurrency=1 --test-timeout="${NODE_TEST_TIMEOUT:-300000}" "${suites[@]}"
 step "node tests: $(elapsed "$T")"
 
 # The durable plane's suites a second time, on the Postgres backend (the cluster above; each

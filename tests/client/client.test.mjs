@@ -1,6 +1,6 @@
 // Unit tests of public/client.js against frames, /text answers and D1 rows recorded from the real
 // Worker (fixtures/*.json, written by record-fixtures.mjs), and of the mock model server (mock/).
-// Run: node --test tests/client/
+// Run: node --test tests/client/client.test.mjs
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';

@@ -5,9 +5,10 @@
 // Each loses nothing, half-writes nothing, and leaves no row `streaming`.
 //
 // Between wrangler and Postgres sits a TCP relay of the tests' own (relay.mjs: it forwards bytes):
-// wrangler 4.86's Hyperdrive proxy crashes the whole `wrangler dev` on a refused or reset
-// connection (docs/TOOLCHAIN.md, "Postgres down crashes wrangler dev"), so while Postgres is down
-// the relay answers as a server shutting down does.
+// while Postgres is down it answers as a server shutting down does. It was built for wrangler
+// 4.86, whose Hyperdrive proxy crashed the whole `wrangler dev` on a refused or reset connection;
+// 4.164 survives those (docs/TOOLCHAIN.md, "The runtime"), and the relay stays as the realistic
+// shape of a database going away.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';

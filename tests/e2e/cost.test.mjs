@@ -7,9 +7,9 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { analyse, formatReport, naiveD1, resumableStreamRedis, rindleUnits, runCost } from '../../bench/cost.mjs';
 import { readdirSync, readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { ROOT } from './harness.mjs';
+import { openSqlite } from './sqlite.mjs';
 
 // The lease's alarm fires within one lease of the seal, well inside the linger window: the
 // alarm finds the stream still held (sealed) and reads nothing (see the D1 reads below).
@@ -23,8 +23,7 @@ const VARS = { LINGER_MS: '5000', LEASE_MS: '1000' };
 const WATCH_HOLD_MS = 20_000;
 
 function chunkIndexes() {
-  const Database = createRequire(join(ROOT, 'package.json'))('better-sqlite3');
-  const db = new Database(':memory:');
+  const db = openSqlite(':memory:');
   try {
     const dir = join(ROOT, 'migrations');
     for (const f of readdirSync(dir).filter((f) => f.endsWith('.sql')).sort()) db.exec(readFileSync(join(dir, f), 'utf8'));

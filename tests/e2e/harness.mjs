@@ -26,6 +26,7 @@ import { createParser } from 'eventsource-parser';
 import { mintToken as mintTokenImpl, decodeToken, verifyToken } from '../../scripts/jwt.mjs';
 import { devShim, writeChatConfig, writeDevConfig } from '../../scripts/dev-config.mjs';
 import { E2E_BACKEND, createDatabase, dropDatabase, openPgDb } from './pg.mjs';
+import { asBuffer, openSqlite, plainRow } from './sqlite.mjs';
 
 export { E2E_BACKEND };
 
@@ -295,18 +296,14 @@ export function d1File(persistDir) {
 }
 
 /**
- * Direct SQL on the local D1 database (better-sqlite3, WAL mode, 5 s busy timeout). workerd
- * keeps the same file open; SQLite's WAL locking makes this safe, and writes made here are
- * visible to the Worker's next query and vice versa (checked in harness.test.mjs).
+ * Direct SQL on the local D1 database (node:sqlite, WAL mode, 5 s busy timeout: sqlite.mjs).
+ * workerd keeps the same file open; SQLite's WAL locking makes this safe, and writes made here
+ * are visible to the Worker's next query and vice versa (checked in harness.test.mjs).
  */
 export function openDb(persistDir) {
-  const Database = requireFromRoot('better-sqlite3');
   let conn;
   const c = () => {
-    if (!conn) {
-      conn = new Database(d1File(persistDir));
-      conn.pragma('busy_timeout = 5000');
-    }
+    conn ??= openSqlite(d1File(persistDir));
     return conn;
   };
   return {
@@ -315,13 +312,13 @@ export function openDb(persistDir) {
     },
     /** INSERT/UPDATE/DELETE; returns { changes, lastInsertRowid }. Params: positional or one object. */
     run: (sql, ...params) => c().prepare(sql).run(...params),
-    /** First row or undefined. */
-    get: (sql, ...params) => c().prepare(sql).get(...params),
-    /** All rows. */
-    all: (sql, ...params) => c().prepare(sql).all(...params),
+    /** First row (a plain object) or undefined. */
+    get: (sql, ...params) => plainRow(c().prepare(sql).get(...params)),
+    /** All rows (plain objects). */
+    all: (sql, ...params) => c().prepare(sql).all(...params).map(plainRow),
     /** Several statements, no parameters. */
     exec: (sql) => c().exec(sql),
-    /** The underlying better-sqlite3 Database. */
+    /** The underlying node:sqlite DatabaseSync. */
     get raw() {
       return c();
     },
@@ -338,17 +335,16 @@ export function openDb(persistDir) {
  * `_cf_KV` table) as `{ key: value }`. Read-only, beside workerd (WAL, as `openDb`).
  */
 export function objectStorage(persistDir) {
-  const Database = requireFromRoot('better-sqlite3');
   const root = join(persistDir, 'v3', 'do');
   const dirs = existsSync(root) ? readdirSync(root).filter((d) => d.endsWith('-StreamObject')) : [];
   const objects = [];
   for (const dir of dirs) {
     for (const f of readdirSync(join(root, dir)).filter((f) => f.endsWith('.sqlite'))) {
       const file = join(root, dir, f);
-      const conn = new Database(file, { readonly: true, fileMustExist: true });
+      const conn = openSqlite(file, { readOnly: true });
       try {
         const hasKv = conn.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_cf_KV'").get();
-        const keys = hasKv ? Object.fromEntries(conn.prepare('SELECT key, value FROM _cf_KV').all().map((r) => [r.key, r.value])) : {};
+        const keys = hasKv ? Object.fromEntries(conn.prepare('SELECT key, value FROM _cf_KV').all().map((r) => [r.key, asBuffer(r.value)])) : {};
         objects.push({ file, keys });
       } finally {
         conn.close();
@@ -558,6 +554,7 @@ export async function startStack({
     async kill() {
       await this.process?.kill();
       await waitPortFree(this.port);
+      if (registry) forgetRegistryEntries(registry, this.registryInstance);
     },
     /** Start again on the same state dir and port (stops a running instance first). */
     async restart({ vars: more = {}, secret: newSecret } = {}) {
@@ -619,6 +616,7 @@ export async function startStack({
       ? ['bare-serve', process.execPath, [BARE_SERVE, ...args, ...(script ? ['--script', script] : [])]]
       : ['wrangler dev', WRANGLER, ['dev', ...(script ? [script] : []), ...args, ...devOnly]];
     writeFileSync(stack.logFile, `$ ${command} ${commandArgs.join(' ')}\n`, { flag: 'a' });
+    const othersInRegistry = registry ? new Set(registryEntries(registry).values()) : null;
     const proc = spawnGroup(command, commandArgs, { logFile: stack.logFile, env });
     stack.process = proc;
     const end = Date.now() + timeoutMs;
@@ -630,7 +628,9 @@ export async function startStack({
         try {
           const r = await fetch(`${stack.baseUrl}/`, { signal: AbortSignal.timeout(5000) });
           await r.arrayBuffer();
-          return; // any HTTP answer means workerd is serving
+          // any HTTP answer means workerd is serving; in a shared registry, once it registered
+          if (registry) stack.registryInstance = await registeredInstance(registry, othersInRegistry, end);
+          return;
         } catch {
           /* not yet */
         }
@@ -645,6 +645,42 @@ export async function startStack({
 
   await launch();
   return stack;
+}
+
+// ---------------------------------------------------------------------------------------
+// A dev registry shared by stacks (`registry`): the service bindings between `wrangler dev`
+// processes. Each entry (a file named for a Worker) names the miniflare instance that wrote it
+// (`instanceId`, miniflare 5 / wrangler 4.164), and another instance may not replace it until it
+// is 90 s old: a SIGKILLed process's entries would keep its Workers' names for that long, so after
+// a restart every binding to them still reached the dead process ("Network connection lost").
+// kill() removes them, as the process's own exit does.
+
+/** name → instanceId of a registry directory's entries. */
+function registryEntries(dir) {
+  const entries = new Map();
+  for (const name of existsSync(dir) ? readdirSync(dir) : []) {
+    try {
+      const { instanceId } = JSON.parse(readFileSync(join(dir, name), 'utf8'));
+      if (instanceId) entries.set(name, instanceId);
+    } catch {
+      /* being written */
+    }
+  }
+  return entries;
+}
+
+/** The instanceId a newly started process registered with, waited for until `deadline`. */
+async function registeredInstance(dir, others, deadline) {
+  for (;;) {
+    const mine = [...registryEntries(dir).values()].find((instance) => !others.has(instance));
+    if (mine) return mine;
+    if (Date.now() > deadline) throw new Error(`no entry of the new process appeared in the dev registry ${dir}`);
+    await sleep(50);
+  }
+}
+
+function forgetRegistryEntries(dir, instance) {
+  for (const [name, owner] of registryEntries(dir)) if (owner === instance) rmSync(join(dir, name), { force: true });
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // The e2e tests' Postgres backend (startStack({ backend: 'postgres' }), or RINDLE_E2E_BACKEND=postgres):
 // each stack gets a database of its own on the cluster of scripts/pg.sh (RINDLE_PG_URL, which
 // scripts/test.sh sets), migrated with migrations/postgres/, and `stack.db` answers the tests'
-// SQL there through `psql`, synchronously, as better-sqlite3 answers it on local D1.
+// SQL there through `psql`, synchronously, as node:sqlite answers it on local D1.
 //
 // The tests' statements are written for SQLite; the few differences this adapter bridges:
 // `?` placeholders (bound as psql variables, quoted literals whose type the server infers), the
@@ -115,7 +115,7 @@ export function openPgDb(url) {
       psql(url, ['-q'], sql);
     },
     get raw() {
-      throw new Error('stack.db.raw is better-sqlite3 on D1; this stack is on Postgres');
+      throw new Error('stack.db.raw is a node:sqlite DatabaseSync on D1; this stack is on Postgres');
     },
     close() {},
   };

@@ -48,7 +48,7 @@ async function run({ baseUrl, streamId, token, format, pieces, resume, watch }) 
     format,
     resume,
     watch,
-    onResume: ({ cause, seq, durableSeq, epoch, resent, attempt }) => send({ type: 'resumed', cause, seq, durableSeq, epoch, resent, attempt }),
+    onResume: ({ cause, error, seq, durableSeq, epoch, resent, attempt }) => send({ type: 'resumed', cause, message: error?.message, seq, durableSeq, epoch, resent, attempt }),
   });
   send({ type: 'opened', opened: stream.opened });
   const ended = await stream.pipe(source);

@@ -1,7 +1,10 @@
 // What a deploy does (SPEC §10, issue 35 "What a deploy does"): `wrangler dev` reloads a rebuilt
-// Worker mid-answer, which resets the stream's object ("Durable Object reset because its code
-// was updated") exactly as a `wrangler deploy` does, while the producer (its own Node process,
-// producer.js's pipe) keeps running. The stack serves a copy of the dev build, which the test
+// Worker mid-answer, which resets the stream's object as a `wrangler deploy` does, while the
+// producer (its own Node process, producer.js's pipe) keeps running. The write in flight fails
+// as a reset: `wrangler dev` (4.86 and 4.164 alike) answers it with its own 503 ("Your worker
+// restarted mid-request…", not the API's JSON), where a deployed Worker answers 503 `unavailable`
+// quoting the object's "Durable Object reset because its code was updated". Each resume's cause
+// and the runtime's words are printed. The stack serves a copy of the dev build, which the test
 // rewrites 3 times at seeded points of a `ui` answer; each rewrite is a new Worker version.
 // The same assertions as kills.test.mjs hold: pipe `complete`, the source read once, the row
 // exactly the text with no chunk rows, every reader (EventSource from the start, a late
@@ -74,7 +77,8 @@ test(`a ui answer survives ${RELOADS} reloads of a rebuilt Worker mid-answer (a 
     appendFileSync(join(build, 'index.js'), `\n// rebuilt ${k}\n`); // a new version of the Worker
     await until(() => (stack.logs().match(/Local server updated and ready/g) ?? []).length > updates, `reload ${k}: wrangler dev to reload`, STEP_MS);
     const resumed = await producer.next((m) => m.type === 'resumed', `a resume after reload ${k}`, since);
-    t.diagnostic(`reload ${k} at ${released}/${pieces.length} pieces (D1 ${tail.durable} of ${tail.sent}): resumed (${resumed.cause}) at ${resumed.seq}, re-sent ${resumed.resent}`);
+    t.diagnostic(`reload ${k} at ${released}/${pieces.length} pieces (D1 ${tail.durable} of ${tail.sent}): resumed (${resumed.cause}: ${resumed.message}) at ${resumed.seq}, re-sent ${resumed.resent}`);
+    assert.equal(resumed.cause, 'reset', `reload ${k}: the write in flight failed as a reset (${resumed.message})`);
     assert.deepEqual([resumed.seq, resumed.resent], [tail.durable, tail.sent - tail.durable], `reload ${k}: the new instance resumes at D1's length, and the producer re-sends exactly the tail it lost`);
     if (k === 1) readers.push(eventsReader(stack.baseUrl, id, readToken)); // the late joiner
   }
