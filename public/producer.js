@@ -145,6 +145,21 @@ async function answer(res, action) {
 }
 
 /**
+ * `promise`, or a rejection with `signal`'s reason once it aborts. An aborted request's answer
+ * may never settle: Node's fetch (undici, Node 22) leaves the body of a response that came while
+ * a streaming request body was still being sent unread for ever once the request is aborted.
+ */
+function settledOrAborted(promise, signal) {
+  if (!signal) return promise;
+  return new Promise((resolve, reject) => {
+    const aborted = () => reject(signal.reason);
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', aborted));
+    if (signal.aborted) aborted();
+    else signal.addEventListener('abort', aborted, { once: true });
+  });
+}
+
+/**
  * Open a stream whose message row the app has already inserted (SPEC §5) and return its
  * producer handle. `token` needs `write` scope for `streamId`. `chat: { id, userMessage? }`
  * names the chat the answer belongs to: its feed (`GET {prefix}/chats/{id}/events`, SPEC §11)
@@ -168,7 +183,7 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
     } catch (err) {
       throw signal?.aborted ? err : new ConnectionLostError(action, err);
     }
-    return answer(res, action);
+    return settledOrAborted(answer(res, action), signal);
   };
   const post = (action, body, headers, signal) => call('POST', action, body, headers, signal);
   const jsonHeaders = { 'content-type': 'application/json' };

@@ -228,7 +228,17 @@ export async function read_body(body, sink, signal) {
   signal.addEventListener('abort', stop, { once: true });
   try {
     for (;;) {
-      const { done, value } = await reader.read();
+      let next;
+      try {
+        next = await reader.read();
+      } catch (err) {
+        // Stopped (a cancel answered the append at once): the runtime fails a read still
+        // pending once the response is sent, and nobody awaits this promise any more, so the
+        // failure would be logged as uncaught.
+        if (signal.aborted) return;
+        throw err;
+      }
+      const { done, value } = next;
       if (signal.aborted) return;
       if (done) return sink.close();
       if (!sink.write(value)) return stop();

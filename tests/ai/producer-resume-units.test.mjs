@@ -461,9 +461,20 @@ test('the watch: a cancel heard while no write is in flight (before the first ap
   assert.deepEqual(server.requests.map((r) => r.action), ['open', 'close'], 'no write was needed to hear it');
 });
 
-test('the watch: a cancel during a streaming append nobody answers before its body ends (refused, or an early answer fetch cannot read) stops the model and pipe resolves cancelled', async () => {
-  for (const fault of ['refuseStreaming', 'neverAnswered']) {
+test('the watch: a cancel during a streaming append nobody answers before its body ends (refused, an early answer fetch cannot read, or one whose body never ends) stops the model and pipe resolves cancelled', async () => {
+  for (const fault of ['refuseStreaming', 'neverAnswered', 'answerNeverEnds']) {
     const server = fakeApi({ faults: { 2: fault } });
+    if (fault === 'answerNeverEnds') {
+      // As Node 22's fetch under wrangler dev: the early answer's headers arrive while the body is
+      // still being sent, and once the request is aborted its body neither ends nor fails.
+      const inner = server.fetch;
+      server.fetch = async (request) => {
+        if (!request.url.endsWith('/append') || !request.body) return inner(request);
+        server.requests.push({ action: 'append', epoch: request.headers.get('x-rindle-epoch') });
+        readBody(request.body).catch(() => {});
+        return new Response(new ReadableStream({ start: (c) => c.enqueue(new TextEncoder().encode('{"seq":')) }), { status: 200 });
+      };
+    }
     if (fault === 'neverAnswered') {
       // As Node's fetch under wrangler dev: the object's early answer is never read while the body is open.
       const inner = server.fetch;

@@ -114,11 +114,15 @@ async function assertAnswer(messages, { answerId, question }, label) {
   assert.deepEqual([asked.role, asked.parts[0]?.text], ['user', question], `${label}: its question just before it`);
 }
 
-/** A page's requests through its proxy: fresh feed subscriptions, and resume requests. */
+/** A page's requests through its proxy: feed subscriptions (every feed request but the
+ * reconnects the proxy's cuts caused: a cut before the feed's first `id:` reconnects without a
+ * Last-Event-ID), and resume requests. */
 function requests(name) {
   const all = proxies[name].requests;
+  const feedRequests = all.filter((r) => r.url.startsWith(`/streams/chats/${chatId}/events`)).length;
+  const feedCuts = proxies[name].cutLog.filter((c) => c.url.includes('/events')).length;
   return {
-    subscriptions: all.filter((r) => r.url.startsWith(`/streams/chats/${chatId}/events`) && !r.headers['last-event-id'] && !r.url.includes('after=')).length,
+    subscriptions: feedRequests - feedCuts,
     feedReconnects: all.filter((r) => r.url.startsWith(`/streams/chats/${chatId}/events`) && r.headers['last-event-id']).length,
     resumes: all.filter((r) => r.url.startsWith(`/api/chat/${chatId}/stream`)).map((r) => new URL(r.url, 'http://x').searchParams.get('answer')),
   };

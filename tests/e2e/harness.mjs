@@ -332,7 +332,8 @@ export function openDb(persistDir) {
 /**
  * What the stream objects of a stack keep in their own storage: for each object's local SQLite
  * file (`<persist>/v3/do/<script>-StreamObject/*.sqlite`), the keys of its storage API (the
- * `_cf_KV` table) as `{ key: value }`. Read-only, beside workerd (WAL, as `openDb`).
+ * `_cf_KV` table) as `{ key: value }` (`null`: the file could not be read just now, mid-write).
+ * Read-only, beside workerd (WAL, as `openDb`); a file workerd removed is left out.
  */
 export function objectStorage(persistDir) {
   const root = join(persistDir, 'v3', 'do');
@@ -341,13 +342,18 @@ export function objectStorage(persistDir) {
   for (const dir of dirs) {
     for (const f of readdirSync(join(root, dir)).filter((f) => f.endsWith('.sqlite'))) {
       const file = join(root, dir, f);
-      const conn = openSqlite(file, { readOnly: true });
+      let conn;
       try {
+        conn = openSqlite(file, { readOnly: true });
         const hasKv = conn.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_cf_KV'").get();
         const keys = hasKv ? Object.fromEntries(conn.prepare('SELECT key, value FROM _cf_KV').all().map((r) => [r.key, asBuffer(r.value)])) : {};
         objects.push({ file, keys });
+      } catch (e) {
+        // A file workerd removed meanwhile holds nothing; one caught mid-write (a rollback, a
+        // lock) is unknown for now: `keys: null`, and the caller asks again.
+        if (existsSync(file)) objects.push({ file, keys: null, error: e.message });
       } finally {
-        conn.close();
+        conn?.close();
       }
     }
   }

@@ -277,11 +277,17 @@ test('a second reset right after a resume: the fence and the new epoch survive i
   assert.equal(durableFromDb(stack.db, c.id).text, produced);
 });
 
-/** The object holding stream `id`: its file (found while it stores `streamId`), and its keys now. */
-function objectOf(id) {
-  const hit = objectStorage(stack.persistDir).find((o) => o.keys.streamId?.includes(Buffer.from(id)));
-  assert.ok(hit, `the object of ${id} stores its stream id while the stream lives`);
-  return () => objectStorage(stack.persistDir).find((o) => o.file === hit.file).keys;
+/** The object holding stream `id`: its file (found while it stores `streamId`), and then its
+ * keys now (`{}` once its file is gone; `null` while it cannot be read, mid-write). */
+async function objectOf(id) {
+  const hit = await until(
+    () => objectStorage(stack.persistDir).find((o) => o.keys?.streamId?.includes(Buffer.from(id))),
+    `the object of ${id} to store its stream id while the stream lives`,
+  );
+  return () => {
+    const now = objectStorage(stack.persistDir).find((o) => o.file === hit.file);
+    return now ? now.keys : {};
+  };
 }
 
 test('a finished answer leaves nothing in its object\'s storage, and a late /ui still reads it from the row', async () => {
@@ -289,9 +295,10 @@ test('a finished answer leaves nothing in its object\'s storage, and a late /ui 
   const ui = api(stack, newStream(stack, 'surv-forget-ui'));
   ok(await text.open());
   ok(await ui.open(undefined, 'ui'));
-  const keysOf = { text: objectOf(text.id), ui: objectOf(ui.id) };
+  const keysOf = { text: await objectOf(text.id), ui: await objectOf(ui.id) };
   // The lease's keys carry what a revival needs from before the mark: the format and meta.
-  assert.ok('format' in keysOf.ui() && 'streamId' in keysOf.ui() && 'hostToken' in keysOf.ui(), JSON.stringify(Object.keys(keysOf.ui())));
+  const uiKeys = await until(() => keysOf.ui(), 'the ui object\'s keys');
+  assert.ok('format' in uiKeys && 'streamId' in uiKeys && 'hostToken' in uiKeys, JSON.stringify(Object.keys(uiKeys)));
   ok(await text.append('forgotten 😀'));
   ok(await ui.append(ndjson([{ type: 'start' }, { type: 'text-delta', id: 't', delta: 'kept in the row 👍🏽' }])));
   ok(await text.close());
@@ -299,7 +306,10 @@ test('a finished answer leaves nothing in its object\'s storage, and a late /ui 
   // The next alarm (a lease later) finds each stream sealed and releases: every key goes, and
   // the alarm with them. (Before, 4-6 keys stayed per answer, for ever.)
   for (const [name, keys] of Object.entries(keysOf)) {
-    await until(() => Object.keys(keys()).length === 0, () => `the ${name} stream's object to forget its keys: ${JSON.stringify(Object.keys(keys()))}`, LEASE_MS * 4 + 5000);
+    await until(() => {
+      const now = keys();
+      return now !== null && Object.keys(now).length === 0;
+    }, () => `the ${name} stream's object to forget its keys: ${JSON.stringify(Object.keys(keys() ?? {}))}`, LEASE_MS * 4 + 5000);
   }
   // A late reader in a fresh instance (no stream held, no keys): /text and /ui read the row,
   // whose format column the open wrote.
@@ -311,7 +321,7 @@ test('a finished answer leaves nothing in its object\'s storage, and a late /ui 
   const body = await res.text();
   assert.match(body, /kept in the row 👍🏽/);
   assert.match(body, /data: \[DONE\]/);
-  assert.equal(Object.keys(keysOf.ui()).length, 0, 'reading it stored nothing');
+  assert.equal(Object.keys(await until(() => keysOf.ui(), 'the ui object\'s keys')).length, 0, 'reading it stored nothing');
 });
 
 test('an idle producer whose object is evicted mid-pause is rebuilt, waits past the resume window, then continues to complete', async () => {

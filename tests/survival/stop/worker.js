@@ -22,12 +22,24 @@ export default {
       const gate = gates(holdUrl, streamId);
       for (const [action, nth] of armed) gate.arm(action, nth);
       producing.set(streamId, gate);
-      const report = (event) =>
-        fetch(reportUrl, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ streamId, ...event }) })
-          .then((res) => res.arrayBuffer())
-          .catch((err) => console.error(`report_failed ${streamId} ${err?.message}`));
+      // Reports leave in order, and the answer's work (waitUntil) lasts until the last has
+      // arrived: the runtime cancels a subrequest still in flight when that work ends, so the
+      // final report (`ended`), sent as produce() returns, would otherwise be lost.
+      let reported = Promise.resolve();
+      const report = (event) => {
+        const body = JSON.stringify({ streamId, ...event });
+        reported = reported.then(() =>
+          fetch(reportUrl, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
+            .then((res) => res.arrayBuffer())
+            .catch((err) => console.error(`report_failed ${streamId} ${err?.message}`)),
+        );
+      };
       const send = (req) => env.RINDLE.fetch(req);
-      ctx.waitUntil(produce({ where: { service: true }, send, streamId, token, modelUrl, gate, report }).finally(() => producing.delete(streamId)));
+      ctx.waitUntil(
+        produce({ where: { service: true }, send, streamId, token, modelUrl, gate, report })
+          .then(() => reported)
+          .finally(() => producing.delete(streamId)),
+      );
       return Response.json({ started: true });
     }
     if (path === '/reach') {
