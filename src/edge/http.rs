@@ -1,6 +1,6 @@
 //! Small helpers for answers and request parts.
 
-use crate::engine::access::api::{self, ApiError};
+use crate::engine::access::api::{self, Action, ApiError};
 use crate::engine::text::utf16::Offset;
 use serde::Serialize;
 use worker::{Headers, Request, Response};
@@ -30,9 +30,13 @@ pub struct Target {
 
 impl Target {
     pub fn of(req: &Request) -> Self {
-        let url = req.inner().url();
+        Self::parse(&req.inner().url())
+    }
+
+    /// The path and query of an absolute URL as the runtime serializes it.
+    pub fn parse(url: &str) -> Self {
         let query = url.split_once('?').map_or("", |(_, q)| q.split('#').next().unwrap_or_default()).to_owned();
-        Self { path: api::path_of(&url).to_owned(), query }
+        Self { path: api::path_of(url).to_owned(), query }
     }
 
     /// The query string as sent (without `?`).
@@ -46,27 +50,39 @@ impl Target {
     }
 }
 
+/// Where a request's bearer token came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenFrom {
+    Header,
+    /// `?token=`: the URL ends up in logs and histories, so only tokens that cannot write pass.
+    Query,
+}
+
 /// The bearer token of a request: `Authorization: Bearer …`, or (where allowed) `?token=`.
-pub fn token(req: &Request, target: &Target, query_allowed: bool) -> Option<String> {
-    let header = req.headers().get("authorization").ok().flatten();
+pub fn token(headers: &Headers, target: &Target, query_allowed: bool) -> Option<(String, TokenFrom)> {
+    let header = headers.get("authorization").ok().flatten();
     if let Some(t) = header.as_deref().and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer "))) {
-        return Some(t.trim().to_owned());
+        return Some((t.trim().to_owned(), TokenFrom::Header));
     }
     if query_allowed {
-        return target.query("token");
+        return target.query("token").map(|t| (t, TokenFrom::Query));
     }
     None
 }
 
 /// Where a reader joins: `Last-Event-ID` over `?from=` (SPEC §3).
 pub fn join_offset(req: &Request, target: &Target) -> Offset {
-    let last_event_id = req.headers().get("last-event-id").ok().flatten();
+    join_offset_of(req.headers(), target)
+}
+
+pub fn join_offset_of(headers: &Headers, target: &Target) -> Offset {
+    let last_event_id = headers.get("last-event-id").ok().flatten();
     crate::engine::wire::sse::join_offset(last_event_id.as_deref(), target.query("from").as_deref())
 }
 
 /// Every header of a request as (lower-case name, value), for an authorizer.
-pub fn header_pairs(req: &Request) -> Vec<(String, String)> {
-    req.headers().entries().collect()
+pub fn header_pairs(headers: &Headers) -> Vec<(String, String)> {
+    headers.entries().collect()
 }
 
 /// A failure of the runtime itself (not of the input): an honest 503, never a panic.
@@ -74,19 +90,70 @@ pub fn unavailable(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(503, "unavailable", format!("the service could not complete the request: {e}"))
 }
 
-/// Reads a small JSON body (at most `max` bytes); an empty body is `None`.
-pub async fn small_json(req: &mut Request, max: usize, what: &str) -> Result<Option<serde_json::Value>, ApiError> {
-    if let Some(len) = req.headers().get("content-length").ok().flatten().and_then(|l| l.parse::<usize>().ok()) {
-        if len > max {
-            return Err(ApiError::too_large(max));
+/// Reads a request body of at most `max` bytes (`Action::max_body_bytes`) against a running
+/// count: at the first byte past the bound (or at once, when a declared `content-length` is
+/// past it) nothing more is kept and the request is refused 413; the rest is read and dropped
+/// piece by piece (see [`read_bounded`]), so memory stays bounded whatever the client sends.
+/// A request without a body reads as empty.
+pub async fn read_limited(req: &Request, action: Action, max: usize) -> Result<Vec<u8>, ApiError> {
+    let Some(body) = req.inner().body() else { return Ok(Vec::new()) };
+    let declared = req.headers().get("content-length").ok().flatten().and_then(|l| l.parse::<u64>().ok());
+    let keep = if declared.is_some_and(|n| n > max as u64) { 0 } else { max };
+    match read_bounded(body, keep).await {
+        Ok(bytes) if keep == max => Ok(bytes),
+        Ok(_) | Err(Unread::TooLarge) => Err(ApiError::body_too_large(action, max)),
+        Err(Unread::Failed(e)) => Err(ApiError::new(400, "bad_request", format!("could not read the body: {e}"))),
+    }
+}
+
+/// Why [`read_bounded`] kept no body.
+pub enum Unread {
+    /// It was longer than what was to be kept.
+    TooLarge,
+    /// Reading it failed.
+    Failed(worker::Error),
+}
+
+/// The most of a body read and dropped past what is kept: Cloudflare's own request body limit,
+/// so every body the edge lets through is read to its end.
+pub const MAX_DISCARDED_BYTES: usize = 100 << 20;
+
+/// Reads `body`, keeping at most `keep` bytes. Past them it keeps nothing more and reads on,
+/// dropping each piece, to the body's end (or [`MAX_DISCARDED_BYTES`] more, where it cancels):
+/// an answer given while the client is still sending is never delivered through `wrangler
+/// dev`'s proxy, which then reloads the runtime (workerd alone answers a cancelled body at
+/// once; docs/SECURITY.md, "Answered at once"). The front Worker, which answers a denied
+/// request without reading its body at all, never gets here.
+pub async fn read_bounded(body: web_sys::ReadableStream, keep: usize) -> Result<Vec<u8>, Unread> {
+    let mut stream = wasm_streams::ReadableStream::from_raw(body);
+    let mut reader = stream.get_reader();
+    let (mut kept, mut total) = (Vec::new(), 0usize);
+    loop {
+        let chunk = match reader.read().await {
+            Ok(Some(chunk)) => js_sys::Uint8Array::new(&chunk),
+            Ok(None) if total > keep => return Err(Unread::TooLarge),
+            Ok(None) => return Ok(kept),
+            Err(e) => return Err(Unread::Failed(worker::Error::from(e))),
+        };
+        total = total.saturating_add(chunk.length() as usize);
+        if total <= keep {
+            let at = kept.len();
+            kept.resize(total, 0);
+            chunk.copy_to(&mut kept[at..]);
+        } else {
+            kept = Vec::new();
+            if total > keep.saturating_add(MAX_DISCARDED_BYTES) {
+                let _ = reader.cancel().await;
+                return Err(Unread::TooLarge);
+            }
         }
     }
-    let bytes = req.bytes().await.map_err(|e| ApiError::new(400, "bad_request", format!("could not read the body: {e}")))?;
-    if bytes.len() > max {
-        return Err(ApiError::too_large(max));
-    }
+}
+
+/// A small JSON body; an empty (or blank) one is `None`.
+pub fn small_json(bytes: &[u8], what: &str) -> Result<Option<serde_json::Value>, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| ApiError::bad_json(what, e))
+    serde_json::from_slice(bytes).map(Some).map_err(|e| ApiError::bad_json(what, e))
 }

@@ -135,7 +135,7 @@ test('a bad UI_VALIDATION or ALLOWED_ORIGINS refuses every request with 500 misc
     const bad = await startStack({ name: 'e2e-misconfigured', vars: { [name]: value } });
     try {
       const id = newStream(bad, 'mis');
-      for (const res of [await api(bad, id).open(), await call(`${bad.baseUrl}/streams/${id}/ui?token=${bad.token(id)}`)]) {
+      for (const res of [await api(bad, id).open(), await call(`${bad.baseUrl}/streams/${id}/ui?token=${bad.token(id, 'read')}`)]) {
         const body = isError(res, 500, 'misconfigured', `${name}=${value}`);
         assert.ok(body.message.includes(name) && body.message.includes(says), body.message);
       }

@@ -272,14 +272,18 @@ export function rawRequest(baseUrl, { method = 'GET', path, headers = {}, body, 
 
 /**
  * An API client for one stream (SPEC §4). Producer calls send `Authorization: Bearer`;
- * reader calls (`text`, `events`, `ui`) pass `?token=`, as a browser's EventSource must.
+ * reader calls (`text`, `events`, `ui`) pass `?token=`, as a browser's EventSource must, with
+ * a read-only token (a token in a URL may not write: SPEC §12): `readToken`, by default the
+ * given `token` when one is given, else a `read` token for the stream.
  */
-export function api(stack, id, { token = stack.token(id) } = {}) {
+export function api(stack, id, { token, readToken } = {}) {
+  readToken ??= token ?? stack.token(id, 'read');
+  token ??= stack.token(id);
   const url = (action, query = '') => `${stack.baseUrl}/streams/${encodeURIComponent(id)}/${action}${query}`;
   const auth = { authorization: `Bearer ${token}` };
   const post = (action, body, headers = {}) => call(url(action), { method: 'POST', headers: { ...auth, ...headers }, body });
-  const readToken = () => encodeURIComponent(token);
-  const readUrl = (action) => (from) => url(action, `?${from === undefined ? '' : `from=${from}&`}token=${readToken()}`);
+  const queryToken = () => encodeURIComponent(readToken);
+  const readUrl = (action) => (from) => url(action, `?${from === undefined ? '' : `from=${from}&`}token=${queryToken()}`);
   const eventsUrl = readUrl('events');
   const uiUrl = readUrl('ui');
   /** `format`: 'text' (the default) or 'ui' (SPEC §9). */
@@ -291,6 +295,7 @@ export function api(stack, id, { token = stack.token(id) } = {}) {
     id,
     url,
     token,
+    readToken,
     open,
     append: (text) => post('append', text, { 'content-type': 'text/plain; charset=utf-8' }),
     flush: () => post('flush'),
@@ -298,7 +303,7 @@ export function api(stack, id, { token = stack.token(id) } = {}) {
     fail: (error) => post('fail', JSON.stringify({ error }), { 'content-type': 'application/json' }),
     cancel: () => post('cancel'),
     stats: () => call(url('stats'), { headers: auth }),
-    text: () => call(url('text', `?token=${readToken()}`)),
+    text: () => call(url('text', `?token=${queryToken()}`)),
     eventsUrl,
     /**
      * A subscription (harness.mjs's readSse), resolved once the server's first frame (`open`,

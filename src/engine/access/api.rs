@@ -103,7 +103,33 @@ impl Action {
     pub fn joins(self) -> bool {
         matches!(self, Action::Events | Action::Ui | Action::Stream)
     }
+
+    /// The most of a request body this route reads; past it the read stops at once (a running
+    /// count, never a read to the end) and the request is refused 413. An append's bound is
+    /// `MAX_APPEND_BYTES` (`max_append_bytes`); the other routes carry at most a small JSON
+    /// object, or nothing at all (a body sent to those is read against the same bound and
+    /// ignored).
+    pub fn max_body_bytes(self, max_append_bytes: usize) -> usize {
+        match self {
+            Action::Append => max_append_bytes,
+            Action::Open => MAX_OPEN_BODY_BYTES,
+            Action::Pump => MAX_PUMP_BODY_BYTES,
+            _ => MAX_SMALL_BODY_BYTES,
+        }
+    }
 }
+
+/// The largest body of `fail` and the routes that take none (a 64 KiB error message is far
+/// more than one needs).
+pub const MAX_SMALL_BODY_BYTES: usize = 64 << 10;
+
+/// The largest open body: room for a chat's user message (at most 64 KiB, refused with 400
+/// `bad_user_message` past that, and more as escaped JSON) and a `meta`.
+pub const MAX_OPEN_BODY_BYTES: usize = 1 << 20;
+
+/// The largest pump body: the upstream URL, its headers and the model request, which carries
+/// the conversation so far (1 MiB: some 250,000 tokens of history, beyond every model's context).
+pub const MAX_PUMP_BODY_BYTES: usize = 1 << 20;
 
 /// A routed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,6 +325,25 @@ impl ApiError {
 
     pub fn too_large(max_bytes: usize) -> Self {
         Self::new(413, "too_large", format!("an append may carry at most {max_bytes} bytes")).with("maxBytes", max_bytes)
+    }
+
+    /// A reader past `MAX_READERS` on one stream: retry once a reader has left.
+    pub fn too_many_readers(stream_id: &str, max: usize) -> Self {
+        Self::new(
+            429,
+            "too_many_readers",
+            format!("stream {stream_id} has {max} readers, the most it takes (MAX_READERS); try again later"),
+        )
+        .with("maxReaders", max)
+    }
+
+    /// A body past its route's bound ([`Action::max_body_bytes`]).
+    pub fn body_too_large(action: Action, max_bytes: usize) -> Self {
+        match action {
+            Action::Append => Self::too_large(max_bytes),
+            _ => Self::new(413, "too_large", format!("the {} body may carry at most {max_bytes} bytes", action.name()))
+                .with("maxBytes", max_bytes),
+        }
     }
 
     pub fn bad_utf8(e: crate::engine::text::utf8::BadUtf8) -> Self {
@@ -514,6 +559,20 @@ mod tests {
             let e = parse(body.clone()).unwrap_err();
             assert_eq!((e.status, e.code), (400, code), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn every_route_reads_a_bounded_body() {
+        for action in Action::ALL {
+            let max = action.max_body_bytes(1 << 20);
+            assert!((1..=1 << 20).contains(&max), "{action:?}: {max}");
+            let e = ApiError::body_too_large(action, max);
+            assert_eq!((e.status, e.code, e.extra["maxBytes"].as_u64()), (413, "too_large", Some(max as u64)), "{action:?}");
+        }
+        assert_eq!(Action::Append.max_body_bytes(7), 7, "MAX_APPEND_BYTES");
+        assert_eq!(Action::Open.max_body_bytes(7), 1 << 20, "a chat's user message and a meta");
+        assert_eq!(Action::Fail.max_body_bytes(7), 65_536);
+        assert_eq!(ApiError::body_too_large(Action::Fail, 65_536).message, "the fail body may carry at most 65536 bytes");
     }
 
     #[test]

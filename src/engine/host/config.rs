@@ -1,6 +1,7 @@
 //! Settings: the live stream's policy and the service's configuration (SPEC §8), parsed from
 //! the Worker's string vars and refused with a clear message when wrong.
 
+use crate::engine::access::auth::JwtPolicy;
 use crate::engine::access::cors::AllowedOrigins;
 use crate::engine::durable::{ColumnNames, Dialect, MappingError, TableMapping};
 use crate::engine::feed::FeedConfig;
@@ -61,6 +62,13 @@ impl Backend {
 /// without a `stale` round trip, while a long response does not stay in memory whole.
 pub const SINK_RETAIN_CHARS: Offset = Offset(64 * 1024);
 
+/// The default most readers per stream. Measured (bench/readers-memory.mjs, BENCHMARKS.md,
+/// "Hostile traffic"): an attached reader costs workerd 80-110 KB of resident memory (107 KB
+/// each for 500, 80 KB each for 1,000; of it, the wasm heap holds 0.2 KB: the rest is the
+/// runtime's connection and response stream). 500 readers took 54 MB, under half the isolate's
+/// 128 MB, leaving the rest to the stream's text and its replay.
+pub const DEFAULT_MAX_READERS: usize = 500;
+
 /// The live stream's policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamConfig {
@@ -83,6 +91,9 @@ pub struct StreamConfig {
     pub idle_timeout_ms: Millis,
     /// A reader's queue bound; past it the reader gets `stale`.
     pub max_queued_frames: usize,
+    /// The most readers attached to one stream at once (`MAX_READERS`); the next one is
+    /// refused 429 until one leaves. Each holds a connection and a queue in the stream's object.
+    pub max_readers: usize,
     /// Merge the chunk frames queued for a reader that fell behind into one at pull time. Off
     /// only to measure what merging saves (`MERGE_QUEUED_CHUNKS=0`, see BENCHMARKS.md).
     pub merge_queued_chunks: bool,
@@ -134,6 +145,7 @@ impl Default for StreamConfig {
             linger_ms: Millis(30_000),
             idle_timeout_ms: Millis(300_000),
             max_queued_frames: 1024,
+            max_readers: DEFAULT_MAX_READERS,
             merge_queued_chunks: true,
             reader_pacing_us: 500,
             reader_pacing_max_ms: Millis(50),
@@ -153,6 +165,11 @@ impl Default for StreamConfig {
 }
 
 impl StreamConfig {
+    /// Whether one more reader may join a stream that has `readers` attached (`MAX_READERS`).
+    pub fn admits_reader(&self, readers: usize) -> bool {
+        readers < self.max_readers
+    }
+
     /// The delay before retry number `retry` (1-based), or `None` when retries are exhausted.
     pub fn retry_delay(&self, retry: u32) -> Option<Millis> {
         (retry >= 1 && retry <= self.retries).then(|| self.retry_backoff_ms * (1 << (retry - 1).min(20)))
@@ -238,6 +255,9 @@ pub struct Settings {
     pub allowed_origins: AllowedOrigins,
     /// The chat feeds' history and lifetime (`FEED_HISTORY`, `FEED_IDLE_MS`; SPEC §11).
     pub feed: FeedConfig,
+    /// What the JWT check requires beyond a signature (`STREAM_JWT_AUDIENCE`,
+    /// `STREAM_JWT_MAX_LIFETIME_SECS`).
+    pub jwt: JwtPolicy,
 }
 
 impl Settings {
@@ -281,6 +301,7 @@ impl Settings {
             linger_ms: ms("LINGER_MS", defaults.linger_ms, 0, 3_600_000)?,
             idle_timeout_ms: ms("IDLE_TIMEOUT_MS", defaults.idle_timeout_ms, 0, 86_400_000)?,
             max_queued_frames: number("MAX_QUEUED_FRAMES", defaults.max_queued_frames as u64, 4, 1 << 20)? as usize,
+            max_readers: number("MAX_READERS", defaults.max_readers as u64, 1, 100_000)? as usize,
             merge_queued_chunks: number("MERGE_QUEUED_CHUNKS", 1, 0, 1)? == 1,
             reader_pacing_us: number("READER_PACING_US", defaults.reader_pacing_us, 0, 10_000)?,
             reader_pacing_burst: number("READER_PACING_BURST", defaults.reader_pacing_burst, 1, 64)?,
@@ -332,6 +353,16 @@ impl Settings {
                 verify_ms: lease_ms * 3,
                 ..FeedConfig::default()
             },
+            jwt: JwtPolicy {
+                audience: var("STREAM_JWT_AUDIENCE").map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()),
+                // A minute at least (a token must outlive its way here), a year at most.
+                max_lifetime_secs: number(
+                    "STREAM_JWT_MAX_LIFETIME_SECS",
+                    crate::engine::access::auth::DEFAULT_MAX_LIFETIME_SECS,
+                    60,
+                    31_536_000,
+                )?,
+            },
         })
     }
 }
@@ -374,6 +405,14 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_admits_readers_up_to_max_readers() {
+        let s = settings(&[("MAX_READERS", "2")]).unwrap().stream;
+        assert!(s.admits_reader(0) && s.admits_reader(1) && !s.admits_reader(2) && !s.admits_reader(3));
+        assert_eq!(settings(&[]).unwrap().stream.max_readers, DEFAULT_MAX_READERS);
+        assert!(settings(&[("MAX_READERS", "0")]).unwrap_err().to_string().starts_with("configuration MAX_READERS: "));
+    }
+
+    #[test]
     fn the_durable_backend_is_d1_or_postgres_and_nothing_else() {
         assert_eq!(settings(&[]).unwrap().backend, Backend::D1);
         assert_eq!(settings(&[("DURABLE_BACKEND", "d1")]).unwrap().backend, Backend::D1);
@@ -407,6 +446,18 @@ mod tests {
         assert!(settings(&[]).unwrap().allowed_origins.is_empty());
         let err = settings(&[("ALLOWED_ORIGINS", "https://app.example.com/")]).unwrap_err().to_string();
         assert!(err.starts_with("configuration ALLOWED_ORIGINS: "), "{err}");
+    }
+
+    #[test]
+    fn the_jwt_policy_checks_no_audience_and_a_day_of_lifetime_unless_set() {
+        assert_eq!(settings(&[]).unwrap().jwt, JwtPolicy { audience: None, max_lifetime_secs: 86_400 });
+        let set = settings(&[("STREAM_JWT_AUDIENCE", " rindle "), ("STREAM_JWT_MAX_LIFETIME_SECS", "3600")]).unwrap();
+        assert_eq!(set.jwt, JwtPolicy { audience: Some("rindle".into()), max_lifetime_secs: 3600 });
+        assert_eq!(settings(&[("STREAM_JWT_AUDIENCE", "")]).unwrap().jwt.audience, None);
+        for bad in ["0", "59", "31536001", "a day"] {
+            let err = settings(&[("STREAM_JWT_MAX_LIFETIME_SECS", bad)]).unwrap_err().to_string();
+            assert!(err.starts_with("configuration STREAM_JWT_MAX_LIFETIME_SECS: "), "{err}");
+        }
     }
 
     #[test]
