@@ -3,6 +3,7 @@
 use crate::engine::access::api::{self, Action, ApiError};
 use crate::engine::text::utf16::Offset;
 use serde::Serialize;
+use wasm_bindgen::JsCast;
 use worker::{Headers, Request, Response};
 
 /// A JSON answer.
@@ -10,14 +11,32 @@ pub fn json(status: u16, value: &impl Serialize) -> worker::Result<Response> {
     Ok(Response::from_json(value)?.with_status(status))
 }
 
-/// The JSON error answer of SPEC §4.
+/// The JSON error answer of SPEC §4. An error with a detail (a configuration's fault, a store's
+/// error) is logged with it under a fresh request id, and the body carries only the id.
 pub fn error(e: &ApiError) -> worker::Result<Response> {
     let headers = Headers::new();
     headers.set("content-type", "application/json; charset=utf-8")?;
     if let Some(allow) = e.extra.get("allow").and_then(|v| v.as_str()) {
         headers.set("allow", allow)?;
     }
-    Ok(Response::from_bytes(e.body().into_bytes())?.with_status(e.status).with_headers(headers))
+    let body = match &e.detail {
+        None => e.body(),
+        Some(detail) => {
+            let id = request_id();
+            super::shell::log("error", "request_failed", "", serde_json::json!({"requestId": id, "error": e.code, "detail": detail}));
+            e.clone().with("requestId", id).body()
+        }
+    };
+    Ok(Response::from_bytes(body.into_bytes())?.with_status(e.status).with_headers(headers))
+}
+
+/// A request id for the log and the caller: 16 random hex digits.
+fn request_id() -> String {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        return format!("{:x}", js_sys::Date::now() as u64);
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The path and query of a request, read without a URL parser: the runtime hands over a
@@ -125,29 +144,49 @@ pub const MAX_DISCARDED_BYTES: usize = 100 << 20;
 /// once; docs/SECURITY.md, "Answered at once"). The front Worker, which answers a denied
 /// request without reading its body at all, never gets here.
 pub async fn read_bounded(body: web_sys::ReadableStream, keep: usize) -> Result<Vec<u8>, Unread> {
-    let mut stream = wasm_streams::ReadableStream::from_raw(body);
-    let mut reader = stream.get_reader();
-    let (mut kept, mut total) = (Vec::new(), 0usize);
-    loop {
-        let chunk = match reader.read().await {
-            Ok(Some(chunk)) => js_sys::Uint8Array::new(&chunk),
-            Ok(None) if total > keep => return Err(Unread::TooLarge),
-            Ok(None) => return Ok(kept),
-            Err(e) => return Err(Unread::Failed(worker::Error::from(e))),
-        };
-        total = total.saturating_add(chunk.length() as usize);
-        if total <= keep {
-            let at = kept.len();
-            kept.resize(total, 0);
-            chunk.copy_to(&mut kept[at..]);
-        } else {
-            kept = Vec::new();
-            if total > keep.saturating_add(MAX_DISCARDED_BYTES) {
-                let _ = reader.cancel().await;
-                return Err(Unread::TooLarge);
-            }
-        }
+    let cap = keep.saturating_add(MAX_DISCARDED_BYTES) as f64;
+    match wasm_bindgen_futures::JsFuture::from(read_body_bounded(&body, keep as f64, cap)).await {
+        Ok(kept) => match kept.dyn_into::<js_sys::Uint8Array>() {
+            Ok(bytes) => Ok(bytes.to_vec()),
+            Err(_) => Err(Unread::TooLarge),
+        },
+        Err(e) => Err(Unread::Failed(worker::Error::from(e))),
     }
+}
+
+#[wasm_bindgen::prelude::wasm_bindgen(inline_js = r#"
+export async function read_body_bounded(body, keep, cap) {
+  const PIECE = 65536;
+  let reader, buffer = new ArrayBuffer(PIECE);
+  try { reader = body.getReader({ mode: 'byob' }); } catch { reader = body.getReader(); buffer = null; }
+  let kept = new Uint8Array(Math.min(keep, PIECE)), total = 0;
+  for (;;) {
+    const { done, value } = buffer ? await reader.read(new Uint8Array(buffer)) : await reader.read();
+    if (done) return total > keep ? total : kept.subarray(0, total);
+    if (buffer) buffer = value.buffer;
+    const at = total;
+    total += value.byteLength;
+    if (total <= keep) {
+      if (total > kept.length) {
+        const grown = new Uint8Array(Math.min(keep, Math.max(total, 2 * kept.length)));
+        grown.set(kept.subarray(0, at));
+        kept = grown;
+      }
+      kept.set(value, at);
+    } else if (total > cap) {
+      await reader.cancel().catch(() => {});
+      return total;
+    }
+  }
+}
+"#)]
+extern "C" {
+    /// Reads `body` in JavaScript, one 64 KiB buffer reused (a BYOB reader, where the stream
+    /// offers one): per piece it makes a view and a result object and nothing in wasm, where
+    /// a loop in Rust made a future, closures and copies per piece, and the garbage grew workerd
+    /// by megabytes over a 60 MiB body. Resolves with the bytes kept (a `Uint8Array`, at most
+    /// `keep`), or, past `keep`, with the total read (a number; cancelled past `cap`).
+    fn read_body_bounded(body: &web_sys::ReadableStream, keep: f64, cap: f64) -> js_sys::Promise;
 }
 
 /// A small JSON body; an empty (or blank) one is `None`.

@@ -176,7 +176,8 @@ impl StreamObject {
                 let body = http::small_json(&body, "the fail body must be {\"error\": \"…\"}")?;
                 let message =
                     body.as_ref().and_then(|b| b.get("error")).and_then(|e| e.as_str()).unwrap_or("the producer failed the stream");
-                o.seal(&route, Some(message.to_owned()), epoch).await
+                // A message U+0000 the store cannot keep is kept with U+FFFD in its place.
+                o.seal(&route, Some(o.settings().backend.storable(message).into_owned()), epoch).await
             }
             Action::Resume => self.resume_producer(&o, &route, &req).await,
             Action::Events => o.events(&req, &target),
@@ -247,7 +248,7 @@ impl StreamObject {
         if let Some(Err(fenced)) = o.shell.inspect(|s| s.admit(epoch)) {
             return Err(super::revive::fenced(&route.stream_id, fenced));
         }
-        let (pump, upstream) = super::pump::upstream_request(body, &o.setup.settings.pump_secrets, &self.env)?;
+        let (pump, upstream) = super::pump::upstream_request(body, &o.setup.settings, &self.env)?;
         if o.pumping.get() {
             return Err(ApiError::pump_running(&route.stream_id));
         }
@@ -320,10 +321,7 @@ impl Object {
             .map_err(|f| super::revive::fenced(&route.stream_id, f))?;
         match settled.await.map_err(unavailable)? {
             Ok(r) => http::json(200, &json!({"status": r.status, "seq": r.seq, "durableSeq": r.durable_seq})).map_err(unavailable),
-            Err(short) => Err(ApiError::new(503, "seal_failed", short.to_string())
-                .with("status", short.status.as_str())
-                .with("seq", short.seq)
-                .with("durableSeq", short.durable_seq)),
+            Err(short) => Err(ApiError::seal_failed(short.status.as_str(), short.seq, short.durable_seq, &short)),
         }
     }
 

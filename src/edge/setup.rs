@@ -11,6 +11,7 @@ use crate::engine::durable::{MappedSql, SqlExecutor, Tables};
 use crate::engine::host::config::{Backend, ConfigError, Settings};
 use crate::engine::host::hook::EventHook;
 use crate::engine::host::store::CheckpointSink;
+use crate::engine::pump::Build;
 use std::cell::RefCell;
 use std::rc::Rc;
 use worker::Env;
@@ -39,7 +40,8 @@ pub fn settings(env: &Env) -> Result<Rc<Settings>, ConfigError> {
             return settings;
         }
     }
-    let settings = Settings::from_vars(|name| var(env, name), custom_sink).map(Rc::new);
+    let build = if cfg!(feature = "dev") { Build::Development } else { Build::Production };
+    let settings = Settings::from_vars(|name| var(env, name), custom_sink, build).map(Rc::new);
     SETTINGS.with(|s| *s.borrow_mut() = Some((custom_sink, settings.clone())));
     settings
 }

@@ -345,6 +345,21 @@ export function isError(res, status, code, what = 'request') {
   return res.json;
 }
 
+/**
+ * Assert an error whose detail the Worker keeps to its log (a configuration's fault, a store's
+ * error): `status` and `code`, a `requestId`, a body naming none of `details`, and a log line
+ * under that id naming every one of them. Returns the body.
+ */
+export async function isLoggedError(stack, res, status, code, details, what = 'request') {
+  const body = isError(res, status, code, what);
+  assert.match(body.requestId ?? '', /^[0-9a-f]{16}$/, `${what}: a requestId: ${res.raw}`);
+  for (const d of details) assert.ok(!res.raw.includes(d), `${what}: the body names ${d}: ${res.raw}`);
+  const line = (await stack.waitForLog(new RegExp(`^.*"requestId":"${body.requestId}".*$`, 'm')))[0];
+  const logged = JSON.parse(line.slice(line.indexOf('{'), line.lastIndexOf('}') + 1));
+  for (const d of details) assert.ok(logged.detail.includes(d), `${what}: the log line under ${body.requestId} names ${d}: ${line}`);
+  return body;
+}
+
 // ---------------------------------------------------------------------------------------
 // Reading frames
 

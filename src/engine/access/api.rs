@@ -240,11 +240,20 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     pub extra: Map<String, Value>,
+    /// What went wrong inside (a configuration's fault, a store's error), for the operator's
+    /// log only: never in the body. The shell logs it under a request id, which the body
+    /// carries (`requestId`), so a caller can quote it and an operator find it.
+    pub detail: Option<String>,
 }
 
 impl ApiError {
     pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), extra: Map::new() }
+        Self { status, code, message: message.into(), extra: Map::new(), detail: None }
+    }
+
+    /// An error whose detail goes to the log: the body says only `message` and the request id.
+    pub fn internal(status: u16, code: &'static str, message: &str, detail: impl std::fmt::Display) -> Self {
+        Self { detail: Some(detail.to_string()), ..Self::new(status, code, message) }
     }
 
     /// Adds a field beside `error` and `message` (e.g. `seq`, `durableSeq`).
@@ -392,7 +401,17 @@ impl ApiError {
     }
 
     pub fn checkpoint_failed(seq: Offset, durable_seq: Offset, reason: impl std::fmt::Display) -> Self {
-        Self::new(503, "checkpoint_failed", reason.to_string()).with("seq", seq).with("durableSeq", durable_seq)
+        Self::internal(503, "checkpoint_failed", "the checkpoint could not be committed; its cause is logged under requestId", reason)
+            .with("seq", seq)
+            .with("durableSeq", durable_seq)
+    }
+
+    /// A seal that could not commit: the stream still ended, `durableSeq` says what was saved.
+    pub fn seal_failed(status: &str, seq: Offset, durable_seq: Offset, reason: impl std::fmt::Display) -> Self {
+        Self::internal(503, "seal_failed", "the seal could not be committed; its cause is logged under requestId", reason)
+            .with("status", status)
+            .with("seq", seq)
+            .with("durableSeq", durable_seq)
     }
 
     pub fn no_row(stream_id: &str) -> Self {
@@ -400,11 +419,13 @@ impl ApiError {
     }
 
     pub fn store_unavailable(e: impl std::fmt::Display) -> Self {
-        Self::new(503, "store_unavailable", format!("the store failed: {e}"))
+        Self::internal(503, "store_unavailable", "the store could not complete the request; its error is logged under requestId", e)
     }
 
+    /// A configuration the service refuses to run with: which setting is said only in the log
+    /// (a caller, authorized or not, learns nothing of the deployment).
     pub fn misconfigured(e: impl std::fmt::Display) -> Self {
-        Self::new(500, "misconfigured", e.to_string())
+        Self::internal(500, "misconfigured", "the service is misconfigured; the setting to fix is logged under requestId", e)
     }
 
     pub fn bad_upstream(e: impl std::fmt::Display) -> Self {
@@ -577,8 +598,28 @@ mod tests {
 
     #[test]
     fn the_error_body_has_the_specs_shape() {
-        let e = ApiError::checkpoint_failed(Offset(9), Offset(4), "store down");
+        let e = ApiError::open_refused("m1", "no row");
         let v: Value = serde_json::from_str(&e.body()).unwrap();
-        assert_eq!(v, json!({"error": "checkpoint_failed", "message": "store down", "seq": 9, "durableSeq": 4}));
+        assert_eq!(v, json!({"error": "open_refused", "message": "stream m1: no row"}));
+    }
+
+    #[test]
+    fn configuration_and_store_errors_keep_their_detail_out_of_the_body() {
+        for e in [
+            ApiError::misconfigured("configuration PUMP_SECRETS: names KEY, which is not set"),
+            ApiError::store_unavailable("42703: column \"secret_col\" does not exist"),
+            ApiError::checkpoint_failed(Offset(9), Offset(4), "SQLSTATE 57014: canceling statement"),
+            ApiError::seal_failed("complete", Offset(9), Offset(4), "SQLSTATE 57014: canceling statement"),
+        ] {
+            let body = e.body();
+            let detail = e.detail.as_deref().unwrap();
+            assert!(
+                !body.contains(detail) && !body.contains("SQLSTATE") && !body.contains("secret_col") && !body.contains("PUMP_SECRETS"),
+                "{body}"
+            );
+            assert!(e.message.ends_with("logged under requestId"), "{}", e.message);
+        }
+        let v: Value = serde_json::from_str(&ApiError::checkpoint_failed(Offset(9), Offset(4), "x").body()).unwrap();
+        assert_eq!((v["seq"].as_u64(), v["durableSeq"].as_u64()), (Some(9), Some(4)), "what the caller needs stays");
     }
 }

@@ -6,7 +6,7 @@ use crate::engine::access::cors::AllowedOrigins;
 use crate::engine::durable::{ColumnNames, Dialect, MappingError, TableMapping};
 use crate::engine::feed::FeedConfig;
 use crate::engine::host::time::Millis;
-use crate::engine::pump::{PumpSecrets, SecretsError};
+use crate::engine::pump::{Build, PumpSecrets, PumpUpstreams, SecretsError, UpstreamsError};
 use crate::engine::text::utf16::Offset;
 use crate::engine::wire::ui::{Format, Validation};
 use thiserror::Error;
@@ -51,9 +51,21 @@ impl Backend {
     }
 
     /// A text a checkpoint could never store: PostgreSQL's `text` cannot hold U+0000 (every
-    /// retry of it would fail whole), SQLite's can.
+    /// retry of it would fail whole, and the seal after it), SQLite's can. A producer's append
+    /// holding one is refused (400 `bad_text`: the producer can fix it).
     pub fn refuses_text(self, text: &str) -> bool {
         self == Backend::Postgres && text.contains('\0')
+    }
+
+    /// `text` as the backend can store it: on PostgreSQL, each U+0000 replaced by U+FFFD (one
+    /// UTF-16 unit for one, so no offset moves). For what no producer can be told to fix: a
+    /// pump's text (the upstream sent it) and a stream's error message (`fail`'s, a pump's).
+    pub fn storable(self, text: &str) -> std::borrow::Cow<'_, str> {
+        if self.refuses_text(text) {
+            std::borrow::Cow::Owned(text.replace('\0', "\u{FFFD}"))
+        } else {
+            std::borrow::Cow::Borrowed(text)
+        }
     }
 }
 
@@ -230,6 +242,8 @@ pub enum ConfigError {
     Mapping(#[from] MappingError),
     #[error("configuration PUMP_SECRETS: {0}")]
     PumpSecrets(#[from] SecretsError),
+    #[error("configuration PUMP_UPSTREAMS: {0}")]
+    PumpUpstreams(#[from] UpstreamsError),
 }
 
 impl ConfigError {
@@ -248,7 +262,10 @@ pub struct Settings {
     pub mapping: TableMapping,
     /// Where the mapped tables live (`DURABLE_BACKEND`: `d1` or `postgres`).
     pub backend: Backend,
-    /// The secrets a pump request may name as its credential (`PUMP_SECRETS`), each set.
+    /// The upstreams a pump may fetch (`PUMP_UPSTREAMS`).
+    pub pump_upstreams: PumpUpstreams,
+    /// The secrets a pump request may name as its credential (`PUMP_SECRETS`), each set and
+    /// pinned within the upstreams.
     pub pump_secrets: PumpSecrets,
     /// The page origins that may call the API from a browser (`ALLOWED_ORIGINS`; none: only
     /// the Worker's own origin).
@@ -264,8 +281,8 @@ impl Settings {
     /// Parses the Worker's vars; `var(name)` returns a var's value if set. Unset vars take
     /// their defaults; a set but malformed var is an error, never ignored. `custom_sink` says
     /// an embedding Worker supplies its own checkpoint sink (the mode where `RETAIN_CHARS` is
-    /// honoured).
-    pub fn from_vars(var: impl Fn(&str) -> Option<String>, custom_sink: bool) -> Result<Self, ConfigError> {
+    /// honoured); `build` which build reads them (the pump's defaults differ).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>, custom_sink: bool, build: Build) -> Result<Self, ConfigError> {
         let defaults = StreamConfig::default();
         let number = |name: &'static str, default: u64, min: u64, max: u64| -> Result<u64, ConfigError> {
             match var(name) {
@@ -324,24 +341,29 @@ impl Settings {
         if !path_prefix.starts_with('/') || path_prefix.ends_with('/') || path_prefix.contains("//") {
             return Err(ConfigError::invalid("PATH_PREFIX", format!("{path_prefix:?} must start with '/' and not end with '/'")));
         }
+        let pump_upstreams = PumpUpstreams::parse(&var("PUMP_UPSTREAMS").unwrap_or_default(), build)?;
         let pump_secrets = PumpSecrets::parse(&var("PUMP_SECRETS").unwrap_or_default())?;
+        pump_secrets.check(&pump_upstreams, build)?;
         if let Some(unset) = pump_secrets.names().find(|name| var(name).is_none()) {
             return Err(ConfigError::invalid(
                 "PUMP_SECRETS",
                 format!("names {unset}, which is not set (a secret: `wrangler secret put {unset}`, or .dev.vars locally)"),
             ));
         }
+        let backend = match var("DURABLE_BACKEND") {
+            None => Backend::D1,
+            Some(raw) => Backend::parse(&raw)
+                .ok_or_else(|| ConfigError::invalid("DURABLE_BACKEND", format!("{raw:?} must be \"d1\" or \"postgres\"")))?,
+        };
+        mapping.check_for(backend.dialect())?;
         Ok(Settings {
             stream,
             path_prefix,
             sse_retry_ms: ms("SSE_RETRY_MS", Millis(1000), 0, 600_000)?,
             max_append_bytes: number("MAX_APPEND_BYTES", 1 << 20, 1, 64 << 20)? as usize,
             mapping,
-            backend: match var("DURABLE_BACKEND") {
-                None => Backend::D1,
-                Some(raw) => Backend::parse(&raw)
-                    .ok_or_else(|| ConfigError::invalid("DURABLE_BACKEND", format!("{raw:?} must be \"d1\" or \"postgres\"")))?,
-            },
+            backend,
+            pump_upstreams,
             pump_secrets,
             allowed_origins: AllowedOrigins::parse(var("ALLOWED_ORIGINS").as_deref().unwrap_or(""))
                 .map_err(|e| ConfigError::invalid("ALLOWED_ORIGINS", e.to_string()))?,
@@ -374,7 +396,7 @@ mod tests {
 
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
         let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Settings::from_vars(|k| map.get(k).cloned(), false)
+        Settings::from_vars(|k| map.get(k).cloned(), false, Build::Production)
     }
 
     #[test]
@@ -420,6 +442,11 @@ mod tests {
         let err = settings(&[("DURABLE_BACKEND", "mysql")]).unwrap_err().to_string();
         assert_eq!(err, r#"configuration DURABLE_BACKEND: "mysql" must be "d1" or "postgres""#);
         assert!(Backend::Postgres.refuses_text("a\0b") && !Backend::D1.refuses_text("a\0b") && !Backend::Postgres.refuses_text("ab"));
+        assert_eq!(Backend::Postgres.storable("a\0b\0"), "a\u{FFFD}b\u{FFFD}");
+        assert_eq!(Backend::D1.storable("a\0b"), "a\0b");
+        let err = settings(&[("DURABLE_BACKEND", "postgres"), ("CHUNK_TABLE", &"c".repeat(64))]).unwrap_err().to_string();
+        assert!(err.starts_with("configuration COLUMNS/MESSAGE_TABLE/CHUNK_TABLE: invalid table/column name"), "{err}");
+        assert!(settings(&[("CHUNK_TABLE", &"c".repeat(64))]).is_ok(), "D1 keeps it whole");
     }
 
     #[test]
@@ -464,13 +491,13 @@ mod tests {
     fn retain_chars_is_refused_in_tables_mode() {
         let err = settings(&[("RETAIN_CHARS", "100")]).unwrap_err().to_string();
         assert!(err.contains("RETAIN_CHARS"), "{err}");
-        let with_sink = Settings::from_vars(|k| (k == "RETAIN_CHARS").then(|| "100".to_owned()), true).unwrap();
+        let with_sink = Settings::from_vars(|k| (k == "RETAIN_CHARS").then(|| "100".to_owned()), true, Build::Production).unwrap();
         assert_eq!(with_sink.stream.retain_chars, Some(Offset(100)));
     }
 
     #[test]
     fn retain_chars_defaults_to_the_seeds_64k_with_a_custom_sink_and_to_everything_with_tables() {
-        assert_eq!(Settings::from_vars(|_| None, true).unwrap().stream.retain_chars, Some(Offset(65_536)));
+        assert_eq!(Settings::from_vars(|_| None, true, Build::Production).unwrap().stream.retain_chars, Some(Offset(65_536)));
         assert_eq!(settings(&[]).unwrap().stream.retain_chars, None, "compaction needs the whole text");
     }
 
@@ -482,11 +509,31 @@ mod tests {
     }
 
     #[test]
-    fn pump_secrets_are_an_allow_list_of_set_secrets() {
+    fn pumps_are_off_in_production_unless_upstreams_are_listed() {
+        assert_eq!(settings(&[]).unwrap().pump_upstreams, PumpUpstreams::None);
+        let dev = Settings::from_vars(|_| None, false, Build::Development).unwrap();
+        assert_eq!(dev.pump_upstreams, PumpUpstreams::Loopback);
+        let listed = settings(&[("PUMP_UPSTREAMS", "https://api.openai.com/v1/")]).unwrap();
+        assert!(listed.pump_upstreams.permit("https://api.openai.com/v1/responses").is_ok());
+        let err = settings(&[("PUMP_UPSTREAMS", "api.openai.com")]).unwrap_err().to_string();
+        assert!(err.starts_with("configuration PUMP_UPSTREAMS: entry \"api.openai.com\""), "{err}");
+    }
+
+    #[test]
+    fn pump_secrets_are_an_allow_list_of_set_secrets_pinned_within_the_upstreams() {
         assert_eq!(settings(&[]).unwrap().pump_secrets, PumpSecrets::default());
-        let s = settings(&[("PUMP_SECRETS", "OPENAI_API_KEY=https://api.openai.com"), ("OPENAI_API_KEY", "sk-x")]).unwrap();
+        let openai = [("PUMP_UPSTREAMS", "https://api.openai.com/v1/"), ("OPENAI_API_KEY", "sk-x")];
+        let s = settings(&[("PUMP_SECRETS", "OPENAI_API_KEY=https://api.openai.com/v1/"), openai[0], openai[1]]).unwrap();
         assert_eq!(s.pump_secrets.names().collect::<Vec<_>>(), ["OPENAI_API_KEY"]);
-        let unset = settings(&[("PUMP_SECRETS", "OPENAI_API_KEY")]).unwrap_err();
+        assert!(matches!(
+            settings(&[("PUMP_SECRETS", "OPENAI_API_KEY"), openai[0], openai[1]]),
+            Err(ConfigError::PumpSecrets(SecretsError::Unpinned(_)))
+        ));
+        assert!(matches!(
+            settings(&[("PUMP_SECRETS", "OPENAI_API_KEY=https://api.openai.com"), openai[0], openai[1]]),
+            Err(ConfigError::PumpSecrets(SecretsError::PinNotAllowed { .. }))
+        ));
+        let unset = settings(&[("PUMP_SECRETS", "OPENAI_API_KEY=https://api.openai.com/v1/"), openai[0]]).unwrap_err();
         assert_eq!(
             unset.to_string(),
             "configuration PUMP_SECRETS: names OPENAI_API_KEY, which is not set (a secret: `wrangler secret put OPENAI_API_KEY`, or .dev.vars locally)"
