@@ -5,7 +5,7 @@
 
 use super::http::{self, unavailable};
 use super::setup;
-use super::shell::{log, now};
+use super::shell::now;
 use crate::engine::access::api::{ApiError, ChatAction, ChatRoute};
 use crate::engine::access::auth::{AuthRequest, Scope};
 use crate::engine::durable::Tables;
@@ -68,10 +68,10 @@ pub async fn lookup(req: Request, env: Env, settings: Rc<Settings>, chat: ChatRo
         now_secs: now().0 / 1000,
     };
     let route = if chat.action == ChatAction::Events { "events" } else { "stream" };
-    authorizer.authorize(&question).await.map_err(|denied| {
-        log("info", "denied", "", json!({"chat": chat.chat_id, "route": route, "reason": denied.to_string()}));
-        ApiError::forbidden()
-    })?;
+    authorizer
+        .authorize(&question)
+        .await
+        .map_err(|denied| super::gate::denial("", json!({"chat": chat.chat_id, "route": route, "reason": denied.to_string()})))?;
     if chat.action == ChatAction::Events {
         return feed(req, &env, &chat.chat_id).await;
     }

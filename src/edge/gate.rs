@@ -75,8 +75,39 @@ pub fn verdict(route: &Route, verdict: Result<Principal, Denied>) -> Result<(), 
 }
 
 fn deny(route: &Route, denied: &Denied) -> ApiError {
-    log("info", "denied", &route.stream_id, json!({"action": route.action.name(), "reason": denied.to_string()}));
+    denial(&route.stream_id, json!({"action": route.action.name(), "reason": denied.to_string()}))
+}
+
+/// The 403 every denial answers with, logged (`fields` say what was denied and why): at most one
+/// line a second per isolate, saying how many went unlogged since. A flood of denied requests
+/// must not become a flood of log events (a denial's line was a third of its CPU in the front
+/// Worker: bench/front-auth.mjs, BENCHMARKS.md).
+pub fn denial(stream_id: &str, fields: serde_json::Value) -> ApiError {
+    let now = now().0;
+    let logged = DENIALS.with(|d| {
+        let (last, unlogged) = d.get();
+        if now.saturating_sub(last) >= DENIAL_LOG_INTERVAL_MS {
+            d.set((now, 0));
+            Some(unlogged)
+        } else {
+            d.set((last, unlogged + 1));
+            None
+        }
+    });
+    if let Some(unlogged) = logged {
+        let mut fields = fields;
+        fields["unloggedSince"] = json!(unlogged);
+        log("info", "denied", stream_id, fields);
+    }
     ApiError::forbidden()
+}
+
+/// How often a denial is logged, at most, per isolate.
+const DENIAL_LOG_INTERVAL_MS: u64 = 1000;
+
+thread_local! {
+    /// When a denial was last logged, and how many were not since.
+    static DENIALS: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 /// A read made for `chat` must be of an answer of that chat, or it is denied alike.

@@ -41,6 +41,20 @@ test('a bad configuration is refused with a request id, the setting named in the
   }
 });
 
+test('the example secret of .dev.vars.example is refused outside development (the dev build with DEV_MODE=1)', async () => {
+  const example = 'dev-secret-change-me';
+  const stack = await startStack({ secret: example });
+  try {
+    stack.db.run(`INSERT INTO messages (id, chat_id, role) VALUES ('m1', 'c1', 'assistant')`);
+    const open = () => fetch(`${stack.baseUrl}/streams/m1/open`, { method: 'POST', headers: { authorization: `Bearer ${stack.token('m1')}` } });
+    await isLoggedError(stack, await answer(await open()), 500, 'misconfigured', ['STREAM_JWT_SECRET', 'example secret'], 'without DEV_MODE');
+    await stack.restart({ vars: { DEV_MODE: '1' } });
+    assert.equal((await open()).status, 200, 'accepted with DEV_MODE=1');
+  } finally {
+    await stack.stop();
+  }
+});
+
 test('the development endpoints answer 404 unless DEV_MODE=1', async () => {
   const stack = await startStack({ vars: { DEV_MODE: '0' } });
   try {
