@@ -51,6 +51,9 @@ impl Object {
             Some(Ok(receipt)) => Ok(Ok(receipt)),
             Some(Err(PushError::BadChunk { bad, .. })) => Ok(Err(ApiError::bad_chunk(&bad))),
             Some(Err(PushError::Closed)) => Err(ApiError::closed(&route.stream_id)),
+            Some(Err(PushError::TooLarge { max, receipt })) => {
+                Err(ApiError::stream_too_large(&route.stream_id, max, receipt.seq, receipt.durable_seq))
+            }
             Some(Err(PushError::NotOpen)) | None => Err(ApiError::not_open(&route.stream_id)),
             Some(Err(e @ PushError::NotUi)) => Err(unavailable(e)),
         }

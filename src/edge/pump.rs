@@ -353,7 +353,10 @@ async fn stream_events(run: &PumpRun, relay: &mut Relay, mut response: Response,
             match run.push(&push) {
                 Some(Ok(receipt)) if receipt.cancelled => return Streamed::End(PumpEnd::Cancelled),
                 Some(Ok(_)) => {}
-                Some(Err(PushError::Closed)) | Some(Err(PushError::NotOpen)) | None => return Streamed::End(PumpEnd::StreamEnded),
+                // Past MAX_STREAM_BYTES the stream seals itself `error`, with the text it has.
+                Some(Err(PushError::Closed | PushError::NotOpen | PushError::TooLarge { .. })) | None => {
+                    return Streamed::End(PumpEnd::StreamEnded)
+                }
                 Some(Err(e @ (PushError::BadChunk { .. } | PushError::NotUi))) => {
                     return Streamed::End(PumpEnd::Failed(format!("the stream refused the pumped text: {e}")))
                 }

@@ -13,7 +13,11 @@
 //     the status and a fixed sentence; the secret reaches neither a reader nor the row, only the
 //     log; the internal service is never asked;
 //   * a write token in the query: 403 (a read token: 200); readers past MAX_READERS: 429; a /ui
-//     line nested 100,000 deep: 400.
+//     line nested 100,000 deep: 400;
+//   * 100 readers joining at 0 at once on a stream at the maximum text (MAX_STREAM_BYTES): the
+//     isolate's memory (JavaScript heap, its buffers, the wasm memory, through the V8 inspector)
+//     stays under 80 MB sampled and 40 MB once collected (the replay encoded once, shared); one
+//     byte more is 413 and the stream ends `error` with its text.
 //
 // The stack is `bare` (workerd and miniflare without wrangler's dev proxy): the proxy holds a
 // denial's answer until the client's upload ends (a dev tool's relay, not the runtime), which
@@ -24,12 +28,15 @@ import http from 'node:http';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { workerBase } from '../../bench/bench.mjs';
+import { connectInspector } from '../../bench/inspector.mjs';
 import { INTERNAL_SECRET } from '../../mock/model-server.mjs';
 import { mintToken, startMock, startStack } from './harness.mjs';
 import { pump } from './pump-helpers.mjs';
 import { api, call, checkFrames, isError, newStream, ok, percentile, rows, uniqueId, until, untilEnd } from './util.mjs';
 
-const MAX_READERS = 20;
+const MAX_READERS = 100;
+/** The default MAX_STREAM_BYTES (4 MiB): the stack keeps it. */
+const MAX_STREAM_BYTES = 4 << 20;
 let stack;
 let mock;
 let internal; // a stand-in for an internal service a pump must never reach
@@ -317,4 +324,56 @@ test('a /ui line nested 100,000 deep is refused 400 bad_chunk, and nothing of it
   assert.match(res.json.message, /nests objects and arrays more than 64 deep/);
   assert.equal(ok(await s.stats(), 'stats').seq, 0, 'nothing pushed');
   ok(await s.close(), 'close');
+});
+
+test('100 readers joining at 0 at once on a stream at the maximum text hold one replay between them; one byte more is 413 and the stream ends error', { timeout: 120_000 }, async (t) => {
+  const s = api(stack, newStream(stack, 'burst'));
+  ok(await s.open(), 'open');
+  const piece = 'a'.repeat(512 << 10);
+  for (let sent = 0; sent < MAX_STREAM_BYTES; sent += piece.length) ok(await s.append(piece), 'append');
+  const inspector = await connectInspector(stack.inspectorPort);
+  t.after(() => inspector.close());
+  const isolateKb = async ({ gc = false } = {}) => {
+    if (gc) await inspector.send('HeapProfiler.collectGarbage');
+    const h = await inspector.send('Runtime.getHeapUsage');
+    const wasm = ok(await s.stats(), 'stats').wasmHeap.memoryBytes;
+    return Math.round((h.usedSize + (h.backingStorageSize ?? 0) + wasm) / 1024);
+  };
+  const before = await isolateKb({ gc: true });
+  const { hostname, port } = new URL(stack.baseUrl);
+  const readers = [];
+  const joined = Array.from({ length: 100 }, () => new Promise((resolve, reject) => {
+    const req = http.get({ host: hostname, port, path: `/streams/${s.id}/events?from=0&token=${s.readToken}`, agent: false }, (res) => {
+      if (res.statusCode !== 200) return reject(new Error(`a reader: ${res.statusCode}`));
+      const reader = { got: 0, text: '', req };
+      readers.push(reader);
+      res.setEncoding('utf8');
+      res.on('data', (c) => {
+        reader.got += c.length;
+        reader.text += c.length < 200 ? c : c.slice(-200); // the frames after the replay
+        if (reader.got >= MAX_STREAM_BYTES) resolve(reader);
+      });
+      res.on('error', () => {});
+    });
+    req.on('error', reject);
+  }));
+  let peak = before;
+  let all = false;
+  Promise.all(joined).then(() => (all = true), () => (all = true));
+  while (!all) peak = Math.max(peak, await isolateKb()); // sampled while the replays go out
+  await Promise.all(joined);
+  const after = await isolateKb({ gc: true });
+  t.diagnostic(`isolate ${before} KB before, ${peak} KB sampled at most during the burst, ${after} KB collected after (100 readers, ${MAX_STREAM_BYTES} bytes each)`);
+  assert.ok(peak < 80 * 1024, `the isolate's memory sampled during the burst: ${peak} KB (< 80 MB)`);
+  assert.ok(after < 40 * 1024, `the isolate's memory once collected: ${after} KB (< 40 MB)`);
+  // One byte more: 413, and the stream ends `error` with the text it has.
+  const res = await s.append('b');
+  const refused = isError(res, 413, 'stream_too_large', 'one byte past MAX_STREAM_BYTES');
+  assert.deepEqual([refused.maxBytes, refused.seq], [MAX_STREAM_BYTES, MAX_STREAM_BYTES]);
+  await until(() => readers.every((r) => r.text.includes('"type":"end"')), 'every reader got its end');
+  for (const r of readers) r.req.destroy();
+  const { row } = rows(stack, s.id);
+  assert.equal(row.status, 'error');
+  assert.match(row.error, /MAX_STREAM_BYTES/);
+  assert.equal(ok(await s.text(), '/text').text.length, MAX_STREAM_BYTES, 'the text it had is kept');
 });

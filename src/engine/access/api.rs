@@ -346,6 +346,19 @@ impl ApiError {
         .with("maxReaders", max)
     }
 
+    /// A push past `MAX_STREAM_BYTES`: refused whole, and the stream ends `error` with the text
+    /// it has (`seq`; `durableSeq` is what is saved so far, the seal saves the rest).
+    pub fn stream_too_large(stream_id: &str, max: usize, seq: Offset, durable_seq: Offset) -> Self {
+        Self::new(
+            413,
+            "stream_too_large",
+            format!("stream {stream_id} may hold at most {max} bytes of text (MAX_STREAM_BYTES): it ends `error` with the text it has"),
+        )
+        .with("maxBytes", max)
+        .with("seq", seq)
+        .with("durableSeq", durable_seq)
+    }
+
     /// A body past its route's bound ([`Action::max_body_bytes`]).
     pub fn body_too_large(action: Action, max_bytes: usize) -> Self {
         match action {

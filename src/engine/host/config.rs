@@ -81,6 +81,14 @@ pub const SINK_RETAIN_CHARS: Offset = Offset(64 * 1024);
 /// 128 MB, leaving the rest to the stream's text and its replay.
 pub const DEFAULT_MAX_READERS: usize = 500;
 
+/// The default most bytes of a stream's text, counted as readers receive it: 4 MiB. Measured
+/// (bench/readers-memory.mjs --together, BENCHMARKS.md "Hostile traffic"): 100 readers joining
+/// at 0 at once take the isolate (JavaScript heap, its buffers and the wasm memory) to 46 MB at
+/// 4 MiB, 87 MB at 8 MiB and 186 MB at 16 MiB (about 11× the text, garbage not yet collected
+/// included; 21, 38 and 71 MB once collected): 4 MiB stays well inside the isolate's 128 MB,
+/// which other objects of the isolate share. It holds a `ui` answer of some 70,000 tokens.
+pub const DEFAULT_MAX_STREAM_BYTES: usize = 4 << 20;
+
 /// The live stream's policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamConfig {
@@ -106,6 +114,10 @@ pub struct StreamConfig {
     /// The most readers attached to one stream at once (`MAX_READERS`); the next one is
     /// refused 429 until one leaves. Each holds a connection and a queue in the stream's object.
     pub max_readers: usize,
+    /// The most bytes a stream's text may take as its readers receive it, a JSON string
+    /// (`MAX_STREAM_BYTES`): a push past it is refused whole (413) and the stream seals `error`
+    /// with the text it has.
+    pub max_stream_bytes: usize,
     /// Merge the chunk frames queued for a reader that fell behind into one at pull time. Off
     /// only to measure what merging saves (`MERGE_QUEUED_CHUNKS=0`, see BENCHMARKS.md).
     pub merge_queued_chunks: bool,
@@ -158,6 +170,7 @@ impl Default for StreamConfig {
             idle_timeout_ms: Millis(300_000),
             max_queued_frames: 1024,
             max_readers: DEFAULT_MAX_READERS,
+            max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
             merge_queued_chunks: true,
             reader_pacing_us: 500,
             reader_pacing_max_ms: Millis(50),
@@ -319,6 +332,7 @@ impl Settings {
             idle_timeout_ms: ms("IDLE_TIMEOUT_MS", defaults.idle_timeout_ms, 0, 86_400_000)?,
             max_queued_frames: number("MAX_QUEUED_FRAMES", defaults.max_queued_frames as u64, 4, 1 << 20)? as usize,
             max_readers: number("MAX_READERS", defaults.max_readers as u64, 1, 100_000)? as usize,
+            max_stream_bytes: number("MAX_STREAM_BYTES", defaults.max_stream_bytes as u64, 1024, 64 << 20)? as usize,
             merge_queued_chunks: number("MERGE_QUEUED_CHUNKS", 1, 0, 1)? == 1,
             reader_pacing_us: number("READER_PACING_US", defaults.reader_pacing_us, 0, 10_000)?,
             reader_pacing_burst: number("READER_PACING_BURST", defaults.reader_pacing_burst, 1, 64)?,

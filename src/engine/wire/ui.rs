@@ -203,6 +203,11 @@ impl LineAssembler {
         self.partial.len()
     }
 
+    /// The unfinished line held, as bytes.
+    pub fn partial(&self) -> &[u8] {
+        &self.partial
+    }
+
     /// Feeds one piece. Faults are found as early as the piece shows them: a bad byte, a raw
     /// carriage return or an over-long line is refused before its `\n` arrives.
     pub fn feed<'a>(&mut self, piece: &'a [u8]) -> Assembled<'a> {
