@@ -686,7 +686,7 @@ async function main() {
       stop: async () => db.close(),
     };
   } else {
-    stack = await harness.startStack({ name: 'bench-load', vars: { MAX_QUEUED_FRAMES: String(a.maxQueuedFrames ?? 64) } });
+    stack = await harness.startStack({ name: 'bench-load', vars: { MAX_QUEUED_FRAMES: String(a.maxQueuedFrames ?? 64), MAX_STREAM_BYTES: String(64 << 20) } });
   }
   const target = a.direct && !a.url ? await pastTheProxy(stack) : stack;
   const onAbort = () => stack.kill?.(); // stop workerd's error loop before its log fills the disk
