@@ -67,9 +67,7 @@ fn push_u64(out: &mut String, mut n: u64) {
     out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
-/// `s` escaped as the inside of a JSON string, as serde_json escapes it: `"`, `\\` and the
-/// control characters below U+0020 (the short forms where JSON has them, else `\u00xx`).
-/// The length of `bytes` as [`push_json_string_body`] writes them (as text: every byte that is not
+/// The length of `bytes` as `push_json_string_body` writes them (as text: every byte that is not
 /// escaped is written as it is, so UTF-8 split anywhere counts the same).
 pub fn json_string_body_len(bytes: &[u8]) -> usize {
     bytes
@@ -82,6 +80,8 @@ pub fn json_string_body_len(bytes: &[u8]) -> usize {
         .sum()
 }
 
+/// `s` escaped as the inside of a JSON string, as serde_json escapes it: `"`, `\\` and the
+/// control characters below U+0020 (the short forms where JSON has them, else `\u00xx`).
 fn push_json_string_body(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = s.as_bytes();
