@@ -388,19 +388,13 @@ mod tests {
         mint_hs256(&claims, secret).unwrap()
     }
 
+    /// A request with a header token (`token_in_query`: false), no offset, headers or meta.
+    fn request<'a>(token: Option<&'a str>, stream: &'a str, chat: Option<&'a str>, scope: Scope, now_secs: u64) -> AuthRequest<'a> {
+        AuthRequest { token, token_in_query: false, stream_id: stream, chat, scope, from: None, headers: &[], meta: None, now_secs }
+    }
+
     fn ask(token: Option<&str>, stream: &str, scope: Scope) -> Result<Principal, Denied> {
-        let request = AuthRequest {
-            token,
-            token_in_query: false,
-            stream_id: stream,
-            chat: None,
-            scope,
-            from: None,
-            headers: &[],
-            meta: None,
-            now_secs: NOW,
-        };
-        JwtAuthorizer::new(SECRET).unwrap().check(&request)
+        JwtAuthorizer::new(SECRET).unwrap().check(&request(token, stream, None, scope, NOW))
     }
 
     fn claims(stream: &str, scope: &str, exp: u64) -> serde_json::Value {
@@ -429,19 +423,7 @@ mod tests {
     fn a_chat_claim_allows_reads_of_that_chats_answers_and_nothing_else() {
         let auth = JwtAuthorizer::new(SECRET).unwrap();
         let t = token(json!({"sub": "u1", "chat": "c1", "scope": "read cancel", "exp": NOW + 60}), SECRET);
-        let ask = |stream: &'static str, chat: Option<&'static str>, scope| {
-            auth.check(&AuthRequest {
-                token: Some(&t),
-                token_in_query: false,
-                stream_id: stream,
-                chat,
-                scope,
-                from: None,
-                headers: &[],
-                meta: None,
-                now_secs: NOW,
-            })
-        };
+        let ask = |stream: &'static str, chat: Option<&'static str>, scope| auth.check(&request(Some(&t), stream, chat, scope, NOW));
         assert!(ask("", Some("c1"), Scope::Read).is_ok(), "the lookup");
         assert!(ask("a-1", Some("c1"), Scope::Read).is_ok(), "the answer it found");
         assert_eq!(ask("", Some("c2"), Scope::Read), Err(Denied::WrongStream));
@@ -495,19 +477,7 @@ mod tests {
     #[test]
     fn a_token_is_verified_once_and_still_checked_against_every_request() {
         let auth = JwtAuthorizer::new(SECRET).unwrap();
-        let ask = |token: &str, stream: &str, scope: Scope, now_secs: u64| {
-            auth.check(&AuthRequest {
-                token: Some(token),
-                token_in_query: false,
-                stream_id: stream,
-                chat: None,
-                scope,
-                from: None,
-                headers: &[],
-                meta: None,
-                now_secs,
-            })
-        };
+        let ask = |token: &str, stream: &str, scope: Scope, now_secs: u64| auth.check(&request(Some(token), stream, None, scope, now_secs));
         let t = token(claims("m1", "write", NOW + 60), SECRET);
         for _ in 0..3 {
             assert!(ask(&t, "m1", Scope::Write, NOW).is_ok());
@@ -536,35 +506,13 @@ mod tests {
     }
 
     fn ask_with(auth: &JwtAuthorizer, t: &str) -> Result<Principal, Denied> {
-        auth.check(&AuthRequest {
-            token: Some(t),
-            token_in_query: false,
-            stream_id: "m1",
-            chat: None,
-            scope: Scope::Read,
-            from: None,
-            headers: &[],
-            meta: None,
-            now_secs: NOW,
-        })
+        auth.check(&request(Some(t), "m1", None, Scope::Read, NOW))
     }
 
     #[test]
     fn the_verified_tokens_are_bounded_and_the_least_recently_used_goes_first() {
         let auth = JwtAuthorizer::new(SECRET).unwrap();
-        let ask = |t: &str| {
-            auth.check(&AuthRequest {
-                token: Some(t),
-                token_in_query: false,
-                stream_id: "m1",
-                chat: None,
-                scope: Scope::Read,
-                from: None,
-                headers: &[],
-                meta: None,
-                now_secs: NOW,
-            })
-        };
+        let ask = |t: &str| ask_with(&auth, t);
         let tokens: Vec<String> = (0..=VERIFIED_TOKENS as u64).map(|i| token(claims("m1", "read", NOW + 60 + i), SECRET)).collect();
         ask(&tokens[0]).unwrap();
         for t in &tokens[1..VERIFIED_TOKENS] {
