@@ -4,7 +4,7 @@
 // request: an answer below 500 (a 4xx is the JSON error shape), and a refused request changes no
 // row; at the end, no panic in the log.
 //
-//   FUZZ_REQUESTS=n (default 1,500 here; 100,000 by hand: docs/TESTING.md)   E2E_SEED=s replays
+//   FUZZ_REQUESTS=n (default 600 here; 100,000 by hand: docs/TESTING.md)   E2E_SEED=s replays
 //
 // Checkpoints run only on a flush or a seal here (CHECKPOINT_CHARS and CHECKPOINT_INTERVAL_MS far
 // out of reach), so a row changes only when a request writes it: a refused request that changed
@@ -16,7 +16,7 @@ import http from 'node:http';
 import { mintToken, startStack } from './harness.mjs';
 import { api, d1Snapshot, insertRow, ok, rng, seedFromEnv, uniqueId } from './util.mjs';
 
-const REQUESTS = Number(process.env.FUZZ_REQUESTS ?? 1500);
+const REQUESTS = Number(process.env.FUZZ_REQUESTS ?? 600);
 const SEED = seedFromEnv();
 let stack;
 
