@@ -7,8 +7,9 @@
 // middleware. Those two cost ~1.04 M instructions and 550-620 us of CPU per request (the
 // archived dev-overhead.mjs: BENCHMARKS.md, "The research tools"), paid alike by both sides of
 // a ratio, which pulls every one-POST-per-delta ratio toward 1; production has neither. Used by
-// the benchmarks with `--bare` (tests/e2e/harness.mjs's startStack({ bare: true })), never by
-// the tests of the product.
+// the benchmarks with `--bare` (tests/e2e/harness.mjs's startStack({ bare: true })), and by the
+// hostile-traffic suites (tests/e2e/hostile.test.mjs, fuzz.test.mjs), which time denials the dev
+// proxy would hold until the client's upload ends.
 //
 // Takes the subset of `wrangler dev`'s flags the harness passes:
 //   node bench/bare-serve.mjs --ip 127.0.0.1 --port P [--inspector-port I] --persist-to DIR

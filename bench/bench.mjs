@@ -111,7 +111,7 @@ export function processCpuMs(pid, statFields) {
 }
 
 /** CPU (ms) and memory (KiB) of the workerd processes of process group `pgid`. */
-function workerdUsage(pgid) {
+export function workerdUsage(pgid) {
   let cpuMs = 0;
   let rssKb = 0;
   let hwmKb = 0;
@@ -272,7 +272,7 @@ export function rindleTarget(stack, base, { format = 'text' } = {}) {
         appendUrl: url('append'),
         flushUrl: url('flush'),
         producerHeaders: { ...auth, 'content-type': ui ? 'application/x-ndjson' : 'text/plain; charset=utf-8' },
-        eventsUrl: url(ui ? 'ui' : 'events', `?from=0&token=${encodeURIComponent(token)}`),
+        eventsUrl: url(ui ? 'ui' : 'events', `?from=0&token=${encodeURIComponent(stack.token(id, 'read'))}`),
         close: () => request(url('close'), { method: 'POST', headers: auth }),
         stats,
         checkpoints: async () => (await stats()).checkpoints,

@@ -143,7 +143,7 @@ export async function runLoad(stack, opts = {}) {
   const mkStream = (k, slow = false) => {
     const id = `load-${process.pid}-${Date.now().toString(36)}-${slow ? 'slow' : k}`;
     stack.db.run(`INSERT INTO messages (id, chat_id, role) VALUES (?, 'load', 'assistant')`, id);
-    return { id, slow, token: stack.token(id), deltas: [], ends: [], sentAt: [], seq: 0, bytes: 0, readers: [], retainedMax: 0, overheadMax: 0, done: false };
+    return { id, slow, token: stack.token(id), readToken: stack.token(id, 'read'), deltas: [], ends: [], sentAt: [], seq: 0, bytes: 0, readers: [], retainedMax: 0, overheadMax: 0, done: false };
   };
   const streams = Array.from({ length: cfg.streams }, (_, k) => mkStream(k));
   const slow = cfg.slow ? mkStream(0, true) : null;
@@ -210,7 +210,7 @@ export async function runLoad(stack, opts = {}) {
     };
     const parser = sseParser((record) => record.data !== undefined && onEvent(record), { json: false });
     const parse = (text) => parser.push(text);
-    const path = `/streams/${s.id}/events?from=${from}&token=${encodeURIComponent(s.token)}`;
+    const path = `/streams/${s.id}/events?from=${from}&token=${encodeURIComponent(s.readToken)}`;
     const { hostname, port } = new URL(base);
     rd.closed = new Promise((resolve) => {
       if (paused) {
@@ -471,7 +471,7 @@ export async function runLoad(stack, opts = {}) {
     if (cfg.readers < 2) return;
     await sleep(Math.max(0, lateAt - performance.now()));
     await Promise.all(streams.map(async (s) => {
-      const t = await request(base, { path: `/streams/${s.id}/text?token=${encodeURIComponent(s.token)}` });
+      const t = await request(base, { path: `/streams/${s.id}/text?token=${encodeURIComponent(s.readToken)}` });
       if (t.status !== 200) return error(`${s.id}: /text ${t.status} ${t.raw}`);
       if (!matchesProduced(s, 0, t.json.text)) violation(`${s.id}: /text is not a prefix of the produced text (P)`);
       const from = Math.floor(r() * (t.json.seq + 1));
@@ -573,7 +573,7 @@ export async function runLoad(stack, opts = {}) {
   }
   // The durable text after close is exactly the produced text.
   for (const s of aborted ? [] : all) {
-    const t = await request(base, { path: `/streams/${s.id}/text?token=${encodeURIComponent(s.token)}` });
+    const t = await request(base, { path: `/streams/${s.id}/text?token=${encodeURIComponent(s.readToken)}` });
     if (t.status !== 200) error(`${s.id}: /text after close ${t.status}`);
     else if (t.json.seq !== s.seq || !matchesProduced(s, 0, t.json.text) || t.json.status !== 'complete') violation(`${s.id}: /text after close has ${t.json.seq} units (${t.json.status}), produced ${s.seq}`);
   }
@@ -681,12 +681,12 @@ async function main() {
     stack = {
       baseUrl: a.url,
       db: { run: (sql, ...p) => db.prepare(sql).run(...p) },
-      token: (id) => harness.mintToken({ stream: id }, a.secret ?? harness.TEST_SECRET),
+      token: (id, scope) => harness.mintToken({ stream: id, scope }, a.secret ?? harness.TEST_SECRET),
       logs: () => '',
       stop: async () => db.close(),
     };
   } else {
-    stack = await harness.startStack({ name: 'bench-load', vars: { MAX_QUEUED_FRAMES: String(a.maxQueuedFrames ?? 64) } });
+    stack = await harness.startStack({ name: 'bench-load', vars: { MAX_QUEUED_FRAMES: String(a.maxQueuedFrames ?? 64), MAX_STREAM_BYTES: String(64 << 20) } });
   }
   const target = a.direct && !a.url ? await pastTheProxy(stack) : stack;
   const onAbort = () => stack.kill?.(); // stop workerd's error loop before its log fills the disk

@@ -45,6 +45,14 @@
 //   POST /_mock/drop?tag=T      destroys the create request's socket now (after fail=stall: the
 //                               client then re-attaches when the test says, not the clock)
 //
+// What a pump must never reach or relay (tests/e2e/hostile.test.mjs): a stand-in for an internal
+// service, whose answers carry INTERNAL_SECRET.
+//   ANY  /_mock/internal[?status=N]   answers N (default 500) with a text/plain body holding the
+//                               secret; with status=200, as `data:` lines (an SSE stream no
+//                               model API would send)
+//   ANY  /_mock/redirect?to=URL  answers 302 to URL (default /_mock/internal), its body holding
+//                               the secret too
+//
 // Query options (the caller controls the mock through the upstream URL it hands the Worker):
 //   tokens=120   how many text tokens (the answer is mockAnswer(…) from ./mock-text.mjs)
 //   rate=40      tokens per second; 0 sends as fast as the socket takes them
@@ -65,6 +73,7 @@
 //                stall     sending stops at failAt and the connection stays open
 //                http500   a 500 with the API's JSON error body, at once
 //   failAt=      text token index of the failure (default: half of `tokens`)
+//   nul=1        the first text token starts with U+0000
 //   holdAt=K     background only: the generation stops before text token K until a release
 //                (the test paces it, never the clock); rate= still paces what runs
 //   perturbAt=K  background only: as POST /_mock/perturb from the start
@@ -82,6 +91,9 @@ import { createServer } from 'node:http';
 import { createHash, randomUUID } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { mockAnswer } from './mock-text.mjs';
+
+/** What the stand-in internal service's answers hold: a reader must never see it. */
+export const INTERNAL_SECRET = 'db_password=hunter2';
 
 const MODEL = { openai: 'gpt-4o-mini-2024-07-18', anthropic: 'claude-3-5-haiku-20241022' };
 
@@ -317,7 +329,9 @@ function plan(format, record, { background = false } = {}) {
   }, true));
   if (answer.reasoningTokens.length) add(() => bundle(format.reasoningEnd(ctx)), false);
   add(() => bundle(format.textStart(ctx)), false);
-  const tokenSteps = answer.textTokens.map((token, i) => add(() => {
+  // nul=1: the first text token starts with U+0000 (what PostgreSQL's text cannot store).
+  const textTokens = q.nul === '1' ? answer.textTokens.map((t, i) => (i === 0 ? `\u0000${t}` : t)) : answer.textTokens;
+  const tokenSteps = textTokens.map((token, i) => add(() => {
     const event = format.delta(ctx, token);
     ctx.text += token;
     ctx.sent += 1;
@@ -596,6 +610,15 @@ export function startMockServer({ port = 0, host = '127.0.0.1' } = {}) {
   const server = createServer(async (req, res) => {
     const url = new URL(req.url, 'http://mock.invalid');
     const path = url.pathname;
+    if (path === '/_mock/internal') {
+      const status = intParam(Object.fromEntries(url.searchParams), 'status', 500);
+      res.writeHead(status, { 'content-type': status === 200 ? 'text/event-stream' : 'text/plain' });
+      return res.end(status === 200 ? `data: ${INTERNAL_SECRET}\n\ndata: ${INTERNAL_SECRET}\n\n` : `internal error: ${INTERNAL_SECRET}`);
+    }
+    if (path === '/_mock/redirect') {
+      res.writeHead(302, { location: url.searchParams.get('to') ?? '/_mock/internal', 'content-type': 'text/plain' });
+      return res.end(`moved: ${INTERNAL_SECRET}`);
+    }
     if (req.method === 'GET' && path === '/_mock/requests') return json(res, 200, requests);
     if (req.method === 'GET' && path === '/_mock/responses') return json(res, 200, [...generations.values()].map((g) => g.view()));
     if (req.method === 'POST' && path === '/_mock/reset') {

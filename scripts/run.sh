@@ -109,8 +109,9 @@ $NODE_PATH_LINE
     $INSERT_ROW
     curl -X POST -H "authorization: Bearer \$T" $URL/streams/m1/open
 
-    # a third terminal: watch the stream (T=... as above)
-    curl -N "$URL/streams/m1/events?token=\$T"
+    # a third terminal: watch the stream (a token in a URL may only read)
+    R=\$(node scripts/mint-token.mjs m1 read)
+    curl -N "$URL/streams/m1/events?token=\$R"
 
     curl -X POST -H "authorization: Bearer \$T" --data-binary 'Hello 👋' $URL/streams/m1/append
     curl -X POST -H "authorization: Bearer \$T" $URL/streams/m1/close

@@ -5,8 +5,11 @@
 //!
 //! One test function: the provider is process-wide, so its steps must run in this order.
 
-use jsonwebtoken::crypto::{CryptoProvider, JwtSigner, JwtVerifier, KeyUtils};
-use jsonwebtoken::signature::{self, Signer, Verifier};
+#[path = "support/hmac_provider.rs"]
+mod hmac_provider;
+
+use hmac_provider::EMBEDDERS_PROVIDER;
+use jsonwebtoken::crypto::CryptoProvider;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use rindle_streams::engine::access::auth::{AuthRequest, JwtAuthorizer, Principal, Scope};
 use rindle_streams::engine::access::jwt::{self, JwtError};
@@ -26,48 +29,6 @@ fn claims() -> Claims {
     Claims { sub: "u1".into(), stream: "m1".into(), scope: "read write".into(), exp: 4_000_000_000 }
 }
 
-/// The embedding Worker's own provider (here: HMAC, which is all the oracle needs).
-struct EmbedderHmac(Vec<u8>, Algorithm);
-
-impl EmbedderHmac {
-    fn mac(&self, msg: &[u8]) -> Vec<u8> {
-        use hmac::{Hmac, KeyInit, Mac};
-        let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&self.0).unwrap();
-        mac.update(msg);
-        mac.finalize().into_bytes().to_vec()
-    }
-}
-
-impl Signer<Vec<u8>> for EmbedderHmac {
-    fn try_sign(&self, msg: &[u8]) -> Result<Vec<u8>, signature::Error> {
-        Ok(self.mac(msg))
-    }
-}
-
-impl JwtSigner for EmbedderHmac {
-    fn algorithm(&self) -> Algorithm {
-        self.1
-    }
-}
-
-impl Verifier<Vec<u8>> for EmbedderHmac {
-    fn verify(&self, msg: &[u8], signature: &Vec<u8>) -> Result<(), signature::Error> {
-        (self.mac(msg) == *signature).then_some(()).ok_or_else(signature::Error::new)
-    }
-}
-
-impl JwtVerifier for EmbedderHmac {
-    fn algorithm(&self) -> Algorithm {
-        self.1
-    }
-}
-
-static EMBEDDERS_PROVIDER: CryptoProvider = CryptoProvider {
-    signer_factory: |alg, key: &EncodingKey| Ok(Box::new(EmbedderHmac(key.as_bytes().to_vec(), *alg))),
-    verifier_factory: |alg, key: &DecodingKey| Ok(Box::new(EmbedderHmac(key.try_get_as_bytes()?.to_vec(), *alg))),
-    key_utils: KeyUtils::new_unimplemented(),
-};
-
 #[test]
 fn tokens_agree_with_jsonwebtoken_and_its_process_wide_provider_is_left_to_the_embedder() {
     // 1. Everything this crate does with tokens: verify, authorize, mint.
@@ -76,13 +37,14 @@ fn tokens_agree_with_jsonwebtoken_and_its_process_wide_provider_is_left_to_the_e
     let authorizer = JwtAuthorizer::new(SECRET).unwrap();
     let request = AuthRequest {
         token: Some(&ours),
+        token_in_query: false,
         stream_id: "m1",
         chat: None,
         scope: Scope::Write,
         from: None,
         headers: &[],
         meta: None,
-        now_secs: 1,
+        now_secs: claims().exp - 60, // within the token's lifetime, under the default maximum
     };
     assert_eq!(authorizer.check(&request), Ok(Principal { sub: "u1".into() }));
 

@@ -608,6 +608,49 @@ fn fail_seals_error_with_the_message() {
 }
 
 #[test]
+fn a_push_past_max_stream_bytes_is_refused_whole_and_the_stream_ends_error_with_its_text() {
+    let mut d = Driver::open(StreamConfig { max_stream_bytes: 1024, ..cfg() });
+    let kept = "é".repeat(500); // 1,000 bytes, 500 UTF-16 units
+    d.push(&kept);
+    let r = d.subscribe(Offset(0));
+    let refused = d.stream.push(&"x".repeat(25), d.now);
+    assert!(
+        matches!(refused, Err(PushError::TooLarge { max: 1024, receipt }) if receipt.seq == Offset(500)),
+        "nothing of the push: {refused:?}"
+    );
+    d.drain();
+    d.answer_all();
+    assert_eq!(d.db.status(STREAM), "error");
+    assert_eq!(d.db.durable_text(STREAM), kept, "the text it had is kept, the live tail sealed with it");
+    let error = "the stream's text reached its maximum of 1024 bytes as readers receive it (MAX_STREAM_BYTES); the producer sent more";
+    assert_eq!(d.db.message_column(STREAM, "error"), ColumnValue::Text(error.into()));
+    assert_eq!(d.read(r).last(), Some(&Frame::End { seq: Offset(500), status: EndStatus::Error, error: Some(error.into()) }));
+    assert!(matches!(d.stream.push("y", d.now), Err(PushError::Closed)), "and it takes no more");
+}
+
+#[test]
+fn max_stream_bytes_counts_the_text_as_readers_receive_it() {
+    // A control character is 6 bytes in the JSON its readers receive (`\u0001`), a quote 2.
+    let mut d = Driver::open(StreamConfig { max_stream_bytes: 62, ..cfg() });
+    d.push(&"\u{1}".repeat(10)); // 60
+    assert!(d.stream.push("\"", d.now).is_ok(), "62");
+    assert!(matches!(d.stream.push("a", d.now), Err(PushError::TooLarge { max: 62, .. })), "63");
+}
+
+#[test]
+fn a_ui_piece_past_max_stream_bytes_counts_the_unfinished_line_too() {
+    let mut d = Driver::open(StreamConfig { max_stream_bytes: 64, format: Format::Ui, ..cfg() });
+    let line = "{\"type\":\"start\"}\n"; // 17 bytes
+    d.push_ndjson(line.as_bytes()).unwrap();
+    d.push_ndjson(b"{\"type\":\"text-start\",\"id\":\"t\"").unwrap(); // 30 bytes unfinished: 47 held
+    let refused = d.push_ndjson(b"}\n{\"type\":\"finish\"}\n");
+    assert!(matches!(refused, Err(PushError::TooLarge { max: 64, .. })), "{refused:?}");
+    d.answer_all();
+    assert_eq!(d.db.status(STREAM), "error");
+    assert!(d.db.durable_text(STREAM).starts_with(line), "the lines it had");
+}
+
+#[test]
 fn fail_after_a_cancel_seals_cancelled_and_readers_get_abort_not_error() {
     // The producer's error after a cancel is the cancel's consequence (its model stopped, its
     // append's connection cut by the early answer): the row and the readers say `cancelled`.

@@ -11,7 +11,8 @@
 use rindle_streams::engine::host::time::Millis;
 use rindle_streams::engine::pump::background::{MAX_REATTACHES, RECORD_VERSION, REPLAY_OVERLAP_UNITS};
 use rindle_streams::engine::pump::{
-    BackgroundRecord, CallMethod, Interruption, PumpFailure, PumpRequest, PumpSecrets, PumpStep, Reattach, ReattachNext, Relay, Retrieved,
+    BackgroundRecord, Build, CallMethod, Interruption, PumpFailure, PumpRequest, PumpSecrets, PumpStep, PumpUpstreams, Reattach,
+    ReattachNext, Relay, Retrieved,
 };
 use rindle_streams::engine::text::utf16::{self, Offset};
 use rindle_streams::engine::wire::ui::Format;
@@ -95,7 +96,8 @@ fn responses_events(reasoning: &[String], text: &[String], tool: &[&str]) -> Vec
 }
 
 fn request(json: &str) -> PumpRequest {
-    PumpRequest::parse(json.as_bytes(), &PumpSecrets::parse("MOCK_KEY").unwrap()).unwrap()
+    let upstreams = PumpUpstreams::parse("http://x http://127.0.0.1:8788", Build::Production).unwrap();
+    PumpRequest::parse(json.as_bytes(), &upstreams, &PumpSecrets::parse("MOCK_KEY").unwrap()).unwrap()
 }
 
 fn background_request() -> PumpRequest {
@@ -612,7 +614,7 @@ fn an_expired_replay_is_interrupted_when_the_stored_response_cannot_finish_the_s
 #[test]
 fn a_background_pump_request_streams_and_names_its_credential() {
     let secrets = PumpSecrets::parse("MOCK_KEY=http://127.0.0.1:8788,OTHER").unwrap();
-    let parse = |json: String| PumpRequest::parse(json.as_bytes(), &secrets).map_err(|e| e.to_string());
+    let parse = |json: String| PumpRequest::parse(json.as_bytes(), &PumpUpstreams::Loopback, &secrets).map_err(|e| e.to_string());
     let body = r#"{"stream":true,"background":true}"#;
     let ok = parse(format!(r#"{{"format":"openai-responses","url":"{ENDPOINT}","auth":{{"secret":"MOCK_KEY"}},"body":{body}}}"#)).unwrap();
     assert!(ok.background());
@@ -627,7 +629,7 @@ fn a_background_pump_request_streams_and_names_its_credential() {
         ),
         (
             format!(r#"{{"format":"openai-responses","url":"http://127.0.0.1:9999/v1/responses","auth":{{"secret":"MOCK_KEY"}},"body":{body}}}"#),
-            "bad pump request: auth.secret MOCK_KEY may be sent only to http://127.0.0.1:8788",
+            "bad pump request: auth.secret MOCK_KEY may be sent only to http://127.0.0.1:8788/",
         ),
         (
             format!(r#"{{"format":"openai-responses","url":"{ENDPOINT}","auth":{{"secret":"OTHER"}},"headers":{{"Authorization":"Bearer k"}},"body":{{}}}}"#),

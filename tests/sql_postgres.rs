@@ -607,3 +607,39 @@ fn every_seal_is_guarded_by_streaming_the_durable_length_and_the_host_token() {
         }
     }
 }
+
+#[test]
+fn names_of_63_bytes_work_and_two_long_chunk_tables_get_two_indexes() {
+    // PostgreSQL cuts identifiers to 63 bytes without an error: the configuration refuses a
+    // longer name (`TableMapping::check_for`), and the chunk index's derived name stays within
+    // 63 bytes, distinct for two tables that share a long prefix.
+    let long = |tag: &str| format!("{tag}{}", "c".repeat(63 - tag.len()));
+    let (first, second) = (long("a_"), long("b_"));
+    assert_eq!(first.len(), 63);
+    let names = ColumnNames { body: Some("b".repeat(63)), ..ColumnNames::default() };
+    let mapping = |chunks: &str| TableMapping::new("messages", chunks, &names).unwrap();
+    assert!(mapping(&first).check_for(Dialect::Postgres).is_ok());
+    assert!(TableMapping::new("messages", &format!("{first}x"), &names).unwrap().check_for(Dialect::Postgres).is_err());
+    let ddl = |chunks: &str| MappedSql::new(mapping(chunks), Dialect::Postgres).chunk_table_ddl().join(";\n");
+    let body = "b".repeat(63);
+    let schema = format!(
+        "CREATE TABLE messages (id text PRIMARY KEY, chat_id text, role text, \"{body}\" text NOT NULL DEFAULT '', status text, seq bigint NOT NULL DEFAULT 0);\n{};\n{};",
+        ddl(&first),
+        ddl(&second)
+    );
+    let Some(db) = PgDb::with_schema("long_names", &schema, mapping(&first)).map(Rc::new) else { return };
+    db.insert_message(ID);
+    assert_eq!(checkpoint(&db, 0, 2, "hi"), state(2, false));
+    assert_eq!(db.durable_text(ID), "hi");
+    let indexes = db.query(&Statement {
+        sql: "SELECT indexname AS name FROM pg_indexes WHERE schemaname = current_schema() AND indexname LIKE '%stream_seq' ORDER BY 1"
+            .into(),
+        params: vec![],
+    });
+    let indexes: Vec<_> = indexes.iter().map(|r| r["name"].clone()).collect();
+    assert_eq!(indexes.len(), 2, "one index per chunk table: {indexes:?}");
+    for name in &indexes {
+        let ColumnValue::Text(name) = name else { panic!("{name:?}") };
+        assert!(name.len() <= 63 && name.ends_with("_stream_seq"), "{name}");
+    }
+}

@@ -155,6 +155,36 @@ fn values_are_bound_never_spliced() {
 }
 
 #[test]
+fn a_chunk_table_named_up_to_the_longest_name_gets_its_index_and_works() {
+    // A 118-byte chunk table name made the index name (+ `_stream_seq`) too long: a panic.
+    for len in [52, 53, 117, 118, 128] {
+        let chunks = format!("chunks-é{}", "x".repeat(len - "chunks-é".len()));
+        let mapping = TableMapping::new("messages", &chunks, &ColumnNames::default()).unwrap();
+        let sql = MappedSql::new(mapping.clone(), Dialect::Sqlite);
+        let ddl = sql.chunk_table_ddl();
+        let index = ddl[1].split('"').nth(1).unwrap().to_owned();
+        assert!(index.len() <= 128, "{len}: {index}");
+        let schema = format!(
+            "CREATE TABLE messages (id TEXT PRIMARY KEY, body TEXT NOT NULL DEFAULT '', status TEXT, seq INTEGER NOT NULL DEFAULT 0);\n{};",
+            ddl.join(";\n")
+        );
+        let db = SqliteDb::with_schema(&schema, mapping);
+        db.exec("INSERT INTO messages (id) VALUES ('m1')");
+        db.batch(&db.sql.append(ID, Offset(0), Offset(2), "hi")).unwrap();
+        assert_eq!(db.durable_text(ID), "hi", "{len}");
+        let indexes = db.query(&rindle_streams::engine::durable::Statement {
+            sql: format!("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = '{chunks}' AND sql IS NOT NULL"),
+            params: vec![],
+        });
+        assert_eq!(
+            indexes.iter().map(|r| r["name"].clone()).collect::<Vec<_>>(),
+            vec![ColumnValue::Text(index)],
+            "{len}: the index is there"
+        );
+    }
+}
+
+#[test]
 fn custom_names_are_quoted_and_work() {
     let names = ColumnNames::from_json(r#"{"key":"msg id","body":"Body Text","seq":"len","cancel":"stop?"}"#).unwrap();
     let mapping = TableMapping::new("chat messages", "chunk rows", &names).unwrap();

@@ -9,7 +9,6 @@ use crate::engine::live::{LiveStream, PushError, PushReceipt};
 use crate::engine::text::utf8::{BadUtf8, Utf8Reassembler};
 use crate::engine::wire::ui::Format;
 use futures::future::{select, Either};
-use futures::StreamExt;
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -52,6 +51,9 @@ impl Object {
             Some(Ok(receipt)) => Ok(Ok(receipt)),
             Some(Err(PushError::BadChunk { bad, .. })) => Ok(Err(ApiError::bad_chunk(&bad))),
             Some(Err(PushError::Closed)) => Err(ApiError::closed(&route.stream_id)),
+            Some(Err(PushError::TooLarge { max, receipt })) => {
+                Err(ApiError::stream_too_large(&route.stream_id, max, receipt.seq, receipt.durable_seq))
+            }
             Some(Err(PushError::NotOpen)) | None => Err(ApiError::not_open(&route.stream_id)),
             Some(Err(e @ PushError::NotUi)) => Err(unavailable(e)),
         }
@@ -93,7 +95,7 @@ impl Object {
     /// answers at once. A body
     /// that turns out too large, not UTF-8 or (in a `ui` stream) to hold a bad line stops being
     /// pushed, is read to its end (up to
-    /// [`MAX_DISCARDED_BYTES`] more) and only then refused: answering while the client is still
+    /// [`http::MAX_DISCARDED_BYTES`] more) and only then refused: answering while the client is still
     /// sending breaks its connection under the local runtime's proxy.
     ///
     /// A short JavaScript loop ([`read_body`]) reads the body and hands each piece to an
@@ -161,7 +163,7 @@ struct Intake {
     /// Bytes of the body so far.
     total: usize,
     receipt: PushReceipt,
-    /// Bad input: refuse the request once its body is read (or `MAX_DISCARDED_BYTES` more).
+    /// Bad input: refuse the request once its body is read (or `http::MAX_DISCARDED_BYTES` more).
     refusal: Option<ApiError>,
     /// The stream cannot take pushes: answer with this at once.
     fatal: Option<ApiError>,
@@ -175,7 +177,7 @@ impl Intake {
         }
         self.total += piece.len();
         if self.refusal.is_some() {
-            return self.total <= self.max + MAX_DISCARDED_BYTES as usize;
+            return self.total <= self.max + http::MAX_DISCARDED_BYTES;
         }
         if self.total > self.max {
             self.refusal = Some(ApiError::too_large(self.max).with("seq", self.receipt.seq));
@@ -272,27 +274,14 @@ impl BodyPieces {
     }
 }
 
-/// The most of an unread request body discarded before answering: Cloudflare's own request
-/// body limit, so every body the edge lets through is read to its end.
-const MAX_DISCARDED_BYTES: u32 = 100 << 20;
-
-/// Reads and discards a request body that a refusal left untouched. The front Worker hands the
-/// client's body to this object as it is, and the runtime streams it in; answering before it
-/// has all been read makes the runtime read from a request whose response was already sent,
-/// which breaks the client's connection. A body a handler started reading is left alone: a
-/// handler that stops early (a cancelled streaming append) cancels its own read, which lets it
-/// answer at once. A body past the cap is cancelled too.
+/// Reads and discards a request body that a refusal left untouched (up to
+/// [`http::MAX_DISCARDED_BYTES`], see [`http::read_bounded`]). A body a handler started reading
+/// is left alone: a handler that stops early (a cancelled streaming append) cancels its own
+/// read, which lets it answer at once.
 pub(super) async fn discard_unread(request: &web_sys::Request) {
     let Some(body) = request.body().filter(|_| !request.body_used()) else { return };
     if body.locked() {
         return;
     }
-    let mut stream = wasm_streams::ReadableStream::from_raw(wasm_bindgen::JsCast::unchecked_into(body)).into_stream();
-    let mut total = 0u32;
-    while let Some(Ok(chunk)) = stream.next().await {
-        total = total.saturating_add(js_sys::Uint8Array::new(&chunk).length());
-        if total > MAX_DISCARDED_BYTES {
-            break;
-        }
-    }
+    let _ = http::read_bounded(body, 0).await;
 }

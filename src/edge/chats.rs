@@ -5,7 +5,7 @@
 
 use super::http::{self, unavailable};
 use super::setup;
-use super::shell::{log, now};
+use super::shell::now;
 use crate::engine::access::api::{ApiError, ChatAction, ChatRoute};
 use crate::engine::access::auth::{AuthRequest, Scope};
 use crate::engine::durable::Tables;
@@ -17,19 +17,21 @@ use worker::{Env, Request, Response};
 /// The query parameter that carries the chat of a read to the stream's object.
 pub const CHAT_PARAM: &str = "chat";
 
-/// The mapped tables, for the chat reads; refused when chats are not mapped (or an
-/// embedding Worker keeps its checkpoints in a sink of its own).
-fn tables(env: &Env, settings: &Settings) -> Result<Tables, ApiError> {
+/// The mapped tables, for the chat reads of one request in the front Worker (a connection to
+/// Postgres serves one request there: the runtime binds a socket to the request that opened it;
+/// Hyperdrive pools the connections to the database); refused when chats are not mapped (or
+/// an embedding Worker keeps its checkpoints in a sink of its own).
+pub fn tables(env: &Env, settings: &Settings) -> Result<Tables, ApiError> {
     if settings.mapping.chat.is_none() || setup::custom_sink_installed() {
         return Err(ApiError::no_chat_column());
     }
-    let executor = setup::Executor::from_env(env, settings.backend).map_err(|e| ApiError::misconfigured(e.to_string()))?;
+    let executor = setup::Executor::from_env(env, settings.backend).map_err(ApiError::misconfigured)?;
     Ok(executor.tables(settings))
 }
 
 /// Whether stream `stream_id`'s row belongs to chat `chat_id`.
-pub async fn belongs(env: &Env, settings: &Settings, stream_id: &str, chat_id: &str) -> Result<bool, ApiError> {
-    let chat = tables(env, settings)?.chat_of(stream_id).await.map_err(ApiError::store_unavailable)?;
+pub async fn belongs(tables: &Tables, stream_id: &str, chat_id: &str) -> Result<bool, ApiError> {
+    let chat = tables.chat_of(stream_id).await.map_err(ApiError::store_unavailable)?;
     Ok(chat.as_deref() == Some(chat_id))
 }
 
@@ -44,33 +46,36 @@ pub async fn check_open(store: &super::store::Store, stream_id: &str, chat_id: &
     }
 }
 
-/// `GET {prefix}/chats/{chat}/stream`: authorized for the chat first (a denial never tells
-/// whether the chat has an answer), then the chat's streaming answer, answered by its object
-/// as `GET {prefix}/{id}/stream?chat={chat}` (which checks the answer is the chat's before
-/// serving it); 204 when the chat has none.
+/// `GET {prefix}/chats/{chat}/stream` and `…/events`: authorized for the chat first, here in the
+/// front Worker (a denial never tells whether the chat has an answer, and reaches no object).
+/// The feed (`events`) is answered by the chat's feed object; the resume GET (`stream`) by the
+/// chat's streaming answer's object, as `GET {prefix}/{id}/stream?chat={chat}`; 204 when the
+/// chat has none.
 pub async fn lookup(req: Request, env: Env, settings: Rc<Settings>, chat: ChatRoute) -> Result<Response, ApiError> {
-    if chat.action == ChatAction::Events {
-        return feed(req, &env, &chat.chat_id).await;
-    }
-    let tables = tables(&env, &settings)?;
     let target = http::Target::of(&req);
-    let token = http::token(&req, &target, true);
-    let authorizer = setup::authorizer(&env).map_err(ApiError::misconfigured)?;
-    let headers = if authorizer.reads_headers() { http::header_pairs(&req) } else { Vec::new() };
+    let token = http::token(req.headers(), &target, true);
+    let authorizer = setup::authorizer(&env, &settings).map_err(ApiError::misconfigured)?;
+    let headers = if authorizer.reads_headers() { http::header_pairs(req.headers()) } else { Vec::new() };
     let question = AuthRequest {
-        token: token.as_deref(),
+        token: token.as_ref().map(|(t, _)| t.as_str()),
+        token_in_query: matches!(token, Some((_, http::TokenFrom::Query))),
         stream_id: "",
         chat: Some(&chat.chat_id),
         scope: Scope::Read,
-        from: Some(http::join_offset(&req, &target)),
+        from: (chat.action == ChatAction::Stream).then(|| http::join_offset(&req, &target)),
         headers: &headers,
         meta: None,
         now_secs: now().0 / 1000,
     };
-    authorizer.authorize(&question).await.map_err(|denied| {
-        log("info", "denied", "", json!({"chat": chat.chat_id, "reason": denied.to_string()}));
-        ApiError::forbidden()
-    })?;
+    let route = if chat.action == ChatAction::Events { "events" } else { "stream" };
+    authorizer
+        .authorize(&question)
+        .await
+        .map_err(|denied| super::gate::denial("", json!({"chat": chat.chat_id, "route": route, "reason": denied.to_string()})))?;
+    if chat.action == ChatAction::Events {
+        return feed(req, &env, &chat.chat_id).await;
+    }
+    let tables = tables(&env, &settings)?;
     let Some(stream_id) = tables.streaming_in_chat(&chat.chat_id).await.map_err(ApiError::store_unavailable)? else {
         return Response::empty().map(|r| r.with_status(204)).map_err(unavailable);
     };
@@ -90,8 +95,7 @@ pub async fn lookup(req: Request, env: Env, settings: Rc<Settings>, chat: ChatRo
     stub.fetch_with_request(forwarded).await.map_err(http::unavailable)
 }
 
-/// `GET {prefix}/chats/{chat}/events`: the chat's feed object answers it (and authorizes it
-/// first, as a stream's object does).
+/// `GET {prefix}/chats/{chat}/events`, authorized: the chat's feed object answers it.
 async fn feed(req: Request, env: &Env, chat_id: &str) -> Result<Response, ApiError> {
     let stub = env
         .durable_object(super::feed::FEEDS_BINDING)

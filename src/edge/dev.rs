@@ -1,7 +1,9 @@
 //! Development-only endpoints (the `dev` feature: absent from the production build), answered
 //! only when `DEV_MODE=1`: `POST /dev/session` creates a message row and mints tokens for the
 //! demo page; `GET /dev/feed-stats?chat=` answers what a chat's feed object did (its requests,
-//! storage and row reads, awake time: bench/cost.mjs).
+//! storage and row reads, awake time: bench/cost.mjs); `GET /dev/objects` counts the stream
+//! objects this isolate constructed (the proof that a denied request creates none:
+//! `tests/e2e/hostile.test.mjs`).
 
 use super::http::{self, unavailable};
 use super::setup::{dev_mode, var};
@@ -10,6 +12,17 @@ use crate::engine::durable::{Statement, Value};
 use crate::engine::host::store::OpKind;
 use serde_json::json;
 use worker::{Env, Request, Response};
+
+thread_local! {
+    /// Stream objects constructed in this isolate (the local runtime runs the front Worker and
+    /// its objects in one isolate).
+    static OBJECTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A stream object was constructed.
+pub fn object_constructed() {
+    OBJECTS.with(|n| n.set(n.get() + 1));
+}
 
 /// How long a development token lives.
 const DEV_TOKEN_SECS: u64 = 3600;
@@ -23,6 +36,7 @@ pub async fn handle(req: Request, env: &Env) -> Result<Response, ApiError> {
         ("POST", "/dev/session") => session(env).await,
         (_, "/dev/session") => Err(ApiError::method_not_allowed(req.method().as_ref(), "POST")),
         ("GET", "/dev/feed-stats") => feed_stats(&req, env).await,
+        ("GET", "/dev/objects") => http::json(200, &json!({"constructed": OBJECTS.with(std::cell::Cell::get)})).map_err(unavailable),
         (_, path) => Err(ApiError::not_found(path)),
     }
 }

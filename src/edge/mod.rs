@@ -9,6 +9,7 @@ mod dev;
 #[cfg(feature = "test-faults")]
 mod faults;
 mod feed;
+mod gate;
 #[cfg(feature = "heap-stats")]
 mod heap;
 mod http;
@@ -32,6 +33,7 @@ pub use store::D1;
 
 use crate::engine::access::api::{self, ApiError};
 use crate::engine::access::cors::Cors;
+use futures::FutureExt;
 use wasm_bindgen::JsCast;
 use worker::{Env, Request, Response};
 
@@ -133,65 +135,108 @@ fn with_headers(answer: js_sys::Promise, headers: Vec<(&'static str, String)>) -
 }
 
 fn routed(req: web_sys::Request, env: &Env) -> js_sys::Promise {
-    match route(req, env) {
+    match route(&req, env) {
         // A rejection (the object could not be reached) answers the 503 of SPEC §4.
-        Ok(Routed::Forwarded(answer)) => {
-            UNAVAILABLE.with(|unavailable| answer.unchecked_ref::<Answer>().catch_with(unavailable.as_ref().unchecked_ref()))
-        }
+        Ok(Routed::Forwarded(answer)) => unavailable_on_rejection(answer),
+        Ok(Routed::Gated(answer)) => answer,
         #[cfg(feature = "dev")]
-        Ok(Routed::Dev(req)) => {
+        Ok(Routed::Dev) => {
             let env = env.clone();
             wasm_bindgen_futures::future_to_promise(async move {
-                let response = dev::handle(req, &env).await.or_else(|e| http::error(&e))?;
+                let response = dev::handle(Request::from(req), &env).await.or_else(|e| http::error(&e))?;
                 Ok(web_sys::Response::from(response).into())
             })
         }
-        Ok(Routed::Chat(req, settings, chat)) => {
+        Ok(Routed::Chat(settings, chat)) => {
             let env = env.clone();
             wasm_bindgen_futures::future_to_promise(async move {
-                let response = chats::lookup(req, env, settings, chat).await.or_else(|e| http::error(&e))?;
+                let response = chats::lookup(Request::from(req), env, settings, chat).await.or_else(|e| http::error(&e))?;
                 Ok(web_sys::Response::from(response).into())
             })
         }
+        // Refused here at once, with its body unread (a denied upload, however slow or large,
+        // costs this Worker and every object nothing; the runtime discards the rest). The body
+        // is left alone rather than cancelled: workerd answers at once either way (2-6 ms for a
+        // 1-byte-a-second upload), but `wrangler dev`'s proxy takes a Worker that cancels its
+        // own request body for a crash and reloads the runtime, which resets every local object
+        // (docs/SECURITY.md, "Answered at once").
         Err(e) => answered(http::error(&e)),
     }
+}
+
+/// The object's answer, or the 503 of SPEC §4 when it could not be reached.
+fn unavailable_on_rejection(answer: js_sys::Promise) -> js_sys::Promise {
+    UNAVAILABLE.with(|unavailable| answer.unchecked_ref::<Answer>().catch_with(unavailable.as_ref().unchecked_ref()))
 }
 
 /// Where the front Worker sent a request.
 enum Routed {
     /// To the stream's object: its answer.
     Forwarded(js_sys::Promise),
+    /// Authorization that awaits (an authorizer that looks something up, or a read made for a
+    /// chat): the answer once it allowed the request and the object answered, or the refusal.
+    Gated(js_sys::Promise),
     /// A development endpoint (the `dev` feature, and `DEV_MODE=1`).
     #[cfg(feature = "dev")]
-    Dev(Request),
+    Dev,
     /// A chat lookup (the front Worker answers it: it names no stream yet).
-    Chat(Request, std::rc::Rc<crate::engine::host::config::Settings>, api::ChatRoute),
+    Chat(std::rc::Rc<crate::engine::host::config::Settings>, api::ChatRoute),
 }
 
-fn route(req: web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
+fn route(req: &web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
     let url = req.url();
     let path = api::path_of(&url);
     #[cfg(feature = "dev")]
     if path.starts_with("/dev/") {
-        return Ok(Routed::Dev(Request::from(req)));
+        return Ok(Routed::Dev);
     }
-    // A bad configuration answers every request with the setting to fix (the object checks
-    // the rest, such as the secret, with the same message).
     let settings = setup::settings(env).map_err(ApiError::misconfigured)?;
     if let Some(chat) = api::chat_route(&settings.path_prefix, &req.method(), path)? {
-        return Ok(Routed::Chat(Request::from(req), settings, chat));
+        return Ok(Routed::Chat(settings, chat));
     }
     let Some(route) = api::route(&settings.path_prefix, &req.method(), path)? else {
         return Err(ApiError::not_found(path));
     };
+    let authorizer = setup::authorizer(env, &settings).map_err(ApiError::misconfigured)?;
+    // An authorizer that reads the stream's meta is asked in the object, where the meta is.
+    if authorizer.reads_meta() {
+        return forward(req, env, &url, &route).map(Routed::Forwarded);
+    }
+    let asked = gate::Asked::of(&worker::Headers(req.headers()), &http::Target::parse(&url), &route, &*authorizer)?;
+    // The JWT check answers at once: what it allows is forwarded without a future of its own.
+    let allowed = match authorizer.authorize(&asked.question(&route, None)).now_or_never() {
+        Some(verdict) => {
+            gate::verdict(&route, verdict)?;
+            if asked.chat().is_none() {
+                return forward(req, env, &url, &route).map(Routed::Forwarded);
+            }
+            true
+        }
+        None => false,
+    };
+    // The same JavaScript request (not `Request.clone()`, which would tee the body).
+    let (req, env) = (<web_sys::Request as Clone>::clone(req), env.clone());
+    Ok(Routed::Gated(wasm_bindgen_futures::future_to_promise(async move {
+        let tables = || chats::tables(&env, &settings);
+        let gated = match (allowed, asked.chat()) {
+            (true, Some(chat)) => gate::check_chat(tables(), &route, chat).await,
+            _ => gate::ask(&*authorizer, &asked, &route, None, tables).await,
+        };
+        match gated.and_then(|()| forward(&req, &env, &url, &route)) {
+            Ok(answer) => wasm_bindgen_futures::JsFuture::from(unavailable_on_rejection(answer)).await,
+            Err(e) => Ok(web_sys::Response::from(http::error(&e)?).into()),
+        }
+    })))
+}
+
+/// Forwards `req` to the stream's object; its answer.
+fn forward(req: &web_sys::Request, env: &Env, url: &str, route: &api::Route) -> Result<js_sys::Promise, ApiError> {
     let stub: worker::worker_sys::DurableObject = env
         .durable_object("STREAMS")
         .and_then(|ns| ns.id_from_name(&route.stream_id)?.get_stub())
         .map_err(|e| ApiError::misconfigured(format!("the STREAMS Durable Object binding: {e}")))?
         .into_rpc();
-    let answer =
-        stub.unchecked_ref::<Stub>().fetch_with_init(&url, &forward(&req)).map_err(|e| http::unavailable(worker::Error::from(e)))?;
-    Ok(Routed::Forwarded(answer))
+    stub.unchecked_ref::<Stub>().fetch_with_init(url, &forward_init(req)).map_err(|e| http::unavailable(worker::Error::from(e)))
 }
 
 /// The request to forward to the object, as the `init` of a new one on the same URL: its
@@ -203,7 +248,7 @@ fn route(req: web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
 /// streaming append), cancels its read. Relaying it through a pipe of this Worker's, to stop
 /// that pipe once the object answered, cost about 140 KB of memory per open streaming append
 /// and a hop per piece (BENCHMARKS.md, "Before and after").
-fn forward(req: &web_sys::Request) -> web_sys::RequestInit {
+fn forward_init(req: &web_sys::Request) -> web_sys::RequestInit {
     let init = web_sys::RequestInit::new();
     init.set_method(&req.method());
     init.set_headers(&req.headers());

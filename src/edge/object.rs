@@ -7,10 +7,9 @@ use super::http::{self, error, unavailable};
 use super::lease::LeaseStore;
 use super::meter::{Hold, Meter};
 use super::setup::Setup;
-use super::shell::{log, now, with_timeout, Shell};
+use super::shell::{now, with_timeout, Shell};
 use super::sse::{self, ReaderSource};
 use crate::engine::access::api::{self, Action, ApiError, OpenRequest, Route};
-use crate::engine::access::auth::{AuthRequest, Denied};
 use crate::engine::host::config::StreamConfig;
 use crate::engine::host::time::Millis;
 use crate::engine::live::{Dialect, FlushError, LiveStream, OpenError, Producer, ResumeRefused, StreamState, WatchAnswer, WATCH_HOLD};
@@ -43,15 +42,10 @@ pub(super) struct Object {
     pub(super) pumping: std::cell::Cell<bool>,
 }
 
-/// The largest open body: room for a chat's user message (at most 64 KiB, refused with 400
-/// `bad_user_message` past that) and a `meta`.
-const MAX_OPEN_BODY_BYTES: usize = 1 << 20;
-
-/// The largest pump request body (upstream URL, headers and request body).
-const MAX_PUMP_BODY_BYTES: usize = 1 << 20;
-
 impl DurableObject for StreamObject {
     fn new(state: State, env: Env) -> Self {
+        #[cfg(feature = "dev")]
+        super::dev::object_constructed();
         Self {
             state,
             env,
@@ -145,46 +139,24 @@ impl StreamObject {
 
     async fn answer(&self, mut req: Request, target: http::Target, route: Route) -> Result<Response, ApiError> {
         let o = self.object(&route.stream_id)?;
-        // Authorization comes before anything that could reveal whether the stream exists.
-        let token = http::token(&req, &target, route.action.token_in_query());
-        // A read may name the chat it is made for (a chat lookup's, or a token's `chat` claim).
-        let chat = match target.query(super::chats::CHAT_PARAM) {
-            Some(chat) if route.action.scope() == crate::engine::access::auth::Scope::Read => {
-                crate::engine::access::stream_id::validate(&chat)
-                    .map_err(|e| ApiError::new(400, "bad_chat_id", e.to_string().replace("stream id", "chat id")))?;
-                Some(chat)
-            }
-            _ => None,
-        };
-        let meta = o.shell.inspect(|s| s.meta().cloned()).flatten();
-        let headers = if o.setup.authorizer.reads_headers() { http::header_pairs(&req) } else { Vec::new() };
-        let question = AuthRequest {
-            token: token.as_deref(),
-            stream_id: &route.stream_id,
-            chat: chat.as_deref(),
-            scope: route.action.scope(),
-            from: route.action.joins().then(|| http::join_offset(&req, &target)),
-            headers: &headers,
-            meta: meta.as_ref(),
-            now_secs: now().0 / 1000,
-        };
-        // Nothing is borrowed while the authorizer looks (it may await a lookup of its own).
-        o.setup.authorizer.authorize(&question).await.map_err(|denied| {
-            log("info", "denied", &route.stream_id, json!({"action": format!("{:?}", route.action), "reason": denied.to_string()}));
-            ApiError::forbidden()
-        })?;
-        // …and a read for a chat is of an answer of that chat, or it is denied alike.
-        if let Some(chat) = &chat {
-            if !super::chats::belongs(&self.env, &o.setup.settings, &route.stream_id, chat).await? {
-                log(
-                    "info",
-                    "denied",
-                    &route.stream_id,
-                    json!({"action": format!("{:?}", route.action), "reason": Denied::NotInChat.to_string()}),
-                );
-                return Err(ApiError::forbidden());
-            }
+        // Authorization comes before anything that could reveal whether the stream exists. The
+        // front Worker asked every authorizer but one that reads the stream's meta: that one is
+        // asked here, where the meta is (`super::gate`).
+        if o.setup.authorizer.reads_meta() {
+            let asked = super::gate::Asked::of(req.headers(), &target, &route, &*o.setup.authorizer)?;
+            let meta = o.shell.inspect(|s| s.meta().cloned()).flatten();
+            let tables = || match &o.setup.executor {
+                Some(executor) if o.setup.settings.mapping.chat.is_some() => Ok(executor.tables(&o.setup.settings)),
+                _ => Err(ApiError::no_chat_column()),
+            };
+            super::gate::ask(&*o.setup.authorizer, &asked, &route, meta.as_ref(), tables).await?;
         }
+        // Every body but an append's is small: read now, against its bound (an append's body is
+        // read as it is pushed, see `append`).
+        let body = match route.action {
+            Action::Append => Vec::new(),
+            action => http::read_limited(&req, action, action.max_body_bytes(o.settings().max_append_bytes)).await?,
+        };
         // A fresh instance whose stream was lost while streaming rebuilds it first, whoever
         // woke it (SPEC §10); `/text` reads D1 anyway, an open starts a stream of its own, and
         // `/stats` only looks.
@@ -192,7 +164,7 @@ impl StreamObject {
             self.revive_for_request(&o).await?;
         }
         let r = match route.action {
-            Action::Open => self.open(&o, &route, &mut req).await,
+            Action::Open => self.open(&o, &route, &body).await,
             Action::Append => {
                 let epoch = super::revive::epoch_of(&req)?;
                 o.append(&route, &mut req, epoch).await
@@ -201,10 +173,11 @@ impl StreamObject {
             Action::Close => o.seal(&route, None, super::revive::epoch_of(&req)?).await,
             Action::Fail => {
                 let epoch = super::revive::epoch_of(&req)?;
-                let body = http::small_json(&mut req, 64 * 1024, "the fail body must be {\"error\": \"…\"}").await?;
+                let body = http::small_json(&body, "the fail body must be {\"error\": \"…\"}")?;
                 let message =
                     body.as_ref().and_then(|b| b.get("error")).and_then(|e| e.as_str()).unwrap_or("the producer failed the stream");
-                o.seal(&route, Some(message.to_owned()), epoch).await
+                // A message U+0000 the store cannot keep is kept with U+FFFD in its place.
+                o.seal(&route, Some(o.settings().backend.storable(message).into_owned()), epoch).await
             }
             Action::Resume => self.resume_producer(&o, &route, &req).await,
             Action::Events => o.events(&req, &target),
@@ -220,13 +193,13 @@ impl StreamObject {
             }
             Action::Stats => o.stats(&route, &self.meter),
             Action::Watch => o.watch(&route).await,
-            Action::Pump => self.pump(&o, &route, &mut req).await,
+            Action::Pump => self.pump(&o, &route, &req, &body).await,
         };
         r
     }
 
-    async fn open(&self, o: &Rc<Object>, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
-        let body = http::small_json(req, MAX_OPEN_BODY_BYTES, "the open body must be {\"format\": \"text\" | \"ui\", \"meta\": …}").await?;
+    async fn open(&self, o: &Rc<Object>, route: &Route, body: &[u8]) -> Result<Response, ApiError> {
+        let body = http::small_json(body, "the open body must be {\"format\": \"text\" | \"ui\", \"meta\": …}")?;
         let OpenRequest { format, meta, chat } = OpenRequest::parse(body)?;
         if let Some(link) = &chat {
             super::chats::check_open(&o.setup.store, &route.stream_id, &link.chat_id).await?;
@@ -268,18 +241,14 @@ impl StreamObject {
         http::json(200, &TextAnswer { durable: &durable, format }).map_err(unavailable)
     }
 
-    async fn pump(&self, o: &Rc<Object>, route: &Route, req: &mut Request) -> Result<Response, ApiError> {
+    async fn pump(&self, o: &Rc<Object>, route: &Route, req: &Request, body: &[u8]) -> Result<Response, ApiError> {
         o.require_live(route)?;
         // The pump becomes the producer: only the current producer can start one.
         let epoch = super::revive::epoch_of(req)?;
         if let Some(Err(fenced)) = o.shell.inspect(|s| s.admit(epoch)) {
             return Err(super::revive::fenced(&route.stream_id, fenced));
         }
-        let body = req.bytes().await.map_err(|e| ApiError::new(400, "bad_request", format!("could not read the body: {e}")))?;
-        if body.len() > MAX_PUMP_BODY_BYTES {
-            return Err(ApiError::too_large(MAX_PUMP_BODY_BYTES));
-        }
-        let (pump, upstream) = super::pump::upstream_request(&body, &o.setup.settings.pump_secrets, &self.env)?;
+        let (pump, upstream) = super::pump::upstream_request(body, &o.setup.settings, &self.env)?;
         if o.pumping.get() {
             return Err(ApiError::pump_running(&route.stream_id));
         }
@@ -352,10 +321,7 @@ impl Object {
             .map_err(|f| super::revive::fenced(&route.stream_id, f))?;
         match settled.await.map_err(unavailable)? {
             Ok(r) => http::json(200, &json!({"status": r.status, "seq": r.seq, "durableSeq": r.durable_seq})).map_err(unavailable),
-            Err(short) => Err(ApiError::new(503, "seal_failed", short.to_string())
-                .with("status", short.status.as_str())
-                .with("seq", short.seq)
-                .with("durableSeq", short.durable_seq)),
+            Err(short) => Err(ApiError::seal_failed(short.status.as_str(), short.seq, short.durable_seq, &short)),
         }
     }
 
@@ -374,6 +340,10 @@ impl Object {
             return sse::Subscription::Answered(Response::empty().map(|r| r.with_headers(sse::headers(dialect))).map_err(unavailable));
         }
         let from = http::join_offset(req, target);
+        let cfg = &self.settings().stream;
+        if self.shell.inspect(|s| cfg.admits_reader(s.reader_count())) == Some(false) {
+            return sse::Subscription::Answered(Err(ApiError::too_many_readers(&self.shell.stream_id, cfg.max_readers)));
+        }
         match self.shell.feed(|s, _| s.subscribe_as(dialect, from)) {
             Some(reader) => sse::Subscription::Answered(
                 ReaderSource::response(Rc::clone(&self.shell), reader, dialect, self.settings().sse_retry_ms).map_err(unavailable),

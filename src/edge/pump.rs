@@ -16,11 +16,11 @@ use super::meter::Meter;
 use super::object::{Object, StreamObject};
 use super::shell::{log, Shell};
 use crate::engine::access::api::ApiError;
+use crate::engine::host::config::Settings;
 use crate::engine::host::hook::SealCause;
 use crate::engine::live::{LiveStream, PushError, PushReceipt};
 use crate::engine::pump::{
-    BackgroundRecord, CallMethod, Interruption, PumpFailure, PumpRequest, PumpSecrets, PumpStep, Reattach, ReattachNext, Relay, Retrieved,
-    UpstreamCall,
+    BackgroundRecord, CallMethod, Interruption, PumpFailure, PumpRequest, PumpStep, Reattach, ReattachNext, Relay, Retrieved, UpstreamCall,
 };
 use crate::engine::text::utf16::Offset;
 use eventsource_stream::{Event, Eventsource};
@@ -30,7 +30,7 @@ use serde_json::json;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
-use worker::{AbortController, Delay, Env, Fetch, Headers, Method, Request, RequestInit, Response, State};
+use worker::{AbortController, Delay, Env, Fetch, Headers, Method, Request, RequestInit, RequestRedirect, Response, State};
 
 /// The storage key of the background pump's record.
 const RECORD_KEY: &str = "pumpBackground";
@@ -97,13 +97,24 @@ impl PumpRun {
 
     /// Pushes pumped text, admitted by the pump's epoch in the same borrow (a fenced push is
     /// refused as a closed stream's: the pump is no longer the producer).
+    /// The text goes in as the store can keep it ([`PumpRun::storable`]).
     fn push(&self, text: &str) -> Option<Result<PushReceipt, PushError>> {
         let epoch = self.epoch;
-        self.shell.feed(|s, now| s.admit_pump(epoch).map_err(|_| PushError::Closed).and_then(|()| s.push(text, now)))
+        let text = self.storable(text);
+        self.shell.feed(|s, now| s.admit_pump(epoch).map_err(|_| PushError::Closed).and_then(|()| s.push(&text, now)))
     }
 
     fn stream_id(&self) -> &str {
         &self.shell.stream_id
+    }
+
+    /// Text as the durable store can keep it (U+0000 replaced on Postgres: the upstream cannot
+    /// be told to fix what it sent; `Backend::storable`).
+    fn storable<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        match super::setup::settings(&self.env) {
+            Ok(settings) => settings.backend.storable(text),
+            Err(_) => std::borrow::Cow::Borrowed(text),
+        }
     }
 
     /// The stored background record, if a background pump left one.
@@ -127,8 +138,11 @@ impl PumpRun {
         }
     }
 
-    /// Sends an upstream call, its credential header read from the named secret now.
+    /// Sends an upstream call, its credential header read from the named secret now, if
+    /// `PUMP_UPSTREAMS` still allows its URL (a re-attach after a deploy that changed the list).
     async fn send(&self, call: &UpstreamCall, controller: &AbortController) -> Result<Response, String> {
+        let settings = super::setup::settings(&self.env).map_err(|e| e.to_string())?;
+        settings.pump_upstreams.permit(&call.url).map_err(|e| e.to_string())?;
         let headers = Headers::new();
         let accept = if call.method == CallMethod::Get { "text/event-stream, application/json" } else { "application/json" };
         headers.set("accept", accept).map_err(|e| e.to_string())?;
@@ -139,6 +153,7 @@ impl PumpRun {
         }
         let mut init = RequestInit::new();
         init.with_method(if call.method == CallMethod::Get { Method::Get } else { Method::Post }).with_headers(headers);
+        init.with_redirect(RequestRedirect::Manual);
         let request = Request::new_with_init(&call.url, &init).map_err(|e| e.to_string())?;
         let fetch = Fetch::Request(request);
         fetch.send_with_signal(&controller.signal()).await.map_err(|e| format!("the upstream request failed: {e}"))
@@ -162,7 +177,7 @@ impl PumpRun {
         match end {
             PumpEnd::Complete | PumpEnd::Cancelled => drop(self.shell.feed(|s, now| s.close(now))),
             PumpEnd::StreamEnded => {}
-            PumpEnd::Failed(e) => drop(self.shell.feed(|s, now| s.fail(&e, now))),
+            PumpEnd::Failed(e) => drop(self.shell.feed(|s, now| s.fail(&self.storable(&e), now))),
             PumpEnd::Interrupted(i) => drop(self.shell.feed(|s, now| s.interrupt(SealCause::UpstreamLost, i.to_string(), now))),
         }
         if let Some(call) = cancel {
@@ -183,10 +198,11 @@ impl PumpRun {
     }
 }
 
-/// Builds the upstream request from a pump body; refuses a bad one with 400 `bad_upstream`
-/// (a secret not on `secrets`, or pinned to another origin, included).
-pub fn upstream_request(body: &[u8], secrets: &PumpSecrets, env: &Env) -> Result<(PumpRequest, Request), ApiError> {
-    let pump = PumpRequest::parse(body, secrets).map_err(ApiError::bad_upstream)?;
+/// Builds the upstream request from a pump body; refuses a bad one with 400 `bad_upstream` (a
+/// URL `PUMP_UPSTREAMS` does not allow, a secret not on `PUMP_SECRETS` or pinned elsewhere
+/// included). Redirects are not followed: a 3xx answer fails the pump.
+pub fn upstream_request(body: &[u8], settings: &Settings, env: &Env) -> Result<(PumpRequest, Request), ApiError> {
+    let pump = PumpRequest::parse(body, &settings.pump_upstreams, &settings.pump_secrets).map_err(ApiError::bad_upstream)?;
     let headers = Headers::new();
     for (name, value) in &pump.headers {
         headers.set(name, value).map_err(|e| ApiError::bad_upstream(format!("header {name:?}: {e}")))?;
@@ -201,7 +217,7 @@ pub fn upstream_request(body: &[u8], secrets: &PumpSecrets, env: &Env) -> Result
     }
     let mut init = RequestInit::new();
     let method = if pump.method.as_deref() == Some("GET") { Method::Get } else { Method::Post };
-    init.with_method(method);
+    init.with_method(method).with_redirect(RequestRedirect::Manual);
     if let Some(body) = &pump.body {
         if !pump.headers.keys().any(|k| k.eq_ignore_ascii_case("content-type")) {
             headers.set("content-type", "application/json").map_err(unavailable)?;
@@ -288,10 +304,10 @@ async fn drive(run: &PumpRun, mut attach: Attach) -> (PumpEnd, Option<UpstreamCa
         };
         let status = response.status_code();
         if !(200..300).contains(&status) {
-            let mut response = response;
-            let body = response.text().await.unwrap_or_default();
-            let snippet: String = body.chars().take(300).collect();
-            return (PumpEnd::Failed(format!("the upstream answered HTTP {status}: {snippet}")), relay.cancel_call().or(cancel));
+            // Its body (an internal service's, perhaps) goes to the log only.
+            let excerpt = excerpt(response).await;
+            log("warn", "pump_upstream_refused", run.stream_id(), json!({"status": status, "body": excerpt}));
+            return (failed(run, PumpFailure::Status(status)), relay.cancel_call().or(cancel));
         }
         let streamed = stream_events(run, &mut relay, response, &mut cancelled).await;
         controller.abort(); // a no-op after a complete response
@@ -337,7 +353,10 @@ async fn stream_events(run: &PumpRun, relay: &mut Relay, mut response: Response,
             match run.push(&push) {
                 Some(Ok(receipt)) if receipt.cancelled => return Streamed::End(PumpEnd::Cancelled),
                 Some(Ok(_)) => {}
-                Some(Err(PushError::Closed)) | Some(Err(PushError::NotOpen)) | None => return Streamed::End(PumpEnd::StreamEnded),
+                // Past MAX_STREAM_BYTES the stream seals itself `error`, with the text it has.
+                Some(Err(PushError::Closed | PushError::NotOpen | PushError::TooLarge { .. })) | None => {
+                    return Streamed::End(PumpEnd::StreamEnded)
+                }
                 Some(Err(e @ (PushError::BadChunk { .. } | PushError::NotUi))) => {
                     return Streamed::End(PumpEnd::Failed(format!("the stream refused the pumped text: {e}")))
                 }
@@ -350,10 +369,39 @@ async fn stream_events(run: &PumpRun, relay: &mut Relay, mut response: Response,
         match step {
             PumpStep::Continue => {}
             PumpStep::Complete => return Streamed::End(PumpEnd::Complete),
-            PumpStep::Failed(failure) => return Streamed::End(PumpEnd::Failed(failure.to_string())),
+            PumpStep::Failed(failure) => return Streamed::End(failed(run, failure)),
             PumpStep::Interrupted(i) => return Streamed::End(PumpEnd::Interrupted(i)),
         }
     }
+}
+
+/// A failure as the stream's error: what readers may be told; the detail goes to the log.
+fn failed(run: &PumpRun, failure: PumpFailure) -> PumpEnd {
+    let readers = failure.for_readers();
+    let detail = failure.to_string();
+    if detail != readers {
+        log("warn", "pump_failure_detail", run.stream_id(), json!({"detail": detail}));
+    }
+    PumpEnd::Failed(readers)
+}
+
+/// The first bytes of an answer's body, for a log line (at most 300, then the rest is
+/// cancelled: an error answer may be of any length).
+async fn excerpt(response: Response) -> String {
+    const MAX: usize = 300;
+    let Some(body) = web_sys::Response::from(response).body() else { return String::new() };
+    let mut stream = wasm_streams::ReadableStream::from_raw(body);
+    let mut reader = stream.get_reader();
+    let mut bytes = Vec::new();
+    while bytes.len() < MAX {
+        match reader.read().await {
+            Ok(Some(chunk)) => bytes.extend(js_sys::Uint8Array::new(&chunk).to_vec()),
+            _ => break,
+        }
+    }
+    let _ = reader.cancel().await;
+    bytes.truncate(MAX);
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// A background pump cancelled before the upstream named its response: the stream is sealed;
@@ -378,7 +426,7 @@ fn push_then(run: &PumpRun, push: &str, step: PumpStep) -> PumpEnd {
     }
     match step {
         PumpStep::Continue | PumpStep::Complete => PumpEnd::Complete,
-        PumpStep::Failed(failure) => PumpEnd::Failed(failure.to_string()),
+        PumpStep::Failed(failure) => failed(run, failure),
         PumpStep::Interrupted(i) => PumpEnd::Interrupted(i),
     }
 }

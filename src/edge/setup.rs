@@ -6,11 +6,12 @@ use super::faults::FaultPlan;
 #[cfg(feature = "postgres")]
 use super::postgres::Postgres;
 use super::store::{Store, StoreCounters, D1};
-use crate::engine::access::auth::{Authorizer, JwtAuthorizer};
+use crate::engine::access::auth::{Authorizer, JwtAuthorizer, JwtSecrets};
 use crate::engine::durable::{MappedSql, SqlExecutor, Tables};
 use crate::engine::host::config::{Backend, ConfigError, Settings};
 use crate::engine::host::hook::EventHook;
 use crate::engine::host::store::CheckpointSink;
+use crate::engine::pump::Build;
 use std::cell::RefCell;
 use std::rc::Rc;
 use worker::Env;
@@ -39,28 +40,47 @@ pub fn settings(env: &Env) -> Result<Rc<Settings>, ConfigError> {
             return settings;
         }
     }
-    let settings = Settings::from_vars(|name| var(env, name), custom_sink).map(Rc::new);
+    let build = if cfg!(feature = "dev") { Build::Development } else { Build::Production };
+    let settings = Settings::from_vars(|name| var(env, name), custom_sink, build).map(Rc::new);
     SETTINGS.with(|s| *s.borrow_mut() = Some((custom_sink, settings.clone())));
     settings
 }
 
 /// The authorizer: the one an embedding Worker installed, else HS256 JWTs signed with
-/// `STREAM_JWT_SECRET` (built once per isolate, so its cache of verified tokens serves every
-/// stream here).
-pub fn authorizer(env: &Env) -> Result<Rc<dyn Authorizer>, ConfigError> {
+/// `STREAM_JWT_SECRET` (or, during a rotation, `STREAM_JWT_SECRET_PREVIOUS`), under the
+/// settings' policy. Built once per isolate, so its cache of verified tokens serves every
+/// request here.
+pub fn authorizer(env: &Env, settings: &Settings) -> Result<Rc<dyn Authorizer>, ConfigError> {
     if let Some(installed) = AUTHORIZER.with(|a| a.borrow().clone()) {
         return Ok(installed);
     }
     if let Some(built) = SECRET_AUTHORIZER.with(|a| a.borrow().clone()) {
         return built;
     }
-    let secret = env.secret("STREAM_JWT_SECRET").map(|s| s.to_string()).or_else(|_| env.var("STREAM_JWT_SECRET").map(|s| s.to_string()));
-    let built = secret
-        .map_err(|_| invalid("STREAM_JWT_SECRET", "is not set (a secret: `wrangler secret put STREAM_JWT_SECRET`, or .dev.vars locally)"))
-        .and_then(|secret| JwtAuthorizer::new(secret.as_bytes()).map_err(|e| invalid("STREAM_JWT_SECRET", &e.to_string())))
+    let secret = |name| env.secret(name).map(|s| s.to_string()).or_else(|_| env.var(name).map(|s| s.to_string())).ok();
+    let built = secret("STREAM_JWT_SECRET")
+        .ok_or_else(|| invalid("STREAM_JWT_SECRET", "is not set (a secret: `wrangler secret put STREAM_JWT_SECRET`, or .dev.vars locally)"))
+        .and_then(|current| {
+            let previous = secret("STREAM_JWT_SECRET_PREVIOUS").filter(|p| !p.is_empty());
+            let secrets =
+                JwtSecrets { current: current.as_bytes(), previous: previous.as_deref().map(str::as_bytes), development: development(env) };
+            JwtAuthorizer::with(secrets, settings.jwt.clone()).map_err(|e| invalid(e.name(), &e.to_string()))
+        })
         .map(|a| Rc::new(a) as Rc<dyn Authorizer>);
     SECRET_AUTHORIZER.with(|a| *a.borrow_mut() = Some(built.clone()));
     built
+}
+
+/// A development deployment: the dev build with `DEV_MODE=1` (where the example secret of
+/// `.dev.vars.example` is accepted). The production build is never one.
+fn development(env: &Env) -> bool {
+    #[cfg(feature = "dev")]
+    return dev_mode(env);
+    #[cfg(not(feature = "dev"))]
+    {
+        let _ = env;
+        false
+    }
 }
 
 /// Replaces the JWT authorizer for every stream (call from the embedding Worker's start
@@ -117,7 +137,7 @@ impl Setup {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let custom_sink = SINK.with(|s| s.borrow().clone());
         let settings = settings(env)?;
-        let authorizer = authorizer(env)?;
+        let authorizer = authorizer(env, &settings)?;
         #[cfg(feature = "test-faults")]
         let faults = fault_plan(env)?;
         #[cfg(not(feature = "test-faults"))]

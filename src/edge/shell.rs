@@ -10,7 +10,7 @@ use crate::engine::host::store::{StoreError, StoreRequest};
 use crate::engine::host::time::{Millis, Timestamp};
 use crate::engine::live::{
     Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame, StreamEvent, StreamSlot,
-    Ticket, Wire,
+    Ticket, Wire, ALONE_BYTES,
 };
 use futures::channel::oneshot;
 use serde_json::json;
@@ -158,6 +158,10 @@ pub struct Shell {
     timer_generation: Cell<u64>,
     /// The last frame written whole, as JavaScript bytes: the readers woken for it get this copy.
     last_frame: Cell<Option<FrameCopy>>,
+    /// The JavaScript copies of the large frames readers still hold (a replay's text shared by
+    /// every reader joining at its offset: `Readers::replay_text`), each made once, whatever
+    /// else is written between two readers' writes of it; forgotten once no reader holds it.
+    large_frames: RefCell<Vec<(std::rc::Weak<SharedFrame>, Dialect, js_sys::Uint8Array)>>,
     /// The object's billing counts: reader bodies, timers and store calls hold it awake.
     meter: Rc<Meter>,
     /// The stream's chat's feed, told of its start and its end (SPEC §11).
@@ -188,6 +192,7 @@ impl Shell {
             timer_at: Cell::new(None),
             timer_generation: Cell::new(0),
             last_frame: Cell::new(None),
+            large_frames: RefCell::default(),
             meter,
             feed: Rc::new(feed),
         })
@@ -322,6 +327,12 @@ impl Shell {
         }
         let (wire, done) = match self.pull(reader, now) {
             Pull::Data { wire, last } if prefix.is_empty() => (wire, last),
+            // A shared frame's bytes stay shared: the prefix goes out as a write of its own.
+            Pull::Data { wire, last } if wire.shared_frame().is_some() => {
+                body.has_room.set(false);
+                self.enqueue(body, &Wire::from(prefix.to_owned()));
+                (wire, last)
+            }
             Pull::Data { wire, last } => (Wire::from(format!("{prefix}{}", wire.as_str())), last),
             Pull::Pending => (Wire::from(prefix.to_owned()), false),
             Pull::Gone => (Wire::from(prefix.to_owned()), true),
@@ -346,6 +357,22 @@ impl Shell {
             let _ = body.controller.enqueue_with_chunk(&js_sys::Uint8Array::from(wire.as_bytes()));
             return;
         };
+        if wire.len() >= ALONE_BYTES {
+            let mut large = self.large_frames.borrow_mut();
+            large.retain(|(f, _, _)| f.strong_count() > 0);
+            let held = large.iter().find(|(f, d, _)| *d == dialect && f.upgrade().is_some_and(|f| Rc::ptr_eq(&f, frame)));
+            let bytes = match held {
+                Some((_, _, bytes)) => bytes.clone(),
+                None => {
+                    let bytes = js_sys::Uint8Array::from(wire.as_bytes());
+                    large.push((Rc::downgrade(frame), dialect, bytes.clone()));
+                    bytes
+                }
+            };
+            drop(large); // the runtime may ask for more from inside the write
+            let _ = body.controller.enqueue_with_chunk(&bytes);
+            return;
+        }
         let copy = match self.last_frame.take() {
             Some(copy) if Rc::ptr_eq(&copy.frame, frame) && copy.dialect == dialect => copy,
             _ => FrameCopy { frame: Rc::clone(frame), dialect, bytes: js_sys::Uint8Array::from(wire.as_bytes()) },

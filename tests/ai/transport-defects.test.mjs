@@ -169,7 +169,7 @@ test('defect: client.js ends with the row\'s error, read from /text (which now s
   await retired(id); // the reader then finds no live stream (absent) and reads /text
   assert.equal(ok(await c.text(), '/text').error, 'the upstream went away');
   const ended = await new Promise((resolve, reject) => {
-    followStream({ streamId: id, token: c.token, baseUrl: stack.baseUrl, EventSourceImpl: EventSource, onEnd: resolve, onError: reject });
+    followStream({ streamId: id, token: c.readToken, baseUrl: stack.baseUrl, EventSourceImpl: EventSource, onEnd: resolve, onError: reject });
   });
   assert.deepEqual(ended, { status: 'error', seq: 'some text 🦀'.length, error: 'the upstream went away', text: 'some text 🦀' });
 });

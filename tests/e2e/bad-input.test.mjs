@@ -183,7 +183,7 @@ add(
   expectError(409, 'open_refused'),
 );
 add('stream id: SQL in an events id → 400', () => req({ path: `/streams/${enc("' OR 1=1--")}/events?token=${tok('*')}` }), expectError(400, 'bad_stream_id'));
-add('stream id: %00 in a text id → 400', () => req({ path: `/streams/a%00/text?token=${tok('*')}` }), expectError(400, 'bad_stream_id'));
+add('stream id: %00 in a text id → 400', () => req({ path: `/streams/a%00/text?token=${tok('*', 'read')}` }), expectError(400, 'bad_stream_id'));
 add('unknown action → 404', () => post(`/streams/${LIVE}/explode`, { headers: bearer(liveTok()) }), expectError(404, 'not_found'));
 add('no action → 404', () => post(`/streams/${LIVE}`, { headers: bearer(liveTok()) }), expectError(404, 'not_found'));
 
@@ -273,7 +273,7 @@ for (const [name, body] of [
 ]) {
   add(`pump: bad body (${name}) → 400`, () => postJson(`/streams/${LIVE}/pump`, body, liveTok()), expectError(400, 'bad_upstream'));
 }
-add('text: an id without a row → 404', () => req({ path: `/streams/${uniqueId('norow')}/text?token=${tok('*')}` }), expectError(404, 'no_row'));
+add('text: an id without a row → 404', () => req({ path: `/streams/${uniqueId('norow')}/text?token=${tok('*', 'read')}` }), expectError(404, 'no_row'));
 add('cancel: an id without a row → 404', () => post(`/streams/${uniqueId('norow')}/cancel`, { headers: star() }), expectError(404, 'no_row'));
 
 // Wrong methods.
@@ -328,6 +328,7 @@ add('token: in the query for stats → 403', () => req({ path: `/streams/${LIVE}
 add('token: read scope on close (the stream stays live) → 403', () => post(`/streams/${LIVE}/close`, { headers: bearer(tok(LIVE, 'read')) }), expectError(403, 'forbidden'));
 add('token: read scope on fail → 403', () => postJson(`/streams/${LIVE}/fail`, '{"error":"x"}', tok(LIVE, 'read')), expectError(403, 'forbidden'));
 add('token: write scope on cancel (the flag stays 0) → 403', () => post(`/streams/${LIVE}/cancel`, { headers: bearer(tok(LIVE, 'read write')) }), expectError(403, 'forbidden'));
+add('token: a read write cancel token in the query of text (a URL may not carry a write token) → 403', () => req({ path: `/streams/${LIVE}/text?token=${liveTok()}` }), expectError(403, 'forbidden'));
 add('token: write scope on events (a read route) → 403 JSON, not SSE', () => req({ path: `/streams/${LIVE}/events?token=${tok(LIVE, 'write')}` }), expectError(403, 'forbidden'));
 add('token: missing on text → 403', () => req({ path: `/streams/${LIVE}/text` }), expectError(403, 'forbidden'));
 add('token: expired on events → 403', () => req({ path: `/streams/${LIVE}/events?token=${tok(LIVE, 'read', { exp: now() - 1 })}` }), expectError(403, 'forbidden'));
@@ -482,7 +483,7 @@ test('HEAD /events on a live stream answers at once and attaches no reader', {
   ok(await c.open(), 'open');
   ok(await c.append('abc'), 'append');
   const readersBefore = ok(await c.stats(), 'stats').readers;
-  const head = await req({ method: 'HEAD', path: `/streams/${id}/events?token=${encodeURIComponent(c.token)}`, timeoutMs: 15_000 });
+  const head = await req({ method: 'HEAD', path: `/streams/${id}/events?token=${encodeURIComponent(c.readToken)}`, timeoutMs: 15_000 });
   const readersAfter = ok(await c.stats(), 'stats').readers;
   ok(await c.close(), 'close'); // ends the stuck subscription, whatever happened
   assert.equal(head.status, 200, `HEAD /events: ${head.status} ${head.error ?? ''}`);

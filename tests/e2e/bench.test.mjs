@@ -54,7 +54,7 @@ test('bare-serve: the config served bare, with its bindings, the given vars and 
     assert.equal((await fetch(url('open'), { method: 'POST', headers: auth })).status, 200, 'the env file\'s secret is the Worker\'s');
     assert.equal((await fetch(url('append'), { method: 'POST', headers: auth, body: 'bare 😀' })).status, 200);
     assert.equal((await fetch(url('close'), { method: 'POST', headers: auth })).status, 200);
-    const sse = await readSse(`${url('events')}?from=0&token=${encodeURIComponent(stack.token(id))}`);
+    const sse = await readSse(`${url('events')}?from=0&token=${encodeURIComponent(stack.token(id, 'read'))}`);
     await sse.done;
     assert.deepEqual(sse.frames[0], { retry: 1234 }, 'the --var reached the Worker');
     assert.equal(sse.frames.filter((f) => f.json?.type === 'chunk').map((f) => f.json.text).join(''), 'bare 😀');

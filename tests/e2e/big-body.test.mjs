@@ -39,7 +39,7 @@ test('a 2.4 MB body is sealed in place: chunk rows under the row limit, /text wh
   assert.equal(row.seq, produced.length);
   assert.ok(chunks.length >= 8, `${chunks.length} chunk rows hold the text`);
   for (const c of chunks) assert.ok(Buffer.byteLength(c.text) < 1_000_000, `a chunk row of ${Buffer.byteLength(c.text)} bytes`);
-  const text = await call(`${stack.baseUrl}/streams/${id}/text?token=${encodeURIComponent(s.token)}`);
+  const text = await call(`${stack.baseUrl}/streams/${id}/text?token=${encodeURIComponent(s.readToken)}`);
   assert.equal(text.status, 200);
   assert.equal(text.json.status, 'complete');
   assert.equal(text.json.seq, produced.length);

@@ -58,14 +58,15 @@ test('a preflight from an allowed origin is answered 204 for write, cancel, read
 
 test('every answer to an allowed origin carries its CORS headers; any other origin gets the same answer without them', async () => {
   const token = stack.token(id);
+  const read = stack.token(id, 'read'); // a token in a URL may not write
   const cases = [
-    ['the text', { path: `/streams/${id}/text?token=${token}` }],
+    ['the text', { path: `/streams/${id}/text?token=${read}` }],
     ['a write', { method: 'POST', path: `/streams/${id}/flush`, headers: { authorization: `Bearer ${token}` } }],
     ['a denial', { path: `/streams/${id}/text?token=nope` }],
     ['a bad id', { path: '/streams/a%2Fb/text' }],
     ['an unknown route', { path: `/streams/${id}/nope` }],
     ['a 204 (no answer in the chat)', { path: `/streams/chats/${uniqueId('c')}/stream?token=${stack.token('*', 'read')}` }],
-    ['the ending already seen', { path: `/streams/${id}/ui?token=${token}`, headers: { 'last-event-id': 'done' } }],
+    ['the ending already seen', { path: `/streams/${id}/ui?token=${read}`, headers: { 'last-event-id': 'done' } }],
   ];
   for (const [what, opts] of cases) {
     const allowed = await request(PAGE, opts);
@@ -88,7 +89,7 @@ test('an SSE answer to an allowed origin still streams: a line appended after th
   let first = true;
   let sent;
   const got = await request(PAGE, {
-    path: `/streams/${id}/ui?token=${c.token}`,
+    path: `/streams/${id}/ui?token=${c.readToken}`,
     timeoutMs: 20_000,
     until: (text) => {
       if (first && text.includes('"text-start"')) {

@@ -6,8 +6,9 @@
 // the one stream under test and dropped afterwards.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { mintToken, startStack } from './harness.mjs';
-import { api, call, checkFrames, isError, newStream, ok, rows, untilEnd } from './util.mjs';
+import { mintToken, startMock, startStack } from './harness.mjs';
+import { pump } from './pump-helpers.mjs';
+import { api, call, checkFrames, isError, newStream, ok, rows, until, untilEnd } from './util.mjs';
 
 let stack;
 
@@ -179,6 +180,32 @@ test('U+0000 in a text append: refused 400 bad_text on Postgres (its text cannot
   }
 });
 
+test('U+0000 a producer cannot be told to fix (a fail\'s error, pumped text): U+FFFD in its place on Postgres, the seal commits; kept as sent on D1', { timeout: 30_000 }, async (t) => {
+  const postgres = stack.backend === 'postgres';
+  const nul = postgres ? '\uFFFD' : '\u0000';
+  const failed = api(stack, newStream(stack, 'nul-fail'));
+  ok(await failed.open(), 'open');
+  ok(await failed.append('so far'), 'append');
+  const sealed = ok(await failed.fail('bad\u0000thing'), 'fail with U+0000 in its error');
+  assert.deepEqual([sealed.status, sealed.durableSeq], ['error', 6], 'the seal committed');
+  // Read back through the Worker (/text): the tests' own SQLite reader (node:sqlite) cuts a
+  // string at U+0000.
+  const stored = ok(await failed.text(), '/text');
+  assert.deepEqual([stored.status, stored.text, stored.error], ['error', 'so far', `bad${nul}thing`]);
+
+  const mock = await startMock();
+  t.after(() => mock.stop());
+  const pumped = api(stack, newStream(stack, 'nul-pump'));
+  ok(await pumped.open(), 'open');
+  const url = `${mock.url}/v1/chat/completions?tokens=5&rate=0&nul=1`;
+  const started = await pump(pumped, { format: 'openai-chat', url, body: { model: 'mock', stream: true, messages: [] } });
+  assert.equal(started.status, 202, started.raw);
+  await until(() => rows(stack, pumped.id).row.status !== 'streaming' && rows(stack, pumped.id).row.status, 'the pump sealed the row');
+  const after = ok(await pumped.text(), '/text');
+  assert.equal(after.status, 'complete', `the pump completed: ${after.error}`);
+  assert.ok(after.text.startsWith(nul) && !after.text.slice(1).includes('\u0000'), JSON.stringify(after.text.slice(0, 20)));
+});
+
 test('append over MAX_APPEND_BYTES → 413 too_large, nothing pushed', { timeout: 30_000 }, async () => {
   const s = api(stack, newStream(stack, 'too-large'));
   ok(await s.open(), 'open');
@@ -286,6 +313,7 @@ for (const [kind, make] of Object.entries(BAD_TOKENS)) {
     const s = api(stack, id);
     ok(await s.open(), 'open');
     ok(await s.append('secret'), 'append');
+    ok(await s.flush(), 'flush'); // durable now: no checkpoint of its own lands during the test
     const before = rows(stack, id);
     const bodies = new Set();
     for (const route of ROUTES) {

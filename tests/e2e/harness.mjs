@@ -431,9 +431,11 @@ let stackCounter = 0;
  *              (tests/survival/stop.test.mjs). Not with `chat`.
  *   demo       also serve the demo page and the vendorable JavaScript (public/) at /, as
  *              scripts/run.sh does (`--assets public`); the deployed service has no assets.
- *   bare       benchmarks only: serve the Worker with bench/bare-serve.mjs instead of `wrangler
- *              dev` (the same config, miniflare and workerd, reached through a socket of its
- *              own: no entry Worker, no dev middleware, no dev proxy); not with `chat` or `demo`.
+ *   bare       serve the Worker with bench/bare-serve.mjs instead of `wrangler dev` (the same
+ *              config, miniflare and workerd, reached through a socket of its own: no entry
+ *              Worker, no dev middleware, no dev proxy); not with `chat` or `demo`. For the
+ *              benchmarks, and the hostile-traffic suites (hostile, fuzz): the dev proxy holds a
+ *              denied request's answer until its upload ends, which production does not.
  *   production serve the production build (build/, what `wrangler deploy` bundles) instead of the
  *              dev build every other stack serves; not with `config` or `chat`.
  *   registry   a wrangler dev registry directory (WRANGLER_REGISTRY_PATH) shared with other stacks:

@@ -37,7 +37,12 @@ test.before(async () => {
     // window passed (a pump that re-attached must not leave it behind).
     // No idle timeout: the upstream is held for as long as a test likes, and a rebuilt stream's
     // window is then the resume window alone (with one, it would wait what remains of it).
-    vars: { PUMP_SECRETS: `MOCK_KEY=${mock.url},OTHER_KEY=https://api.openai.com`, RESUME_WINDOW_MS: '1000', IDLE_TIMEOUT_MS: '0' },
+    vars: {
+      PUMP_UPSTREAMS: `${mock.url}/v1/ https://api.openai.com/v1/`,
+      PUMP_SECRETS: `MOCK_KEY=${mock.url}/v1/,OTHER_KEY=https://api.openai.com/v1/`,
+      RESUME_WINDOW_MS: '1000',
+      IDLE_TIMEOUT_MS: '0',
+    },
     // UNLISTED_KEY is set but not on the allow-list.
     secrets: { MOCK_KEY: KEY, OTHER_KEY: 'sk-other-origin', UNLISTED_KEY: 'sk-unlisted' },
   });
@@ -183,7 +188,7 @@ test('pump refusals: a secret not on the allow-list, pinned to another origin, t
     'a secret set but not listed': [{ ...good, auth: { secret: 'UNLISTED_KEY' } }, /UNLISTED_KEY.*not on the PUMP_SECRETS allow-list/],
     'the signing secret': [{ ...good, auth: { secret: 'STREAM_JWT_SECRET' } }, /STREAM_JWT_SECRET.*not on the PUMP_SECRETS allow-list/],
     'a secret never set': [{ ...good, auth: { secret: 'NOT_A_SECRET' } }, /not on the PUMP_SECRETS allow-list/],
-    'a secret pinned to another origin': [{ ...good, auth: { secret: 'OTHER_KEY' } }, /OTHER_KEY may be sent only to https:\/\/api\.openai\.com/],
+    'a secret pinned to another origin': [{ ...good, auth: { secret: 'OTHER_KEY' } }, /OTHER_KEY may be sent only to https:\/\/api\.openai\.com\/v1\//],
     'a background pump with the key in a header': [
       { ...good, auth: undefined, headers: { authorization: `Bearer ${KEY}` } },
       /a background pump names its credential with auth\.secret/,

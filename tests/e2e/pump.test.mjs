@@ -118,15 +118,13 @@ for (const format of Object.keys(FORMATS)) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Upstream failures seal `error` with a clear message.
+// Upstream failures seal `error` with a clear message: the status and a fixed sentence, never
+// the upstream's own bytes (an error answer's body and a malformed event go to the log only),
+// but for an API's own error event, whose message the API meant for its caller.
 
 const FAILURES = {
   http500: {
-    message: {
-      'openai-chat': /^the upstream answered HTTP 500: .*The server had an error/,
-      'openai-responses': /^the upstream answered HTTP 500: .*The server had an error/,
-      anthropic: /^the upstream answered HTTP 500: .*Internal server error/,
-    },
+    message: /^the upstream answered HTTP 500$/,
     body: () => '', // nothing was produced
   },
   error: {
@@ -138,7 +136,7 @@ const FAILURES = {
     body: (exact) => exact, // every delta before the error event
   },
   malformed: {
-    message: /^malformed upstream event: /,
+    message: /^the upstream sent an event the pump cannot read$/,
     body: (exact) => exact, // every delta before the malformed one
   },
   drop: {

@@ -86,7 +86,7 @@ test(`EventSource cut off mid-stream exactly ${CUTS} times reconnects by itself 
   const proxy = await startProxy(stack.baseUrl, { cuts: plan });
   try {
     // from=0 stays in the URL on every reconnect: only Last-Event-ID can put the client right.
-    const reader = eventSourceReader(`${proxy.url}/streams/${id}/events?from=0&token=${encodeURIComponent(s.token)}`);
+    const reader = eventSourceReader(`${proxy.url}/streams/${id}/events?from=0&token=${encodeURIComponent(s.readToken)}`);
 
     // The test is the producer: each piece goes once the client holds everything before it
     // (after a cut, once the EventSource has reconnected by itself and caught up).

@@ -230,7 +230,7 @@ test('a real EventSource cut off mid-answer exactly 3 times resumes by itself at
   let errors = 0;
   const done = new Promise((resolve) => {
     // from=0 stays in the URL on every reconnect: only Last-Event-ID can put the client right.
-    es = new EventSource(`${proxy.url}/streams/${c.id}/ui?from=0&token=${encodeURIComponent(c.token)}`);
+    es = new EventSource(`${proxy.url}/streams/${c.id}/ui?from=0&token=${encodeURIComponent(c.readToken)}`);
     es.addEventListener('error', () => (errors += 1));
     es.addEventListener('message', (e) => {
       got.push({ data: e.data, lastEventId: e.lastEventId });
@@ -331,7 +331,7 @@ test('/ui: 409 on a text stream, 404 on a stream never opened, HEAD without a re
   isError(await call(api(stack, uniqueId('ui-norow')).uiUrl(0)), 404, 'no_stream', '/ui without a row');
 
   const c = await openUi('ui-head');
-  const head = await rawRequest(stack.baseUrl, { method: 'HEAD', path: `/streams/${c.id}/ui?token=${encodeURIComponent(c.token)}`, timeoutMs: 15_000 });
+  const head = await rawRequest(stack.baseUrl, { method: 'HEAD', path: `/streams/${c.id}/ui?token=${encodeURIComponent(c.readToken)}`, timeoutMs: 15_000 });
   assert.equal(head.status, 200);
   assert.equal(head.headers['x-vercel-ai-ui-message-stream'], 'v1');
   assert.equal(ok(await c.stats(), 'stats').readers, 0, 'a HEAD attaches no reader');

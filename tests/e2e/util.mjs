@@ -272,14 +272,18 @@ export function rawRequest(baseUrl, { method = 'GET', path, headers = {}, body, 
 
 /**
  * An API client for one stream (SPEC §4). Producer calls send `Authorization: Bearer`;
- * reader calls (`text`, `events`, `ui`) pass `?token=`, as a browser's EventSource must.
+ * reader calls (`text`, `events`, `ui`) pass `?token=`, as a browser's EventSource must, with
+ * a read-only token (a token in a URL may not write: SPEC §12): `readToken`, by default the
+ * given `token` when one is given, else a `read` token for the stream.
  */
-export function api(stack, id, { token = stack.token(id) } = {}) {
+export function api(stack, id, { token, readToken } = {}) {
+  readToken ??= token ?? stack.token(id, 'read');
+  token ??= stack.token(id);
   const url = (action, query = '') => `${stack.baseUrl}/streams/${encodeURIComponent(id)}/${action}${query}`;
   const auth = { authorization: `Bearer ${token}` };
   const post = (action, body, headers = {}) => call(url(action), { method: 'POST', headers: { ...auth, ...headers }, body });
-  const readToken = () => encodeURIComponent(token);
-  const readUrl = (action) => (from) => url(action, `?${from === undefined ? '' : `from=${from}&`}token=${readToken()}`);
+  const queryToken = () => encodeURIComponent(readToken);
+  const readUrl = (action) => (from) => url(action, `?${from === undefined ? '' : `from=${from}&`}token=${queryToken()}`);
   const eventsUrl = readUrl('events');
   const uiUrl = readUrl('ui');
   /** `format`: 'text' (the default) or 'ui' (SPEC §9). */
@@ -291,6 +295,7 @@ export function api(stack, id, { token = stack.token(id) } = {}) {
     id,
     url,
     token,
+    readToken,
     open,
     append: (text) => post('append', text, { 'content-type': 'text/plain; charset=utf-8' }),
     flush: () => post('flush'),
@@ -298,7 +303,7 @@ export function api(stack, id, { token = stack.token(id) } = {}) {
     fail: (error) => post('fail', JSON.stringify({ error }), { 'content-type': 'application/json' }),
     cancel: () => post('cancel'),
     stats: () => call(url('stats'), { headers: auth }),
-    text: () => call(url('text', `?token=${readToken()}`)),
+    text: () => call(url('text', `?token=${queryToken()}`)),
     eventsUrl,
     /**
      * A subscription (harness.mjs's readSse), resolved once the server's first frame (`open`,
@@ -338,6 +343,21 @@ export function isError(res, status, code, what = 'request') {
   assert.equal(typeof res.json.message, 'string', `${what}: message`);
   assert.ok(res.json.message.length > 0, `${what}: empty message`);
   return res.json;
+}
+
+/**
+ * Assert an error whose detail the Worker keeps to its log (a configuration's fault, a store's
+ * error): `status` and `code`, a `requestId`, a body naming none of `details`, and a log line
+ * under that id naming every one of them. Returns the body.
+ */
+export async function isLoggedError(stack, res, status, code, details, what = 'request') {
+  const body = isError(res, status, code, what);
+  assert.match(body.requestId ?? '', /^[0-9a-f]{16}$/, `${what}: a requestId: ${res.raw}`);
+  for (const d of details) assert.ok(!res.raw.includes(d), `${what}: the body names ${d}: ${res.raw}`);
+  const line = (await stack.waitForLog(new RegExp(`^.*"requestId":"${body.requestId}".*$`, 'm')))[0];
+  const logged = JSON.parse(line.slice(line.indexOf('{'), line.lastIndexOf('}') + 1));
+  for (const d of details) assert.ok(logged.detail.includes(d), `${what}: the log line under ${body.requestId} names ${d}: ${line}`);
+  return body;
 }
 
 // ---------------------------------------------------------------------------------------

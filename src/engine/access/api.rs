@@ -103,7 +103,33 @@ impl Action {
     pub fn joins(self) -> bool {
         matches!(self, Action::Events | Action::Ui | Action::Stream)
     }
+
+    /// The most of a request body this route reads; past it the read stops at once (a running
+    /// count, never a read to the end) and the request is refused 413. An append's bound is
+    /// `MAX_APPEND_BYTES` (`max_append_bytes`); the other routes carry at most a small JSON
+    /// object, or nothing at all (a body sent to those is read against the same bound and
+    /// ignored).
+    pub fn max_body_bytes(self, max_append_bytes: usize) -> usize {
+        match self {
+            Action::Append => max_append_bytes,
+            Action::Open => MAX_OPEN_BODY_BYTES,
+            Action::Pump => MAX_PUMP_BODY_BYTES,
+            _ => MAX_SMALL_BODY_BYTES,
+        }
+    }
 }
+
+/// The largest body of `fail` and the routes that take none (a 64 KiB error message is far
+/// more than one needs).
+pub const MAX_SMALL_BODY_BYTES: usize = 64 << 10;
+
+/// The largest open body: room for a chat's user message (at most 64 KiB, refused with 400
+/// `bad_user_message` past that, and more as escaped JSON) and a `meta`.
+pub const MAX_OPEN_BODY_BYTES: usize = 1 << 20;
+
+/// The largest pump body: the upstream URL, its headers and the model request, which carries
+/// the conversation so far (1 MiB: some 250,000 tokens of history, beyond every model's context).
+pub const MAX_PUMP_BODY_BYTES: usize = 1 << 20;
 
 /// A routed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,11 +240,20 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     pub extra: Map<String, Value>,
+    /// What went wrong inside (a configuration's fault, a store's error), for the operator's
+    /// log only: never in the body. The shell logs it under a request id, which the body
+    /// carries (`requestId`), so a caller can quote it and an operator find it.
+    pub detail: Option<String>,
 }
 
 impl ApiError {
     pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), extra: Map::new() }
+        Self { status, code, message: message.into(), extra: Map::new(), detail: None }
+    }
+
+    /// An error whose detail goes to the log: the body says only `message` and the request id.
+    pub fn internal(status: u16, code: &'static str, message: &str, detail: impl std::fmt::Display) -> Self {
+        Self { detail: Some(detail.to_string()), ..Self::new(status, code, message) }
     }
 
     /// Adds a field beside `error` and `message` (e.g. `seq`, `durableSeq`).
@@ -301,6 +336,38 @@ impl ApiError {
         Self::new(413, "too_large", format!("an append may carry at most {max_bytes} bytes")).with("maxBytes", max_bytes)
     }
 
+    /// A reader past `MAX_READERS` on one stream: retry once a reader has left.
+    pub fn too_many_readers(stream_id: &str, max: usize) -> Self {
+        Self::new(
+            429,
+            "too_many_readers",
+            format!("stream {stream_id} has {max} readers, the most it takes (MAX_READERS); try again later"),
+        )
+        .with("maxReaders", max)
+    }
+
+    /// A push past `MAX_STREAM_BYTES`: refused whole, and the stream ends `error` with the text
+    /// it has (`seq`; `durableSeq` is what is saved so far, the seal saves the rest).
+    pub fn stream_too_large(stream_id: &str, max: usize, seq: Offset, durable_seq: Offset) -> Self {
+        Self::new(
+            413,
+            "stream_too_large",
+            format!("stream {stream_id} may hold at most {max} bytes of text (MAX_STREAM_BYTES): it ends `error` with the text it has"),
+        )
+        .with("maxBytes", max)
+        .with("seq", seq)
+        .with("durableSeq", durable_seq)
+    }
+
+    /// A body past its route's bound ([`Action::max_body_bytes`]).
+    pub fn body_too_large(action: Action, max_bytes: usize) -> Self {
+        match action {
+            Action::Append => Self::too_large(max_bytes),
+            _ => Self::new(413, "too_large", format!("the {} body may carry at most {max_bytes} bytes", action.name()))
+                .with("maxBytes", max_bytes),
+        }
+    }
+
     pub fn bad_utf8(e: crate::engine::text::utf8::BadUtf8) -> Self {
         Self::new(400, "bad_utf8", e.to_string())
     }
@@ -347,7 +414,17 @@ impl ApiError {
     }
 
     pub fn checkpoint_failed(seq: Offset, durable_seq: Offset, reason: impl std::fmt::Display) -> Self {
-        Self::new(503, "checkpoint_failed", reason.to_string()).with("seq", seq).with("durableSeq", durable_seq)
+        Self::internal(503, "checkpoint_failed", "the checkpoint could not be committed; its cause is logged under requestId", reason)
+            .with("seq", seq)
+            .with("durableSeq", durable_seq)
+    }
+
+    /// A seal that could not commit: the stream still ended, `durableSeq` says what was saved.
+    pub fn seal_failed(status: &str, seq: Offset, durable_seq: Offset, reason: impl std::fmt::Display) -> Self {
+        Self::internal(503, "seal_failed", "the seal could not be committed; its cause is logged under requestId", reason)
+            .with("status", status)
+            .with("seq", seq)
+            .with("durableSeq", durable_seq)
     }
 
     pub fn no_row(stream_id: &str) -> Self {
@@ -355,11 +432,13 @@ impl ApiError {
     }
 
     pub fn store_unavailable(e: impl std::fmt::Display) -> Self {
-        Self::new(503, "store_unavailable", format!("the store failed: {e}"))
+        Self::internal(503, "store_unavailable", "the store could not complete the request; its error is logged under requestId", e)
     }
 
+    /// A configuration the service refuses to run with: which setting is said only in the log
+    /// (a caller, authorized or not, learns nothing of the deployment).
     pub fn misconfigured(e: impl std::fmt::Display) -> Self {
-        Self::new(500, "misconfigured", e.to_string())
+        Self::internal(500, "misconfigured", "the service is misconfigured; the setting to fix is logged under requestId", e)
     }
 
     pub fn bad_upstream(e: impl std::fmt::Display) -> Self {
@@ -517,9 +596,43 @@ mod tests {
     }
 
     #[test]
+    fn every_route_reads_a_bounded_body() {
+        for action in Action::ALL {
+            let max = action.max_body_bytes(1 << 20);
+            assert!((1..=1 << 20).contains(&max), "{action:?}: {max}");
+            let e = ApiError::body_too_large(action, max);
+            assert_eq!((e.status, e.code, e.extra["maxBytes"].as_u64()), (413, "too_large", Some(max as u64)), "{action:?}");
+        }
+        assert_eq!(Action::Append.max_body_bytes(7), 7, "MAX_APPEND_BYTES");
+        assert_eq!(Action::Open.max_body_bytes(7), 1 << 20, "a chat's user message and a meta");
+        assert_eq!(Action::Fail.max_body_bytes(7), 65_536);
+        assert_eq!(ApiError::body_too_large(Action::Fail, 65_536).message, "the fail body may carry at most 65536 bytes");
+    }
+
+    #[test]
     fn the_error_body_has_the_specs_shape() {
-        let e = ApiError::checkpoint_failed(Offset(9), Offset(4), "store down");
+        let e = ApiError::open_refused("m1", "no row");
         let v: Value = serde_json::from_str(&e.body()).unwrap();
-        assert_eq!(v, json!({"error": "checkpoint_failed", "message": "store down", "seq": 9, "durableSeq": 4}));
+        assert_eq!(v, json!({"error": "open_refused", "message": "stream m1: no row"}));
+    }
+
+    #[test]
+    fn configuration_and_store_errors_keep_their_detail_out_of_the_body() {
+        for e in [
+            ApiError::misconfigured("configuration PUMP_SECRETS: names KEY, which is not set"),
+            ApiError::store_unavailable("42703: column \"secret_col\" does not exist"),
+            ApiError::checkpoint_failed(Offset(9), Offset(4), "SQLSTATE 57014: canceling statement"),
+            ApiError::seal_failed("complete", Offset(9), Offset(4), "SQLSTATE 57014: canceling statement"),
+        ] {
+            let body = e.body();
+            let detail = e.detail.as_deref().unwrap();
+            assert!(
+                !body.contains(detail) && !body.contains("SQLSTATE") && !body.contains("secret_col") && !body.contains("PUMP_SECRETS"),
+                "{body}"
+            );
+            assert!(e.message.ends_with("logged under requestId"), "{}", e.message);
+        }
+        let v: Value = serde_json::from_str(&ApiError::checkpoint_failed(Offset(9), Offset(4), "x").body()).unwrap();
+        assert_eq!((v["seq"].as_u64(), v["durableSeq"].as_u64()), (Some(9), Some(4)), "what the caller needs stays");
     }
 }

@@ -1,9 +1,15 @@
 //! Authorization: which bearer may do what to which stream.
 //!
-//! The default is an HS256 JWT (claims `sub`, `stream` and/or `chat`, `scope`, `exp`) verified by
-//! [`crate::engine::access::jwt`]; an embedding Worker can implement [`Authorizer`] instead (it is async, so it
-//! may look a session up). Time is an input (`now_secs`), so expiry is checked here rather
-//! than by a clock.
+//! The default is an HS256 JWT (claims `sub`, `stream` and/or `chat`, `scope`, `exp`, and
+//! optionally `nbf`, `iat`, `aud`) verified by [`crate::engine::access::jwt`]; an embedding Worker
+//! can implement [`Authorizer`] instead (it is async, so it may look a session up). Time is an
+//! input (`now_secs`), so expiry is checked here rather than by a clock.
+//!
+//! **Where it runs.** An authorizer that needs no state of the stream ([`Authorizer::reads_meta`]
+//! false: the JWT check, and any custom one by default) runs in the front Worker, before any
+//! Durable Object is reached: a denied request is answered there at once, its body is never
+//! read, and it creates no object. One that reads the stream's `meta` runs in the stream's
+//! object, where the meta is.
 
 use crate::engine::text::utf16::Offset;
 use serde::Deserialize;
@@ -48,6 +54,14 @@ pub enum Denied {
     Invalid(String),
     #[error("the token has expired")]
     Expired,
+    #[error("the token is not valid yet (its nbf is in the future)")]
+    NotYetValid,
+    #[error("the token lives {lifetime} s, longer than the {max} s allowed (STREAM_JWT_MAX_LIFETIME_SECS)")]
+    TooLong { lifetime: u64, max: u64 },
+    #[error("the token is not for this service's audience (STREAM_JWT_AUDIENCE)")]
+    WrongAudience,
+    #[error("a token in the URL (?token=) may only read and cancel; this one may write")]
+    WriteTokenInQuery,
     #[error("the token is not valid for this stream")]
     WrongStream,
     #[error("the stream is not of the chat the request names")]
@@ -63,6 +77,9 @@ pub enum Denied {
 pub struct AuthRequest<'a> {
     /// The bearer token (`Authorization: Bearer …`, or `?token=` on read routes).
     pub token: Option<&'a str>,
+    /// The token came from the URL (`?token=`), which ends up in logs and browser history: the
+    /// JWT check accepts only tokens that cannot write there.
+    pub token_in_query: bool,
     /// The stream; empty on a chat lookup (`GET {prefix}/chats/{chat}/stream`), which runs
     /// before the chat's answer is known.
     pub stream_id: &'a str,
@@ -77,7 +94,8 @@ pub struct AuthRequest<'a> {
     /// empty for an authorizer that says it reads none ([`Authorizer::reads_headers`]).
     pub headers: &'a [(String, String)],
     /// The `meta` the stream was opened with, when the stream is here (opening, live or
-    /// lingering).
+    /// lingering), for an authorizer that [reads it](Authorizer::reads_meta); `None` in the front
+    /// Worker.
     pub meta: Option<&'a serde_json::Value>,
     pub now_secs: u64,
 }
@@ -103,6 +121,13 @@ pub trait Authorizer {
     fn reads_headers(&self) -> bool {
         true
     }
+
+    /// Whether it reads [`AuthRequest::meta`], the stream's state: then it runs in the stream's
+    /// object (a denied request reaches the object, which answers it). When it does not (the
+    /// default), it runs in the front Worker and a denied request never reaches an object.
+    fn reads_meta(&self) -> bool {
+        false
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -117,68 +142,200 @@ struct Claims {
     chat: Option<String>,
     scope: String,
     exp: u64,
+    /// Not before (RFC 7519 §4.1.5).
+    #[serde(default)]
+    nbf: Option<u64>,
+    /// Issued at: with `exp`, the lifetime the token was minted with.
+    #[serde(default)]
+    iat: Option<u64>,
+    /// The audiences the token is for: one, or a list (RFC 7519 §4.1.3).
+    #[serde(default)]
+    aud: Option<Audience>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Audience {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Audience {
+    fn names(&self, audience: &str) -> bool {
+        match self {
+            Audience::One(a) => a == audience,
+            Audience::Many(all) => all.iter().any(|a| a == audience),
+        }
+    }
+}
+
+/// What the JWT check requires of a token beyond its signature, stream and scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwtPolicy {
+    /// The `aud` a token must name (`STREAM_JWT_AUDIENCE`); `None`: `aud` is not checked.
+    pub audience: Option<String>,
+    /// The longest a token may live, in seconds (`STREAM_JWT_MAX_LIFETIME_SECS`): from its
+    /// `iat` (or now, when it has none, or when `iat` is later) to its `exp`. A leaked token is
+    /// good for at most this long.
+    pub max_lifetime_secs: u64,
+}
+
+/// The default maximum lifetime: a day. The longest-lived tokens the project's own flows mint
+/// are a page's read token and the development session's (an hour, `mint-token.mjs`'s and
+/// `/dev/session`'s default); a producer's must outlive one answer (minutes, at most
+/// `IDLE_TIMEOUT_MS` between writes). A day leaves room for a page open all day, and bounds
+/// what a leaked token is good for (docs/SECURITY.md).
+pub const DEFAULT_MAX_LIFETIME_SECS: u64 = 86_400;
+
+impl Default for JwtPolicy {
+    fn default() -> Self {
+        Self { audience: None, max_lifetime_secs: DEFAULT_MAX_LIFETIME_SECS }
+    }
+}
+
+/// The secrets a [`JwtAuthorizer`] verifies with.
+#[derive(Debug, Clone, Copy)]
+pub struct JwtSecrets<'a> {
+    /// `STREAM_JWT_SECRET`: verifies, and signs what this service mints.
+    pub current: &'a [u8],
+    /// `STREAM_JWT_SECRET_PREVIOUS`, during a rotation: tokens signed with it are still
+    /// accepted, so producers running with them are not cut off.
+    pub previous: Option<&'a [u8]>,
+    /// Whether this is a development deployment (the dev build with `DEV_MODE=1`), where the
+    /// example secret of `.dev.vars.example` is accepted.
+    pub development: bool,
 }
 
 /// How many verified tokens a [`JwtAuthorizer`] remembers.
 const VERIFIED_TOKENS: usize = 32;
 
+/// A token's cache key: its SHA-256. A lookup compares digests, never the token itself, so
+/// how long a comparison takes says nothing about a valid token's bytes.
+type TokenKey = [u8; 32];
+
+fn token_key(token: &str) -> TokenKey {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
 /// HS256 JWTs signed with the app's secret.
 ///
 /// A producer presents the same token on every append, so the signature check and the claims'
 /// decoding of a token are done once and remembered (the most recent `VERIFIED_TOKENS` (32),
-/// keyed by the whole token, signature included); what depends on the request (expiry against
-/// the caller's clock, the stream, the scope) is checked every time.
+/// keyed by the token's SHA-256, signature included); what depends on the request (expiry,
+/// `nbf` and the lifetime against the caller's clock, the audience, the stream, the scope,
+/// where the token came from) is checked every time.
 pub struct JwtAuthorizer {
     secret: Vec<u8>,
+    previous: Option<Vec<u8>>,
+    policy: JwtPolicy,
     /// Verified tokens and their claims, most recently used last.
-    verified: RefCell<VecDeque<(Box<str>, Rc<Claims>)>>,
+    verified: RefCell<VecDeque<(TokenKey, Rc<Claims>)>>,
     /// Signature checks done (for tests: a remembered token is not checked again).
     verifications: Cell<u64>,
 }
 
-/// A signing secret too short to be one.
+/// A signing secret the service refuses to start with.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("STREAM_JWT_SECRET must be at least {MIN_SECRET_BYTES} bytes (set it with `wrangler secret put STREAM_JWT_SECRET`, or in .dev.vars locally)")]
-pub struct WeakSecret;
+pub enum BadSecret {
+    #[error("{0} must be at least {MIN_SECRET_BYTES} bytes (set it with `wrangler secret put {0}`, or in .dev.vars locally)")]
+    TooShort(&'static str),
+    #[error(
+        "{0} is the example secret of .dev.vars.example, accepted only in development (the dev build with DEV_MODE=1): set a random one with `wrangler secret put {0}`"
+    )]
+    Example(&'static str),
+}
+
+impl BadSecret {
+    /// The secret at fault.
+    pub fn name(&self) -> &'static str {
+        match self {
+            BadSecret::TooShort(name) | BadSecret::Example(name) => name,
+        }
+    }
+}
 
 /// The shortest HS256 secret accepted.
 pub const MIN_SECRET_BYTES: usize = 16;
 
+/// The example secret of `.dev.vars.example`: public, so refused outside development.
+pub const EXAMPLE_SECRET: &[u8] = b"dev-secret-change-me";
+
 impl JwtAuthorizer {
-    pub fn new(secret: &[u8]) -> Result<Self, WeakSecret> {
-        if secret.len() < MIN_SECRET_BYTES {
-            return Err(WeakSecret);
-        }
-        Ok(Self { secret: secret.to_vec(), verified: RefCell::default(), verifications: Cell::new(0) })
+    /// One secret, the default policy, outside development.
+    pub fn new(secret: &[u8]) -> Result<Self, BadSecret> {
+        Self::with(JwtSecrets { current: secret, previous: None, development: false }, JwtPolicy::default())
     }
 
-    /// The claims of a token whose signature is valid, checking it only the first time. Only
-    /// HS256 is accepted (see `jwt`).
+    pub fn with(secrets: JwtSecrets<'_>, policy: JwtPolicy) -> Result<Self, BadSecret> {
+        let check = |secret: &[u8], name: &'static str| {
+            if secret.len() < MIN_SECRET_BYTES {
+                Err(BadSecret::TooShort(name))
+            } else if secret == EXAMPLE_SECRET && !secrets.development {
+                Err(BadSecret::Example(name))
+            } else {
+                Ok(secret.to_vec())
+            }
+        };
+        Ok(Self {
+            secret: check(secrets.current, "STREAM_JWT_SECRET")?,
+            previous: secrets.previous.map(|p| check(p, "STREAM_JWT_SECRET_PREVIOUS")).transpose()?,
+            policy,
+            verified: RefCell::default(),
+            verifications: Cell::new(0),
+        })
+    }
+
+    /// The claims of a token whose signature is valid (with the current secret, else the
+    /// previous one), checking it only the first time. Only HS256 is accepted (see `jwt`).
     fn verified_claims(&self, token: &str) -> Result<Rc<Claims>, Denied> {
+        use crate::engine::access::jwt::{verify, JwtError};
+        let key = token_key(token);
         let mut verified = self.verified.borrow_mut();
-        if let Some(at) = verified.iter().rposition(|(t, _)| **t == *token) {
+        if let Some(at) = verified.iter().rposition(|(k, _)| *k == key) {
             let entry = verified.remove(at).expect("the position was just found");
             let claims = Rc::clone(&entry.1);
             verified.push_back(entry);
             return Ok(claims);
         }
         self.verifications.set(self.verifications.get() + 1);
-        let claims: Rc<Claims> =
-            Rc::new(crate::engine::access::jwt::verify(token, &self.secret).map_err(|e| Denied::Invalid(e.to_string()))?);
+        let claims = match (verify(token, &self.secret), &self.previous) {
+            (Err(JwtError::Signature), Some(previous)) => verify(token, previous),
+            (verdict, _) => verdict,
+        };
+        let claims: Rc<Claims> = Rc::new(claims.map_err(|e| Denied::Invalid(e.to_string()))?);
         if verified.len() == VERIFIED_TOKENS {
             verified.pop_front();
         }
-        verified.push_back((token.into(), Rc::clone(&claims)));
+        verified.push_back((key, Rc::clone(&claims)));
         Ok(claims)
     }
 
     /// The verdict, at once (the [`Authorizer`] answers with it).
     pub fn check(&self, req: &AuthRequest<'_>) -> Result<Principal, Denied> {
         let token = req.token.filter(|t| !t.is_empty()).ok_or(Denied::MissingToken)?;
-        // Expiry is checked here against the caller's clock.
+        // Times are checked here against the caller's clock.
         let claims = self.verified_claims(token)?;
-        if claims.exp <= req.now_secs {
+        let now = req.now_secs;
+        if claims.exp <= now {
             return Err(Denied::Expired);
+        }
+        if claims.nbf.is_some_and(|nbf| nbf > now) {
+            return Err(Denied::NotYetValid);
+        }
+        // From when it was issued, or from now when it says nothing (or a later time).
+        let lifetime = claims.exp - claims.iat.map_or(now, |iat| iat.min(now));
+        if lifetime > self.policy.max_lifetime_secs {
+            return Err(Denied::TooLong { lifetime, max: self.policy.max_lifetime_secs });
+        }
+        if let Some(audience) = &self.policy.audience {
+            if !claims.aud.as_ref().is_some_and(|aud| aud.names(audience)) {
+                return Err(Denied::WrongAudience);
+            }
+        }
+        let scopes = || claims.scope.split_ascii_whitespace();
+        if req.token_in_query && scopes().any(|s| s == Scope::Write.as_str()) {
+            return Err(Denied::WriteTokenInQuery);
         }
         let stream_ok = claims.stream.as_deref().is_some_and(|claim| stream_claim_matches(claim, req.stream_id));
         let chat_ok = match (claims.chat.as_deref(), req.chat) {
@@ -188,7 +345,7 @@ impl JwtAuthorizer {
         if !stream_ok && !chat_ok {
             return Err(Denied::WrongStream);
         }
-        if !claims.scope.split_ascii_whitespace().any(|s| s == req.scope.as_str()) {
+        if !scopes().any(|s| s == req.scope.as_str()) {
             return Err(Denied::MissingScope(req.scope));
         }
         Ok(Principal { sub: claims.sub.clone() })
@@ -231,9 +388,13 @@ mod tests {
         mint_hs256(&claims, secret).unwrap()
     }
 
+    /// A request with a header token (`token_in_query`: false), no offset, headers or meta.
+    fn request<'a>(token: Option<&'a str>, stream: &'a str, chat: Option<&'a str>, scope: Scope, now_secs: u64) -> AuthRequest<'a> {
+        AuthRequest { token, token_in_query: false, stream_id: stream, chat, scope, from: None, headers: &[], meta: None, now_secs }
+    }
+
     fn ask(token: Option<&str>, stream: &str, scope: Scope) -> Result<Principal, Denied> {
-        let request = AuthRequest { token, stream_id: stream, chat: None, scope, from: None, headers: &[], meta: None, now_secs: NOW };
-        JwtAuthorizer::new(SECRET).unwrap().check(&request)
+        JwtAuthorizer::new(SECRET).unwrap().check(&request(token, stream, None, scope, NOW))
     }
 
     fn claims(stream: &str, scope: &str, exp: u64) -> serde_json::Value {
@@ -262,18 +423,7 @@ mod tests {
     fn a_chat_claim_allows_reads_of_that_chats_answers_and_nothing_else() {
         let auth = JwtAuthorizer::new(SECRET).unwrap();
         let t = token(json!({"sub": "u1", "chat": "c1", "scope": "read cancel", "exp": NOW + 60}), SECRET);
-        let ask = |stream: &'static str, chat: Option<&'static str>, scope| {
-            auth.check(&AuthRequest {
-                token: Some(&t),
-                stream_id: stream,
-                chat,
-                scope,
-                from: None,
-                headers: &[],
-                meta: None,
-                now_secs: NOW,
-            })
-        };
+        let ask = |stream: &'static str, chat: Option<&'static str>, scope| auth.check(&request(Some(&t), stream, chat, scope, NOW));
         assert!(ask("", Some("c1"), Scope::Read).is_ok(), "the lookup");
         assert!(ask("a-1", Some("c1"), Scope::Read).is_ok(), "the answer it found");
         assert_eq!(ask("", Some("c2"), Scope::Read), Err(Denied::WrongStream));
@@ -282,6 +432,7 @@ mod tests {
         let any = token(claims("*", "read", NOW + 60), SECRET);
         let lookup = AuthRequest {
             token: Some(&any),
+            token_in_query: false,
             stream_id: "",
             chat: Some("c9"),
             scope: Scope::Read,
@@ -326,18 +477,7 @@ mod tests {
     #[test]
     fn a_token_is_verified_once_and_still_checked_against_every_request() {
         let auth = JwtAuthorizer::new(SECRET).unwrap();
-        let ask = |token: &str, stream: &str, scope: Scope, now_secs: u64| {
-            auth.check(&AuthRequest {
-                token: Some(token),
-                stream_id: stream,
-                chat: None,
-                scope,
-                from: None,
-                headers: &[],
-                meta: None,
-                now_secs,
-            })
-        };
+        let ask = |token: &str, stream: &str, scope: Scope, now_secs: u64| auth.check(&request(Some(token), stream, None, scope, now_secs));
         let t = token(claims("m1", "write", NOW + 60), SECRET);
         for _ in 0..3 {
             assert!(ask(&t, "m1", Scope::Write, NOW).is_ok());
@@ -356,20 +496,23 @@ mod tests {
     }
 
     #[test]
+    fn the_cache_keeps_each_tokens_digest_never_the_token() {
+        let auth = JwtAuthorizer::new(SECRET).unwrap();
+        let t = token(claims("m1", "read", NOW + 60), SECRET);
+        assert!(ask_with(&auth, &t).is_ok());
+        let verified = auth.verified.borrow();
+        assert_eq!(verified.len(), 1);
+        assert_eq!(verified[0].0, <[u8; 32]>::from(<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes())));
+    }
+
+    fn ask_with(auth: &JwtAuthorizer, t: &str) -> Result<Principal, Denied> {
+        auth.check(&request(Some(t), "m1", None, Scope::Read, NOW))
+    }
+
+    #[test]
     fn the_verified_tokens_are_bounded_and_the_least_recently_used_goes_first() {
         let auth = JwtAuthorizer::new(SECRET).unwrap();
-        let ask = |t: &str| {
-            auth.check(&AuthRequest {
-                token: Some(t),
-                stream_id: "m1",
-                chat: None,
-                scope: Scope::Read,
-                from: None,
-                headers: &[],
-                meta: None,
-                now_secs: NOW,
-            })
-        };
+        let ask = |t: &str| ask_with(&auth, t);
         let tokens: Vec<String> = (0..=VERIFIED_TOKENS as u64).map(|i| token(claims("m1", "read", NOW + 60 + i), SECRET)).collect();
         ask(&tokens[0]).unwrap();
         for t in &tokens[1..VERIFIED_TOKENS] {

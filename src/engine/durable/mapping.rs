@@ -11,10 +11,12 @@ pub enum MappingError {
     BadIdentifier { name: String, reason: &'static str },
     #[error("invalid column mapping JSON: {0}")]
     BadJson(String),
+    #[error("invalid table/column name {name:?}: it is {bytes} bytes, longer than the {max} {dialect} keeps (it would cut it short without an error, so two names could become one)")]
+    TooLongFor { name: String, bytes: usize, max: usize, dialect: &'static str },
 }
 
 /// The longest identifier accepted; far above any real name, far below D1's statement limit.
-const MAX_IDENTIFIER_BYTES: usize = 128;
+pub(super) const MAX_IDENTIFIER_BYTES: usize = 128;
 
 /// A table or column name that is safe to double-quote into SQL text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +128,27 @@ impl TableMapping {
         })
     }
 
+    /// Refuses a name longer than `dialect` keeps whole
+    /// ([`Dialect::max_identifier_bytes`](super::Dialect::max_identifier_bytes)).
+    pub fn check_for(&self, dialect: super::Dialect) -> Result<(), MappingError> {
+        let max = dialect.max_identifier_bytes();
+        let optional = [&self.cancel, &self.error, &self.host, &self.chat].into_iter().flatten();
+        let required = [&self.message, &self.chunks, &self.key, &self.body, &self.status, &self.seq];
+        let chunk_columns = [&self.chunk_key, &self.chunk_stream, &self.chunk_seq, &self.chunk_text];
+        match required.into_iter().chain(chunk_columns).chain(optional).find(|i| i.name().len() > max) {
+            Some(long) => Err(MappingError::TooLongFor {
+                name: long.name().to_owned(),
+                bytes: long.name().len(),
+                max,
+                dialect: match dialect {
+                    super::Dialect::Sqlite => "SQLite",
+                    super::Dialect::Postgres => "PostgreSQL",
+                },
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// The example schema's mapping: `messages` and `message_chunks` with every optional column.
     pub fn example() -> Self {
         let names = ColumnNames {
@@ -150,6 +173,28 @@ mod tests {
         let err = TableMapping::new("messages", "chunks", &names).unwrap_err();
         assert!(matches!(err, MappingError::BadIdentifier { reason: "it contains a double quote", .. }));
         assert!(TableMapping::new("x\"y", "chunks", &ColumnNames::default()).is_err());
+    }
+
+    #[test]
+    fn names_past_63_bytes_are_refused_for_postgres_and_kept_for_sqlite() {
+        use super::super::Dialect;
+        let long = "c".repeat(64);
+        let fits = "c".repeat(63);
+        for names in [
+            ColumnNames { body: Some(long.clone()), ..Default::default() },
+            ColumnNames { chat: Some(long.clone()), ..Default::default() },
+            ColumnNames { chunk_text: Some(long.clone()), ..Default::default() },
+        ] {
+            let mapping = TableMapping::new("messages", "chunks", &names).unwrap();
+            let err = mapping.check_for(Dialect::Postgres).unwrap_err();
+            assert!(matches!(&err, MappingError::TooLongFor { bytes: 64, max: 63, .. }), "{err}");
+            assert!(err.to_string().contains("longer than the 63 PostgreSQL keeps"), "{err}");
+            assert_eq!(mapping.check_for(Dialect::Sqlite), Ok(()));
+        }
+        assert!(TableMapping::new(&long, "chunks", &ColumnNames::default()).unwrap().check_for(Dialect::Postgres).is_err(), "a table");
+        let ok = TableMapping::new(&fits, &fits, &ColumnNames { body: Some(fits.clone()), ..Default::default() }).unwrap();
+        assert_eq!(ok.check_for(Dialect::Postgres), Ok(()));
+        assert!(TableMapping::new(&"c".repeat(129), "chunks", &ColumnNames::default()).is_err(), "129 bytes anywhere");
     }
 
     #[test]

@@ -42,6 +42,16 @@ impl Dialect {
             Dialect::Postgres => "bigint",
         }
     }
+
+    /// The longest identifier the database keeps whole: PostgreSQL truncates a longer one to
+    /// 63 bytes (`NAMEDATALEN - 1`) without an error, so two mapped names could become one;
+    /// SQLite has no limit of its own.
+    pub fn max_identifier_bytes(self) -> usize {
+        match self {
+            Dialect::Sqlite => super::mapping::MAX_IDENTIFIER_BYTES,
+            Dialect::Postgres => 63,
+        }
+    }
 }
 
 /// A bound parameter.
@@ -140,8 +150,7 @@ impl MappedSql {
     pub fn chunk_table_ddl(&self) -> Vec<String> {
         let m = &self.map;
         let (text, int) = (self.dialect.text_type(), self.dialect.int_type());
-        let index = super::mapping::Ident::new(&format!("{}_stream_seq", m.chunks.name()))
-            .expect("a valid table name plus a suffix is still valid");
+        let index = self.chunk_index_name();
         vec![
             format!(
                 "CREATE TABLE IF NOT EXISTS {} ({} {text} PRIMARY KEY, {} {text} NOT NULL, {} {int} NOT NULL, {} {text} NOT NULL)",
@@ -150,6 +159,28 @@ impl MappedSql {
             // Reads are always "this stream's chunks in order", and compaction deletes by stream.
             format!("CREATE INDEX IF NOT EXISTS {index} ON {} ({}, {})", m.chunks, m.chunk_stream, m.chunk_seq),
         ]
+    }
+
+    /// The chunk table's index: `<chunk table>_stream_seq`, or, where that would be longer than
+    /// the database keeps, the table name cut short at a character boundary plus 8 hex digits
+    /// of its SHA-256 (two long names never share an index name).
+    fn chunk_index_name(&self) -> Ident {
+        const SUFFIX: &str = "_stream_seq";
+        let table = self.map.chunks.name();
+        let max = self.dialect.max_identifier_bytes();
+        let name = if table.len() + SUFFIX.len() <= max {
+            format!("{table}{SUFFIX}")
+        } else {
+            use sha2::Digest;
+            let digest = sha2::Sha256::digest(table.as_bytes());
+            let hash: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+            let mut keep = max - SUFFIX.len() - 1 - hash.len();
+            while !table.is_char_boundary(keep) {
+                keep -= 1;
+            }
+            format!("{}_{hash}{SUFFIX}", &table[..keep])
+        };
+        Ident::new(&name).expect("a valid table name's prefix, hex digits and a suffix, within the length limit")
     }
 
     /// The open probe: the row's length and status, read once and judged by

@@ -1,11 +1,12 @@
 //! Settings: the live stream's policy and the service's configuration (SPEC §8), parsed from
 //! the Worker's string vars and refused with a clear message when wrong.
 
+use crate::engine::access::auth::JwtPolicy;
 use crate::engine::access::cors::AllowedOrigins;
 use crate::engine::durable::{ColumnNames, Dialect, MappingError, TableMapping};
 use crate::engine::feed::FeedConfig;
 use crate::engine::host::time::Millis;
-use crate::engine::pump::{PumpSecrets, SecretsError};
+use crate::engine::pump::{Build, PumpSecrets, PumpUpstreams, SecretsError, UpstreamsError};
 use crate::engine::text::utf16::Offset;
 use crate::engine::wire::ui::{Format, Validation};
 use thiserror::Error;
@@ -50,9 +51,21 @@ impl Backend {
     }
 
     /// A text a checkpoint could never store: PostgreSQL's `text` cannot hold U+0000 (every
-    /// retry of it would fail whole), SQLite's can.
+    /// retry of it would fail whole, and the seal after it), SQLite's can. A producer's append
+    /// holding one is refused (400 `bad_text`: the producer can fix it).
     pub fn refuses_text(self, text: &str) -> bool {
         self == Backend::Postgres && text.contains('\0')
+    }
+
+    /// `text` as the backend can store it: on PostgreSQL, each U+0000 replaced by U+FFFD (one
+    /// UTF-16 unit for one, so no offset moves). For what no producer can be told to fix: a
+    /// pump's text (the upstream sent it) and a stream's error message (`fail`'s, a pump's).
+    pub fn storable(self, text: &str) -> std::borrow::Cow<'_, str> {
+        if self.refuses_text(text) {
+            std::borrow::Cow::Owned(text.replace('\0', "\u{FFFD}"))
+        } else {
+            std::borrow::Cow::Borrowed(text)
+        }
     }
 }
 
@@ -60,6 +73,21 @@ impl Backend {
 /// otherwise: the seed's 64K, enough for a reader whose view lags a checkpoint or two to join
 /// without a `stale` round trip, while a long response does not stay in memory whole.
 pub const SINK_RETAIN_CHARS: Offset = Offset(64 * 1024);
+
+/// The default most readers per stream. Measured (bench/readers-memory.mjs, BENCHMARKS.md,
+/// "Hostile traffic"): an attached reader costs workerd 80-110 KB of resident memory (107 KB
+/// each for 500, 80 KB each for 1,000; of it, the wasm heap holds 0.2 KB: the rest is the
+/// runtime's connection and response stream). 500 readers took 54 MB, under half the isolate's
+/// 128 MB, leaving the rest to the stream's text and its replay.
+pub const DEFAULT_MAX_READERS: usize = 500;
+
+/// The default most bytes of a stream's text, counted as readers receive it: 4 MiB. Measured
+/// (bench/readers-memory.mjs --together, BENCHMARKS.md "Hostile traffic"): 100 readers joining
+/// at 0 at once take the isolate (JavaScript heap, its buffers and the wasm memory) to 46 MB at
+/// 4 MiB, 87 MB at 8 MiB and 186 MB at 16 MiB (about 11× the text, garbage not yet collected
+/// included; 21, 38 and 71 MB once collected): 4 MiB stays well inside the isolate's 128 MB,
+/// which other objects of the isolate share. It holds a `ui` answer of some 70,000 tokens.
+pub const DEFAULT_MAX_STREAM_BYTES: usize = 4 << 20;
 
 /// The live stream's policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +111,13 @@ pub struct StreamConfig {
     pub idle_timeout_ms: Millis,
     /// A reader's queue bound; past it the reader gets `stale`.
     pub max_queued_frames: usize,
+    /// The most readers attached to one stream at once (`MAX_READERS`); the next one is
+    /// refused 429 until one leaves. Each holds a connection and a queue in the stream's object.
+    pub max_readers: usize,
+    /// The most bytes a stream's text may take as its readers receive it, a JSON string
+    /// (`MAX_STREAM_BYTES`): a push past it is refused whole (413) and the stream seals `error`
+    /// with the text it has.
+    pub max_stream_bytes: usize,
     /// Merge the chunk frames queued for a reader that fell behind into one at pull time. Off
     /// only to measure what merging saves (`MERGE_QUEUED_CHUNKS=0`, see BENCHMARKS.md).
     pub merge_queued_chunks: bool,
@@ -134,6 +169,8 @@ impl Default for StreamConfig {
             linger_ms: Millis(30_000),
             idle_timeout_ms: Millis(300_000),
             max_queued_frames: 1024,
+            max_readers: DEFAULT_MAX_READERS,
+            max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
             merge_queued_chunks: true,
             reader_pacing_us: 500,
             reader_pacing_max_ms: Millis(50),
@@ -153,6 +190,11 @@ impl Default for StreamConfig {
 }
 
 impl StreamConfig {
+    /// Whether one more reader may join a stream that has `readers` attached (`MAX_READERS`).
+    pub fn admits_reader(&self, readers: usize) -> bool {
+        readers < self.max_readers
+    }
+
     /// The delay before retry number `retry` (1-based), or `None` when retries are exhausted.
     pub fn retry_delay(&self, retry: u32) -> Option<Millis> {
         (retry >= 1 && retry <= self.retries).then(|| self.retry_backoff_ms * (1 << (retry - 1).min(20)))
@@ -213,6 +255,8 @@ pub enum ConfigError {
     Mapping(#[from] MappingError),
     #[error("configuration PUMP_SECRETS: {0}")]
     PumpSecrets(#[from] SecretsError),
+    #[error("configuration PUMP_UPSTREAMS: {0}")]
+    PumpUpstreams(#[from] UpstreamsError),
 }
 
 impl ConfigError {
@@ -231,21 +275,27 @@ pub struct Settings {
     pub mapping: TableMapping,
     /// Where the mapped tables live (`DURABLE_BACKEND`: `d1` or `postgres`).
     pub backend: Backend,
-    /// The secrets a pump request may name as its credential (`PUMP_SECRETS`), each set.
+    /// The upstreams a pump may fetch (`PUMP_UPSTREAMS`).
+    pub pump_upstreams: PumpUpstreams,
+    /// The secrets a pump request may name as its credential (`PUMP_SECRETS`), each set and
+    /// pinned within the upstreams.
     pub pump_secrets: PumpSecrets,
     /// The page origins that may call the API from a browser (`ALLOWED_ORIGINS`; none: only
     /// the Worker's own origin).
     pub allowed_origins: AllowedOrigins,
     /// The chat feeds' history and lifetime (`FEED_HISTORY`, `FEED_IDLE_MS`; SPEC §11).
     pub feed: FeedConfig,
+    /// What the JWT check requires beyond a signature (`STREAM_JWT_AUDIENCE`,
+    /// `STREAM_JWT_MAX_LIFETIME_SECS`).
+    pub jwt: JwtPolicy,
 }
 
 impl Settings {
     /// Parses the Worker's vars; `var(name)` returns a var's value if set. Unset vars take
     /// their defaults; a set but malformed var is an error, never ignored. `custom_sink` says
     /// an embedding Worker supplies its own checkpoint sink (the mode where `RETAIN_CHARS` is
-    /// honoured).
-    pub fn from_vars(var: impl Fn(&str) -> Option<String>, custom_sink: bool) -> Result<Self, ConfigError> {
+    /// honoured); `build` which build reads them (the pump's defaults differ).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>, custom_sink: bool, build: Build) -> Result<Self, ConfigError> {
         let defaults = StreamConfig::default();
         let number = |name: &'static str, default: u64, min: u64, max: u64| -> Result<u64, ConfigError> {
             match var(name) {
@@ -281,6 +331,8 @@ impl Settings {
             linger_ms: ms("LINGER_MS", defaults.linger_ms, 0, 3_600_000)?,
             idle_timeout_ms: ms("IDLE_TIMEOUT_MS", defaults.idle_timeout_ms, 0, 86_400_000)?,
             max_queued_frames: number("MAX_QUEUED_FRAMES", defaults.max_queued_frames as u64, 4, 1 << 20)? as usize,
+            max_readers: number("MAX_READERS", defaults.max_readers as u64, 1, 100_000)? as usize,
+            max_stream_bytes: number("MAX_STREAM_BYTES", defaults.max_stream_bytes as u64, 1024, 64 << 20)? as usize,
             merge_queued_chunks: number("MERGE_QUEUED_CHUNKS", 1, 0, 1)? == 1,
             reader_pacing_us: number("READER_PACING_US", defaults.reader_pacing_us, 0, 10_000)?,
             reader_pacing_burst: number("READER_PACING_BURST", defaults.reader_pacing_burst, 1, 64)?,
@@ -303,24 +355,29 @@ impl Settings {
         if !path_prefix.starts_with('/') || path_prefix.ends_with('/') || path_prefix.contains("//") {
             return Err(ConfigError::invalid("PATH_PREFIX", format!("{path_prefix:?} must start with '/' and not end with '/'")));
         }
+        let pump_upstreams = PumpUpstreams::parse(&var("PUMP_UPSTREAMS").unwrap_or_default(), build)?;
         let pump_secrets = PumpSecrets::parse(&var("PUMP_SECRETS").unwrap_or_default())?;
+        pump_secrets.check(&pump_upstreams, build)?;
         if let Some(unset) = pump_secrets.names().find(|name| var(name).is_none()) {
             return Err(ConfigError::invalid(
                 "PUMP_SECRETS",
                 format!("names {unset}, which is not set (a secret: `wrangler secret put {unset}`, or .dev.vars locally)"),
             ));
         }
+        let backend = match var("DURABLE_BACKEND") {
+            None => Backend::D1,
+            Some(raw) => Backend::parse(&raw)
+                .ok_or_else(|| ConfigError::invalid("DURABLE_BACKEND", format!("{raw:?} must be \"d1\" or \"postgres\"")))?,
+        };
+        mapping.check_for(backend.dialect())?;
         Ok(Settings {
             stream,
             path_prefix,
             sse_retry_ms: ms("SSE_RETRY_MS", Millis(1000), 0, 600_000)?,
             max_append_bytes: number("MAX_APPEND_BYTES", 1 << 20, 1, 64 << 20)? as usize,
             mapping,
-            backend: match var("DURABLE_BACKEND") {
-                None => Backend::D1,
-                Some(raw) => Backend::parse(&raw)
-                    .ok_or_else(|| ConfigError::invalid("DURABLE_BACKEND", format!("{raw:?} must be \"d1\" or \"postgres\"")))?,
-            },
+            backend,
+            pump_upstreams,
             pump_secrets,
             allowed_origins: AllowedOrigins::parse(var("ALLOWED_ORIGINS").as_deref().unwrap_or(""))
                 .map_err(|e| ConfigError::invalid("ALLOWED_ORIGINS", e.to_string()))?,
@@ -331,6 +388,16 @@ impl Settings {
                 // read back a few leases after the feed last heard of it.
                 verify_ms: lease_ms * 3,
                 ..FeedConfig::default()
+            },
+            jwt: JwtPolicy {
+                audience: var("STREAM_JWT_AUDIENCE").map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()),
+                // A minute at least (a token must outlive its way here), a year at most.
+                max_lifetime_secs: number(
+                    "STREAM_JWT_MAX_LIFETIME_SECS",
+                    crate::engine::access::auth::DEFAULT_MAX_LIFETIME_SECS,
+                    60,
+                    31_536_000,
+                )?,
             },
         })
     }
@@ -343,7 +410,7 @@ mod tests {
 
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
         let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Settings::from_vars(|k| map.get(k).cloned(), false)
+        Settings::from_vars(|k| map.get(k).cloned(), false, Build::Production)
     }
 
     #[test]
@@ -374,6 +441,14 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_admits_readers_up_to_max_readers() {
+        let s = settings(&[("MAX_READERS", "2")]).unwrap().stream;
+        assert!(s.admits_reader(0) && s.admits_reader(1) && !s.admits_reader(2) && !s.admits_reader(3));
+        assert_eq!(settings(&[]).unwrap().stream.max_readers, DEFAULT_MAX_READERS);
+        assert!(settings(&[("MAX_READERS", "0")]).unwrap_err().to_string().starts_with("configuration MAX_READERS: "));
+    }
+
+    #[test]
     fn the_durable_backend_is_d1_or_postgres_and_nothing_else() {
         assert_eq!(settings(&[]).unwrap().backend, Backend::D1);
         assert_eq!(settings(&[("DURABLE_BACKEND", "d1")]).unwrap().backend, Backend::D1);
@@ -381,6 +456,11 @@ mod tests {
         let err = settings(&[("DURABLE_BACKEND", "mysql")]).unwrap_err().to_string();
         assert_eq!(err, r#"configuration DURABLE_BACKEND: "mysql" must be "d1" or "postgres""#);
         assert!(Backend::Postgres.refuses_text("a\0b") && !Backend::D1.refuses_text("a\0b") && !Backend::Postgres.refuses_text("ab"));
+        assert_eq!(Backend::Postgres.storable("a\0b\0"), "a\u{FFFD}b\u{FFFD}");
+        assert_eq!(Backend::D1.storable("a\0b"), "a\0b");
+        let err = settings(&[("DURABLE_BACKEND", "postgres"), ("CHUNK_TABLE", &"c".repeat(64))]).unwrap_err().to_string();
+        assert!(err.starts_with("configuration COLUMNS/MESSAGE_TABLE/CHUNK_TABLE: invalid table/column name"), "{err}");
+        assert!(settings(&[("CHUNK_TABLE", &"c".repeat(64))]).is_ok(), "D1 keeps it whole");
     }
 
     #[test]
@@ -410,16 +490,28 @@ mod tests {
     }
 
     #[test]
+    fn the_jwt_policy_checks_no_audience_and_a_day_of_lifetime_unless_set() {
+        assert_eq!(settings(&[]).unwrap().jwt, JwtPolicy { audience: None, max_lifetime_secs: 86_400 });
+        let set = settings(&[("STREAM_JWT_AUDIENCE", " rindle "), ("STREAM_JWT_MAX_LIFETIME_SECS", "3600")]).unwrap();
+        assert_eq!(set.jwt, JwtPolicy { audience: Some("rindle".into()), max_lifetime_secs: 3600 });
+        assert_eq!(settings(&[("STREAM_JWT_AUDIENCE", "")]).unwrap().jwt.audience, None);
+        for bad in ["0", "59", "31536001", "a day"] {
+            let err = settings(&[("STREAM_JWT_MAX_LIFETIME_SECS", bad)]).unwrap_err().to_string();
+            assert!(err.starts_with("configuration STREAM_JWT_MAX_LIFETIME_SECS: "), "{err}");
+        }
+    }
+
+    #[test]
     fn retain_chars_is_refused_in_tables_mode() {
         let err = settings(&[("RETAIN_CHARS", "100")]).unwrap_err().to_string();
         assert!(err.contains("RETAIN_CHARS"), "{err}");
-        let with_sink = Settings::from_vars(|k| (k == "RETAIN_CHARS").then(|| "100".to_owned()), true).unwrap();
+        let with_sink = Settings::from_vars(|k| (k == "RETAIN_CHARS").then(|| "100".to_owned()), true, Build::Production).unwrap();
         assert_eq!(with_sink.stream.retain_chars, Some(Offset(100)));
     }
 
     #[test]
     fn retain_chars_defaults_to_the_seeds_64k_with_a_custom_sink_and_to_everything_with_tables() {
-        assert_eq!(Settings::from_vars(|_| None, true).unwrap().stream.retain_chars, Some(Offset(65_536)));
+        assert_eq!(Settings::from_vars(|_| None, true, Build::Production).unwrap().stream.retain_chars, Some(Offset(65_536)));
         assert_eq!(settings(&[]).unwrap().stream.retain_chars, None, "compaction needs the whole text");
     }
 
@@ -431,11 +523,31 @@ mod tests {
     }
 
     #[test]
-    fn pump_secrets_are_an_allow_list_of_set_secrets() {
+    fn pumps_are_off_in_production_unless_upstreams_are_listed() {
+        assert_eq!(settings(&[]).unwrap().pump_upstreams, PumpUpstreams::None);
+        let dev = Settings::from_vars(|_| None, false, Build::Development).unwrap();
+        assert_eq!(dev.pump_upstreams, PumpUpstreams::Loopback);
+        let listed = settings(&[("PUMP_UPSTREAMS", "https://api.openai.com/v1/")]).unwrap();
+        assert!(listed.pump_upstreams.permit("https://api.openai.com/v1/responses").is_ok());
+        let err = settings(&[("PUMP_UPSTREAMS", "api.openai.com")]).unwrap_err().to_string();
+        assert!(err.starts_with("configuration PUMP_UPSTREAMS: entry \"api.openai.com\""), "{err}");
+    }
+
+    #[test]
+    fn pump_secrets_are_an_allow_list_of_set_secrets_pinned_within_the_upstreams() {
         assert_eq!(settings(&[]).unwrap().pump_secrets, PumpSecrets::default());
-        let s = settings(&[("PUMP_SECRETS", "OPENAI_API_KEY=https://api.openai.com"), ("OPENAI_API_KEY", "sk-x")]).unwrap();
+        let openai = [("PUMP_UPSTREAMS", "https://api.openai.com/v1/"), ("OPENAI_API_KEY", "sk-x")];
+        let s = settings(&[("PUMP_SECRETS", "OPENAI_API_KEY=https://api.openai.com/v1/"), openai[0], openai[1]]).unwrap();
         assert_eq!(s.pump_secrets.names().collect::<Vec<_>>(), ["OPENAI_API_KEY"]);
-        let unset = settings(&[("PUMP_SECRETS", "OPENAI_API_KEY")]).unwrap_err();
+        assert!(matches!(
+            settings(&[("PUMP_SECRETS", "OPENAI_API_KEY"), openai[0], openai[1]]),
+            Err(ConfigError::PumpSecrets(SecretsError::Unpinned(_)))
+        ));
+        assert!(matches!(
+            settings(&[("PUMP_SECRETS", "OPENAI_API_KEY=https://api.openai.com"), openai[0], openai[1]]),
+            Err(ConfigError::PumpSecrets(SecretsError::PinNotAllowed { .. }))
+        ));
+        let unset = settings(&[("PUMP_SECRETS", "OPENAI_API_KEY=https://api.openai.com/v1/"), openai[0]]).unwrap_err();
         assert_eq!(
             unset.to_string(),
             "configuration PUMP_SECRETS: names OPENAI_API_KEY, which is not set (a secret: `wrangler secret put OPENAI_API_KEY`, or .dev.vars locally)"

@@ -6,7 +6,7 @@
 //! the text there is and the end. Queues, dialects, pacing and merging are the readers'
 //! component (`live/readers.rs`).
 
-use super::readers::{Dialect, Pull, ReaderId};
+use super::readers::{Dialect, Pull, ReaderId, Replay};
 use super::stream::{LiveStream, Output, Phase};
 use crate::engine::host::time::Timestamp;
 use crate::engine::text::utf16::Offset;
@@ -34,7 +34,7 @@ impl LiveStream {
     #[must_use = "a reader's frames queue until it is pulled or detached"]
     pub fn subscribe_as(&mut self, dialect: Dialect, from: Offset) -> ReaderId {
         if matches!(self.phase, Phase::Retired) {
-            return self.readers.attach(dialect, vec![Frame::Absent], self.clock);
+            return self.readers.attach(dialect, vec![Frame::Absent.into()], self.clock);
         }
         if let Some(parked) = self.park(dialect, from) {
             return parked;
@@ -43,9 +43,10 @@ impl LiveStream {
         self.readers.attach(dialect, replay, self.clock)
     }
 
-    /// What a reader joining at `from` is replayed: `open`, the text from there, a `durable`
+    /// What a reader joining at `from` is replayed: `open`, the text from there (a chunk shared
+    /// with the joins before it, where one still holds it: `Readers::replay_text`), a `durable`
     /// and (if ended) `end`; `stale` when the text there is no longer held.
-    pub(super) fn replay(&self, dialect: Dialect, from: Offset) -> Vec<Frame> {
+    pub(super) fn replay(&mut self, dialect: Dialect, from: Offset) -> Vec<Replay> {
         let ended = match &self.phase {
             // A reader that joins while the stream opens is attached (the text is empty so
             // far); it gets `absent` only if the open fails.
@@ -59,22 +60,24 @@ impl LiveStream {
             Dialect::Events => Some(self.buf.char_floor(wanted)),
             Dialect::Ui => self.buf.line_start(wanted),
         };
-        let Some(at) = at else { return vec![self.stale_frame()] };
-        let mut replay = vec![Frame::Open {
+        let Some(at) = at else { return vec![self.stale_frame().into()] };
+        let mut replay: Vec<Replay> = vec![Frame::Open {
             stream_id: self.stream_id().to_owned(),
             from: at,
             seq,
             durable_seq: self.durable_seq,
             ended: ended.is_some(),
-        }];
+        }
+        .into()];
         if seq > at {
-            replay.push(Frame::Chunk { from: at, seq, text: self.buf.tail(at).to_owned() });
+            let buf = &self.buf;
+            replay.extend(self.readers.replay_text(dialect, at, seq, |a, b| buf.slice(a, b).to_owned()));
         }
         if self.durable_seq > at {
-            replay.push(Frame::Durable { seq: self.durable_seq });
+            replay.push(Frame::Durable { seq: self.durable_seq }.into());
         }
         if let Some(seal) = ended {
-            replay.push(self.end_frame(&seal));
+            replay.push(self.end_frame(&seal).into());
         }
         replay
     }
@@ -122,7 +125,7 @@ impl LiveStream {
         self.parked = waiting;
         for Parked { reader, dialect, from } in due {
             let mut replay = self.replay(dialect, from);
-            replay.extend(end.cloned());
+            replay.extend(end.cloned().map(Replay::from));
             if self.readers.release(reader, replay, from) {
                 self.out.push(Output::Wake(reader));
             }

@@ -37,7 +37,7 @@ mod stream;
 mod watch;
 
 pub use open::Producer;
-pub use readers::{Dialect, DropReason, Pull, ReaderId, SharedFrame, Wire};
+pub use readers::{Dialect, DropReason, Pull, ReaderId, SharedFrame, Wire, ALONE_BYTES};
 pub use resume::{idle_error, window_expired_error, Fenced, Holder, Rehydration, ResumeGrant, ResumeRefused, Window, FIRST_EPOCH};
 pub use revival::{Revival, RevivalEnd, RevivalFailure, RevivalOutput};
 pub use slot::StreamSlot;

@@ -19,6 +19,12 @@
 //!
 //! A reader written nothing for the keep-alive interval is woken for a `: ping` comment
 //! (SPEC §3): the stream's one timer serves every reader's keep-alive.
+//!
+//! A replay is shared too: the chunk of text a join is replayed is encoded once, and every
+//! reader of that dialect that joins at the same offset while one still holds it shares that
+//! frame (plus a small chunk of its own for the text produced since); a frame that large goes out
+//! alone, never copied into a merged write. So 100 readers joining at 0 hold one copy of the
+//! text's encoding between them, not 100 (SPEC §12).
 
 use crate::engine::host::time::{Millis, Timestamp};
 use crate::engine::text::utf16::Offset;
@@ -27,7 +33,37 @@ use crate::engine::{wire::sse, wire::ui};
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, VecDeque};
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
+
+/// A queued frame whose encoding is at least this large goes out in a write of its own: merged
+/// with others it would be copied into bytes of one reader's own, which a shared frame's bytes
+/// never are.
+pub const ALONE_BYTES: usize = 64 << 10;
+
+/// The most text a join adds, in a chunk of its own, to a replay chunk it shares with an earlier
+/// join (the text produced since); past it, the join's chunk is encoded afresh and shared in turn.
+const SHARED_TAIL_BYTES: usize = 64 << 10;
+
+/// One frame of a replay: the reader's own, or a text chunk it shares with earlier joins.
+#[derive(Debug)]
+pub(crate) enum Replay {
+    Frame(Frame),
+    Shared(Rc<SharedFrame>),
+}
+
+impl From<Frame> for Replay {
+    fn from(frame: Frame) -> Self {
+        Replay::Frame(frame)
+    }
+}
+
+/// The last replay chunk of a dialect, `[from, seq)`, held only while a reader holds it.
+#[derive(Debug)]
+struct ReplayChunk {
+    from: Offset,
+    seq: Offset,
+    frame: Weak<SharedFrame>,
+}
 
 /// Names one attached reader. Only the stream mints one (a subscribe), so a reader id a shell
 /// holds names a reader this stream attached; it serializes as its number, for logs.
@@ -234,6 +270,8 @@ pub(crate) struct Readers {
     served: ui::Served,
     /// A reader written nothing for this long is due a ping.
     keepalive: Millis,
+    /// The last replay chunk of each dialect (`[events, ui]`), for the next join to share.
+    replays: [Option<ReplayChunk>; 2],
 }
 
 impl Readers {
@@ -251,7 +289,36 @@ impl Readers {
             writes: 0,
             dialects: Dialects::default(),
             served: ui::Served::default(),
+            replays: [None, None],
         }
+    }
+
+    /// The replay chunk of the text `[from, seq)` for a reader of `dialect` (`text(a, b)` is the
+    /// text `[a, b)`): the chunk an earlier join of that dialect at `from` encoded, while a
+    /// reader still holds it, followed by a chunk of its own for what was produced since (at
+    /// most [`SHARED_TAIL_BYTES`]); else a chunk encoded now, which the next joins share.
+    pub(crate) fn replay_text(
+        &mut self,
+        dialect: Dialect,
+        from: Offset,
+        seq: Offset,
+        text: impl Fn(Offset, Offset) -> String,
+    ) -> Vec<Replay> {
+        let slot = &mut self.replays[dialect as usize];
+        if let Some(shared) = slot.as_ref().filter(|c| c.from == from && c.seq <= seq).and_then(|c| c.frame.upgrade()) {
+            let cached = slot.as_ref().map_or(from, |c| c.seq);
+            if cached == seq {
+                return vec![Replay::Shared(shared)];
+            }
+            let tail = text(cached, seq);
+            if tail.len() <= SHARED_TAIL_BYTES {
+                return vec![Replay::Shared(shared), Replay::Frame(Frame::Chunk { from: cached, seq, text: tail })];
+            }
+        }
+        let only = Dialects { events: dialect == Dialect::Events, ui: dialect == Dialect::Ui };
+        let shared = SharedFrame::new(Frame::Chunk { from, seq, text: text(from, seq) }, self.served, only);
+        *slot = Some(ReplayChunk { from, seq, frame: Rc::downgrade(&shared) });
+        vec![Replay::Shared(shared)]
     }
 
     pub fn writes(&self) -> u64 {
@@ -340,14 +407,27 @@ impl Readers {
         self.readers.values().map(|r| r.queue.iter().map(|f| f.wire(r.dialect).len()).sum::<usize>()).sum()
     }
 
+    /// The queue a replay makes for a reader of `dialect`: its own frames encoded now, shared
+    /// chunks as they are.
+    fn queue_of(replay: Vec<Replay>, dialect: Dialect, served: ui::Served) -> (VecDeque<Rc<SharedFrame>>, bool) {
+        let only = Dialects { events: dialect == Dialect::Events, ui: dialect == Dialect::Ui };
+        let frames: Vec<Rc<SharedFrame>> = replay
+            .into_iter()
+            .map(|r| match r {
+                Replay::Frame(f) => SharedFrame::new(f, served, only),
+                Replay::Shared(shared) => shared,
+            })
+            .collect();
+        let finished = frames.last().is_some_and(|f| f.frame.is_terminal());
+        (frames.into_iter().filter(|f| f.worth_queueing(dialect)).collect(), finished)
+    }
+
     /// Registers a reader of `dialect` whose queue starts with `replay` (uncapped: a replay is
     /// bounded by construction). A replay ending in a terminal frame makes a finished reader.
-    pub fn attach(&mut self, dialect: Dialect, replay: Vec<Frame>, now: Timestamp) -> ReaderId {
+    pub(crate) fn attach(&mut self, dialect: Dialect, replay: Vec<Replay>, now: Timestamp) -> ReaderId {
         let id = ReaderId(self.next_id);
         self.next_id += 1;
-        let finished = replay.last().is_some_and(Frame::is_terminal);
-        let only = Dialects { events: dialect == Dialect::Events, ui: dialect == Dialect::Ui };
-        let queue = replay.into_iter().map(|f| SharedFrame::new(f, self.served, only)).filter(|f| f.worth_queueing(dialect)).collect();
+        let (queue, finished) = Self::queue_of(replay, dialect, self.served);
         self.readers.insert(
             id,
             Reader {
@@ -379,13 +459,10 @@ impl Readers {
     /// Gives a held reader its replay and the live frames from now on; `true`: wake it (it
     /// was parked waiting for data). `held`: the offset the reader holds lines up to (an ending
     /// in the replay tells a `/ui` reader holding more than was saved so).
-    pub fn release(&mut self, id: ReaderId, replay: Vec<Frame>, held: Offset) -> bool {
+    pub(crate) fn release(&mut self, id: ReaderId, replay: Vec<Replay>, held: Offset) -> bool {
         let served = ui::Served { held: self.served.held.max(held), ..self.served };
         let Some(r) = self.readers.get_mut(&id) else { return false };
-        let only = Dialects { events: r.dialect == Dialect::Events, ui: r.dialect == Dialect::Ui };
-        let dialect = r.dialect;
-        r.finished = replay.last().is_some_and(Frame::is_terminal);
-        r.queue = replay.into_iter().map(|f| SharedFrame::new(f, served, only)).filter(|f| f.worth_queueing(dialect)).collect();
+        (r.queue, r.finished) = Self::queue_of(replay, r.dialect, served);
         r.held = false;
         std::mem::take(&mut r.parked)
     }
@@ -477,12 +554,20 @@ impl Readers {
         r.paced_until = r.paced_until.max(now) + pace;
         r.idle_since = now;
         self.writes += 1;
-        let (last, dialect) = (r.finished, r.dialect);
-        let wire = match r.queue.len() {
+        let dialect = r.dialect;
+        // A large frame goes out alone (its shared bytes), and what is queued before it first.
+        let alone = r.queue.iter().position(|f| f.wire(dialect).len() >= ALONE_BYTES);
+        let take = match alone {
+            Some(0) => 1,
+            Some(at) => at,
+            None => r.queue.len(),
+        };
+        let last = r.finished && take == r.queue.len();
+        let wire = match take {
             // One frame, merged or not, is its own encoding: the bytes every reader shares.
             1 => Wire::Frame(r.queue.pop_front().expect("one frame is queued"), dialect),
             _ => {
-                let frames: Vec<_> = r.queue.drain(..).collect();
+                let frames: Vec<_> = r.queue.drain(..take).collect();
                 Wire::from(match dialect {
                     Dialect::Events if merge => merge_wire(&frames),
                     // A `ui` event is one line: a run of them is already as merged as it gets.
@@ -781,6 +866,68 @@ mod tests {
         assert_eq!(rs.live_count(), 0);
         assert_eq!(rs.pull(slow, Timestamp(1)), Pull::Data { wire: sse::encode(&stale()).into(), last: true });
         assert_eq!(rs.pull(slow, Timestamp(1)), Pull::Gone);
+    }
+
+    /// The text `[a, b)` of a text of `x`s.
+    fn xs(a: Offset, b: Offset) -> String {
+        "x".repeat((b.0 - a.0) as usize)
+    }
+
+    fn shared(replay: &[Replay]) -> Vec<Option<&Rc<SharedFrame>>> {
+        replay.iter().map(|r| if let Replay::Shared(f) = r { Some(f) } else { None }).collect()
+    }
+
+    #[test]
+    fn a_replay_chunk_is_encoded_once_and_shared_by_the_joins_at_its_offset_while_one_holds_it() {
+        let mut rs = Readers::new(16, true, NO_PACING, NO_KEEPALIVE);
+        let big = Offset(1 << 20);
+        let first = rs.replay_text(Dialect::Events, Offset(0), big, xs);
+        let again = rs.replay_text(Dialect::Events, Offset(0), big, |_, _| panic!("no text read: shared"));
+        assert!(Rc::ptr_eq(shared(&first)[0].unwrap(), shared(&again)[0].unwrap()), "one encoding for both");
+        // Text produced since: the shared chunk, and a small one of the join's own.
+        let grown = rs.replay_text(Dialect::Events, Offset(0), big + Offset(10), xs);
+        assert!(Rc::ptr_eq(shared(&grown)[0].unwrap(), shared(&first)[0].unwrap()));
+        assert!(matches!(&grown[1], Replay::Frame(Frame::Chunk { from, seq, .. }) if (*from, *seq) == (big, big + Offset(10))));
+        // Another offset, or another dialect: a chunk of their own.
+        let elsewhere = rs.replay_text(Dialect::Events, Offset(5), big, xs);
+        assert!(!Rc::ptr_eq(shared(&elsewhere)[0].unwrap(), shared(&first)[0].unwrap()));
+        let ui = rs.replay_text(Dialect::Ui, Offset(0), big, xs);
+        assert!(!Rc::ptr_eq(shared(&ui)[0].unwrap(), shared(&first)[0].unwrap()));
+        // Nobody holds a chunk any more: it is gone (never kept for joins that may not come).
+        let weak = Rc::downgrade(shared(&ui)[0].unwrap());
+        drop(ui);
+        assert!(weak.upgrade().is_none());
+        // Much text since: the join's chunk is encoded whole, and shared in turn.
+        let far = big + Offset(SHARED_TAIL_BYTES as u64 + 1);
+        let (held, fresh) = (first, rs.replay_text(Dialect::Events, Offset(0), far, xs));
+        assert_eq!(fresh.len(), 1);
+        assert!(!Rc::ptr_eq(shared(&fresh)[0].unwrap(), shared(&held)[0].unwrap()));
+        let next = rs.replay_text(Dialect::Events, Offset(0), far, |_, _| panic!("shared"));
+        assert!(Rc::ptr_eq(shared(&next)[0].unwrap(), shared(&fresh)[0].unwrap()));
+    }
+
+    #[test]
+    fn a_large_frame_goes_out_alone_as_the_bytes_every_reader_shares() {
+        let mut rs = Readers::new(16, true, NO_PACING, NO_KEEPALIVE);
+        let text = rs.replay_text(Dialect::Events, Offset(0), Offset(ALONE_BYTES as u64), xs);
+        let big = Rc::clone(shared(&text)[0].unwrap());
+        let open = Frame::Open { stream_id: "s".into(), from: Offset(0), seq: Offset(0), durable_seq: Offset(0), ended: false };
+        let replay = |text: Vec<Replay>| {
+            let mut r = vec![Replay::from(open.clone())];
+            r.extend(text);
+            r.push(Frame::Durable { seq: Offset(3) }.into());
+            r
+        };
+        let a = rs.attach(Dialect::Events, replay(text), Timestamp(0));
+        let b = rs.attach(Dialect::Events, replay(vec![Replay::Shared(Rc::clone(&big))]), Timestamp(0));
+        for id in [a, b] {
+            let Pull::Data { wire, .. } = rs.pull(id, Timestamp(1)) else { panic!("the open") };
+            assert!(wire.as_str().contains("\"type\":\"open\""), "{}", wire.as_str());
+            let Pull::Data { wire, .. } = rs.pull(id, Timestamp(1)) else { panic!("the text") };
+            assert!(wire.shared_frame().is_some_and(|(f, _)| Rc::ptr_eq(f, &big)), "the shared bytes, alone");
+            let Pull::Data { wire, .. } = rs.pull(id, Timestamp(1)) else { panic!("the durable") };
+            assert_eq!(wire.as_str(), "data: {\"type\":\"durable\",\"seq\":3}\n\n");
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::engine::host::time::{Millis, Timestamp};
 use crate::engine::text::buffer::TextBuffer;
 use crate::engine::text::utf16::Offset;
 use crate::engine::wire::frame::{EndStatus, Frame};
+use crate::engine::wire::sse;
 use crate::engine::wire::ui::{BadChunk, Format, LineAssembler};
 use std::marker::PhantomData;
 use thiserror::Error;
@@ -218,6 +219,10 @@ pub enum PushError {
     /// characters split across the pieces of a body).
     #[error("raw bytes are pushed only to a ui stream")]
     NotUi,
+    /// The push would take the stream's text past `MAX_STREAM_BYTES`: nothing of it was pushed,
+    /// and the stream is sealing `error` with the text it has (`receipt`).
+    #[error("the stream's text may not grow past {max} bytes (MAX_STREAM_BYTES)")]
+    TooLarge { max: usize, receipt: PushReceipt },
 }
 
 /// What a producer learns from a push.
@@ -496,6 +501,7 @@ impl LiveStream {
     /// the line assembler: only complete, valid lines enter the text.
     pub fn push(&mut self, text: &str, now: Timestamp) -> Result<PushReceipt, PushError> {
         self.producer_input(now)?;
+        self.within_max_bytes(text.as_bytes(), now)?;
         match self.ui_lines.is_some() {
             true => self.push_lines(text.as_bytes(), now)?,
             false => self.append(text, now),
@@ -510,8 +516,28 @@ impl LiveStream {
             return Err(PushError::NotUi);
         }
         self.producer_input(now)?;
+        self.within_max_bytes(piece, now)?;
         self.push_lines(piece, now)?;
         Ok(self.receipt())
+    }
+
+    /// Whether `more` fits under `MAX_STREAM_BYTES`, counted as readers receive the text (a JSON
+    /// string: a control character takes 6 bytes, a quote 2), with a `ui` stream's unfinished
+    /// line. When it does not, the stream seals `error` keeping the text it has (through the one
+    /// sealer: the durable text is kept, the live tail committed with it) and the push is refused
+    /// whole: an object's memory is bounded by its text and the one encoding of its replay,
+    /// whatever a producer sends.
+    fn within_max_bytes(&mut self, more: &[u8], now: Timestamp) -> Result<(), PushError> {
+        let pending = self.ui_lines.as_ref().map_or(0, |a| sse::json_string_body_len(a.partial()));
+        let max = self.cfg.max_stream_bytes;
+        if self.buf.wire_bytes() + pending + sse::json_string_body_len(more) <= max {
+            return Ok(());
+        }
+        let error = format!(
+            "the stream's text reached its maximum of {max} bytes as readers receive it (MAX_STREAM_BYTES); the producer sent more"
+        );
+        let _sealing = self.seal(EndStatus::Error, Some(error), now);
+        Err(PushError::TooLarge { max, receipt: self.receipt() })
     }
 
     /// A producer's push may come in now: the stream is live.

@@ -17,10 +17,12 @@ pub mod background;
 mod chunks;
 pub mod secrets;
 mod upstream;
+pub mod upstreams;
 
 pub use background::{BackgroundRecord, CallMethod, Interruption, Mark, Reattach, ReattachNext, Relay, Retrieve, Retrieved, UpstreamCall};
 pub use secrets::{PumpSecrets, SecretsError};
 pub use upstream::{Cursor, MalformedEvent, UpstreamFormat};
+pub use upstreams::{Build, PumpUpstreams, UpstreamPrefix, UpstreamUrl, UpstreamsError};
 
 use crate::engine::wire::ui::Format;
 use chunks::{UiWriter, Written};
@@ -64,15 +66,37 @@ pub enum PumpStep {
     Interrupted(Interruption),
 }
 
-/// Why a pump failed, as the stream's error says it.
+/// Why a pump failed. Its `Display` is the detail, for the log; readers are told
+/// [`PumpFailure::for_readers`].
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PumpFailure {
     #[error(transparent)]
     Malformed(#[from] MalformedEvent),
+    /// An error the upstream model API reported in its own stream (an `error` event): its
+    /// message, as the API meant it for its caller.
     #[error("the upstream reported an error: {0}")]
     Upstream(String),
     #[error("the upstream stream ended before its final event")]
     EndedEarly,
+    /// The upstream answered with a status other than 2xx (a redirect included: never
+    /// followed). Its body goes to the log, never to readers.
+    #[error("the upstream answered HTTP {0}")]
+    Status(u16),
+}
+
+impl PumpFailure {
+    /// What the stream's error says to readers: nothing of the upstream's own bytes but an
+    /// allowed model API's error message (a malformed event's excerpt and an error answer's
+    /// body go to the log only).
+    pub fn for_readers(&self) -> String {
+        match self {
+            PumpFailure::Malformed(_) => "the upstream sent an event the pump cannot read".into(),
+            PumpFailure::Status(status) if (300..400).contains(status) => {
+                format!("the upstream answered HTTP {status}, a redirect, which a pump never follows")
+            }
+            other => other.to_string(),
+        }
+    }
 }
 
 impl Pump {
@@ -196,13 +220,15 @@ pub struct PumpAuth {
 pub struct BadPump(pub String);
 
 impl PumpRequest {
-    /// Parses and validates a pump request; `secrets` is the allow-list its `auth` may name.
-    pub fn parse(json: &[u8], secrets: &PumpSecrets) -> Result<Self, BadPump> {
+    /// Parses and validates a pump request: its URL must be one `upstreams` allows, and its
+    /// `auth` may name only a secret on `secrets`, pinned where the URL goes.
+    pub fn parse(json: &[u8], upstreams: &PumpUpstreams, secrets: &PumpSecrets) -> Result<Self, BadPump> {
         let req: PumpRequest = serde_json::from_slice(json).map_err(|e| BadPump(e.to_string()))?;
         let scheme_ok = req.url.starts_with("https://") || req.url.starts_with("http://");
         if !scheme_ok || req.url.len() > 4096 || req.url.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(BadPump(format!("url must be an http(s) URL, got {:?}", truncate(&req.url, 80))));
         }
+        let upstream = upstreams.permit(&req.url)?;
         if let Some(m) = &req.method {
             if !matches!(m.as_str(), "POST" | "GET") {
                 return Err(BadPump(format!("method must be POST or GET, got {m:?}")));
@@ -216,7 +242,7 @@ impl PumpRequest {
         }
         let credential_in_headers = req.headers.keys().find(|name| secrets::is_credential_header(name));
         if let Some(auth) = &req.auth {
-            secrets.permit(&auth.secret, &req.url)?;
+            secrets.permit(&auth.secret, &upstream)?;
             if let Some(name) = credential_in_headers {
                 return Err(BadPump(format!("auth.secret names the credential: header {name:?} may not carry another")));
             }
@@ -337,6 +363,16 @@ mod tests {
     }
 
     #[test]
+    fn readers_are_told_the_status_and_never_the_upstreams_bytes() {
+        let malformed = PumpFailure::Malformed(MalformedEvent("x db_password=hunter2".into()));
+        assert!(malformed.to_string().contains("hunter2"), "the log's detail");
+        assert_eq!(malformed.for_readers(), "the upstream sent an event the pump cannot read");
+        assert_eq!(PumpFailure::Status(500).for_readers(), "the upstream answered HTTP 500");
+        assert_eq!(PumpFailure::Status(302).for_readers(), "the upstream answered HTTP 302, a redirect, which a pump never follows");
+        assert_eq!(PumpFailure::Upstream("Overloaded".into()).for_readers(), "the upstream reported an error: Overloaded");
+    }
+
+    #[test]
     fn failures_say_what_the_stream_error_says() {
         assert_eq!(PumpFailure::Upstream("Overloaded".into()).to_string(), "the upstream reported an error: Overloaded");
         assert_eq!(PumpFailure::EndedEarly.to_string(), "the upstream stream ended before its final event");
@@ -346,7 +382,7 @@ mod tests {
     #[test]
     fn pump_requests_are_validated() {
         let ok = br#"{"format":"anthropic","url":"http://127.0.0.1:8788/v1/messages?k=secret","headers":{"x-api-key":"k"},"body":{"stream":true}}"#;
-        let req = PumpRequest::parse(ok, &PumpSecrets::default()).unwrap();
+        let req = PumpRequest::parse(ok, &PumpUpstreams::Loopback, &PumpSecrets::default()).unwrap();
         assert_eq!(req.redacted_url(), "http://127.0.0.1:8788/v1/messages");
         for bad in [
             &br#"{"format":"gemini","url":"http://x"}"#[..],
@@ -357,7 +393,11 @@ mod tests {
             br#"{"format":"anthropic","url":"http://x","extra":1}"#,
             b"not json",
         ] {
-            assert!(PumpRequest::parse(bad, &PumpSecrets::default()).is_err(), "{}", String::from_utf8_lossy(bad));
+            assert!(
+                PumpRequest::parse(bad, &PumpUpstreams::Loopback, &PumpSecrets::default()).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }

@@ -6,12 +6,15 @@
 //! ([`UpstreamFormat::credential_header`]). So the key is in no request body, no storage and no
 //! log, and a background pump can re-attach after a reset with nothing but the name it stored.
 //!
-//! An entry is `NAME` or `NAME=ORIGIN`. A pinned secret goes only to that origin
-//! (`OPENAI_API_KEY=https://api.openai.com`): any producer with write scope chooses the pump's
-//! URL, and without the pin could send the key to a server of its own. An unpinned name goes to
-//! whatever upstream a producer names; it suits development against a local mock.
+//! An entry is `NAME=PREFIX` (or, in the dev build only, `NAME`). A pinned secret goes only to
+//! URLs under that prefix, an origin and a path prefix (`OPENAI_API_KEY=https://api.openai.com/v1/`),
+//! which must lie within an upstream `PUMP_UPSTREAMS` allows ([`super::upstreams`]): any producer
+//! with write scope chooses the pump's URL, and without the pin could send the key to another
+//! allowed upstream. The production build refuses an unpinned name; the dev build lets one go
+//! wherever its pumps may (loopback unless listed), for a local mock.
 
 use super::upstream::UpstreamFormat;
+use super::upstreams::{Build, PumpUpstreams, UpstreamPrefix, UpstreamUrl};
 use super::BadPump;
 use thiserror::Error;
 
@@ -27,15 +30,19 @@ pub struct PumpSecrets {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Grant {
     name: String,
-    /// `scheme://host[:port]`, lowercase; `None`: any upstream.
-    origin: Option<String>,
+    /// The URLs it may go to; `None`: wherever pumps may (the dev build only).
+    pin: Option<UpstreamPrefix>,
 }
 
 /// Why `PUMP_SECRETS` was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum SecretsError {
-    #[error("entry {0:?} is not NAME or NAME=http(s)://host[:port] (a name is letters, digits and '_', not starting with a digit)")]
+    #[error("entry {0:?} is not NAME=http(s)://host[:port][/path] (a name is letters, digits and '_', not starting with a digit)")]
     Malformed(String),
+    #[error("{0} is not pinned to an upstream (NAME=https://host/path/): the production build sends a secret only where it is pinned")]
+    Unpinned(String),
+    #[error("{name} is pinned to {pin}, which PUMP_UPSTREAMS does not allow (a pin lies within an allowed upstream)")]
+    PinNotAllowed { name: String, pin: String },
     #[error("{RESERVED} may not be listed: it signs the stream tokens and is never sent upstream")]
     Reserved,
     #[error("{0} is listed twice")]
@@ -47,8 +54,8 @@ impl PumpSecrets {
     pub fn parse(raw: &str) -> Result<Self, SecretsError> {
         let mut grants: Vec<Grant> = Vec::new();
         for entry in raw.split([',', ' ', '\t', '\n']).filter(|e| !e.is_empty()) {
-            let (name, origin) = match entry.split_once('=') {
-                Some((name, origin)) => (name, Some(parse_origin(origin).ok_or_else(|| SecretsError::Malformed(entry.to_owned()))?)),
+            let (name, pin) = match entry.split_once('=') {
+                Some((name, pin)) => (name, Some(UpstreamPrefix::parse(pin).ok_or_else(|| SecretsError::Malformed(entry.to_owned()))?)),
                 None => (entry, None),
             };
             let first_ok = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
@@ -61,9 +68,25 @@ impl PumpSecrets {
             if grants.iter().any(|g| g.name == name) {
                 return Err(SecretsError::Duplicate(name.to_owned()));
             }
-            grants.push(Grant { name: name.to_owned(), origin });
+            grants.push(Grant { name: name.to_owned(), pin });
         }
         Ok(PumpSecrets { grants })
+    }
+
+    /// Refuses a list whose secrets could go where pumps may not: an unpinned name in the
+    /// production build, a pin outside `upstreams`.
+    pub fn check(&self, upstreams: &PumpUpstreams, build: Build) -> Result<(), SecretsError> {
+        for grant in &self.grants {
+            match &grant.pin {
+                None if build == Build::Production => return Err(SecretsError::Unpinned(grant.name.clone())),
+                None => {}
+                Some(pin) if !upstreams.allows_pin(pin) => {
+                    return Err(SecretsError::PinNotAllowed { name: grant.name.clone(), pin: pin.to_string() })
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
     }
 
     /// The secrets listed (the service checks at start that each is set).
@@ -71,15 +94,15 @@ impl PumpSecrets {
         self.grants.iter().map(|g| g.name.as_str())
     }
 
-    /// Whether a pump to `url` may send the secret `name`.
-    pub fn permit(&self, name: &str, url: &str) -> Result<(), BadPump> {
+    /// Whether a pump to `url` (one [`PumpUpstreams::permit`] allowed) may send the secret `name`.
+    pub fn permit(&self, name: &str, url: &UpstreamUrl) -> Result<(), BadPump> {
         let grant = self.grants.iter().find(|g| g.name == name).ok_or_else(|| {
             BadPump(format!("auth.secret {:?} is not on the PUMP_SECRETS allow-list", super::upstream::truncate(name, 64)))
         })?;
-        match &grant.origin {
+        match &grant.pin {
             None => Ok(()),
-            Some(origin) if url_origin(url).as_deref() == Some(origin.as_str()) => Ok(()),
-            Some(origin) => Err(BadPump(format!("auth.secret {name} may be sent only to {origin}"))),
+            Some(pin) if pin.covers(url) => Ok(()),
+            Some(pin) => Err(BadPump(format!("auth.secret {name} may be sent only to {pin}"))),
         }
     }
 }
@@ -102,34 +125,22 @@ pub(super) fn is_credential_header(name: &str) -> bool {
     ["authorization", "x-api-key", "api-key"].iter().any(|h| name.eq_ignore_ascii_case(h))
 }
 
-/// `scheme://authority` of an http(s) URL, lowercase; `None` for a URL with userinfo (`@`),
-/// which could make an origin check read one host and the fetch go to another.
-fn url_origin(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let ok = matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") && !authority.is_empty() && !authority.contains('@');
-    ok.then(|| format!("{}://{}", scheme.to_ascii_lowercase(), authority.to_ascii_lowercase()))
-}
-
-/// An allow-list entry's origin: an http(s) URL with nothing after its authority but an
-/// optional `/`.
-fn parse_origin(raw: &str) -> Option<String> {
-    let origin = url_origin(raw)?;
-    (raw.trim_end_matches('/').len() == origin.len()).then_some(origin)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn url(raw: &str) -> UpstreamUrl {
+        UpstreamUrl::parse(raw).unwrap()
+    }
+
     #[test]
-    fn the_allow_list_parses_names_and_pinned_origins() {
+    fn the_allow_list_parses_names_and_pinned_prefixes() {
         let list =
-            PumpSecrets::parse("OPENAI_API_KEY=https://API.openai.com/, ANTHROPIC_API_KEY=https://api.anthropic.com\tDEV_KEY").unwrap();
+            PumpSecrets::parse("OPENAI_API_KEY=https://API.openai.com/v1/, ANTHROPIC_API_KEY=https://api.anthropic.com\tDEV_KEY").unwrap();
         assert_eq!(list.names().collect::<Vec<_>>(), ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEV_KEY"]);
         assert_eq!(PumpSecrets::parse("").unwrap(), PumpSecrets::default());
         assert_eq!(PumpSecrets::parse(" , ").unwrap(), PumpSecrets::default());
-        for bad in ["1KEY", "KEY-X", "KEY=ftp://x", "KEY=https://x/v1", "KEY=https://u@x", "KEY=", "=https://x"] {
+        for bad in ["1KEY", "KEY-X", "KEY=ftp://x", "KEY=https://x/v1?q", "KEY=https://u@x", "KEY=", "=https://x", "KEY=https://x/../y"] {
             assert!(matches!(PumpSecrets::parse(bad), Err(SecretsError::Malformed(_))), "{bad}");
         }
         assert_eq!(PumpSecrets::parse("STREAM_JWT_SECRET"), Err(SecretsError::Reserved));
@@ -137,26 +148,46 @@ mod tests {
     }
 
     #[test]
-    fn a_secret_is_permitted_only_when_listed_and_only_to_its_origin() {
-        let list = PumpSecrets::parse("OPENAI_API_KEY=https://api.openai.com,DEV_KEY").unwrap();
-        assert_eq!(list.permit("OPENAI_API_KEY", "https://api.openai.com/v1/responses"), Ok(()));
-        assert_eq!(list.permit("OPENAI_API_KEY", "HTTPS://Api.OpenAI.com?x=1"), Ok(()));
-        assert_eq!(list.permit("DEV_KEY", "http://127.0.0.1:9/v1/responses"), Ok(()), "an unpinned name goes anywhere");
-        for (name, url) in [
+    fn a_secret_is_permitted_only_when_listed_and_only_under_its_pin() {
+        let list = PumpSecrets::parse("OPENAI_API_KEY=https://api.openai.com/v1/,WHOLE=https://api.openai.com,DEV_KEY").unwrap();
+        assert_eq!(list.permit("OPENAI_API_KEY", &url("https://api.openai.com/v1/responses")), Ok(()));
+        assert_eq!(list.permit("OPENAI_API_KEY", &url("HTTPS://Api.OpenAI.com/v1/x?y=1")), Ok(()));
+        assert_eq!(list.permit("WHOLE", &url("https://api.openai.com/anything")), Ok(()), "an origin alone pins every path");
+        assert_eq!(
+            list.permit("DEV_KEY", &url("http://127.0.0.1:9/v1/responses")),
+            Ok(()),
+            "an unpinned name (dev build) goes where pumps may"
+        );
+        for (name, to) in [
+            ("OPENAI_API_KEY", "https://api.openai.com/v2/responses"),
+            ("OPENAI_API_KEY", "https://api.openai.com/"),
             ("OPENAI_API_KEY", "https://evil.example/v1/responses"),
-            ("OPENAI_API_KEY", "https://api.openai.com.evil.example/v1"),
-            ("OPENAI_API_KEY", "https://api.openai.com@evil.example/v1"),
+            ("OPENAI_API_KEY", "https://api.openai.com.evil.example/v1/x"),
             ("OPENAI_API_KEY", "http://api.openai.com/v1/responses"),
             ("OPENAI_API_KEY", "https://api.openai.com:8443/v1/responses"),
-            ("STREAM_JWT_SECRET", "https://api.openai.com/v1"),
-            ("NOT_LISTED", "https://api.openai.com/v1"),
+            ("STREAM_JWT_SECRET", "https://api.openai.com/v1/x"),
+            ("NOT_LISTED", "https://api.openai.com/v1/x"),
         ] {
-            assert!(list.permit(name, url).is_err(), "{name} to {url}");
+            assert!(list.permit(name, &url(to)).is_err(), "{name} to {to}");
         }
         assert_eq!(
-            list.permit("NOT_LISTED", "https://x").unwrap_err().to_string(),
+            list.permit("NOT_LISTED", &url("https://x")).unwrap_err().to_string(),
             "bad pump request: auth.secret \"NOT_LISTED\" is not on the PUMP_SECRETS allow-list"
         );
+    }
+
+    #[test]
+    fn the_production_build_refuses_an_unpinned_secret_and_every_pin_lies_within_an_allowed_upstream() {
+        let upstreams = PumpUpstreams::parse("https://api.openai.com/v1/", Build::Production).unwrap();
+        let check = |raw: &str, build| PumpSecrets::parse(raw).unwrap().check(&upstreams, build);
+        assert_eq!(check("K=https://api.openai.com/v1/responses", Build::Production), Ok(()));
+        assert_eq!(check("K", Build::Production), Err(SecretsError::Unpinned("K".into())));
+        assert_eq!(check("K", Build::Development), Ok(()));
+        assert_eq!(
+            check("K=https://api.openai.com", Build::Development),
+            Err(SecretsError::PinNotAllowed { name: "K".into(), pin: "https://api.openai.com/".into() })
+        );
+        assert!(check("K=https://api.anthropic.com/v1/", Build::Production).is_err());
     }
 
     #[test]

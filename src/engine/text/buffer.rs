@@ -2,6 +2,7 @@
 //! offset without rescanning from the start.
 
 use crate::engine::text::utf16::{self, Offset};
+use crate::engine::wire::sse::json_string_body_len;
 
 /// Keep a mark at least this often, so locating an offset scans at most about this many bytes.
 const MARK_SPACING_BYTES: usize = 4096;
@@ -21,11 +22,20 @@ pub struct TextBuffer {
     seq: Offset,
     /// Sorted `(unit, byte)` positions inside `text`, relative to its start; always holds (floor, 0).
     marks: Vec<Mark>,
+    /// The bytes of the text pushed in all (those trimmed below the floor included) as a JSON
+    /// string carries it to readers: what a replay of it takes.
+    wire_bytes: usize,
 }
 
 impl Default for TextBuffer {
     fn default() -> Self {
-        Self { text: String::new(), floor: Offset::ZERO, seq: Offset::ZERO, marks: vec![Mark { unit: Offset::ZERO, byte: 0 }] }
+        Self {
+            text: String::new(),
+            floor: Offset::ZERO,
+            seq: Offset::ZERO,
+            marks: vec![Mark { unit: Offset::ZERO, byte: 0 }],
+            wire_bytes: 0,
+        }
     }
 }
 
@@ -49,6 +59,12 @@ impl TextBuffer {
         self.text.len()
     }
 
+    /// The bytes of all the text pushed (trimmed ones included) as a JSON string carries it to
+    /// readers ([`json_string_body_len`]): the size of the text's replay.
+    pub fn wire_bytes(&self) -> usize {
+        self.wire_bytes
+    }
+
     /// Appends `s`; returns the UTF-16 range it now covers.
     pub fn push(&mut self, s: &str) -> (Offset, Offset) {
         let from = self.seq;
@@ -63,6 +79,7 @@ impl TextBuffer {
             unit += c.len_utf16() as u64;
         }
         self.text.push_str(s);
+        self.wire_bytes += json_string_body_len(s.as_bytes());
         self.seq = Offset(unit);
         (from, self.seq)
     }
@@ -97,11 +114,6 @@ impl TextBuffer {
         let a = self.locate(from);
         let b = self.locate(to.max(a.unit));
         &self.text[a.byte..b.byte]
-    }
-
-    /// The held text from `from` to the end.
-    pub fn tail(&self, from: Offset) -> &str {
-        &self.text[self.locate(from).byte..]
     }
 
     /// The whole held text (from [`Self::floor`]).
@@ -184,7 +196,7 @@ mod tests {
         let cut = buf.char_floor(Offset(5001));
         buf.trim_below(Offset(5001));
         assert_eq!(buf.floor(), cut);
-        assert_eq!(buf.tail(cut), utf16::slice(&text, cut, Offset::MAX));
+        assert_eq!(buf.slice(cut, buf.seq()), utf16::slice(&text, cut, Offset::MAX));
         assert_eq!(buf.slice(cut + Offset(10), cut + Offset(50)), utf16::slice(&text, cut + Offset(10), cut + Offset(50)));
         buf.push("tail😀");
         assert!(buf.as_str().ends_with("tail😀"));

@@ -28,6 +28,13 @@ use thiserror::Error;
 /// keeps an unfinished line from growing without end).
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 
+/// The deepest nesting of objects and arrays a line may hold, the chunk object itself counting
+/// as 1. The deepest line of the project's recorded chunks and upstream events is 7 levels; the
+/// readers that receive a line parse it, then store, copy and render it, and V8 (Node 20)
+/// throws a `RangeError` past 4,175 levels in `JSON.stringify` and 3,292 in `structuredClone`
+/// (measured): a line nested 100,000 deep passed `JSON.parse` and broke its readers.
+pub const MAX_JSON_DEPTH: usize = 64;
+
 /// The response header that tells the AI SDK this is a UI message stream.
 pub const UI_STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
 
@@ -106,6 +113,8 @@ pub enum ChunkFault {
     CarriageReturn { at: usize },
     #[error("it is empty; every line must be one JSON object")]
     Empty,
+    #[error("it nests objects and arrays more than {max} deep")]
+    TooDeep { max: usize },
     #[error("it is not JSON ({0})")]
     NotJson(String),
     #[error("it is JSON but {0}, not an object")]
@@ -192,6 +201,11 @@ impl LineAssembler {
     #[cfg(test)]
     pub fn partial_len(&self) -> usize {
         self.partial.len()
+    }
+
+    /// The unfinished line held, as bytes.
+    pub fn partial(&self) -> &[u8] {
+        &self.partial
     }
 
     /// Feeds one piece. Faults are found as early as the piece shows them: a bad byte, a raw
@@ -329,6 +343,9 @@ pub(crate) fn check_line(line: &str, validation: Validation) -> Result<ChunkKind
     if line.bytes().all(|b| b == b' ' || b == b'\t') {
         return Err(ChunkFault::Empty);
     }
+    if nesting_exceeds(line, MAX_JSON_DEPTH) {
+        return Err(ChunkFault::TooDeep { max: MAX_JSON_DEPTH });
+    }
     let mut de = serde_json::Deserializer::from_str(line);
     let seen = Describe { read_type: true }.deserialize(&mut de).and_then(|seen| de.end().map(|()| seen));
     let chunk = match seen.map_err(|e| ChunkFault::NotJson(e.to_string()))? {
@@ -347,6 +364,36 @@ pub(crate) fn check_line(line: &str, validation: Validation) -> Result<ChunkKind
             Err(e) => Err(ChunkFault::NotJson(e.to_string())),
         },
     }
+}
+
+/// Whether `line` opens more than `max` objects and arrays inside one another (brackets inside
+/// strings do not count). One pass over the bytes, before any parsing, with no recursion: a
+/// line that is not JSON at all is judged by the parser after it.
+fn nesting_exceeds(line: &str, max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for b in line.bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// A chunk's `type`, as the first pass read it.
@@ -798,8 +845,28 @@ mod tests {
             assert!(check_line(line, Validation::Lenient).is_ok(), "{line}");
         }
         assert_eq!(check_line(r#"{"ty\u0070e":"fin\u0069sh"}"#, Validation::Strict), Ok(ChunkKind::Finish), "escapes are decoded");
-        let deep = format!("{{\"type\":\"x\",\"d\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
-        assert!(check_line(&deep, Validation::Lenient).is_ok(), "deep nesting is skipped without recursion");
+        let nested = |depth: usize| format!("{{\"type\":\"x\",\"d\":{}{}}}", "[".repeat(depth - 1), "]".repeat(depth - 1));
+        assert!(check_line(&nested(MAX_JSON_DEPTH), Validation::Lenient).is_ok(), "the chunk object and 63 levels inside it");
+    }
+
+    #[test]
+    fn a_line_nested_deeper_than_the_bound_is_refused_before_it_is_parsed() {
+        let nested =
+            |depth: usize, inner: &str| format!("{{\"type\":\"x\",\"d\":{}{inner}{}}}", "[".repeat(depth - 1), "]".repeat(depth - 1));
+        for depth in [MAX_JSON_DEPTH + 1, 1_000, 100_000] {
+            assert_eq!(check_line(&nested(depth, ""), Validation::Lenient), Err(ChunkFault::TooDeep { max: MAX_JSON_DEPTH }), "{depth}");
+        }
+        let objects = format!("{{\"type\":\"x\",\"d\":{}1{}}}", "{\"a\":".repeat(MAX_JSON_DEPTH), "}".repeat(MAX_JSON_DEPTH));
+        assert_eq!(check_line(&objects, Validation::Lenient), Err(ChunkFault::TooDeep { max: MAX_JSON_DEPTH }), "objects count too");
+        // Brackets inside strings (escaped quotes included) are text, not nesting.
+        let brackets = format!(r#"{{"type":"x","s":"{}\"{}"}}"#, "[".repeat(200), "{".repeat(200));
+        assert!(check_line(&brackets, Validation::Lenient).is_ok());
+        assert!(
+            check_line(&nested(MAX_JSON_DEPTH, r#""]]]]\\""#), Validation::Lenient).is_ok(),
+            "an escaped backslash ends before the quote"
+        );
+        let strict = format!(r#"{{"type":"data-x","data":{}{}}}"#, "[".repeat(MAX_JSON_DEPTH), "]".repeat(MAX_JSON_DEPTH));
+        assert_eq!(check_line(&strict, Validation::Strict), Err(ChunkFault::TooDeep { max: MAX_JSON_DEPTH }), "strict too");
     }
 
     #[test]
