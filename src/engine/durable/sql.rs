@@ -428,30 +428,22 @@ impl MappedSql {
 
     /// The row half of the durable text: body, length, status and (where mapped) error.
     pub fn read_row(&self, stream_id: &str) -> Statement {
-        let m = &self.map;
-        let error = m.error.as_ref().map_or_else(|| "NULL".to_owned(), |col| col.to_string());
-        Statement {
-            sql: format!(
-                "SELECT {} AS body, {} AS seq, {} AS status, {error} AS error FROM {} WHERE {} = {}",
-                m.body,
-                m.seq,
-                m.status,
-                m.message,
-                m.key,
-                self.p(1)
-            ),
-            params: vec![stream_id.into()],
-        }
+        self.select_row(stream_id, true)
     }
 
     /// The row's status, length and (where mapped) error, without its body: what a seal reads
     /// in its own transaction to learn whether it applied.
     pub fn read_summary(&self, stream_id: &str) -> Statement {
+        self.select_row(stream_id, false)
+    }
+
+    fn select_row(&self, stream_id: &str, with_body: bool) -> Statement {
         let m = &self.map;
+        let body = if with_body { format!("{} AS body, ", m.body) } else { String::new() };
         let error = m.error.as_ref().map_or_else(|| "NULL".to_owned(), |col| col.to_string());
         Statement {
             sql: format!(
-                "SELECT {} AS seq, {} AS status, {error} AS error FROM {} WHERE {} = {}",
+                "SELECT {body}{} AS seq, {} AS status, {error} AS error FROM {} WHERE {} = {}",
                 m.seq,
                 m.status,
                 m.message,
