@@ -8,6 +8,7 @@ use super::setup;
 use super::shell::now;
 use crate::engine::access::api::{ApiError, ChatAction, ChatRoute};
 use crate::engine::access::auth::{AuthRequest, Scope};
+use crate::engine::access::memberships::ChatMemberships;
 use crate::engine::durable::Tables;
 use crate::engine::host::config::Settings;
 use serde_json::json;
@@ -29,10 +30,24 @@ pub fn tables(env: &Env, settings: &Settings) -> Result<Tables, ApiError> {
     Ok(executor.tables(settings))
 }
 
-/// Whether stream `stream_id`'s row belongs to chat `chat_id`.
-pub async fn belongs(tables: &Tables, stream_id: &str, chat_id: &str) -> Result<bool, ApiError> {
-    let chat = tables.chat_of(stream_id).await.map_err(ApiError::store_unavailable)?;
-    Ok(chat.as_deref() == Some(chat_id))
+/// Whether stream `stream_id`'s row belongs to chat `chat_id`: remembered from an earlier read
+/// in this isolate ([`ChatMemberships`]), else read (`tables`: only then is the store reached).
+pub async fn belongs(tables: impl FnOnce() -> Result<Tables, ApiError>, stream_id: &str, chat_id: &str) -> Result<bool, ApiError> {
+    if MEMBERSHIPS.with(|m| m.borrow_mut().knows(stream_id, chat_id, now())) {
+        return Ok(true);
+    }
+    let chat = tables()?.chat_of(stream_id).await.map_err(ApiError::store_unavailable)?;
+    let belongs = chat.as_deref() == Some(chat_id);
+    if belongs {
+        MEMBERSHIPS.with(|m| m.borrow_mut().remember(stream_id, chat_id, now()));
+    }
+    Ok(belongs)
+}
+
+thread_local! {
+    /// The chats of answers this isolate read, so a chat page's repeated reads of one answer
+    /// reach the store once (the front Worker cannot keep a connection between requests).
+    static MEMBERSHIPS: std::cell::RefCell<ChatMemberships> = std::cell::RefCell::default();
 }
 
 /// An open that names chat `chat_id` (SPEC §11): refused when the row belongs to another chat,

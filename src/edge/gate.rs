@@ -111,8 +111,8 @@ thread_local! {
 }
 
 /// A read made for `chat` must be of an answer of that chat, or it is denied alike.
-pub async fn check_chat(tables: Result<Tables, ApiError>, route: &Route, chat: &str) -> Result<(), ApiError> {
-    if chats::belongs(&tables?, &route.stream_id, chat).await? {
+pub async fn check_chat(tables: impl FnOnce() -> Result<Tables, ApiError>, route: &Route, chat: &str) -> Result<(), ApiError> {
+    if chats::belongs(tables, &route.stream_id, chat).await? {
         Ok(())
     } else {
         Err(deny(route, &Denied::NotInChat))
@@ -131,7 +131,7 @@ pub async fn ask(
     // Nothing is borrowed while the authorizer looks (it may await a lookup of its own).
     verdict(route, authorizer.authorize(&asked.question(route, meta)).await)?;
     match asked.chat() {
-        Some(chat) => check_chat(tables(), route, chat).await,
+        Some(chat) => check_chat(tables, route, chat).await,
         None => Ok(()),
     }
 }

@@ -219,7 +219,7 @@ fn route(req: &web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
     Ok(Routed::Gated(wasm_bindgen_futures::future_to_promise(async move {
         let tables = || chats::tables(&env, &settings);
         let gated = match (allowed, asked.chat()) {
-            (true, Some(chat)) => gate::check_chat(tables(), &route, chat).await,
+            (true, Some(chat)) => gate::check_chat(tables, &route, chat).await,
             _ => gate::ask(&*authorizer, &asked, &route, None, tables).await,
         };
         match gated.and_then(|()| forward(&req, &env, &url, &route)) {

@@ -207,6 +207,24 @@ test('a user message is checked as the AI SDK checks it: what its validateUIMess
 });
 
 // Last: it kills the runtime.
+test('a read made for a chat asks the row once: the answer\'s chat is remembered, another chat is asked again', async () => {
+  // The row is moved to another chat behind the Worker's back (no app does: it is how the test
+  // sees whether the store was asked). A remembered membership is not asked again; a read for a
+  // chat it does not remember is, and then the row's word is what counts.
+  const chat = uniqueId('chat');
+  const moved = uniqueId('moved');
+  const c = answer(chat);
+  const read = (asChat) => call(`${c.url('text')}?chat=${encodeURIComponent(asChat)}&token=${encodeURIComponent(chatToken(asChat))}`);
+  const first = await read(chat);
+  assert.notEqual(first.status, 403, `the row says ${chat}: ${first.raw}`);
+  stack.db.run('UPDATE messages SET chat_id = ? WHERE id = ?', moved, c.id);
+  const again = await read(chat);
+  assert.notEqual(again.status, 403, `remembered, the row not asked again: ${again.raw}`);
+  const other = await read(moved);
+  assert.notEqual(other.status, 403, `a chat not remembered is asked of the row, which now says ${moved}: ${other.raw}`);
+  isError(await read(chat), 403, 'forbidden', 'the row asked again (its answer remembered for another chat now) says no');
+});
+
 test('a reset mid-answer: the reader reconnects with its Last-Event-ID and gets each event exactly once', async () => {
   const chat = uniqueId('chat');
   const reader = await follow(chat);

@@ -8,5 +8,6 @@ pub(crate) mod api;
 pub mod auth;
 pub mod cors;
 pub mod jwt;
+pub mod memberships;
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 pub(crate) mod stream_id;
