@@ -77,6 +77,10 @@ struct Object {
     pending_rows: Vec<Vec<String>>,
     now: Timestamp,
     forgets: u32,
+    /// The next forget's `delete_all` fails: storage keeps everything.
+    forget_fails: bool,
+    /// Reads of the table asked for, over the object's life.
+    row_reads: u32,
 }
 
 impl Object {
@@ -95,6 +99,8 @@ impl Object {
             pending_rows: Vec::new(),
             now: T0,
             forgets: 0,
+            forget_fails: false,
+            row_reads: 0,
         }
     }
 
@@ -150,10 +156,13 @@ impl Object {
                 FeedOutput::Announce(wire) => self.announced.extend(parse_sse(&wire)),
                 FeedOutput::Verify { chat_id, open } => {
                     assert_eq!(chat_id, CHAT);
+                    self.row_reads += 1;
                     self.pending_rows.push(open);
                 }
                 FeedOutput::Forget => {
-                    self.storage.clear();
+                    if !std::mem::take(&mut self.forget_fails) {
+                        self.storage.clear();
+                    }
                     self.forgets += 1;
                 }
             }
@@ -344,13 +353,14 @@ fn a_loaded_feed_rebuilds_what_it_missed_from_the_message_table() {
     o.reset();
     o.feed();
     o.answer_rows();
-    assert_eq!(kinds(&o.announced), ["user a1", "start a1", "start a3", "end a1", "end a3", "start a2"]);
+    assert_eq!(kinds(&o.announced), ["user a1", "start a1", "start a3", "end a1", "end a3"], "a2's notice may be on its way");
     assert_eq!(o.announced[3].data, json!({"type": "end", "streamId": "a1", "status": "cancelled", "durableSeq": 12}));
     assert_eq!(o.announced[4].data, json!({"type": "end", "streamId": "a3", "status": "interrupted", "durableSeq": 0}));
+    o.tick(cfg().verify_ms);
     assert_eq!(o.announced[5].data, json!({"type": "start", "streamId": "a2", "messageId": "a2"}), "no format: the row does not say");
-    // Later, a2's start notice arrives after all, with its user message.
+    // Later, a2's start notice arrives after all, with its user message: never after its start.
     o.notice(started("a2", Some("u2")));
-    assert_eq!(kinds(&o.announced).last().unwrap(), "user a2", "the user message it brings; no second start");
+    assert_eq!(kinds(&o.announced).last().unwrap(), "start a2", "nothing more");
 }
 
 /// While an answer is believed in flight its row is read every `verify_ms`, so an end that was
@@ -415,6 +425,129 @@ fn an_idle_feed_forgets_everything_and_starts_a_new_generation() {
     let id = EventId::parse(o.announced.last().unwrap().id.as_deref().unwrap()).unwrap();
     assert!(id.generation > T0.0 && id.n == 1, "{id}");
     assert_eq!(kinds(&o.subscribe(old.as_deref())), ["reload", "start a2", "ready"]);
+}
+
+/// The idle deadline counts from the last event's stored time, however often the object was
+/// evicted meanwhile: a fresh instance does not start the clock again.
+#[test]
+fn an_idle_feed_reset_during_its_idle_period_forgets_on_time() {
+    let mut o = Object::new();
+    o.notice(started("a1", Some("u1")));
+    o.notice(ended("a1", EndStatus::Complete, 3));
+    let deadline = o.now + cfg().idle_ms;
+    for _ in 0..4 {
+        o.tick(Millis(cfg().idle_ms.0 / 5));
+        o.reset(); // evicted: the next wake is a fresh instance
+        o.feed();
+        o.answer_rows();
+        assert_eq!(o.feed().poll_timeout(), Some(deadline), "the deadline stays where the last event put it");
+    }
+    o.tick(Millis(deadline.0 - o.now.0));
+    assert_eq!(o.forgets, 1, "forgot at the deadline");
+    assert!(o.storage.is_empty());
+}
+
+/// A fresh instance woken past the idle deadline (its alarm) forgets at once, without asking the
+/// table; after forgetting it holds nothing, sets no alarm and reads nothing until a notice or a
+/// reader comes.
+#[test]
+fn a_feed_woken_past_its_idle_deadline_forgets_without_reading_and_then_stays_asleep() {
+    let mut o = Object::new();
+    o.notice(started("a1", Some("u1")));
+    o.notice(ended("a1", EndStatus::Complete, 3));
+    o.answer_rows();
+    o.reset();
+    o.now = o.now + cfg().idle_ms + Millis(1);
+    let reads = o.row_reads;
+    o.feed();
+    o.answer_rows();
+    assert_eq!(o.forgets, 1);
+    assert_eq!(o.row_reads, reads, "nothing to check: the history is forgotten");
+    assert!(o.storage.is_empty());
+    assert_eq!(o.feed().poll_timeout(), None, "no alarm");
+    o.tick(Millis(10 * cfg().verify_ms.0));
+    assert_eq!(o.row_reads, reads, "and no read while idle");
+}
+
+/// A `delete_all` that failed leaves the old history's keys behind: the next generation must
+/// never read them as its own.
+#[test]
+fn a_failed_forget_leaves_nothing_the_next_generation_reads_as_its_own() {
+    let mut o = Object::new();
+    for i in 0..3 {
+        o.notice(started(&format!("a{i}"), Some(&format!("u{i}"))));
+        o.notice(ended(&format!("a{i}"), EndStatus::Complete, 3));
+    }
+    o.answer_rows();
+    o.forget_fails = true;
+    o.tick(cfg().idle_ms);
+    assert_eq!(o.forgets, 1);
+    o.notice(started("b1", None));
+    o.reset();
+    assert_eq!(kinds(&o.subscribe(None)), ["start b1", "ready"], "only the new generation's events");
+}
+
+/// A rebuild from the table never announces a `user` after its `start`: an answer streaming
+/// that the feed never heard of waits one check for its notice (it is on its way: the stream's
+/// object keeps it until confirmed), and is announced from its row only if none came.
+#[test]
+fn the_rebuild_from_the_table_keeps_user_before_start() {
+    let mut o = Object::new();
+    o.table.insert("a1".into(), ("streaming".into(), 0));
+    o.feed();
+    o.answer_rows();
+    o.notice(started("a1", Some("u1")));
+    assert_eq!(kinds(&o.announced), ["user a1", "start a1"]);
+    // No notice ever comes for a2: announced from its row at the next check.
+    o.table.insert("a2".into(), ("streaming".into(), 0));
+    o.reset();
+    o.feed();
+    o.answer_rows();
+    assert_eq!(kinds(&o.announced), ["user a1", "start a1"], "a2 is waited for");
+    o.tick(cfg().verify_ms);
+    assert_eq!(kinds(&o.announced), ["user a1", "start a1", "start a2"]);
+    // Its notice comes after all: a user message after its start is never announced.
+    o.notice(started("a2", Some("u2")));
+    assert_eq!(kinds(&o.announced), ["user a1", "start a1", "start a2"]);
+}
+
+/// Concurrent answers push a start out of the bounded history while its answer is in flight:
+/// the feed still knows it started (no second start for its end or a retried notice), still
+/// checks its row, and never forgets while it is in flight, across a reset too.
+#[test]
+fn an_answer_whose_start_left_the_history_is_still_known_and_in_flight() {
+    let mut o = Object::new();
+    o.table.insert("long".into(), ("streaming".into(), 0));
+    o.notice(started("long", Some("u0")));
+    for i in 0..cfg().history_events {
+        o.notice(started(&format!("a{i}"), None));
+        o.notice(ended(&format!("a{i}"), EndStatus::Complete, 1));
+    }
+    assert!(o.subscribe(None).iter().all(|e| e.data["streamId"] != "long"), "its start left the history");
+    for reset in [false, true] {
+        if reset {
+            o.reset();
+            o.feed();
+            o.answer_rows();
+        }
+        assert_eq!(o.feed().in_flight(), ["long"], "reset: {reset}");
+        o.notice(started("long", Some("u0")));
+        assert!(o.announced.iter().filter(|e| e.data["streamId"] == "long").count() == 2, "no second user or start (reset: {reset})");
+    }
+    o.tick(cfg().idle_ms);
+    assert_eq!(o.forgets, 0, "in flight: never forgotten");
+    o.notice(ended("long", EndStatus::Complete, 9));
+    o.notice(ended("long", EndStatus::Complete, 9));
+    let long: Vec<_> = kinds(&o.announced).into_iter().filter(|k| k.ends_with(" long")).collect();
+    assert_eq!(long, ["user long", "start long", "end long"]);
+    // Its end leaves the history too; a late retry of it still changes nothing, after a reset too.
+    for i in 0..cfg().history_events {
+        o.notice(ended(&format!("b{i}"), EndStatus::Complete, 1));
+    }
+    o.reset();
+    o.notice(ended("long", EndStatus::Complete, 9));
+    o.notice(started("long", Some("u0")));
+    assert_eq!(kinds(&o.announced).into_iter().filter(|k| k.ends_with(" long")).count(), 3);
 }
 
 // ---- seeded schedules
