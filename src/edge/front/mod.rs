@@ -210,7 +210,7 @@ fn forward(req: &web_sys::Request, env: &Env, url: &str, route: &api::Route) -> 
 /// end before it answers (up to `MAX_DISCARDED_BYTES`) or, answering early (a cancelled
 /// streaming append), cancels its read. Relaying it through a pipe of this Worker's, to stop
 /// that pipe once the object answered, cost about 140 KB of memory per open streaming append
-/// and a hop per piece (BENCHMARKS.md, "Before and after").
+/// and a hop per piece (docs/PERFORMANCE.md, "Changes tried").
 fn forward_init(req: &web_sys::Request) -> web_sys::RequestInit {
     let init = web_sys::RequestInit::new();
     init.set_method(&req.method());
