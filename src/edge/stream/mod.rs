@@ -222,12 +222,8 @@ impl StreamObject {
             check_open(&o.setup.store, &route.stream_id, &link.chat_id).await?;
         }
         let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
-        let (stream, ticket) = LiveStream::open(
-            &route.stream_id,
-            cfg,
-            Producer { host_token: random_token(), meta, chat: chat.as_ref().map(|c| c.chat_id.clone()) },
-            now(),
-        );
+        let (stream, ticket) =
+            LiveStream::open(&route.stream_id, cfg, Producer { host_token: random_token(), meta, chat: chat.clone() }, now());
         let Some(settled) = o.shell.install(stream, ticket) else {
             return Err(ApiError::open_refused(&route.stream_id, crate::engine::durable::OpenRefused::AlreadyOpenHere));
         };

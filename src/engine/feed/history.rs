@@ -200,12 +200,17 @@ impl StoredEvent {
     }
 }
 
+/// How many answers whose end left the history the feed still knows ended: a notice told again
+/// (its first answer lost, then its object reset) comes a lease or two later, and this many
+/// answers do not end in one chat in that time.
+const REMEMBERED_ENDS: usize = 256;
+
 /// What the bounded history no longer shows but the feed must still know (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Beyond {
     /// Answers in flight whose start left the history, in the order they started.
     open: Vec<String>,
-    /// The last answers whose end left the history, oldest first (at most `history_events`).
+    /// The last answers whose end left the history, oldest first (at most [`REMEMBERED_ENDS`]).
     ended: VecDeque<String>,
 }
 
@@ -637,7 +642,7 @@ impl ChatFeed {
                 }
                 FeedEvent::End { stream_id, .. } => {
                     self.beyond.ended.push_back(stream_id);
-                    while self.beyond.ended.len() > self.cfg.history_events.max(1) {
+                    while self.beyond.ended.len() > REMEMBERED_ENDS {
                         self.beyond.ended.pop_front();
                     }
                 }

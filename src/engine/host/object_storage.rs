@@ -15,7 +15,8 @@
 //! | `producer`   | a resume with an `x-rindle-producer` id   | a revival (a retried resume gets its grant) |
 //! | `window`     | a revival (when the resume window ends)   | a later revival (no restart); a resume deletes it |
 //! | `lastWrite`  | lease renewals, when it changed           | a revival (the idle timeout counts from it) |
-//! | `chat`       | lease armed (an open naming a chat)       | a seal's notice to the chat's feed after a reset (SPEC §11) |
+//! | `chat`       | lease armed (an open naming a chat)       | the notices to the chat's feed after a reset (SPEC §11) |
+//! | `userMessage`| lease armed (an open naming a chat with one) | the Started notice sent again after a reset |
 //!
 //! When the lease is released (the stream sealed, or the lease guards nothing) the object
 //! forgets every key and its alarm: a finished answer leaves nothing in object storage, except
@@ -39,9 +40,11 @@ pub const PRODUCER: &str = "producer";
 pub const WINDOW: &str = "window";
 pub const LAST_WRITE: &str = "lastWrite";
 pub const CHAT: &str = "chat";
+pub const USER_MESSAGE: &str = "userMessage";
 
 /// Every key, in the order a read asks for them.
-pub const KEYS: [&str; 11] = [STREAM_ID, HOST_TOKEN, CLAIMING, ARMED_AT, FORMAT, META, EPOCH, PRODUCER, WINDOW, LAST_WRITE, CHAT];
+pub const KEYS: [&str; 12] =
+    [STREAM_ID, HOST_TOKEN, CLAIMING, ARMED_AT, FORMAT, META, EPOCH, PRODUCER, WINDOW, LAST_WRITE, CHAT, USER_MESSAGE];
 
 /// What the object stored for its stream (absent keys are `None`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -61,8 +64,11 @@ pub struct StoredStream {
     pub producer: Option<String>,
     pub window: Option<Window>,
     pub last_write: Option<Timestamp>,
-    /// The chat the open named (SPEC §11): its feed is told of the seal.
+    /// The chat the open named (SPEC §11): its feed is told of the start and the seal.
     pub chat: Option<String>,
+    /// The user's message the open gave with its chat, as compact JSON: the Started notice is
+    /// sent again from it after a reset (`engine::feed::Notices`).
+    pub user_message: Option<String>,
 }
 
 /// Writes to the object's storage, applied together (one `put` of many keys, one `delete`).
@@ -100,6 +106,7 @@ impl KeyUpdate {
             .put_or_delete(WINDOW, lease.window.map(window_json))
             .put_or_delete(LAST_WRITE, lease.last_write.map(|at| json!(at.0 as f64)))
             .put_or_delete(CHAT, lease.chat.as_ref().map(|v| json!(v)))
+            .put_or_delete(USER_MESSAGE, lease.user_message.as_ref().map(|v| json!(v)))
     }
 
     /// The same update without the deletes of keys `stored` does not hold (a delete is a billed
@@ -129,6 +136,12 @@ impl KeyUpdate {
     /// A resume (or a pump) took the stream: the new epoch, whom it went to, and no window.
     pub fn resumed(epoch: u64, producer: Option<&str>) -> Self {
         Self::default().put(EPOCH, json!(epoch)).put_or_delete(PRODUCER, producer.map(|p| json!(p))).put_or_delete(WINDOW, None)
+    }
+
+    /// The stream's end is told to its chat's feed (`engine::feed::Notices`): the keys its
+    /// notices are sent again from go.
+    pub fn told() -> Self {
+        Self::default().put_or_delete(CHAT, None).put_or_delete(USER_MESSAGE, None)
     }
 
     /// The producer's last write, kept with the lease.
@@ -174,6 +187,7 @@ impl StoredStream {
             window: get(WINDOW).as_ref().and_then(window_of),
             last_write: time(LAST_WRITE),
             chat: text(CHAT),
+            user_message: text(USER_MESSAGE),
         }
     }
 

@@ -90,6 +90,9 @@ pub enum Renewal {
     StorageFailed(String),
     /// A revival's step failed or timed out: tried again a lease later.
     RevivalFailed(RevivalFailure),
+    /// The stream's notices to its chat's feed are not all confirmed: the keys they are sent
+    /// again from are kept (`engine::feed::Notices`).
+    NoticesUnconfirmed,
 }
 
 /// Why the lease ends.

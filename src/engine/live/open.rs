@@ -33,9 +33,9 @@ pub struct Producer {
     /// The app's `meta` from the open body, handed to the authorizer and to the store's open
     /// operation.
     pub meta: Option<serde_json::Value>,
-    /// The chat the open named (SPEC §11), stored with the lease: a seal made after a reset
-    /// still tells that chat's feed.
-    pub chat: Option<String>,
+    /// The chat the open named and the user's message it gave (SPEC §11), stored with the
+    /// lease: a fresh instance tells that chat's feed of the start and of the seal.
+    pub chat: Option<crate::engine::feed::ChatLink>,
 }
 
 #[derive(Debug)]
@@ -230,7 +230,8 @@ impl Opener {
                     armed_at: Some(self.started_at),
                     format: Some(cfg.format),
                     meta: producer.meta.clone(),
-                    chat: producer.chat.clone(),
+                    chat: producer.chat.as_ref().map(|c| c.chat_id.clone()),
+                    user_message: producer.chat.as_ref().and_then(|c| c.user_message.as_ref()).map(|m| m.json().to_owned()),
                     ..StoredStream::default()
                 };
                 out.push(Output::ArmLease { lease });
