@@ -16,7 +16,7 @@ use serde_json::json;
 use support_feed::{ended, kinds, started, user, Object, CHAT, T0};
 
 fn cfg() -> FeedConfig {
-    FeedConfig { history_events: 12, history_bytes: 64 * 1024, idle_ms: Millis(60_000), verify_ms: Millis(5_000) }
+    FeedConfig { history_events: 12, history_bytes: 64 * 1024, idle_ms: Millis(60_000), verify_ms: Millis(5_000), max_readers: 100 }
 }
 
 #[test]
@@ -356,4 +356,21 @@ fn an_answer_whose_start_left_the_history_is_still_known_and_in_flight() {
     o.notice(ended("long", EndStatus::Complete, 9));
     o.notice(started("long", Some("u0")));
     assert_eq!(kinds(&o.announced).into_iter().filter(|k| k.ends_with(" long")).count(), 3);
+}
+
+/// One replay is encoded once: readers joining at the same position while the history stays as
+/// it is share its bytes (250 tabs of a full history held 250 copies of it before).
+#[test]
+fn readers_joining_at_one_position_share_one_replay() {
+    let mut o = Object::with(cfg());
+    o.notice(started("a1", Some("u1")));
+    let feed = o.feed();
+    let (a, b) = (feed.subscribe(None), feed.subscribe(None));
+    assert!(std::rc::Rc::ptr_eq(&a, &b), "one encoding for both");
+    let head = feed.head().to_string();
+    assert!(std::rc::Rc::ptr_eq(&feed.subscribe(Some(&head)), &feed.subscribe(Some(&head))));
+    o.notice(ended("a1", EndStatus::Complete, 1));
+    let c = o.feed().subscribe(None);
+    assert!(!std::rc::Rc::ptr_eq(&a, &c), "the history changed: a new replay");
+    assert_eq!(kinds(&support_feed::parse_sse(&c)), ["user a1", "start a1", "end a1", "ready"]);
 }

@@ -519,7 +519,7 @@ fn run(seed: u64) -> Seen {
     let mut r = Rng(seed);
     // A small history, so overlapping answers push starts out of it; checks every 3 leases.
     let history_events = 6 + r.below(8) as usize;
-    let cfg = FeedConfig { history_events, history_bytes: 1 << 20, idle_ms: Millis(120_000), verify_ms: LEASE * 3 };
+    let cfg = FeedConfig { history_events, history_bytes: 1 << 20, idle_ms: Millis(120_000), verify_ms: LEASE * 3, max_readers: 100 };
     let answers = 4 + r.below(10) as usize;
     let max_open = 1 + r.below(6) as usize;
     let waves = 1 + r.below(3) as usize;

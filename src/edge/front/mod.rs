@@ -3,6 +3,7 @@
 //! all, to that stream's Durable Object (`super::stream`).
 
 pub(crate) mod chats;
+mod relay;
 
 use crate::edge::gate;
 use crate::edge::http;

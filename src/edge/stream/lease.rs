@@ -154,6 +154,10 @@ impl StreamObject {
         let lease = self.lease_store()?;
         let mut alarm = LeaseAlarm::fire();
         let mut format = None;
+        let feed = || self.object.borrow().as_ref().map(|o| Rc::clone(&o.shell.feed));
+        if let Some(feed) = feed() {
+            feed.retry_now();
+        }
         loop {
             let Some(output) = alarm.poll_output() else {
                 // Every run ends with a renewal or a release; a machine that stopped short
@@ -164,6 +168,11 @@ impl StreamObject {
             // The stream the keys name, else the one this object knows (nothing armed names none).
             let known = || self.object.borrow().as_ref().map(|o| o.shell.stream_id.clone()).unwrap_or_default();
             let id = || alarm.stream_id().map_or_else(known, str::to_owned);
+            // A release waits for the stream's notices to its chat's feed.
+            let output = match feed() {
+                Some(feed) => feed.before_release(output),
+                None => output,
+            };
             match output {
                 AlarmOutput::ReadKeys => {
                     let keys = lease.read_keys().await;

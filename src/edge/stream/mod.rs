@@ -122,7 +122,8 @@ impl StreamObject {
         let setup = self.setup()?;
         let lease = LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter));
         let feeds = self.env.durable_object(crate::edge::chat::FEEDS_BINDING).ok();
-        let feed = self::announce::FeedLink::new(stream_id, &self.state, feeds, Rc::clone(&self.meter));
+        let feed =
+            self::announce::FeedLink::new(stream_id, &self.state, feeds, setup.settings.stream.store_timeout_ms, Rc::clone(&self.meter));
         let shell = Shell::new(
             stream_id.to_owned(),
             Rc::clone(&setup.store),

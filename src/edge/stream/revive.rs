@@ -130,6 +130,8 @@ impl StreamObject {
         let Some(end) = revival.take_end() else {
             return Revived::Failed(RevivalFailure::Storage("the revival stopped before it decided".into()));
         };
+        // What this instance may not have told the chat's feed (the start, an end in the row).
+        o.shell.feed.revived(revival.keys(), revival.row());
         let revived = Revived::from(&end);
         match end {
             RevivalEnd::Revived(stream) => self.install_revived(o, *stream).await,

@@ -399,6 +399,9 @@ impl Shell {
                     });
                 }
                 Output::RenewLease { last_write } => {
+                    // The renewal is also when unconfirmed notices are sent again (the alarm
+                    // never fires while the stream is alive here).
+                    self.feed.retry_now();
                     let shell = Rc::clone(self);
                     let awake = self.meter.hold();
                     wasm_bindgen_futures::spawn_local(async move {

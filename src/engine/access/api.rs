@@ -346,6 +346,16 @@ impl ApiError {
         .with("maxReaders", max)
     }
 
+    /// A chat's feed already has `max` readers (`FEED_MAX_READERS`).
+    pub fn too_many_feed_readers(chat_id: &str, max: usize) -> Self {
+        Self::new(
+            429,
+            "too_many_readers",
+            format!("chat {chat_id} has {max} feed readers, the most it takes (FEED_MAX_READERS); try again later"),
+        )
+        .with("maxReaders", max)
+    }
+
     /// A push past `MAX_STREAM_BYTES`: refused whole, and the stream ends `error` with the text
     /// it has (`seq`; `durableSeq` is what is saved so far, the seal saves the rest).
     pub fn stream_too_large(stream_id: &str, max: usize, seq: Offset, durable_seq: Offset) -> Self {

@@ -128,6 +128,15 @@ pub trait Authorizer {
     fn reads_meta(&self) -> bool {
         false
     }
+
+    /// When the credential of an allowed `request` expires (Unix seconds), if it does: a reader's
+    /// connection (a stream's `/events` and `/ui`, a chat's feed) ends then, and its client
+    /// reconnects with a fresh one (SPEC §11: no connection outlives its token). `None` (the
+    /// default): the connection lasts as long as the client keeps it.
+    fn expires_at(&self, request: &AuthRequest<'_>) -> Option<u64> {
+        let _ = request;
+        None
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -361,6 +370,12 @@ impl Authorizer for JwtAuthorizer {
     fn reads_headers(&self) -> bool {
         false
     }
+
+    /// The token's `exp`.
+    fn expires_at(&self, request: &AuthRequest<'_>) -> Option<u64> {
+        let token = request.token.filter(|t| !t.is_empty())?;
+        self.verified_claims(token).ok().map(|claims| claims.exp)
+    }
 }
 
 /// Signs `claims` as an HS256 JWT (the development session's tokens, and tests).
@@ -466,6 +481,14 @@ mod tests {
             assert_eq!(auth.check(&lookup), Err(Denied::WrongStream), "{claims}: not every chat");
             assert_eq!(auth.check(&request(Some(&t), "m1", None, Scope::Read, NOW)), Err(Denied::WrongStream), "{claims}: no stream");
         }
+    }
+
+    #[test]
+    fn a_reader_learns_when_its_token_expires() {
+        let auth = JwtAuthorizer::new(SECRET).unwrap();
+        let t = token(claims("m1", "read", NOW + 20), SECRET);
+        assert_eq!(auth.expires_at(&request(Some(&t), "m1", None, Scope::Read, NOW)), Some(NOW + 20));
+        assert_eq!(auth.expires_at(&request(None, "m1", None, Scope::Read, NOW)), None);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::engine::host::object_storage::StoredStream;
 use crate::engine::host::time::{Millis, Timestamp};
 use crate::engine::live::lease::{AlarmOutput, Renewal};
 use crate::engine::text::reading::DurableText;
-use crate::engine::wire::frame::EndStatus;
+use crate::engine::wire::frame::{EndStatus, STATUS_STREAMING};
 use std::collections::VecDeque;
 
 /// The delays before a failed notice is sent again while the object is awake; after the last,
@@ -121,7 +121,12 @@ impl Notices {
     /// whenever the open stored a chat; the end, when the row has ended (a seal's notice lost
     /// with the instance). A notice already queued here is not queued twice.
     pub fn revived(&mut self, keys: &StoredStream, row: Option<&DurableText>, now: Timestamp) {
-        let (Some(stream_id), Some(chat_id)) = (&keys.stream_id, &keys.chat) else { return };
+        let (Some(stream_id), Some(chat_id), Some(row)) = (&keys.stream_id, &keys.chat, row) else { return };
+        // A row not marked yet (or gone): the open never completed; nothing started.
+        let ended = EndStatus::parse(&row.status);
+        if ended.is_none() && row.status != STATUS_STREAMING {
+            return;
+        }
         let format = keys.format.unwrap_or_default();
         let started = FeedNotice::Started {
             chat_id: chat_id.clone(),
@@ -131,9 +136,8 @@ impl Notices {
             user_message: keys.user_message.clone(),
         };
         self.queue(NoticeKind::Started, started, now);
-        if let Some(status) = row.and_then(|r| EndStatus::parse(&r.status)) {
-            let seq = row.map(|r| r.seq).unwrap_or_default();
-            self.queue(NoticeKind::Ended, FeedNotice::ended(chat_id, stream_id, Some(format), status, seq), now);
+        if let Some(status) = ended {
+            self.queue(NoticeKind::Ended, FeedNotice::ended(chat_id, stream_id, Some(format), status, row.seq), now);
         }
     }
 
@@ -386,7 +390,11 @@ mod tests {
         n.handle_delivery(NoticeKind::Started, Delivery::Stored, T);
         assert!(n.settled(), "a stream still streaming has not ended");
         let mut n = Notices::default();
-        n.revived(&StoredStream { chat: None, ..keys }, Some(&row), T);
+        n.revived(&StoredStream { chat: None, ..keys.clone() }, Some(&row), T);
         assert!(n.settled(), "no chat named at the open: nothing to tell");
+        for row in [None, Some(DurableText::assemble("", Vec::new(), "pending".into()))] {
+            n.revived(&keys, row.as_ref(), T);
+            assert!(n.settled(), "the open never marked the row: nothing started ({row:?})");
+        }
     }
 }

@@ -78,11 +78,21 @@ pub struct FeedConfig {
     /// How often the rows of answers the feed believes in flight are read back, in case their
     /// end was never told.
     pub verify_ms: Millis,
+    /// The most readers (connected tabs) a chat's feed takes at once (`FEED_MAX_READERS`); one
+    /// more is answered 429, as a stream's reader past `MAX_READERS` is.
+    pub max_readers: usize,
+}
+
+impl FeedConfig {
+    /// Whether a feed with `readers` connected takes one more.
+    pub fn admits_reader(&self, readers: usize) -> bool {
+        readers < self.max_readers
+    }
 }
 
 impl Default for FeedConfig {
     fn default() -> Self {
-        Self { history_events: 96, history_bytes: 512 * 1024, idle_ms: Millis(600_000), verify_ms: Millis(30_000) }
+        Self { history_events: 96, history_bytes: 512 * 1024, idle_ms: Millis(600_000), verify_ms: Millis(30_000), max_readers: 5_000 }
     }
 }
 
@@ -321,6 +331,16 @@ pub struct ChatFeed {
     suspects: Vec<String>,
     write: StorageWrite,
     out: VecDeque<FeedOutput>,
+    /// The last replay given, shared by the readers that join at its position (see [`ChatFeed::subscribe`]).
+    replay: std::cell::RefCell<Option<(ReplayKey, Rc<str>)>>,
+}
+
+/// What a replay's bytes depend on: where it starts, and the head it ends at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ReplayKey {
+    reload: bool,
+    from: u64,
+    head: EventId,
 }
 
 impl ChatFeed {
@@ -399,6 +419,7 @@ impl ChatFeed {
             suspects: Vec::new(),
             write: StorageWrite::default(),
             out: VecDeque::new(),
+            replay: std::cell::RefCell::new(None),
         }
     }
 
@@ -436,7 +457,11 @@ impl ChatFeed {
     /// (its `Last-Event-ID`, else its `?after=`; none: the whole history), then `ready`. A
     /// position the history cannot continue from (unreadable, another generation, older than
     /// the history, newer than the head) gets `reload` first, then the whole history.
-    pub fn subscribe(&self, after: Option<&str>) -> String {
+    ///
+    /// One replay is encoded once and shared: the readers that join at the same position while
+    /// the history stays as it is (most often every new reader, which gets the whole history)
+    /// get the same bytes.
+    pub fn subscribe(&self, after: Option<&str>) -> Rc<str> {
         let oldest = self.events.front().map_or(self.next, |e| e.n);
         let from = match after.map(str::trim).filter(|a| !a.is_empty()) {
             None => Some(0),
@@ -444,16 +469,23 @@ impl ChatFeed {
                 EventId::parse(raw).filter(|id| id.generation == self.generation && id.n < self.next && id.n + 1 >= oldest).map(|id| id.n)
             }
         };
+        let key = ReplayKey { reload: from.is_none(), from: from.unwrap_or(0).max(oldest.saturating_sub(1)), head: self.head() };
+        if let Some((cached, bytes)) = self.replay.borrow().as_ref() {
+            if *cached == key && self.head_stored {
+                return Rc::clone(bytes);
+            }
+        }
         let mut out = String::new();
-        if from.is_none() {
+        if key.reload {
             out.push_str(RELOAD);
         }
-        let from = from.unwrap_or(0);
-        for entry in self.events.iter().filter(|e| e.n > from) {
+        for entry in self.events.iter().filter(|e| e.n > key.from) {
             out.push_str(&entry.wire);
         }
         out.push_str(&ready(self.head_stored.then(|| self.head())));
-        out
+        let bytes: Rc<str> = Rc::from(out);
+        *self.replay.borrow_mut() = Some((key, Rc::clone(&bytes)));
+        bytes
     }
 
     // ---- inputs

@@ -31,6 +31,7 @@ use crate::engine::host::config::StreamConfig;
 use crate::engine::host::object_storage::{KeyUpdate, StoredStream};
 use crate::engine::host::store::{ClaimHost, OpId, ReadLeaseRow, Reply, StoreAnswer, StoreError, StoreRequest};
 use crate::engine::host::time::Timestamp;
+use crate::engine::text::reading::DurableText;
 use crate::engine::wire::frame::{EndStatus, STATUS_STREAMING};
 use thiserror::Error;
 
@@ -93,6 +94,8 @@ pub struct Revival {
     fresh_token: String,
     keys: StoredStream,
     row: Option<LeaseRow>,
+    /// The row as it was read, whatever it said (what a fresh instance tells its chat's feed).
+    row_read: Option<DurableText>,
     host_token: Option<String>,
     window: Option<Window>,
     step: Step,
@@ -110,6 +113,7 @@ impl Revival {
             fresh_token,
             keys: StoredStream::default(),
             row: None,
+            row_read: None,
             host_token: None,
             window: None,
             step: Step::ReadingKeys,
@@ -125,6 +129,16 @@ impl Revival {
 
     pub fn poll_output(&mut self) -> Option<RevivalOutput> {
         self.out.pop()
+    }
+
+    /// The keys it read (empty before they were read).
+    pub fn keys(&self) -> &StoredStream {
+        &self.keys
+    }
+
+    /// The row's durable text and status, as it read them (`None` before the read, or no row).
+    pub fn row(&self) -> Option<&DurableText> {
+        self.row_read.as_ref()
     }
 
     /// How it ended, once it did (taken once).
@@ -189,6 +203,7 @@ impl Revival {
 
     /// The row decides whether there is a stream to rebuild, and whose it is.
     fn judge_row(&mut self, row: LeaseRow, now: Timestamp) {
+        self.row_read = row.durable.clone();
         let Some(durable) = &row.durable else { return self.finish(RevivalEnd::Nothing(Release::NoRow)) };
         if durable.status != STATUS_STREAMING {
             let not_yet_marked = EndStatus::parse(&durable.status).is_none();
