@@ -13,6 +13,7 @@ use rindle_streams::engine::live::{
     CheckpointError, FlushError, LiveStream, OpenError, OpenOutcome, Producer, Pull, PushError, Settlement, StreamEvent, StreamSlot,
     StreamState,
 };
+use rindle_streams::engine::text::reading::DurableText;
 use rindle_streams::engine::text::utf16::Offset;
 use rindle_streams::engine::wire::frame::{EndStatus, Frame};
 use rindle_streams::engine::wire::ui::{BadChunk, ChunkFault, Format};
@@ -559,6 +560,45 @@ fn a_late_reader_within_the_linger_gets_the_tail_and_end_and_after_it_absent() {
     assert!(d.retired);
     let after = d.subscribe(Offset(0));
     assert_eq!(d.read(after), vec![Frame::Absent]);
+}
+
+/// After the linger (or once its object slept and lost the stream), a late reader gets from the
+/// row exactly what the lingering stream gave: the tail and the end, never `absent`.
+#[test]
+fn a_late_reader_after_the_linger_gets_the_same_frames_from_the_row() {
+    let mut d = Driver::open(cfg());
+    d.push("héllo 👋");
+    let _ = d.close();
+    d.answer_all();
+    let lingering = d.subscribe(Offset(2));
+    let from_memory = d.read(lingering);
+    let row = DurableText::assemble("héllo 👋", Vec::new(), "complete".into());
+    assert_eq!(rindle_streams::engine::live::replay_of_row(STREAM, &row, Offset(2)), Some(from_memory));
+    // Inside a surrogate pair: moved down to its start, as a live join is.
+    let at = rindle_streams::engine::live::replay_of_row(STREAM, &row, Offset(7)).unwrap();
+    assert!(matches!(&at[0], Frame::Open { from: Offset(6), .. }), "{at:?}");
+    let streaming = DurableText::assemble("x", Vec::new(), "streaming".into());
+    assert_eq!(rindle_streams::engine::live::replay_of_row(STREAM, &streaming, Offset(0)), None, "not ended: no answer from the row");
+}
+
+/// A finished answer's object sleeps: once sealed the stream asks for no timer (its linger and
+/// the lease renewal the seal made moot are not worth keeping the object awake for), while its
+/// engine deadlines stay what they were (a driver that keeps the object awake retires it).
+#[test]
+fn an_ended_stream_needs_no_timer_to_keep_its_object_awake() {
+    let mut d = Driver::open(cfg());
+    d.push("hello");
+    assert!(d.stream.poll_timer().is_some(), "a live stream renews its lease");
+    let _ = d.close();
+    d.answer_all();
+    assert_eq!(d.stream.state(), StreamState::Ended(EndStatus::Complete));
+    assert_eq!(d.stream.poll_timer(), None, "nothing to wait for awake");
+    assert!(d.stream.poll_timeout().is_some(), "the linger is still the engine's deadline");
+    // The lease alarm releases its keys: it retires then (late readers read the row).
+    d.stream.lease_released();
+    d.drain();
+    assert!(d.retired);
+    assert_eq!(d.stream.state(), StreamState::Retired);
 }
 
 // ---- an abandoned producer

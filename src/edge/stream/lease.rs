@@ -208,7 +208,12 @@ impl StreamObject {
                     };
                     log(level, "lease_released", &id(), json!({"reason": reason}));
                     let keep = kept_at_release(format, setup.store.has_format_column());
-                    return lease.forget(keep).await.map_err(|e| worker::Error::RustError(e.to_string()));
+                    let forgotten = lease.forget(keep).await.map_err(|e| worker::Error::RustError(e.to_string()));
+                    // A stream sealed here, still held, retires: a late reader is served from the row.
+                    if let Some(o) = self.object.borrow().clone() {
+                        o.shell.feed(|s, _| s.lease_released());
+                    }
+                    return forgotten;
                 }
             }
         }

@@ -63,12 +63,15 @@ impl DurableObject for StreamObject {
     fn new(state: State, env: Env) -> Self {
         #[cfg(feature = "dev")]
         crate::edge::dev::object_constructed();
+        // In the dev build the counts outlive the instance: an object that slept after its seal
+        // still reports what it was billed for (bench/cost.mjs).
+        let (meter, _) = crate::edge::meter::of_object(&state);
         Self {
             state,
             env,
             setup: RefCell::new(None),
             object: RefCell::new(None),
-            meter: Rc::default(),
+            meter,
             awaiting_open: RefCell::default(),
             revival: RefCell::default(),
             revival_waiters: RefCell::default(),
@@ -198,7 +201,7 @@ impl StreamObject {
                 o.seal(&route, Some(o.settings().backend.storable(message).into_owned()), epoch).await
             }
             Action::Resume => self.resume_producer(&o, &route, &req).await,
-            Action::Events => o.events(&req, &target),
+            Action::Events => o.events(&req, &target).await,
             Action::Ui => self.ui(&o, &req, &target, &route).await,
             Action::Stream => self.resume(&o, &req, &target, &route).await,
             Action::Text => self.text(&o, &route).await,
@@ -339,10 +342,19 @@ impl Object {
         }
     }
 
-    fn events(&self, req: &Request, target: &http::Target) -> Result<Response, ApiError> {
-        match self.subscribe(Dialect::Events, req, target) {
-            self::readers::Subscription::Answered(response) => response,
-            self::readers::Subscription::NoLiveStream { .. } => sse::absent(self.settings().sse_retry_ms).map_err(unavailable),
+    /// `GET /events`: a live reader; with no live stream here, an ended answer's tail and end
+    /// from its row (what the stream replayed while it lingered: its object sleeps after the
+    /// seal), else `absent`.
+    async fn events(&self, req: &Request, target: &http::Target) -> Result<Response, ApiError> {
+        let from = match self.subscribe(Dialect::Events, req, target) {
+            self::readers::Subscription::Answered(response) => return response,
+            self::readers::Subscription::NoLiveStream { from } => from,
+        };
+        let retry = self.settings().sse_retry_ms;
+        let row = self.setup.store.sink().read_durable(&self.shell.stream_id).await.map_err(ApiError::store_unavailable)?;
+        match row.as_ref().and_then(|row| crate::engine::live::replay_of_row(&self.shell.stream_id, row, from)) {
+            Some(frames) => sse::complete(retry, &frames).map_err(unavailable),
+            None => sse::absent(retry).map_err(unavailable),
         }
     }
 
@@ -360,7 +372,17 @@ impl Object {
         if self.shell.inspect(|s| cfg.admits_reader(s.reader_count())) == Some(false) {
             return self::readers::Subscription::Answered(Err(ApiError::too_many_readers(&self.shell.stream_id, cfg.max_readers)));
         }
-        match self.shell.feed(|s, _| s.subscribe_as(dialect, from)) {
+        // The front Worker says when the reader's token expires: its connection ends then.
+        let expires_at =
+            req.headers().get(crate::edge::gate::TOKEN_EXPIRES_HEADER).ok().flatten().and_then(|s| s.trim().parse::<u64>().ok());
+        let subscribed = self.shell.feed(|s, _| {
+            let reader = s.subscribe_as(dialect, from);
+            if let Some(secs) = expires_at {
+                s.expire_reader(reader, crate::engine::host::time::Timestamp(secs.saturating_mul(1000)));
+            }
+            reader
+        });
+        match subscribed {
             Some(reader) => self::readers::Subscription::Answered(
                 ReaderSource::response(Rc::clone(&self.shell), reader, dialect, self.settings().sse_retry_ms).map_err(unavailable),
             ),

@@ -126,8 +126,9 @@ pub struct Shell {
     /// Producers' watches (`GET /watch`), woken once the stream has something to tell them
     /// ([`LiveStream::watch`]) or is dropped.
     watches: RefCell<Vec<oneshot::Sender<()>>>,
-    timer_at: Cell<Option<Timestamp>>,
-    timer_generation: Cell<u64>,
+    /// The one timer armed for the stream's next deadline, and how to cancel it (a pending timer
+    /// keeps the object from hibernating: one no deadline wants is cleared).
+    timer: RefCell<Option<(Timestamp, futures::future::AbortHandle)>>,
     /// The last frame written whole, as JavaScript bytes: the readers woken for it get this copy.
     last_frame: Cell<Option<FrameCopy>>,
     /// The JavaScript copies of the large frames readers still hold (a replay's text shared by
@@ -161,8 +162,7 @@ impl Shell {
             bodies: RefCell::default(),
             cancel_watchers: RefCell::default(),
             watches: RefCell::default(),
-            timer_at: Cell::new(None),
-            timer_generation: Cell::new(0),
+            timer: RefCell::new(None),
             last_frame: Cell::new(None),
             large_frames: RefCell::default(),
             meter,
@@ -220,13 +220,13 @@ impl Shell {
             let result = input(stream, now);
             let outputs: Vec<Output> = std::iter::from_fn(|| stream.poll_output()).collect();
             let tell_watches = !self.watches.borrow().is_empty() && stream.watch().is_some();
-            (result, outputs, stream.poll_timeout(), tell_watches)
+            (result, outputs, stream.poll_timer(), tell_watches)
         }; // the borrow ends here, before anything is performed
         if tell_watches {
             self.wake_watches();
         }
         self.perform(outputs, now);
-        self.arm_timer(deadline, now);
+        self.set_timer(deadline, now);
         Some(result)
     }
 
@@ -462,24 +462,41 @@ impl Shell {
     /// Arms one timeout task for the stream's next deadline, unless one already fires first.
     fn arm_timer(self: &Rc<Self>, deadline: Option<Timestamp>, now: Timestamp) {
         let Some(at) = deadline else { return };
-        if self.timer_at.get().is_some_and(|armed| armed <= at) {
+        if self.timer.borrow().as_ref().is_some_and(|(armed, _)| *armed <= at) {
             return;
         }
-        let generation = self.timer_generation.get() + 1;
-        self.timer_generation.set(generation);
-        self.timer_at.set(Some(at));
+        self.cancel_timer();
+        let (cancel, registration) = futures::future::AbortHandle::new_pair();
+        *self.timer.borrow_mut() = Some((at, cancel));
         let shell = Rc::clone(self);
         // A pending timer keeps the object from hibernating: billed awake until it fires.
         let awake = self.meter.hold();
         wasm_bindgen_futures::spawn_local(async move {
             let _awake = awake;
-            worker::Delay::from(Duration::from_millis(at.0.saturating_sub(now.0))).await;
-            if shell.timer_generation.get() == generation {
-                shell.timer_at.set(None);
+            let delay = worker::Delay::from(Duration::from_millis(at.0.saturating_sub(now.0)));
+            if futures::future::Abortable::new(delay, registration).await.is_err() {
+                return; // cleared: the `Delay` dropped with it clears the runtime's timeout
             }
-            // A superseded timer firing late is harmless: handle_timeout does only what is due.
+            if shell.timer.borrow().as_ref().is_some_and(|(armed, _)| *armed == at) {
+                shell.timer.borrow_mut().take();
+            }
             shell.feed(|s, now| s.handle_timeout(now));
         });
+    }
+
+    /// The timer for the stream's next deadline: armed as [`Self::arm_timer`] does, and cleared
+    /// when the stream wants none (an ended stream: nothing keeps its object awake).
+    fn set_timer(self: &Rc<Self>, deadline: Option<Timestamp>, now: Timestamp) {
+        match deadline {
+            Some(_) => self.arm_timer(deadline, now),
+            None => self.cancel_timer(),
+        }
+    }
+
+    fn cancel_timer(&self) {
+        if let Some((_, cancel)) = self.timer.borrow_mut().take() {
+            cancel.abort();
+        }
     }
 
     /// Tells the installed hook, if any. Runs while performing outputs, never with the state

@@ -36,6 +36,7 @@ mod slot;
 mod stream;
 mod watch;
 
+pub use joins::replay_of_row;
 pub use open::Producer;
 pub use readers::{Dialect, DropReason, Pull, ReaderId, SharedFrame, Wire, ALONE_BYTES};
 pub use resume::{idle_error, window_expired_error, Fenced, Holder, Rehydration, ResumeGrant, ResumeRefused, Window, FIRST_EPOCH};

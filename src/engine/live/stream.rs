@@ -655,6 +655,20 @@ impl LiveStream {
         [phase_deadline, self.lease_renew_at, self.ck.deadline(), self.readers.next_due()].into_iter().flatten().min()
     }
 
+    /// The next deadline that needs the object awake, for the shell's in-memory timer: every
+    /// deadline of [`Self::poll_timeout`] but those of an ended stream (its linger, and the lease
+    /// renewal the seal made moot). A pending timer keeps an object from hibernating, and an
+    /// ended stream has no work to do: its object sleeps, the lease alarm (which does not keep
+    /// it awake) releases its keys, and a late reader is served from memory while the object
+    /// still holds the stream, from the row after that.
+    #[must_use]
+    pub fn poll_timer(&self) -> Option<Timestamp> {
+        match &self.phase {
+            Phase::Ended(_) | Phase::Retired => [self.ck.deadline(), self.readers.next_due()].into_iter().flatten().min(),
+            _ => self.poll_timeout(),
+        }
+    }
+
     /// Does whatever is due at `now`.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.clock = self.clock.max(now);
@@ -682,6 +696,15 @@ impl LiveStream {
             self.send_slice(now);
         }
         self.drive(now);
+    }
+
+    /// The lease alarm released an ended stream's keys: the stream retires (its late readers are
+    /// served from the row). No timer waited for its linger: its object sleeps from the seal on.
+    pub fn lease_released(&mut self) {
+        if matches!(self.phase, Phase::Ended(_)) {
+            self.phase = Phase::Retired;
+            self.out.push(Output::Retired);
+        }
     }
 
     // ---- outputs
