@@ -16,13 +16,13 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
  * string, or a function called at the failure, for state only known then) after `ms`. For state
  * that announces itself by no event (a D1 row, a log file, another process).
  */
-export async function until(probe, what, ms = 10_000) {
+export async function until(probe, what, ms = 10_000, every = 25) {
   const end = Date.now() + ms;
   for (;;) {
     const v = await probe();
     if (v) return v;
     if (Date.now() > end) assert.fail(`timed out after ${ms} ms waiting for ${typeof what === 'function' ? what() : what}`);
-    await sleep(25);
+    await sleep(every);
   }
 }
 

@@ -99,10 +99,11 @@ pub struct FeedShell {
     load_waiters: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
     alarm_at: Cell<Option<Timestamp>>,
     meter: Rc<Meter>,
-    counts: RefCell<FeedCounts>,
+    counts: Rc<RefCell<FeedCounts>>,
 }
 
-/// What the feed object did, for the dev build's stats (bench/feed.mjs, bench/cost.mjs).
+/// What the feed object did, for the dev build's stats (bench/feed.mjs, bench/cost.mjs); in the
+/// dev build counted across the object's instances, as its meter is ([`crate::edge::meter::of_object`]).
 #[derive(Default, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct FeedCounts {
@@ -126,6 +127,8 @@ struct FeedCounts {
 impl FeedShell {
     fn new(state: State, env: Env) -> Self {
         let (meter, constructions) = crate::edge::meter::of_object(&state);
+        let counts = counts_of(&state);
+        counts.borrow_mut().constructions = constructions;
         Self {
             state,
             env,
@@ -134,7 +137,7 @@ impl FeedShell {
             load_waiters: RefCell::default(),
             alarm_at: Cell::new(None),
             meter,
-            counts: RefCell::new(FeedCounts { constructions, ..FeedCounts::default() }),
+            counts,
         }
     }
 
@@ -451,5 +454,22 @@ impl FeedShell {
             let raw: &web_sys::WebSocket = socket.as_ref();
             let _ = raw.send_with_array_buffer_view(&bytes);
         }
+    }
+}
+
+/// The object's counts: in the dev build kept across its instances (an object that slept still
+/// reports what it did before), otherwise its instance's own.
+fn counts_of(state: &State) -> Rc<RefCell<FeedCounts>> {
+    #[cfg(feature = "dev")]
+    {
+        thread_local! {
+            static COUNTS: RefCell<std::collections::HashMap<String, Rc<RefCell<FeedCounts>>>> = RefCell::default();
+        }
+        COUNTS.with(|c| Rc::clone(c.borrow_mut().entry(state.id().to_string()).or_default()))
+    }
+    #[cfg(not(feature = "dev"))]
+    {
+        let _ = state;
+        Rc::default()
     }
 }

@@ -47,6 +47,9 @@ pub struct FeedLink {
     /// failed notice waits for its next try).
     timer_at: Cell<Option<Timestamp>>,
     meter: Rc<Meter>,
+    /// The test build's fault plan: `ops=notice` breaks the posts.
+    #[cfg(feature = "test-faults")]
+    pub faults: Option<Rc<crate::engine::host::faults::FaultPlan>>,
 }
 
 impl FeedLink {
@@ -63,6 +66,8 @@ impl FeedLink {
             notices: RefCell::default(),
             timer_at: Cell::new(None),
             meter,
+            #[cfg(feature = "test-faults")]
+            faults: None,
         }
     }
 
@@ -215,6 +220,25 @@ impl FeedLink {
     /// Posts one notice to its chat's feed object; the answer's verdict is the engine's.
     async fn post(&self, notice: &FeedNotice) -> Delivery {
         let Some(feeds) = &self.feeds else { return Delivery::Refused(0) };
+        #[cfg(feature = "test-faults")]
+        {
+            use crate::engine::host::faults::Fault;
+            match self.faults.as_ref().and_then(|plan| plan.decide(crate::engine::host::store::OpKind::FeedNotice)) {
+                Some(Fault::FailBeforeCommit | Fault::FailReadBack) => {
+                    return Delivery::Failed("injected fault: the notice was not sent".into())
+                }
+                Some(Fault::LoseReply) => {
+                    let _ = post(feeds, notice).await;
+                    return Delivery::Failed("injected fault: the feed's answer was lost".into());
+                }
+                // Delivered, and never answered: a test kills the runtime while it waits.
+                Some(Fault::HoldReply) => {
+                    let _ = post(feeds, notice).await;
+                    return futures::future::pending().await;
+                }
+                None => {}
+            }
+        }
         match with_timeout(self.timeout, post(feeds, notice)).await {
             Some(Ok(status)) => Delivery::of_status(status),
             Some(Err(e)) => Delivery::Failed(e.to_string()),

@@ -125,8 +125,13 @@ impl StreamObject {
         let setup = self.setup()?;
         let lease = LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter));
         let feeds = self.env.durable_object(crate::edge::chat::FEEDS_BINDING).ok();
-        let feed =
+        #[allow(unused_mut)] // the test build adds its fault plan
+        let mut feed =
             self::announce::FeedLink::new(stream_id, &self.state, feeds, setup.settings.stream.store_timeout_ms, Rc::clone(&self.meter));
+        #[cfg(feature = "test-faults")]
+        {
+            feed.faults = setup.faults.clone();
+        }
         let shell = Shell::new(
             stream_id.to_owned(),
             Rc::clone(&setup.store),

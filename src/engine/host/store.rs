@@ -216,6 +216,8 @@ pub enum OpKind {
     ClaimHost,
     /// The lease alarm's read of its keys from the object's own storage (not D1).
     LeaseKeys,
+    /// A stream's notice to its chat's feed object (not D1: an internal request).
+    FeedNotice,
 }
 
 /// One operation the stream asked for, answered only with [`Request::answer`].
