@@ -123,7 +123,9 @@ function requests(name) {
   const feedCuts = proxies[name].cutLog.filter((c) => c.url.includes('/events')).length;
   return {
     subscriptions: feedRequests - feedCuts,
-    feedReconnects: all.filter((r) => r.url.startsWith(`/streams/chats/${chatId}/events`) && r.headers['last-event-id']).length,
+    // A reconnect carries its position: syncChat's own reconnects put it in `?after=` (a new
+    // EventSource sends no Last-Event-ID), with a token asked again.
+    feedReconnects: all.filter((r) => r.url.startsWith(`/streams/chats/${chatId}/events`) && (r.headers['last-event-id'] || new URL(r.url, 'http://x').searchParams.get('after'))).length,
     resumes: all.filter((r) => r.url.startsWith(`/api/chat/${chatId}/stream`)).map((r) => new URL(r.url, 'http://x').searchParams.get('answer')),
   };
 }
