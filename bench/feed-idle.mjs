@@ -112,10 +112,17 @@ async function measure(n) {
   const idleStart = await feedStats(chat);
   await sleep(IDLE_MS); // the idle window itself
   const idleEnd = await feedStats(chat);
-  const samples = { openToStart: [], answeredToStart: [] };
+  const samples = { openToStart: [], answeredToStart: [], open: [], trivial: [] };
+  for (let i = 0; i < 5; i++) {
+    const t = performance.now();
+    await (await fetch(`${stack.baseUrl}/dev/objects`)).text();
+    samples.trivial.push(performance.now() - t);
+  }
   for (let i = 1; i <= TURNS; i++) {
     const t = await turn(chat, i);
     await until(() => starts.get(t.streamId)?.length === n, `turn ${i} at ${n} tabs`, 60_000);
+    samples.open.push(t.t1 - t.t0);
+    if (process.env.PER_TURN) log(`  turn ${i}: open ${(t.t1 - t.t0).toFixed(0)} ms, start at tabs ${dist(starts.get(t.streamId).map((at) => at - t.t0)).p50}/${dist(starts.get(t.streamId).map((at) => at - t.t0)).max} ms`);
     for (const at of starts.get(t.streamId)) {
       samples.openToStart.push(at - t.t0);
       samples.answeredToStart.push(at - t.t1);
@@ -133,7 +140,7 @@ async function measure(n) {
       newInstances: idleEnd.counts.constructions - idleStart.counts.constructions,
       gbSecondsPerHour: +((OBJECT_GB * idleAwakeMs) / 1000 * (3_600_000 / IDLE_MS)).toFixed(4),
     },
-    latencyMs: { openToStart: dist(samples.openToStart), answeredToStart: dist(samples.answeredToStart) },
+    latencyMs: { openToStart: dist(samples.openToStart), answeredToStart: dist(samples.answeredToStart), openRequest: dist(samples.open), trivial: dist(samples.trivial) },
   };
 }
 
@@ -141,7 +148,7 @@ const runs = [];
 for (const n of SIZES) {
   const r = await measure(n);
   runs.push(r);
-  log(`${n} tabs: connect ${r.connectAwakeMsPerTab} ms awake per tab; idle ${r.idle.seconds} s → ${r.idle.awakeMs} ms awake, ${r.idle.newInstances} new instance(s), ${r.idle.gbSecondsPerHour} GB-s/hour; open → start p50 ${r.latencyMs.openToStart.p50} p99 ${r.latencyMs.openToStart.p99} ms; answered → start p50 ${r.latencyMs.answeredToStart.p50} p99 ${r.latencyMs.answeredToStart.p99} ms`);
+  log(`${n} tabs: connect ${r.connectAwakeMsPerTab} ms awake per tab; idle ${r.idle.seconds} s → ${r.idle.awakeMs} ms awake, ${r.idle.newInstances} new instance(s), ${r.idle.gbSecondsPerHour} GB-s/hour; open → start p50 ${r.latencyMs.openToStart.p50} p99 ${r.latencyMs.openToStart.p99} ms; answered → start p50 ${r.latencyMs.answeredToStart.p50} p99 ${r.latencyMs.answeredToStart.p99} ms; the open request p50 ${r.latencyMs.openRequest.p50} max ${r.latencyMs.openRequest.max} ms; a trivial request p50 ${r.latencyMs.trivial.p50} ms`);
 }
 await stack.stop();
 

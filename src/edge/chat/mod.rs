@@ -345,8 +345,12 @@ impl FeedShell {
         }
         // Started before anything is sent: the runtime holds the sends until it is stored.
         let stored = (!write.put.is_empty() || !write.delete.is_empty()).then(|| self.persist(write));
-        for wire in announcements {
-            self.announce(&wire);
+        // One message per socket for the input's events (a turn's `user` and `start` together):
+        // each message is a delivery into every tab's relay.
+        match announcements.as_slice() {
+            [] => {}
+            [one] => self.announce(one),
+            many => self.announce(&many.concat()),
         }
         self.arm_alarm(timeout);
         let stored = stored?;

@@ -18,13 +18,13 @@ use crate::edge::sse;
 use crate::engine::access::api::ApiError;
 use crate::engine::host::time::Millis;
 use crate::engine::live::Dialect;
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
-use wasm_bindgen::prelude::wasm_bindgen;
+use wasm_bindgen::prelude::{wasm_bindgen, Closure};
 use wasm_bindgen::JsCast;
-use worker::{Request, Response, ResponseBody, WebSocket, WebsocketEvent};
+use worker::{Request, Response, ResponseBody, WebSocket};
 
 /// A reader whose body holds this many unread writes is dropped: it reconnects with its
 /// `Last-Event-ID` and misses nothing.
@@ -62,7 +62,13 @@ pub async fn relay(req: &Request, stub: worker::Stub, cfg: RelayConfig) -> Resul
     let Some(socket) = answer.websocket() else {
         return Err(ApiError::store_unavailable("the feed's object answered 101 without a socket"));
     };
-    let relay = Rc::new(Relay { socket, body: Default::default(), ended: Cell::new(false) });
+    let relay = Rc::new(Relay {
+        socket,
+        body: Default::default(),
+        ended: Cell::new(false),
+        listeners: Default::default(),
+        ended_tx: Default::default(),
+    });
     let source = RelaySource { relay: Rc::clone(&relay), preamble: crate::engine::wire::sse::preamble(cfg.retry) };
     let source: js_sys::Object = JsCast::unchecked_into(wasm_bindgen::JsValue::from(source));
     let body = web_sys::ReadableStream::new_with_underlying_source(&source).map_err(|e| unavailable(worker::Error::from(e)))?;
@@ -75,6 +81,16 @@ struct Relay {
     socket: WebSocket,
     body: std::cell::RefCell<Option<web_sys::ReadableStreamDefaultController>>,
     ended: Cell<bool>,
+    /// The socket's listeners: a message is written to the body from its event, at once (no task,
+    /// no channel: at 1,000 tabs every event is 1,000 of them).
+    listeners: std::cell::RefCell<Option<Listeners>>,
+    /// Wakes the pump when the relay ends (its timers go with it).
+    ended_tx: std::cell::RefCell<Option<futures::channel::oneshot::Sender<()>>>,
+}
+
+struct Listeners {
+    message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+    close: Closure<dyn FnMut(web_sys::Event)>,
 }
 
 impl Relay {
@@ -101,22 +117,58 @@ impl Relay {
             let _ = body.close();
         }
         let _ = self.socket.close(Some(1000), why.or(Some("the reader left")));
+        if let Some(listeners) = self.listeners.borrow_mut().take() {
+            let raw: &web_sys::WebSocket = self.socket.as_ref();
+            let _ = raw.remove_event_listener_with_callback("message", listeners.message.as_ref().unchecked_ref());
+            let _ = raw.remove_event_listener_with_callback("close", listeners.close.as_ref().unchecked_ref());
+            let _ = raw.remove_event_listener_with_callback("error", listeners.close.as_ref().unchecked_ref());
+            // Dropped in a task of its own: this may run inside one of them.
+            wasm_bindgen_futures::spawn_local(async move { drop(listeners) });
+        }
+        if let Some(tx) = self.ended_tx.borrow_mut().take() {
+            let _ = tx.send(());
+        }
     }
 }
 
-/// Relays the object's messages (each the SSE bytes of one event, or the replay), pings the
-/// client while nothing comes, and ends at the token's `exp` or when either side goes.
+/// Relays the object's messages (each the SSE bytes of one event, or the replay) from the socket's
+/// listeners, pings the client while nothing comes, and ends at the token's `exp` or when either
+/// side goes.
 async fn pump(relay: Rc<Relay>, cfg: RelayConfig) {
+    let raw: web_sys::WebSocket = AsRef::<web_sys::WebSocket>::as_ref(&relay.socket).clone();
+    // The object sends bytes: handed over as they are, not as a `Blob` to read.
+    let _ = js_sys::Reflect::set(&raw, &"binaryType".into(), &"arraybuffer".into());
+    let (ended_tx, mut ended) = futures::channel::oneshot::channel();
+    *relay.ended_tx.borrow_mut() = Some(ended_tx);
+    let on_message = {
+        let relay = Rc::downgrade(&relay);
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
+            let Some(relay) = relay.upgrade() else { return };
+            let data = event.data();
+            let bytes = match data.as_string() {
+                Some(text) => js_sys::Uint8Array::from(text.as_bytes()),
+                None => js_sys::Uint8Array::new(&data),
+            };
+            relay.write(&bytes);
+        })
+    };
+    let on_close = {
+        let relay = Rc::downgrade(&relay);
+        Closure::<dyn FnMut(web_sys::Event)>::new(move |_| {
+            if let Some(relay) = relay.upgrade() {
+                relay.end(None);
+            }
+        })
+    };
     // Listening before accepting: a message the object sent at once (the replay) is delivered
     // once the socket is accepted, and only to the listeners there are then.
-    let Ok(mut events) = relay.socket.events() else { return relay.end(None) };
-    // The object sends bytes: handed over as they are, not as a `Blob` to read.
-    let raw: &web_sys::WebSocket = relay.socket.as_ref();
-    let _ = js_sys::Reflect::set(raw, &"binaryType".into(), &"arraybuffer".into());
-    if relay.socket.accept().is_err() {
+    let listening = [("message", on_message.as_ref()), ("close", on_close.as_ref()), ("error", on_close.as_ref())]
+        .into_iter()
+        .all(|(event, f)| raw.add_event_listener_with_callback(event, f.unchecked_ref()).is_ok());
+    *relay.listeners.borrow_mut() = Some(Listeners { message: on_message, close: on_close });
+    if !listening || relay.socket.accept().is_err() {
         return relay.end(None);
     }
-
     let ping = js_sys::Uint8Array::from(crate::engine::wire::sse::PING.as_bytes());
     let expiry = cfg.expires_at.map(|at| Duration::from_millis(at.saturating_sub(crate::edge::runtime::now().0)));
     let mut expired = std::pin::pin!(async move {
@@ -126,26 +178,12 @@ async fn pump(relay: Rc<Relay>, cfg: RelayConfig) {
         }
     }
     .fuse());
-    loop {
+    while !relay.ended.get() {
         let mut tick = std::pin::pin!(worker::Delay::from(Duration::from_millis(cfg.keepalive.0)).fuse());
-        let mut next = std::pin::pin!(events.next().fuse());
         futures::select! {
-            event = next => match event {
-                Some(Ok(WebsocketEvent::Message(message))) => {
-                    let data = message.as_ref().data();
-                    let bytes = match data.as_string() {
-                        Some(text) => js_sys::Uint8Array::from(text.as_bytes()),
-                        None => js_sys::Uint8Array::new(&data),
-                    };
-                    relay.write(&bytes);
-                }
-                Some(Ok(WebsocketEvent::Close(_))) | Some(Err(_)) | None => relay.end(None),
-            },
             _ = tick => relay.write(&ping),
             _ = expired => relay.end(Some("the token expired")),
-        }
-        if relay.ended.get() {
-            break;
+            _ = ended => break,
         }
     }
 }
