@@ -199,6 +199,26 @@ fn the_open_probe_and_mark_refuse_what_they_must() {
     assert!(missing.is_empty());
 }
 
+/// The mark refuses a sealed row by itself, with or without a host column (see the SQLite test
+/// of the same name).
+#[test]
+fn a_mark_never_re_marks_a_sealed_row() {
+    let mut without_host = TableMapping::example();
+    without_host.host = None;
+    for (n, mapping) in [TableMapping::example(), without_host].into_iter().enumerate() {
+        let Some(db) = PgDb::with_schema(&format!("mark_sealed_{n}"), &pg::migration_sql(), mapping) else { return };
+        for status in [EndStatus::Complete, EndStatus::Cancelled, EndStatus::Error, EndStatus::Interrupted] {
+            let id = format!("m-{}", status.as_str());
+            db.insert_message(&id);
+            db.batch(&db.sql.append(&id, Offset(0), Offset(3), "abc")).unwrap();
+            db.seal_row(&id, Some("abc"), status, None);
+            let host_before = db.message_column(&id, "host");
+            assert_eq!(db.batch(&[db.sql.mark_streaming(&id, "late", Format::Text)]).unwrap(), vec![0], "{status:?}");
+            assert_eq!((db.status(&id), db.message_column(&id, "host")), (status.as_str().to_owned(), host_before), "{status:?}");
+        }
+    }
+}
+
 /// Waits until the backend `pid` waits for a lock: the racing host is blocked behind the first
 /// one's uncommitted write (polling the server's own view of it, not the clock).
 fn await_lock_wait(observer: &mut Client, pid: i32) {

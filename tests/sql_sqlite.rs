@@ -111,6 +111,27 @@ fn the_open_write_claims_a_row_whose_status_is_null() {
     assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A", Format::Text)]).unwrap(), vec![1]);
 }
 
+/// The mark refuses a sealed row by itself: a late retry of an open's mark (its first attempt
+/// committed, its reply lost) that lands after the row was sealed must not make it `streaming`
+/// again, with or without a host column. Before, its swap (`status IS NULL OR status <>
+/// 'streaming'`) re-marked a sealed row, and only the open's probe stood in the way.
+#[test]
+fn a_mark_never_re_marks_a_sealed_row() {
+    let mut without_host = TableMapping::example();
+    without_host.host = None;
+    for mapping in [TableMapping::example(), without_host] {
+        for status in [EndStatus::Complete, EndStatus::Cancelled, EndStatus::Error, EndStatus::Interrupted] {
+            let db = SqliteDb::with_schema(&support::migration_sql(), mapping.clone());
+            db.insert_message(ID);
+            db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
+            db.seal_row(ID, Some("abc"), status, None);
+            let host_before = db.message_column(ID, "host");
+            assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "late", Format::Text)]).unwrap(), vec![0], "{status:?}");
+            assert_eq!((db.status(ID), db.message_column(ID, "host")), (status.as_str().to_owned(), host_before), "{status:?}");
+        }
+    }
+}
+
 #[test]
 fn compaction_writes_the_body_and_deletes_the_chunks_in_one_batch() {
     let db = example();

@@ -193,8 +193,11 @@ impl MappedSql {
         }
     }
 
-    /// The open write. With a host column it is the CAS half of the single-flight guard: it
-    /// claims the row only where no producer holds it, and [`Self::read_host`] names the winner.
+    /// The open write. It marks the row only where no producer holds it and no seal ended it
+    /// (`status IS NULL OR status NOT IN ('streaming', <every terminal status>)`): a late retry
+    /// of a mark whose first attempt committed can never make a sealed row `streaming` again,
+    /// whatever the probe read. With a host column it is the CAS half of the single-flight guard,
+    /// and [`Self::read_host`] names the winner.
     pub fn mark_streaming(&self, stream_id: &str, host_token: &str, format: Format) -> Statement {
         let m = &self.map;
         let mut sets = vec![(&m.status, Value::from(STATUS_STREAMING))];
@@ -207,11 +210,25 @@ impl MappedSql {
         let set_sql: Vec<String> = sets.iter().enumerate().map(|(i, (col, _))| format!("{col} = {}", self.p(i + 1))).collect();
         let mut params: Vec<Value> = sets.into_iter().map(|(_, v)| v).collect();
         params.push(stream_id.into());
-        let mut sql = format!("UPDATE {} SET {} WHERE {} = {}", m.message, set_sql.join(", "), m.key, self.p(params.len()));
-        if m.host.is_some() {
-            // The CAS: claim the row only where no producer holds it (`streaming` is param 1).
-            sql.push_str(&format!(" AND ({} IS NULL OR {} <> {})", m.status, m.status, self.p(1)));
-        }
+        let key = self.p(params.len());
+        // `streaming` is param 1; the terminal statuses follow the key.
+        let terminal: Vec<String> = EndStatus::ALL
+            .iter()
+            .map(|status| {
+                params.push(status.as_str().into());
+                self.p(params.len())
+            })
+            .collect();
+        let sql = format!(
+            "UPDATE {} SET {} WHERE {} = {key} AND ({} IS NULL OR {} NOT IN ({}, {}))",
+            m.message,
+            set_sql.join(", "),
+            m.key,
+            m.status,
+            m.status,
+            self.p(1),
+            terminal.join(", ")
+        );
         Statement { sql, params }
     }
 
