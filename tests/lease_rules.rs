@@ -33,7 +33,7 @@ fn db() -> (Rc<SqliteDb>, Tables) {
 fn abandoned() -> (Rc<SqliteDb>, Tables) {
     let (db, tables) = db();
     db.batch(&[db.sql().mark_streaming(ID, TOKEN, Format::Text)]).unwrap();
-    db.batch(&db.sql().append(ID, Offset(0), Offset(5), "hello")).unwrap();
+    db.batch(&db.sql().append(ID, Offset(0), Offset(5), "hello", Some(TOKEN))).unwrap();
     (db, tables)
 }
 

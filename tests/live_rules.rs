@@ -24,6 +24,11 @@ fn cfg() -> StreamConfig {
     StreamConfig { checkpoint_chars: Offset(8), ..StreamConfig::default() }
 }
 
+/// The checkpoint of `[from, to)` this file's streams send: fenced by their host token.
+fn checkpoint(from: Offset, to: Offset, text: impl Into<String>) -> Checkpoint {
+    Checkpoint { from, to, text: text.into(), host_token: Some(TOKEN.into()) }
+}
+
 fn is_append(d: &Driver) -> bool {
     d.peek_kind() == Some(OpKind::Checkpoint)
 }
@@ -55,7 +60,7 @@ fn a_checkpoint_is_due_at_checkpoint_chars() {
     d.push("1234567");
     assert_eq!(d.peek_kind(), None, "7 of 8 chars: not due");
     d.push("8");
-    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(8), text: "12345678".into() }));
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(0), Offset(8), "12345678")));
 }
 
 #[test]
@@ -67,7 +72,7 @@ fn a_checkpoint_is_due_at_the_interval_after_the_oldest_change() {
     d.advance(249);
     assert_eq!(d.peek_kind(), None);
     d.advance(1);
-    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(3), text: "abc".into() }));
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(0), Offset(3), "abc")));
 }
 
 // ---- flush waiters
@@ -112,13 +117,13 @@ fn a_flush_landing_mid_round_gets_a_round_of_its_own() {
     let mut d = Driver::open(cfg());
     d.push("a");
     let first = d.flush();
-    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(1), text: "a".into() }));
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(0), Offset(1), "a")));
     d.push("b");
     let second = d.flush();
     d.answer_all_once_round();
     assert_eq!(d.outcome(first), Some(&Ok(Offset(1))));
     assert_eq!(d.outcome(second), None);
-    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(1), to: Offset(2), text: "b".into() }), "no wait for the interval");
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(1), Offset(2), "b")), "no wait for the interval");
     d.answer_all();
     assert_eq!(d.outcome(second), Some(&Ok(Offset(2))));
 }
@@ -225,7 +230,7 @@ fn a_confirmation_short_of_the_slice_re_covers_from_the_confirmed_length() {
     assert_eq!(d.stream.durable_seq(), Offset(0), "the plane does not know the store holds 8");
     d.push("ijklmnop");
     d.advance(750);
-    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(16), text: "abcdefghijklmnop".into() }));
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(0), Offset(16), "abcdefghijklmnop")));
     d.answer(Fault::None); // a no-op (the row is at 8, not 0); its read says 8: adopt it, short of 16
     assert_eq!(d.stream.durable_seq(), Offset(8));
     assert!(d.events.iter().any(|e| matches!(
@@ -233,11 +238,7 @@ fn a_confirmation_short_of_the_slice_re_covers_from_the_confirmed_length() {
         StreamEvent::CheckpointAttemptFailed { error: CheckpointError::Short { stored: Offset(8), to: Offset(16) }, .. }
     )));
     d.advance(50);
-    assert_eq!(
-        d.peek_checkpoint(),
-        Some(&Checkpoint { from: Offset(8), to: Offset(16), text: "ijklmnop".into() }),
-        "re-cover only the missing part"
-    );
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(8), Offset(16), "ijklmnop")), "re-cover only the missing part");
     d.answer_all();
     assert_eq!(d.stream.durable_seq(), Offset(16));
     assert_eq!(d.db.durable_text(STREAM), "abcdefghijklmnop");
@@ -835,11 +836,11 @@ fn a_ui_streams_checkpoint_is_due_at_its_own_threshold_not_at_the_text_one() {
     d.push(&line);
     assert_eq!(d.peek_kind(), None, "{} units of NDJSON: due only at the ui threshold (64)", units(&line));
     d.push(&line);
-    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: units(&line) + units(&line), text: format!("{line}{line}") }));
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(0), units(&line) + units(&line), format!("{line}{line}"))));
     // A text stream with the same config checkpoints at 8.
     let mut t = Driver::open(StreamConfig { format: Format::Text, ..cfg });
     t.push("12345678");
-    assert_eq!(t.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(8), text: "12345678".into() }));
+    assert_eq!(t.peek_checkpoint(), Some(&checkpoint(Offset(0), Offset(8), "12345678")));
 }
 
 #[test]

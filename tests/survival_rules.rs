@@ -6,7 +6,7 @@ mod support;
 
 use rindle_streams::engine::host::config::StreamConfig;
 use rindle_streams::engine::host::hook::{SealCause, StreamNotice};
-use rindle_streams::engine::host::store::SealGuard;
+use rindle_streams::engine::host::store::RowGuard;
 use rindle_streams::engine::host::time::{Millis, Timestamp};
 use rindle_streams::engine::live::{Fenced, LiveStream, Rehydration, ResumeGrant, ResumeRefused, StreamEvent, StreamState, Window};
 use rindle_streams::engine::text::reading::DurableText;
@@ -37,7 +37,7 @@ fn lost_row(durable: &str) -> Rc<SqliteDb> {
     db.insert_message(STREAM);
     db.batch(&[db.sql.mark_streaming(STREAM, TOKEN, Format::Text)]).unwrap();
     if !durable.is_empty() {
-        db.batch(&db.sql.append(STREAM, Offset(0), utf16::len(durable), durable)).unwrap();
+        db.batch(&db.sql.append(STREAM, Offset(0), utf16::len(durable), durable, Some(TOKEN))).unwrap();
     }
     Rc::new(db)
 }
@@ -368,7 +368,7 @@ fn the_windows_seal_is_guarded_it_never_writes_a_row_another_instance_holds() {
     let r = d.subscribe(Offset(0));
     d.advance(WINDOW);
     let seal = d.peek_seal().expect("the window's seal").clone();
-    assert_eq!(seal.guard, SealGuard { durable_seq: Offset(3), host_token: Some("X".into()) });
+    assert_eq!(seal.guard, RowGuard { durable_seq: Offset(3), host_token: Some("X".into()) });
     d.answer_all();
     assert_eq!(d.db.status(STREAM), "streaming", "the row another instance holds is left alone");
     assert!(matches!(d.read(r).last(), Some(Frame::Stale { .. })), "readers are told to rejoin, never an end the row lacks");
@@ -388,9 +388,9 @@ fn a_late_commit_after_the_rebuild_is_adopted_by_every_seal_of_the_rebuilt_strea
     for ending in ["window", "idle", "cancel"] {
         let db = lost_row("abc");
         let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().unwrap();
-        db.batch(&db.sql.append(STREAM, Offset(3), Offset(6), "def")).unwrap(); // the late commit
-                                                                                // "idle": the producer's idle timeout ends after the resume window (it wrote just before
-                                                                                // the reset), so the window is the idle timeout's, and its seal names an idle producer.
+        db.batch(&db.sql.append(STREAM, Offset(3), Offset(6), "def", Some(TOKEN))).unwrap(); // the late commit
+                                                                                             // "idle": the producer's idle timeout ends after the resume window (it wrote just before
+                                                                                             // the reset), so the window is the idle timeout's, and its seal names an idle producer.
         let idle = ending == "idle";
         let cfg = StreamConfig { idle_timeout_ms: Millis(if idle { 2 * WINDOW } else { 0 }), ..cfg() };
         let last_write = Some(Timestamp(0));
@@ -426,6 +426,32 @@ fn a_late_commit_after_the_rebuild_is_adopted_by_every_seal_of_the_rebuilt_strea
     }
 }
 
+/// The lost instance's checkpoint of its producer's text was in flight at the reset and commits
+/// after the rebuilt stream claimed the row and its producer wrote something else from `D`: it
+/// lands nothing (its host token is not the row's any more), and the row holds exactly the
+/// rebuilt stream's text. Before every checkpoint carried the host token, the late slice landed,
+/// the rebuilt stream's close adopted it as its own durable text and the row ended
+/// `complete` with two producers' text spliced.
+#[test]
+fn a_lost_instances_checkpoint_committing_after_the_rebuild_lands_nothing() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    d.answer_all();
+    d.push("AAAAAAAA");
+    let late = d.pending.pop_front().expect("the lost instance's checkpoint of [8, 16), in flight");
+    assert_eq!(d.alarm_after_reset(&cfg()), Err(rindle_streams::engine::live::lease::Renewal::Alive));
+    let grant = d.stream.resume(Some(1), None, d.now).unwrap();
+    assert_eq!(grant.seq, Offset(8));
+    d.push("BBBB");
+    let late = support::answer(&d.tables, STREAM, late, support::Fault::None);
+    drop(late); // its answer goes to an instance that is gone
+    let close = d.close();
+    d.answer_all();
+    assert!(matches!(d.outcome(close), Some(Ok(r)) if r.status == EndStatus::Complete), "{:?}", d.outcome(close));
+    assert_eq!((d.db.status(STREAM), d.db.durable_text(STREAM)), ("complete".into(), "12345678BBBB".into()));
+    assert_eq!(d.db.chunk_count(STREAM), 0);
+}
+
 /// A seal that finds the row sealed by someone else (the lost instance's own seal, committed
 /// late) ends the stream as the row says: readers get its status and length, never ours.
 #[test]
@@ -434,7 +460,7 @@ fn a_seal_that_finds_the_row_sealed_meanwhile_ends_as_the_row_says() {
     let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().unwrap();
     let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg(), from_row(read, 1, None, Some(TOKEN)), Timestamp(0)), db);
     let r = d.subscribe(Offset(0));
-    d.db.batch(&d.db.sql.append(STREAM, Offset(3), Offset(6), "def")).unwrap();
+    d.db.batch(&d.db.sql.append(STREAM, Offset(3), Offset(6), "def", Some(TOKEN))).unwrap();
     d.db.seal_row(STREAM, Some("abcdef!"), EndStatus::Complete, None); // the lost producer's seal lands
     d.advance(WINDOW);
     d.answer_all();

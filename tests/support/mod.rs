@@ -13,7 +13,7 @@ use rindle_streams::engine::durable::{
 use rindle_streams::engine::host::config::{CheckpointMode, StreamConfig};
 use rindle_streams::engine::host::object_storage::kept_at_release;
 pub use rindle_streams::engine::host::object_storage::StoredStream;
-use rindle_streams::engine::host::store::{run_on_sink, OpKind, SealGuard, StoreAnswer, StoreError, StoreFuture, StoreRequest};
+use rindle_streams::engine::host::store::{run_on_sink, OpKind, RowGuard, StoreAnswer, StoreError, StoreFuture, StoreRequest};
 use rindle_streams::engine::host::time::Timestamp;
 use rindle_streams::engine::live::lease::{
     AlarmOutput, Holding, HostColumn, LeaseAlarm, LeaseRow, Release, Renewal, Revived, StorageError,
@@ -130,9 +130,9 @@ pub trait Store {
         LeaseRow { durable, host }
     }
 
-    /// Seals the row as its producer would, the guard matching the row as it stands (marked
-    /// `streaming` first if it is not): for tests that need a sealed or compacted row.
-    fn seal_row(&self, id: &str, body: Option<&str>, status: EndStatus, error: Option<&str>) {
+    /// The fence of a write as the row's holder makes it, the row marked `streaming` first if it
+    /// is not: its length and host token as they stand.
+    fn holders_guard(&self, id: &str) -> RowGuard {
         if self.query(&self.sql().read_summary(id))[0]["status"] != ColumnValue::Text("streaming".into()) {
             self.batch(&[self.sql().mark_streaming(id, "test-host", Format::Text)]).unwrap();
         }
@@ -141,7 +141,22 @@ pub trait Store {
             ColumnValue::Text(h) => Some(h.clone()),
             _ => None,
         });
-        self.batch(&self.sql().seal(id, body, status, error, &SealGuard { durable_seq, host_token })).unwrap();
+        RowGuard { durable_seq, host_token }
+    }
+
+    /// Checkpoints `text` as the row's holder would, after what the row holds (marked
+    /// `streaming` first if it is not): each statement's change count.
+    fn checkpoint_row(&self, id: &str, text: &str) -> Vec<u64> {
+        let guard = self.holders_guard(id);
+        let to = guard.durable_seq + rindle_streams::engine::text::utf16::len(text);
+        self.batch(&self.sql().append(id, guard.durable_seq, to, text, guard.host_token.as_deref())).unwrap()
+    }
+
+    /// Seals the row as its producer would, the guard matching the row as it stands (marked
+    /// `streaming` first if it is not): for tests that need a sealed or compacted row.
+    fn seal_row(&self, id: &str, body: Option<&str>, status: EndStatus, error: Option<&str>) {
+        let guard = self.holders_guard(id);
+        self.batch(&self.sql().seal(id, body, status, error, &guard)).unwrap();
         assert_eq!(self.query(&self.sql().read_summary(id))[0]["status"], ColumnValue::Text(status.as_str().into()), "sealed");
     }
 

@@ -96,7 +96,10 @@ impl TablesOp for Checkpoint {
     const KIND: OpKind = OpKind::Checkpoint;
 
     fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
-        StorePlan::BatchThenQuery(sql.append(stream_id, self.from, self.to, &self.text), sql.read_state(stream_id))
+        StorePlan::BatchThenQuery(
+            sql.append(stream_id, self.from, self.to, &self.text, self.host_token.as_deref()),
+            sql.read_state(stream_id),
+        )
     }
 
     /// The row as the write's own transaction left it; a row that cannot be read after a write

@@ -56,11 +56,26 @@ pub struct ReadHost;
 /// One checkpoint: `text` covers `[from, to)`. The store answers what it now holds: mapped
 /// tables read the row in the write's own transaction; a sink reports the length it stored
 /// (normally `to`) and whether a cancel was requested.
+///
+/// Like a seal, it carries the fence ([`RowGuard`]): it applies only to a row still
+/// `streaming` at `from` and, where a host column is mapped, held by `host_token`. A lost
+/// instance's checkpoint that commits late can then neither splice its producer's text after
+/// what a rebuilt stream holds (the revival claimed the row with a token of its own) nor grow a
+/// row sealed meanwhile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
     pub from: Offset,
     pub to: Offset,
     pub text: String,
+    /// The token the host column must hold (`None`: no host column, or a sink).
+    pub host_token: Option<String>,
+}
+
+impl Checkpoint {
+    /// The condition the write applies under: `streaming`, at `from`, held by `host_token`.
+    pub fn guard(&self) -> RowGuard {
+        RowGuard { durable_seq: self.from, host_token: self.host_token.clone() }
+    }
 }
 
 /// Read the row's stored length and cancel flag: the read-back after a checkpoint whose answer
@@ -100,14 +115,15 @@ pub struct SealWrite {
     /// The write applies only to a row still `streaming`, at the durable length this sealer
     /// believes, and held by its host token where a host column is mapped. A sink must honour
     /// it the same way.
-    pub guard: SealGuard,
+    pub guard: RowGuard,
 }
 
-/// The condition of every [`SealWrite`]: the row is as its sealer believes it, so a seal never
-/// shrinks the durable text (a checkpoint that committed late moved the row's length), never
-/// overwrites a row sealed meanwhile, and never lands on a row another host claimed.
+/// The fence every durable write carries (a [`Checkpoint`], a [`SealWrite`]): the row is as its
+/// writer believes it. So a seal never shrinks the durable text (a checkpoint that committed
+/// late moved the row's length), and no write lands on a row sealed meanwhile or on a row
+/// another host claimed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SealGuard {
+pub struct RowGuard {
     /// The row's length must be this (`status = 'streaming' AND seq = durable_seq`).
     pub durable_seq: Offset,
     /// The token the host column must hold (where one is mapped): the open's, or the one a

@@ -26,7 +26,7 @@ use super::lease::Holding;
 use super::stream::{FlushError, LiveStream, Phase, SealOutcome, SealReport, SealShortfall, Settlement, Shortfall, StreamEvent, Ticket};
 use crate::engine::host::config::CheckpointMode;
 use crate::engine::host::hook::SealCause;
-use crate::engine::host::store::{OpId, ReadLeaseRow, Reply, RowSummary, SealGuard, SealResult, SealWrite, StoreError};
+use crate::engine::host::store::{OpId, ReadLeaseRow, Reply, RowGuard, RowSummary, SealResult, SealWrite, StoreError};
 use crate::engine::host::time::Timestamp;
 use crate::engine::text::reading::DurableText;
 use crate::engine::text::utf16::{self, Offset};
@@ -205,11 +205,7 @@ impl LiveStream {
             from: self.durable_seq,
             body: (!seal.in_place).then(|| self.buf.as_str().to_owned()),
             body_from: self.buf.floor(),
-            // The host token is compared where the tables map a host column; a sink has none.
-            guard: SealGuard {
-                durable_seq: self.durable_seq,
-                host_token: self.host_token.clone().filter(|_| self.cfg.mode == CheckpointMode::Tables { host_cas: true }),
-            },
+            guard: RowGuard { durable_seq: self.durable_seq, host_token: self.fence_token() },
         }
     }
 

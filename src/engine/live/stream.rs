@@ -9,7 +9,7 @@ use super::readers::{Pacing, ReaderId, Readers};
 use super::resume::Survival;
 use super::seal::{Ended, Sealing};
 use crate::engine::durable::{OpenRefused, RowState};
-use crate::engine::host::config::StreamConfig;
+use crate::engine::host::config::{CheckpointMode, StreamConfig};
 use crate::engine::host::hook::SealCause;
 use crate::engine::host::object_storage::StoredStream;
 use crate::engine::host::store::{Checkpoint, OpId, ReadState, Reply, StoreAnswer, StoreError, StoreRequest};
@@ -777,7 +777,7 @@ impl LiveStream {
             let seq = self.seq();
             to = self.buf.last_line_end(from, to).or_else(|| self.buf.first_line_end(to, seq)).unwrap_or(to);
         }
-        let op = self.out.request(Checkpoint { from, to, text: self.buf.slice(from, to).to_owned() });
+        let op = self.out.request(self.checkpoint(from, to));
         self.ck.start(to, op, from);
     }
 
@@ -789,8 +789,19 @@ impl LiveStream {
         if from >= to {
             return self.round_succeeded(now);
         }
-        let op = self.out.request(Checkpoint { from, to, text: self.buf.slice(from, to).to_owned() });
+        let op = self.out.request(self.checkpoint(from, to));
         self.ck.sent(op, from);
+    }
+
+    /// The checkpoint of `[from, to)`, fenced by this stream's host token.
+    fn checkpoint(&self, from: Offset, to: Offset) -> Checkpoint {
+        Checkpoint { from, to, text: self.buf.slice(from, to).to_owned(), host_token: self.fence_token() }
+    }
+
+    /// The token every durable write of this stream is fenced by: its claim on the row, where
+    /// the tables map a host column (a sink has none).
+    pub(super) fn fence_token(&self) -> Option<String> {
+        self.host_token.clone().filter(|_| self.cfg.mode == CheckpointMode::Tables { host_cas: true })
     }
 
     fn on_confirmed(&mut self, from: Offset, state: RowState, write_error: Option<StoreError>, now: Timestamp) {
