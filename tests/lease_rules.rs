@@ -127,9 +127,56 @@ fn an_instance_that_dies_at_any_revival_step_is_followed_by_one_that_rebuilds() 
             assert_eq!(stream.durable_seq(), Offset(5));
             assert_eq!(db.message_column(ID, "host").as_text(), Some("fresh-2"), "step {at} {death:?}: the row is the new instance's");
             assert_eq!(storage.host_token.as_deref(), Some("fresh-2"));
-            assert_eq!(storage.claiming, None, "the claim's outcome is stored");
+            assert!(storage.claiming.is_empty(), "the claim's outcome is stored");
         }
     }
+}
+
+/// A revival's claim that timed out commits late, between the next revival's row read and its
+/// claim: the row then holds a token this object stored (the earlier revival's), and the next
+/// revival claims it from there. Before, it knew only the open's token and the last `claiming`
+/// one as its own, took the moved row for `NotOurs`, and the alarm released it: the row stayed
+/// `streaming` under the lost revival's token for ever.
+#[test]
+fn a_revivals_late_claim_landing_between_the_next_ones_read_and_claim_is_recognized() {
+    let (db, tables) = abandoned();
+    let mut storage = keys();
+    // R1 stores its token and sends its claim, which does not answer in time (it has not
+    // committed yet); the instance is given up.
+    let died = run_revival(&tables, &cfg(), &mut storage, "fresh-1", later(), &mut [Step::Ok, Step::Ok, Step::Ok, Step::Die].into_iter());
+    assert!(died.is_none());
+    let late_claim = db.sql().claim_host(ID, TOKEN, "fresh-1").unwrap();
+    // R2 reads the row (held by the open's token), stores its own token; R1's claim lands just
+    // before R2's claim is sent.
+    let mut land = |call: usize| {
+        if call == 3 {
+            assert_eq!(db.batch(std::slice::from_ref(&late_claim)).unwrap(), vec![1], "R1's claim lands");
+        }
+    };
+    let end = support::run_revival_between(&tables, &cfg(), &mut storage, "fresh-2", later(), &mut std::iter::empty(), &mut land);
+    let Some(RevivalEnd::Revived(stream)) = end else { panic!("R2 rebuilds the stream: {end:?}") };
+    assert_eq!(stream.durable_seq(), Offset(5));
+    assert_eq!(db.message_column(ID, "host").as_text(), Some("fresh-2"), "claimed from R1's token");
+    assert_eq!(storage.host_token.as_deref(), Some("fresh-2"));
+}
+
+/// The lost instance's checkpoint lands between the revival's row read and its claim: the
+/// stream is rebuilt from the row as the claim's own transaction left it (nothing fenced by the
+/// old token can land after the claim), so its durable length is the row's.
+#[test]
+fn the_stream_is_rebuilt_from_the_row_as_the_claim_left_it() {
+    let (db, tables) = abandoned();
+    let mut storage = keys();
+    let late = db.sql().append(ID, Offset(5), Offset(8), "abc", Some(TOKEN));
+    let mut land = |call: usize| {
+        if call == 3 {
+            assert_eq!(db.batch(&late).unwrap(), vec![1, 1], "the lost instance's checkpoint lands before the claim");
+        }
+    };
+    let end = support::run_revival_between(&tables, &cfg(), &mut storage, "fresh-1", later(), &mut std::iter::empty(), &mut land);
+    let Some(RevivalEnd::Revived(stream)) = end else { panic!("{end:?}") };
+    assert_eq!((stream.seq(), stream.durable_seq(), stream.retained_text().1), (Offset(8), Offset(8), "helloabc"));
+    assert_eq!(db.batch(&late).unwrap(), vec![0, 0], "and nothing of the old token lands after the claim");
 }
 
 /// Each claimant draws its own token: two instances claiming from one token cannot both win.

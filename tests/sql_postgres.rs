@@ -420,6 +420,30 @@ fn an_abandoned_row_is_rebuilt_and_sealed_interrupted_from_its_durable_text() {
     }
 }
 
+/// A revival's late claim landing between the next revival's read and its claim, on Postgres
+/// (where a stuck call is dropped while its statement runs on): the next revival recognizes the
+/// token as its own and claims the row from it (see the test of the same name in lease_rules.rs).
+#[test]
+fn a_revivals_late_claim_landing_between_the_next_ones_read_and_claim_is_recognized() {
+    let db = db!("late_claim");
+    db.batch(&[db.sql.mark_streaming(ID, "host-A", Format::Text)]).unwrap();
+    db.checkpoint_row(ID, "hello");
+    let tables = support::tables(&db);
+    let cfg = StreamConfig::default();
+    let mut storage = support::armed(ID, Some("host-A"));
+    let first = [support::Step::Ok, support::Step::Ok, support::Step::Ok, support::Step::Die];
+    assert!(support::run_revival(&tables, &cfg, &mut storage, "fresh-1", Timestamp(0), &mut first.into_iter()).is_none());
+    let late_claim = db.sql.claim_host(ID, "host-A", "fresh-1").unwrap();
+    let mut land = |call: usize| {
+        if call == 3 {
+            assert_eq!(db.batch(std::slice::from_ref(&late_claim)).unwrap(), vec![1], "the first revival's claim lands");
+        }
+    };
+    let end = support::run_revival_between(&tables, &cfg, &mut storage, "fresh-2", Timestamp(0), &mut std::iter::empty(), &mut land);
+    assert!(matches!(end, Some(RevivalEnd::Revived(ref s)) if s.durable_seq() == Offset(5)), "{end:?}");
+    assert_eq!(db.message_column(ID, "host"), ColumnValue::Text("fresh-2".into()));
+}
+
 #[test]
 fn another_hosts_row_is_not_rebuilt() {
     let db = db!("not_ours");
@@ -553,11 +577,13 @@ fn the_durable_read_is_one_statement_and_a_revival_claim_has_one_winner() {
     // The claim wins from the token the row holds, a replay of it finds its own claim (its first
     // reply lost), and a second claimant from the same token changes nothing and reads the
     // winner's.
+    // The claim answers the row as its own transaction left it: its holder and its text.
     let winner = perform(&db, ID, &ClaimHost { old: "A".into(), new: "fresh-1".into() }).unwrap();
-    assert_eq!(winner.as_deref(), Some("fresh-1"));
-    assert_eq!(perform(&db, ID, &ClaimHost { old: "A".into(), new: "fresh-1".into() }).unwrap().as_deref(), Some("fresh-1"));
+    assert_eq!((winner.host_holder().as_deref(), winner.durable.map(|d| d.text)), (Some("fresh-1"), Some("a😀👍🏽b".to_owned())));
+    let replay = perform(&db, ID, &ClaimHost { old: "A".into(), new: "fresh-1".into() }).unwrap();
+    assert_eq!(replay.host_holder().as_deref(), Some("fresh-1"));
     let loser = perform(&db, ID, &ClaimHost { old: "A".into(), new: "fresh-2".into() }).unwrap();
-    assert_eq!(loser.as_deref(), Some("fresh-1"), "the loser sees the winner's token");
+    assert_eq!(loser.host_holder().as_deref(), Some("fresh-1"), "the loser sees the winner's token");
     db.seal_row(ID, Some("a😀👍🏽b"), EndStatus::Interrupted, None);
     assert_eq!((read().text.as_str(), read().status.as_str()), ("a😀👍🏽b", "interrupted"));
 }

@@ -389,9 +389,27 @@ pub fn run_revival(
     now: Timestamp,
     steps: &mut dyn Iterator<Item = Step>,
 ) -> Option<RevivalEnd> {
+    run_revival_between(tables, cfg, storage, fresh_token, now, steps, &mut |_| {})
+}
+
+/// [`run_revival`], with `between(n)` called before the revival's `n`th call (from 0) is
+/// performed: whatever it commits elsewhere lands between two of the revival's steps.
+#[allow(dead_code)]
+pub fn run_revival_between(
+    tables: &Tables,
+    cfg: &StreamConfig,
+    storage: &mut StoredStream,
+    fresh_token: &str,
+    now: Timestamp,
+    steps: &mut dyn Iterator<Item = Step>,
+    between: &mut dyn FnMut(usize),
+) -> Option<RevivalEnd> {
     let stream_id = storage.stream_id.clone().unwrap_or_default();
     let mut revival = Revival::start(cfg.clone(), fresh_token.to_owned());
+    let mut calls = 0;
     while let Some(output) = revival.poll_output() {
+        between(calls);
+        calls += 1;
         let step = steps.next().unwrap_or(Step::Ok);
         match output {
             RevivalOutput::ReadKeys => match step {

@@ -541,19 +541,25 @@ impl MappedSql {
     }
 
     /// The durable text in ONE statement, so ONE snapshot: the row (`part` 0: body, length,
-    /// status, error) and its chunk rows (`part` 1: text and end offset), as `UNION ALL`. Two
-    /// queries could straddle a compaction and return the row before it with the chunks after
-    /// it (a shorter text, which would let a rehydrated `durableSeq` fall). Each branch binds
-    /// the id with its own placeholder: the key and the chunk's stream column may differ in
-    /// type (a `uuid` key), and Postgres infers one type per placeholder.
+    /// status, error, format, and the host column where one is mapped) and its chunk rows (`part`
+    /// 1: text and end offset), as `UNION ALL`. Two queries could straddle a compaction and return
+    /// the row before it with the chunks after it (a shorter text, which would let a rehydrated
+    /// `durableSeq` fall). Each branch binds the id with its own placeholder: the key and the
+    /// chunk's stream column may differ in type (a `uuid` key), and Postgres infers one type per
+    /// placeholder.
     pub fn read_durable(&self, stream_id: &str) -> Statement {
         let m = &self.map;
         let error = m.error.as_ref().map_or_else(|| "NULL".to_owned(), |col| col.to_string());
         let format = m.format.as_ref().map_or_else(|| "NULL".to_owned(), |col| col.to_string());
+        // Only where mapped: a row read without the column says there is no host to compare.
+        let (host, no_host) = match &m.host {
+            Some(col) => (format!(", {col} AS host"), ", NULL"),
+            None => (String::new(), ""),
+        };
         Statement {
             sql: format!(
-                "SELECT 0 AS part, {} AS text, {} AS seq, {} AS status, {error} AS error, {format} AS format FROM {} WHERE {} = {} \
-                 UNION ALL SELECT 1, {}, {}, NULL, NULL, NULL FROM {} WHERE {} = {}",
+                "SELECT 0 AS part, {} AS text, {} AS seq, {} AS status, {error} AS error, {format} AS format{host} FROM {} WHERE {} = {} \
+                 UNION ALL SELECT 1, {}, {}, NULL, NULL, NULL{no_host} FROM {} WHERE {} = {}",
                 m.body,
                 m.seq,
                 m.status,

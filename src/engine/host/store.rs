@@ -86,9 +86,11 @@ pub struct ReadState;
 /// Claim a `streaming` row for a reviving instance (SPEC §10): where a host column is mapped,
 /// the row passes from `old` (the token the row holds, which the revival proved is this
 /// object's) to `new`, a token no other claimant has (drawn at random by the host), and only if
-/// it still holds `old`. Answers the row's holder after the claim: the claim won when it is
-/// `new`, also for a replay after a lost reply (the row then already holds `new`). Two claimants
-/// from one token cannot both win: each names its own `new`, and only the first finds `old`.
+/// it still holds `old`. Answers the row as the claim's own transaction leaves it (its durable
+/// text and holder): the claim won when the holder is `new`, also for a replay after a lost reply
+/// (the row then already holds `new`), and that text is the one to rebuild from, since no write
+/// fenced by an older token can land after it. Two claimants from one token cannot both win:
+/// each names its own `new`, and only the first finds `old`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimHost {
     pub old: String,
@@ -151,7 +153,7 @@ pub struct RowSummary {
 }
 
 /// Read the row as a revival decides on it: its durable text and status, and the host column
-/// where one is mapped.
+/// where one is mapped, in one statement (one snapshot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadLeaseRow;
 
@@ -183,8 +185,8 @@ impl Operation for ReadState {
     type Reply = RowState;
 }
 impl Operation for ClaimHost {
-    /// The token the host column holds after the claim.
-    type Reply = Option<String>;
+    /// The row after the claim.
+    type Reply = LeaseRow;
 }
 impl Operation for SealWrite {
     type Reply = SealResult;
@@ -337,7 +339,7 @@ requests! {
     ReadState => ReadState, State;
     SealWrite => Seal, Seal;
     ReadLeaseRow => ReadLeaseRow, LeaseRow;
-    ClaimHost => ClaimHost, Host;
+    ClaimHost => ClaimHost, LeaseRow;
 }
 
 impl StoreRequest {

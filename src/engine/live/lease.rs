@@ -75,6 +75,16 @@ pub enum HostColumn {
     Holds(Option<String>),
 }
 
+impl LeaseRow {
+    /// The token the host column holds, if one is mapped and set.
+    pub fn host_holder(&self) -> Option<String> {
+        match &self.host {
+            HostColumn::Holds(holder) => holder.clone(),
+            HostColumn::Unmapped => None,
+        }
+    }
+}
+
 /// Why the lease goes on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Renewal {
