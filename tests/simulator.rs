@@ -892,11 +892,13 @@ impl Sim {
         }
         self.install(stream);
         self.commit_late(late);
+        // A Stop recorded on the row before the reset: the rebuilt stream seals `cancelled`.
+        let stopped = self.row_cancelled();
         let epoch = self.epoch;
-        if self.stream.admit(Some(epoch)) != Err(Fenced::ResumeRequired { seq: d, durable_seq: d }) {
+        if !stopped && self.stream.admit(Some(epoch)) != Err(Fenced::ResumeRequired { seq: d, durable_seq: d }) {
             self.fail(format!("a write of the current epoch before the resume: {:?}", self.stream.admit(Some(epoch))));
         }
-        for old in self.replaced.clone() {
+        for old in self.replaced.clone().into_iter().filter(|_| !stopped) {
             if self.stream.admit(Some(old)) != Err(Fenced::Superseded { current: epoch }) {
                 self.fail(format!("a replaced producer (epoch {old}) was not fenced after the reset: {:?}", self.stream.admit(Some(old))));
             }
@@ -920,6 +922,9 @@ impl Sim {
             self.ui_readers[i].id = self.stream.subscribe_as(Dialect::Ui, from);
         }
         self.drain();
+        if stopped {
+            return self.abandon(EndStatus::Cancelled);
+        }
         match self.rng.below(10) {
             0 => {
                 self.stream.cancel();
@@ -1164,13 +1169,15 @@ impl Sim {
         }
         self.lease_alarm();
         let (status, after) = (self.db.status(STREAM), self.db.durable_text(STREAM));
-        if was_streaming && (status != "interrupted" || after != before) {
+        // A Stop recorded on the row is never lost: the rebuild reads it.
+        let expected = if self.row_cancelled() { "cancelled" } else { "interrupted" };
+        if was_streaming && (status != expected || after != before) {
             self.fail(format!("after the object died the row is {status} with {after:?} (durable was {before:?})"));
         }
         if status == "streaming" {
             self.fail("the object died and its row stayed streaming".into());
         }
-        self.interrupted |= was_streaming;
+        self.interrupted |= was_streaming && expected == "interrupted";
         self.check_forgotten();
         if was_streaming {
             // A regeneration is a new message id: the sealed row is not reopened.
@@ -1236,6 +1243,11 @@ impl Sim {
             self.advance(self.cfg.lease_ms.0);
         }
         self.fail("the lease did not settle the row in 200 alarms".into())
+    }
+
+    /// A Stop is recorded on the row (its cancel column).
+    fn row_cancelled(&self) -> bool {
+        self.db.message_column(STREAM, "cancel").is_truthy()
     }
 
     /// A refused open: the alarm that follows leaves no row `streaming`.

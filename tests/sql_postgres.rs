@@ -444,6 +444,25 @@ fn a_revivals_late_claim_landing_between_the_next_ones_read_and_claim_is_recogni
     assert_eq!(db.message_column(ID, "host"), ColumnValue::Text("fresh-2".into()));
 }
 
+/// A Stop on the row before a reset, on Postgres (a boolean cancel column): the rebuild reads it
+/// and seals the stream `cancelled`, and a resume learns it (see the SQLite test in
+/// survival_rules.rs).
+#[test]
+fn a_stop_on_the_row_seals_the_rebuilt_stream_cancelled() {
+    let db = db!("stop_before_reset");
+    db.batch(&[db.sql.mark_streaming(ID, "host-A", Format::Text)]).unwrap();
+    db.checkpoint_row(ID, "abc");
+    db.batch(&[db.sql.request_cancel(ID).unwrap()]).unwrap();
+    let tables = support::tables(&db);
+    let mut storage = support::armed(ID, Some("host-A"));
+    let end = support::run_revival(&tables, &StreamConfig::default(), &mut storage, "fresh-1", Timestamp(0), &mut std::iter::empty());
+    let Some(RevivalEnd::Revived(mut stream)) = end else { panic!("rebuilt: {end:?}") };
+    support::drive_until_ended(&mut stream, &tables, Timestamp(0));
+    assert_eq!((db.status(ID), db.durable_text(ID)), ("cancelled".into(), "abc".into()));
+    let refused = stream.resume(Some(1), None, Timestamp(0)).unwrap_err();
+    assert!(matches!(refused, rindle_streams::engine::live::ResumeRefused::Closed { status: EndStatus::Cancelled, .. }), "{refused:?}");
+}
+
 #[test]
 fn another_hosts_row_is_not_rebuilt() {
     let db = db!("not_ours");

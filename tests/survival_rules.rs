@@ -55,7 +55,16 @@ fn rehydrated(durable: &str, cfg: StreamConfig, epoch: u64) -> Driver {
 /// the resume window from now), the token the row is held by.
 fn from_row(read: DurableText, epoch: u64, window: Option<Window>, host_token: Option<&str>) -> Rehydration {
     let window = Window::of(&cfg(), window, None, Timestamp(0));
-    Rehydration { durable: read, epoch, granted_to: None, meta: None, window, host_token: host_token.map(str::to_owned), last_write: None }
+    Rehydration {
+        durable: read,
+        epoch,
+        granted_to: None,
+        meta: None,
+        window,
+        host_token: host_token.map(str::to_owned),
+        last_write: None,
+        cancelled: false,
+    }
 }
 
 /// A resume by a producer that sends no epoch (one that never had one).
@@ -245,6 +254,28 @@ fn a_cancel_in_the_gap_seals_cancelled_and_the_resuming_producer_learns_it() {
     assert_eq!(resume(&mut d), Err(ResumeRefused::Closed { status: EndStatus::Cancelled, seq: Offset(3), durable_seq: Offset(3) }));
 }
 
+/// A Stop accepted just before a reset (the reader's cancel answered 200, the row's flag set)
+/// reaches the producer when it comes back: the rebuild reads the flag and seals the stream
+/// `cancelled`, so its resume is refused `closed`/`cancelled`. Before, the durable read did not
+/// read the cancel column and the rebuilt stream started uncancelled: the producer's resume with
+/// its epoch was granted (`{seq: 3, epoch: 2}`), its next append answered `cancelled: false`, and
+/// its close sealed the row `complete` with `abcdef`.
+#[test]
+fn a_stop_accepted_before_a_reset_seals_the_rebuilt_stream_cancelled() {
+    let mut d = Driver::open(cfg());
+    d.push("abc");
+    let _ = d.flush();
+    d.answer_all();
+    d.stream.cancel(); // the reader's POST cancel: the live stream, then the row's flag
+    d.drain();
+    d.db.batch(&[d.db.sql.request_cancel(STREAM).unwrap()]).unwrap();
+    assert_eq!(d.alarm_after_reset(&cfg()), Err(rindle_streams::engine::live::lease::Renewal::Alive), "rebuilt");
+    d.answer_all();
+    let refused = d.stream.resume(Some(1), None, d.now);
+    assert_eq!(refused, Err(ResumeRefused::Closed { status: EndStatus::Cancelled, seq: Offset(3), durable_seq: Offset(3) }));
+    assert_eq!((d.db.status(STREAM), d.db.durable_text(STREAM)), ("cancelled".into(), "abc".into()));
+}
+
 #[test]
 fn a_watch_held_in_the_gap_answers_the_cancel_that_seals_it() {
     // A producer's watch reaches the rebuilt stream before the producer's resume does: it is
@@ -395,8 +426,7 @@ fn a_late_commit_after_the_rebuild_is_adopted_by_every_seal_of_the_rebuilt_strea
         let cfg = StreamConfig { idle_timeout_ms: Millis(if idle { 2 * WINDOW } else { 0 }), ..cfg() };
         let last_write = Some(Timestamp(0));
         let window = Window::of(&cfg, None, last_write, Timestamp(0));
-        let from =
-            Rehydration { durable: read, epoch: 1, granted_to: None, meta: None, window, host_token: Some(TOKEN.into()), last_write };
+        let from = Rehydration { window, last_write, ..from_row(read, 1, None, Some(TOKEN)) };
         let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg, from, Timestamp(0)), db);
         let r = d.subscribe(Offset(0));
         let status = match ending {
@@ -549,7 +579,7 @@ fn a_rebuilt_stream_waits_its_whole_window_even_when_the_idle_timeout_ends_soone
     let now = Timestamp(1_000_000);
     let last_write = Some(now - Millis(290_000)); // 10 s of the idle timeout left, 30 s of window
     let window = Window::of(&cfg, None, last_write, now);
-    let from = Rehydration { durable: read, epoch: 1, granted_to: None, meta: None, window, host_token: None, last_write };
+    let from = Rehydration { window, last_write, ..from_row(read, 1, None, None) };
     let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg, from, now), db);
     d.now = now;
     d.advance(WINDOW - 1);

@@ -15,11 +15,8 @@ use rindle_streams::engine::host::object_storage::kept_at_release;
 pub use rindle_streams::engine::host::object_storage::StoredStream;
 use rindle_streams::engine::host::store::{run_on_sink, OpKind, RowGuard, StoreAnswer, StoreError, StoreFuture, StoreRequest};
 use rindle_streams::engine::host::time::Timestamp;
-use rindle_streams::engine::live::lease::{
-    AlarmOutput, Holding, HostColumn, LeaseAlarm, LeaseRow, Release, Renewal, Revived, StorageError,
-};
+use rindle_streams::engine::live::lease::{AlarmOutput, Holding, LeaseAlarm, Release, Renewal, Revived, StorageError};
 use rindle_streams::engine::live::{LiveStream, Revival, RevivalEnd, RevivalOutput};
-use rindle_streams::engine::text::reading::DurableText;
 use rindle_streams::engine::wire::frame::EndStatus;
 use rindle_streams::engine::wire::ui::Format;
 use rusqlite::{params_from_iter, Connection};
@@ -112,22 +109,6 @@ pub trait Store {
             ColumnValue::Text(s) => s,
             other => format!("{other:?}"),
         }
-    }
-
-    /// The row as the lease alarm reads it (what `read_durable` and the host read give the
-    /// Worker): `host_mapped` says whether the mapping has a host column.
-    fn lease_row(&self, id: &str, host_mapped: bool) -> LeaseRow {
-        let exists = !self.query(&self.sql().read_row(id)).is_empty();
-        let durable = exists.then(|| {
-            let text = self.durable_text(id);
-            DurableText { seq: rindle_streams::engine::text::utf16::len(&text), text, status: self.status(id), error: None, format: None }
-        });
-        let host = match (host_mapped, self.message_column(id, "host")) {
-            (false, _) => HostColumn::Unmapped,
-            (true, ColumnValue::Text(h)) => HostColumn::Holds(Some(h)),
-            (true, _) => HostColumn::Holds(None),
-        };
-        LeaseRow { durable, host }
     }
 
     /// The fence of a write as the row's holder makes it, the row marked `streaming` first if it

@@ -541,7 +541,7 @@ impl MappedSql {
     }
 
     /// The durable text in ONE statement, so ONE snapshot: the row (`part` 0: body, length,
-    /// status, error, format, and the host column where one is mapped) and its chunk rows (`part`
+    /// status, error, format, and the host and cancel columns where mapped) and its chunk rows (`part`
     /// 1: text and end offset), as `UNION ALL`. Two queries could straddle a compaction and return
     /// the row before it with the chunks after it (a shorter text, which would let a rehydrated
     /// `durableSeq` fall). Each branch binds the id with its own placeholder: the key and the
@@ -551,15 +551,20 @@ impl MappedSql {
         let m = &self.map;
         let error = m.error.as_ref().map_or_else(|| "NULL".to_owned(), |col| col.to_string());
         let format = m.format.as_ref().map_or_else(|| "NULL".to_owned(), |col| col.to_string());
-        // Only where mapped: a row read without the column says there is no host to compare.
-        let (host, no_host) = match &m.host {
-            Some(col) => (format!(", {col} AS host"), ", NULL"),
-            None => (String::new(), ""),
-        };
+        // Each only where mapped: a row read without the host column has no host to compare,
+        // one without the cancel column no Stop recorded on it.
+        let mut optional = String::new();
+        let mut nulls = String::new();
+        for (col, alias) in [(&m.host, "host"), (&m.cancel, "cancel")] {
+            if let Some(col) = col {
+                optional.push_str(&format!(", {col} AS {alias}"));
+                nulls.push_str(", NULL");
+            }
+        }
         Statement {
             sql: format!(
-                "SELECT 0 AS part, {} AS text, {} AS seq, {} AS status, {error} AS error, {format} AS format{host} FROM {} WHERE {} = {} \
-                 UNION ALL SELECT 1, {}, {}, NULL, NULL, NULL{no_host} FROM {} WHERE {} = {}",
+                "SELECT 0 AS part, {} AS text, {} AS seq, {} AS status, {error} AS error, {format} AS format{optional} FROM {} WHERE {} = {} \
+                 UNION ALL SELECT 1, {}, {}, NULL, NULL, NULL{nulls} FROM {} WHERE {} = {}",
                 m.body,
                 m.seq,
                 m.status,

@@ -226,13 +226,15 @@ pub fn durable_of_rows(rows: &[Row]) -> Option<DurableText> {
 }
 
 /// The row as a revival reads it, from the rows of [`MappedSql::read_durable`]: the durable text,
-/// and the holder where the statement read a host column (a row read without one has no host to
-/// compare).
+/// the holder where the statement read a host column (a row read without one has no host to
+/// compare), and the cancel flag where it read one.
 pub fn lease_row_of_rows(rows: &[Row]) -> LeaseRow {
     let is_row = |r: &&Row| r.get("part").and_then(ColumnValue::as_offset) == Some(crate::engine::text::utf16::Offset::ZERO);
-    let host = match rows.iter().find(is_row).and_then(|row| row.get("host")) {
+    let row = rows.iter().find(is_row);
+    let host = match row.and_then(|row| row.get("host")) {
         Some(holder) => HostColumn::Holds(text(Some(holder))),
         None => HostColumn::Unmapped,
     };
-    LeaseRow { durable: durable_of_rows(rows), host }
+    let cancel = row.and_then(|row| row.get("cancel")).is_some_and(ColumnValue::is_truthy);
+    LeaseRow { durable: durable_of_rows(rows), host, cancel }
 }

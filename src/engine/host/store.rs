@@ -404,9 +404,10 @@ pub async fn run_on_sink(sink: &dyn CheckpointSink, stream_id: &str, request: St
             let reply = sink.seal(stream_id, r.op()).await.map(|()| SealResult::Applied);
             r.answer(reply)
         }
-        // A sink has no host column: the row is the durable text.
+        // A sink has no host column (and reports a cancel at its next checkpoint): the row is the
+        // durable text.
         StoreRequest::ReadLeaseRow(r) => {
-            let reply = sink.read_durable(stream_id).await.map(|durable| LeaseRow { durable, host: HostColumn::Unmapped });
+            let reply = sink.read_durable(stream_id).await.map(|durable| LeaseRow { durable, host: HostColumn::Unmapped, cancel: false });
             r.answer(reply)
         }
         // A stream with a sink never asks these (its open is the mark; its checkpoint's answer

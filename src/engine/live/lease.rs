@@ -64,6 +64,9 @@ pub struct LeaseRow {
     /// The durable text and status; `None`: there is no row.
     pub durable: Option<DurableText>,
     pub host: HostColumn,
+    /// A Stop is recorded on the row (its cancel column, where mapped): a stream rebuilt from it
+    /// seals `cancelled`.
+    pub cancel: bool,
 }
 
 /// The row's host column.

@@ -10,7 +10,8 @@
 //!       a write of the current one ───▶ ResumeRequired {seq, durableSeq}
 //!       resume ───────────────────────▶ epoch + 1, seq = D (a line end for `ui`); writes flow
 //!       the window passes ────────────▶ sealed `interrupted` (cause: the reset, or an idle producer)
-//!       a cancel ─────────────────────▶ sealed `cancelled`; a late resume learns it (Closed)
+//!       a cancel (or one the row ──────▶ sealed `cancelled`; a late resume learns it (Closed)
+//!         recorded before the reset)
 //!   resume on a live stream ───────▶ epoch + 1, its own seq; the replaced connection's
 //!                                     writes get Superseded, never interleaved
 //!   a pump ────────────────────────▶ holds an epoch of its own: producers' writes and resumes
@@ -132,6 +133,9 @@ pub struct Rehydration {
     pub host_token: Option<String>,
     /// The producer's last write the object stored (the idle timeout counts from it).
     pub last_write: Option<Timestamp>,
+    /// A Stop was recorded on the row before the reset: the stream seals `cancelled` at once,
+    /// and its producer's resume learns it (409 `closed`, `cancelled`).
+    pub cancelled: bool,
 }
 
 /// A write the fence refuses.
@@ -196,6 +200,9 @@ impl LiveStream {
             window: Some(from.window),
         };
         stream.renew_lease(now);
+        if from.cancelled {
+            stream.cancel(); // in the gap: sealed through the one sealer
+        }
         stream
     }
 

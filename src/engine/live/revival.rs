@@ -268,6 +268,7 @@ impl Revival {
             window,
             host_token: self.host_token.clone(),
             last_write: self.keys.last_write,
+            cancelled: row.cancel,
         };
         let stream = LiveStream::rehydrate(&stream_id, cfg, from, now);
         self.finish(RevivalEnd::Revived(Box::new(stream)));
