@@ -9,8 +9,8 @@ use rindle_streams::engine::durable::Tables;
 use rindle_streams::engine::host::config::StreamConfig;
 use rindle_streams::engine::host::hook::{SealCause, StreamNotice};
 use rindle_streams::engine::host::time::{Millis, Timestamp};
-use rindle_streams::engine::live::lease::{mark_window, Holding, Release, Renewal};
-use rindle_streams::engine::live::{LiveStream, RevivalEnd, Window};
+use rindle_streams::engine::live::lease::{mark_window, Holding, Release, Renewal, Revived};
+use rindle_streams::engine::live::{Caller, LiveStream, RevivalEnd, Revivals, Turn, Window};
 use rindle_streams::engine::text::utf16::Offset;
 use rindle_streams::engine::wire::frame::EndStatus;
 use rindle_streams::engine::wire::ui::Format;
@@ -280,6 +280,56 @@ fn a_stream_evicted_while_its_producer_is_idle_waits_for_the_rest_of_the_idle_ti
     let notices: Vec<_> = d.events.iter().flat_map(|e| StreamNotice::of("m1", e)).collect();
     assert!(notices.iter().any(|n| matches!(n, StreamNotice::Interrupted { cause: SealCause::IdleProducer, .. })), "{notices:?}");
     assert_eq!(d.db.message_column("m1", "error").as_text(), Some("the producer sent nothing for 300 s"));
+}
+
+/// A reader comes before the open (a supported flow): its revival finds nothing armed. The
+/// producer's open then arms the lease and its mark commits, but the reply is lost and the next
+/// attempts fail in a store blip: the open ends failed and the stream retires, the row
+/// `streaming` under the open's token. The lease alarm that follows must rebuild the row, never
+/// take the reader's earlier "nothing to rebuild" for its own. Before, the shell remembered that
+/// answer for the instance's life and the alarm got it: it released (keys and alarm deleted),
+/// and nothing would ever seal the row.
+#[test]
+fn a_remembered_nothing_never_makes_the_alarm_release_a_row_an_open_marked_later() {
+    let mut revivals = Revivals::default();
+    let (db, tables) = db();
+    let mut storage = StoredStream::default();
+    let Turn::Run(reader) = revivals.begin(Caller::Request, false) else { panic!("the reader runs the first revival") };
+    let end = run_revival(&tables, &cfg(), &mut storage, "fresh-0", ARMED, &mut std::iter::empty());
+    assert!(matches!(end, Some(RevivalEnd::Nothing(Release::NothingArmed))), "{end:?}");
+    revivals.finish(reader, end.as_ref().map(Revived::from).as_ref());
+    // The open: installed here, its lease armed, its mark committed with the reply lost, then a
+    // store blip until it gives up.
+    let mut d = Driver::opening(Rc::clone(&db), cfg(), TOKEN);
+    revivals.stream_installed();
+    d.answer(support::Fault::None); // the probe
+    d.arm_lease(Ok(()));
+    assert_eq!(d.answer(support::Fault::CommitThenLoseReply), rindle_streams::engine::host::store::OpKind::MarkStreaming);
+    while !d.retired {
+        d.advance(1_000);
+        if !d.pending.is_empty() {
+            d.answer(support::Fault::FailBeforeCommit);
+        }
+    }
+    assert_eq!(db.status(ID), "streaming");
+    let mut storage = d.storage.clone();
+    assert_eq!(storage.host_token.as_deref(), Some(TOKEN), "the lease stays armed: the mark may have landed");
+    // The alarm, in the same instance (it holds no stream: the open retired).
+    let run = support::run_alarm_on(
+        &mut revivals,
+        &tables,
+        &cfg(),
+        &mut storage,
+        false,
+        Holding::Nothing,
+        "fresh-1",
+        later(),
+        &mut std::iter::empty(),
+    )
+    .expect("no step dies");
+    let stream = rebuilt(run);
+    assert_eq!(db.message_column(ID, "host").as_text(), Some("fresh-1"), "the row is the rebuilt stream's, which its window seals");
+    assert!(stream.resume_by().is_some());
 }
 
 /// A late reply (after the shell answered the call as timed out) changes nothing.

@@ -16,7 +16,7 @@ pub use rindle_streams::engine::host::object_storage::StoredStream;
 use rindle_streams::engine::host::store::{run_on_sink, OpKind, RowGuard, StoreAnswer, StoreError, StoreFuture, StoreRequest};
 use rindle_streams::engine::host::time::Timestamp;
 use rindle_streams::engine::live::lease::{AlarmOutput, Holding, LeaseAlarm, Release, Renewal, Revived, StorageError};
-use rindle_streams::engine::live::{LiveStream, Revival, RevivalEnd, RevivalOutput};
+use rindle_streams::engine::live::{Caller, LiveStream, Revival, RevivalEnd, RevivalOutput, Revivals, Turn};
 use rindle_streams::engine::wire::frame::EndStatus;
 use rindle_streams::engine::wire::ui::Format;
 use rusqlite::{params_from_iter, Connection};
@@ -450,11 +450,29 @@ pub struct AlarmRun {
     pub revived: Option<LiveStream>,
 }
 
-/// Runs the core's lease alarm once at `now`, as the shell does (edge/lease.rs): `holding` is
-/// what the object holds; a revival it asks for runs as [`run_revival`] with `steps`. A release
-/// forgets the keys as the shell does. `None`: the instance died during the revival.
+/// Runs the core's lease alarm once at `now`, as the shell does (edge/lease.rs), in a fresh
+/// instance's [`Revivals`]: see [`run_alarm_on`].
 #[allow(dead_code, clippy::too_many_arguments)] // one per input the shell has at hand
 pub fn run_alarm(
+    tables: &Tables,
+    cfg: &StreamConfig,
+    storage: &mut StoredStream,
+    keys_fail: bool,
+    holding: Holding,
+    fresh_token: &str,
+    now: Timestamp,
+    steps: &mut dyn Iterator<Item = Step>,
+) -> Option<AlarmRun> {
+    run_alarm_on(&mut Revivals::default(), tables, cfg, storage, keys_fail, holding, fresh_token, now, steps)
+}
+
+/// Runs the core's lease alarm once at `now`, as the shell does (edge/lease.rs): `holding` is
+/// what the object holds; a revival it asks for is the instance's `revivals` turn, run as
+/// [`run_revival`] with `steps`. A release forgets the keys as the shell does. `None`: the
+/// instance died during the revival.
+#[allow(dead_code, clippy::too_many_arguments)] // one per input the shell has at hand
+pub fn run_alarm_on(
+    revivals: &mut Revivals,
     tables: &Tables,
     cfg: &StreamConfig,
     storage: &mut StoredStream,
@@ -472,13 +490,24 @@ pub fn run_alarm(
                 let keys = if keys_fail { Err(StorageError("injected: the storage failed".into())) } else { Ok(storage.clone()) };
                 alarm.handle_keys(keys, holding);
             }
-            AlarmOutput::Revive => {
-                let end = run_revival(tables, cfg, storage, fresh_token, now, steps)?;
-                alarm.handle_revival(Revived::from(&end));
-                if let RevivalEnd::Revived(stream) = end {
-                    revived = Some(*stream);
+            AlarmOutput::Revive => match revivals.begin(Caller::Alarm, holding != Holding::Nothing) {
+                Turn::Held => alarm.handle_revival(Revived::Rebuilt),
+                Turn::Settled(release) => alarm.handle_revival(Revived::Nothing(release)),
+                Turn::Wait => panic!("no other caller runs a revival in a test's instance"),
+                Turn::Run(attempt) => {
+                    let Some(end) = run_revival(tables, cfg, storage, fresh_token, now, steps) else {
+                        revivals.finish(attempt, None);
+                        return None;
+                    };
+                    let outcome = Revived::from(&end);
+                    revivals.finish(attempt, Some(&outcome));
+                    alarm.handle_revival(outcome);
+                    if let RevivalEnd::Revived(stream) = end {
+                        revivals.stream_installed();
+                        revived = Some(*stream);
+                    }
                 }
-            }
+            },
             AlarmOutput::RetrySeal => retry_seal = true,
             AlarmOutput::Renew(why) => return Some(AlarmRun { ended: Err(why), retry_seal, revived }),
             AlarmOutput::Release(why) => {
