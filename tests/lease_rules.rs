@@ -263,6 +263,9 @@ fn the_window_is_the_larger_of_the_resume_window_and_what_remains_of_the_idle_ti
 fn a_stream_evicted_while_its_producer_is_idle_waits_for_the_rest_of_the_idle_timeout() {
     let cfg = StreamConfig { checkpoint_chars: Offset(1), ..StreamConfig::default() };
     let mut d = Driver::open(cfg.clone());
+    // The producer writes a minute after its open: a window counted from the lease's arming
+    // (`armedAt`, 0) would end a minute early.
+    d.advance(60_000);
     d.push("thinking…");
     d.answer_all();
     let last_write = d.now;
@@ -330,6 +333,46 @@ fn a_remembered_nothing_never_makes_the_alarm_release_a_row_an_open_marked_later
     let stream = rebuilt(run);
     assert_eq!(db.message_column(ID, "host").as_text(), Some("fresh-1"), "the row is the rebuilt stream's, which its window seals");
     assert!(stream.resume_by().is_some());
+}
+
+/// The window never ends before the producer's last write + `IDLE_TIMEOUT_MS`, however the
+/// reset falls: right after a pause that followed a long run of writes (no renewal has seen the
+/// producer quiet yet), and after a pause that followed an earlier pause the lease stored. Before,
+/// the lease stored the last write only once a renewal found the producer quiet and never
+/// forgot it, and a revival without one counted from `armedAt`: the first reset waited 30 s from
+/// the rebuild where the producer's idle timeout had 298 s left, the second counted from the first
+/// pause.
+#[test]
+fn the_window_never_ends_before_the_last_write_plus_the_idle_timeout() {
+    let cfg = StreamConfig { checkpoint_chars: Offset(1), ..StreamConfig::default() };
+    for earlier_pause in [false, true] {
+        let mut d = Driver::open(cfg.clone());
+        let write_for = |d: &mut Driver, secs: u64| {
+            for _ in 0..secs {
+                d.push("x");
+                d.answer_all();
+                d.advance(1_000);
+            }
+        };
+        write_for(&mut d, 100);
+        if earlier_pause {
+            d.advance(20_000); // a tool call: the lease stores the last write
+            assert!(d.storage.last_write.is_some());
+        }
+        write_for(&mut d, 300);
+        let last_write = d.now - Millis(1_000);
+        d.advance(1_000); // the reset falls 2 s into the next pause
+        assert_eq!(d.alarm_after_reset(&cfg), Err(Renewal::Alive));
+        // What it costs: one put when a renewal first finds the producer quiet, one delete at
+        // its first write after; none while it writes (the last pause is 2 s old: not seen yet).
+        let pauses = u32::from(earlier_pause);
+        assert_eq!((d.last_write_puts, d.last_write_deletes), (pauses, pauses), "earlier pause {earlier_pause}");
+        let until = d.stream.resume_by().expect("a window");
+        assert!(
+            until >= last_write + cfg.idle_timeout_ms,
+            "earlier pause {earlier_pause}: the window ends at {until:?}, the producer wrote last at {last_write:?}"
+        );
+    }
 }
 
 /// A late reply (after the shell answered the call as timed out) changes nothing.

@@ -422,6 +422,7 @@ impl Sim {
                     self.storage = StoredStream::default();
                 }
                 Output::RenewLease { last_write: Some(at) } => self.storage.apply(&KeyUpdate::last_write(at)),
+                Output::ForgetLastWrite => self.storage.apply(&KeyUpdate::forget_last_write()),
                 Output::Event(StreamEvent::SealRepaired { .. }) => self.repaired = true,
                 Output::Wake(_) | Output::Event(_) | Output::DisarmLease { .. } | Output::RenewLease { .. } => {}
             }

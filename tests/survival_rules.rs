@@ -19,8 +19,11 @@ use support::{SqliteDb, Store};
 
 const WINDOW: u64 = 30_000;
 
+/// No idle timeout unless a test sets one: a rebuilt stream's window here is the resume
+/// window (with one, a producer whose last write is unknown gets what remains of it from the
+/// rebuild).
 fn cfg() -> StreamConfig {
-    StreamConfig { checkpoint_chars: Offset(8), ..StreamConfig::default() }
+    StreamConfig { checkpoint_chars: Offset(8), idle_timeout_ms: Millis::ZERO, ..StreamConfig::default() }
 }
 
 fn ui_cfg() -> StreamConfig {

@@ -43,6 +43,9 @@ pub struct Driver {
     pub disarmed: Vec<String>,
     /// How many times the stream renewed its lease.
     pub renewals: u32,
+    /// How many times the stream stored the producer's last write, and deleted it.
+    pub last_write_puts: u32,
+    pub last_write_deletes: u32,
 }
 
 impl Driver {
@@ -79,6 +82,8 @@ impl Driver {
             storage: StoredStream::default(),
             disarmed: Vec::new(),
             renewals: 0,
+            last_write_puts: 0,
+            last_write_deletes: 0,
         };
         d.drain();
         d
@@ -108,8 +113,13 @@ impl Driver {
                 Output::RenewLease { last_write } => {
                     self.renewals += 1;
                     if let Some(at) = last_write {
+                        self.last_write_puts += 1;
                         self.storage.apply(&KeyUpdate::last_write(at));
                     }
+                }
+                Output::ForgetLastWrite => {
+                    self.last_write_deletes += 1;
+                    self.storage.apply(&KeyUpdate::forget_last_write());
                 }
             }
         }

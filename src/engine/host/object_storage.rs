@@ -14,7 +14,7 @@
 //! | `epoch`      | a resume or a pump (before it answers)    | a revival (the fence survives resets)   |
 //! | `producer`   | a resume with an `x-rindle-producer` id   | a revival (a retried resume gets its grant) |
 //! | `window`     | a revival (when the resume window ends)   | a later revival (no restart); a resume deletes it |
-//! | `lastWrite`  | lease renewals, when it changed           | a revival (the idle timeout counts from it) |
+//! | `lastWrite`  | a renewal that finds the producer quiet; deleted at its next write | a revival (the idle timeout counts from it; from the revival's time without one) |
 //! | `chat`       | lease armed (an open naming a chat)       | a seal's notice to the chat's feed after a reset (SPEC §11) |
 //!
 //! When the lease is released (the stream sealed, or the lease guards nothing) the object
@@ -144,6 +144,11 @@ impl KeyUpdate {
     /// The producer's last write, kept with the lease.
     pub fn last_write(at: Timestamp) -> Self {
         Self::default().put(LAST_WRITE, json!(at.0 as f64))
+    }
+
+    /// The producer wrote again: its stored last write is no longer the last.
+    pub fn forget_last_write() -> Self {
+        Self::default().put_or_delete(LAST_WRITE, None)
     }
 }
 

@@ -21,7 +21,9 @@
 //! **The window measures the producer's absence, not the instance's**: a rebuilt stream waits
 //! the larger of `RESUME_WINDOW_MS` and what remains of `IDLE_TIMEOUT_MS` since the producer's
 //! last write (an object evicted while its producer waits on a long tool call is not a lost
-//! producer). The first rebuild's window is stored, so a second reset does not restart it.
+//! producer), never less: the last write is the one the lease stored when the producer went
+//! quiet (forgotten at its next write), or, with none stored, the rebuild's own time. The first
+//! rebuild's window is stored, so a second reset does not restart it.
 //!
 //! A reader joining a rebuilt stream past its `seq` is parked (`live/joins.rs`).
 
@@ -61,7 +63,10 @@ pub struct Window {
 impl Window {
     /// The window a stream rebuilt at `now` waits (see the module docs): the one an earlier
     /// rebuild stored, else the larger of `RESUME_WINDOW_MS` from now and what remains of
-    /// `IDLE_TIMEOUT_MS` since the producer's last write. No resume window configured: none.
+    /// `IDLE_TIMEOUT_MS` since the producer's last write. `last_write` is the one the lease
+    /// stored; without one the producer may have been writing until the instance was lost, and
+    /// `now` bounds that from above, so the window never ends before the true last write +
+    /// `IDLE_TIMEOUT_MS`. No resume window configured: none.
     pub fn of(cfg: &StreamConfig, stored: Option<Window>, last_write: Option<Timestamp>, now: Timestamp) -> Window {
         if let Some(stored) = stored {
             return stored;
@@ -70,7 +75,8 @@ impl Window {
             return Window { until: now, cause: SealCause::LeaseExpired };
         }
         let reset = now + cfg.resume_window_ms;
-        match last_write.filter(|_| cfg.idle_timeout_ms > Millis::ZERO).map(|at| at + cfg.idle_timeout_ms) {
+        let last_write = last_write.unwrap_or(now).min(now);
+        match Some(last_write).filter(|_| cfg.idle_timeout_ms > Millis::ZERO).map(|at| at + cfg.idle_timeout_ms) {
             Some(idle) if idle > reset => Window { until: idle, cause: SealCause::IdleProducer },
             _ => Window { until: reset, cause: SealCause::ResumeWindowExpired },
         }
@@ -322,7 +328,7 @@ impl LiveStream {
             let _ = assembler.take_partial();
         }
         self.survival.window = None;
-        self.last_activity = now;
+        self.producer_active(now);
         self.clock = self.clock.max(now);
         ResumeGrant { seq: self.seq(), durable_seq: self.durable_seq, format: self.format(), epoch: self.survival.epoch }
     }

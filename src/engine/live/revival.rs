@@ -248,7 +248,7 @@ impl Revival {
 
     /// Stores the claim's token and the window, before the stream exists.
     fn store_outcome(&mut self, now: Timestamp) {
-        let window = Window::of(&self.cfg, self.keys.window, self.keys.last_write.or(self.keys.armed_at), now);
+        let window = Window::of(&self.cfg, self.keys.window, self.keys.last_write, now);
         self.window = Some(window);
         let claimed = self.host_token.as_deref().filter(|t| *t == self.fresh_token);
         self.out.push(RevivalOutput::WriteKeys(KeyUpdate::revived(claimed, window)));

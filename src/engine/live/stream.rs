@@ -90,6 +90,11 @@ pub enum Output {
     /// renewal interval (a tool call, say) has its last write kept, so a revival's window counts
     /// from it. A producer writing on is not stored at every renewal (a row write each).
     RenewLease { last_write: Option<Timestamp> },
+    /// Delete the producer's last write from the object's storage: the producer wrote again
+    /// after it was stored, so it is no longer the last (a revival without one counts the idle
+    /// timeout from its own time, an upper bound of any write the lost instance took). One
+    /// delete per pause, at the first write after it.
+    ForgetLastWrite,
     /// Undo the [`Output::ArmLease`] with `host_token`: that open was refused without marking
     /// the row, so its lease guards nothing, and its alarm must not seal a row another producer
     /// holds. The object restores what its lease held before that arming (an earlier stream's
@@ -297,7 +302,10 @@ pub(crate) enum Phase {
     Retired,
 }
 
-/// The producer's last write, as the lease's renewals keep it in the object's storage.
+/// The producer's last write, as the lease keeps it in the object's storage: stored once the
+/// producer was quiet for a renewal interval, forgotten at its first write after. What is stored
+/// is therefore always the true last write, up to the latency of one storage write; while none
+/// is stored the producer may be writing (see [`Output::ForgetLastWrite`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct LastWrite {
     /// What the previous renewal saw.
@@ -316,6 +324,11 @@ impl LastWrite {
             self.stored = Some(last_write);
             last_write
         })
+    }
+
+    /// The producer wrote: whether a stored last write must be forgotten.
+    fn wrote(&mut self) -> bool {
+        self.stored.take().is_some()
     }
 }
 
@@ -547,9 +560,18 @@ impl LiveStream {
             Phase::Opening(_) | Phase::Retired => return Err(PushError::NotOpen),
             Phase::Sealing(_) | Phase::Ended(_) => return Err(PushError::Closed),
         }
-        self.last_activity = now;
+        self.producer_active(now);
         self.clock = self.clock.max(now);
         Ok(())
+    }
+
+    /// The producer wrote, flushed or resumed at `now`: the idle timeout counts from here, and a
+    /// last write the lease stored is no longer the last.
+    pub(super) fn producer_active(&mut self, now: Timestamp) {
+        self.last_activity = now;
+        if self.lease_writes.wrote() {
+            self.out.push(Output::ForgetLastWrite);
+        }
     }
 
     pub(super) fn append(&mut self, text: &str, now: Timestamp) {
@@ -583,7 +605,7 @@ impl LiveStream {
         let ticket = self.out.ticket();
         let at = self.seq();
         if matches!(self.phase, Phase::Live) {
-            self.last_activity = now;
+            self.producer_active(now);
         }
         let settled = match &self.phase {
             Phase::Opening(_) | Phase::Retired => Some(Err(FlushError::NotOpen)),
