@@ -358,7 +358,7 @@ pub enum Step {
     DieAfterApply,
 }
 
-/// Drives one [`Revival`] as the shell does (edge/revive.rs), on `tables` and an object storage
+/// Drives one [`Revival`] as the shell does (edge/stream/revive.rs), on `tables` and an object storage
 /// `storage`, each call meeting the next of `steps` (then [`Step::Ok`]). `None`: the instance
 /// died mid-way (what it applied stays applied).
 #[allow(dead_code)]
@@ -450,8 +450,8 @@ pub struct AlarmRun {
     pub revived: Option<LiveStream>,
 }
 
-/// Runs the core's lease alarm once at `now`, as the shell does (edge/lease.rs), in a fresh
-/// instance's [`Revivals`]: see [`run_alarm_on`].
+/// Runs the core's lease alarm once at `now`, as the shell does (edge/stream/lease.rs), in a
+/// fresh instance's [`Revivals`]: see [`run_alarm_on`].
 #[allow(dead_code, clippy::too_many_arguments)] // one per input the shell has at hand
 pub fn run_alarm(
     tables: &Tables,
@@ -466,8 +466,8 @@ pub fn run_alarm(
     run_alarm_on(&mut Revivals::default(), tables, cfg, storage, keys_fail, holding, fresh_token, now, steps)
 }
 
-/// Runs the core's lease alarm once at `now`, as the shell does (edge/lease.rs): `holding` is
-/// what the object holds; a revival it asks for is the instance's `revivals` turn, run as
+/// Runs the core's lease alarm once at `now`, as the shell does (edge/stream/lease.rs): `holding`
+/// is what the object holds; a revival it asks for is the instance's `revivals` turn, run as
 /// [`run_revival`] with `steps`. A release forgets the keys as the shell does. `None`: the
 /// instance died during the revival.
 #[allow(dead_code, clippy::too_many_arguments)] // one per input the shell has at hand
