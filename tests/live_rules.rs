@@ -1359,7 +1359,7 @@ fn the_open_operation_carries_the_apps_meta_and_the_start_time() {
     let (stream, _) = rindle_streams::engine::live::LiveStream::open(
         STREAM,
         sink_cfg(),
-        Producer { host_token: TOKEN.into(), meta: Some(meta.clone()), chat: None },
+        Producer { host_token: TOKEN.into(), meta: Some(meta.clone()), chat: None, id: None },
         Timestamp(1_234),
     );
     let mut d = Driver::with_stream(stream, fresh_row());

@@ -345,8 +345,12 @@ impl Sim {
         let cfg = StreamConfig { format: if ui.is_some() { Format::Ui } else { Format::Text }, ..cfg };
         db.reset();
         db.insert_message(STREAM);
-        let (stream, _) =
-            LiveStream::open(STREAM, cfg.clone(), Producer { host_token: "sim-host".into(), meta: None, chat: None }, Timestamp(0));
+        let (stream, _) = LiveStream::open(
+            STREAM,
+            cfg.clone(),
+            Producer { host_token: "sim-host".into(), meta: None, chat: None, id: None },
+            Timestamp(0),
+        );
         let mut sim = Sim {
             rng,
             seed,
@@ -1182,7 +1186,7 @@ impl Sim {
         self.check_forgotten();
         if was_streaming {
             // A regeneration is a new message id: the sealed row is not reopened.
-            let request = Producer { host_token: "sim-host-2".into(), meta: None, chat: None };
+            let request = Producer { host_token: "sim-host-2".into(), meta: None, chat: None, id: None };
             let (mut again, _) = LiveStream::open(STREAM, self.cfg.clone(), request, self.now);
             while let Some(o) = again.poll_output() {
                 match o {

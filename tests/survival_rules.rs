@@ -8,7 +8,9 @@ use rindle_streams::engine::host::config::StreamConfig;
 use rindle_streams::engine::host::hook::{SealCause, StreamNotice};
 use rindle_streams::engine::host::store::RowGuard;
 use rindle_streams::engine::host::time::{Millis, Timestamp};
-use rindle_streams::engine::live::{Fenced, LiveStream, Rehydration, ResumeGrant, ResumeRefused, StreamEvent, StreamState, Window};
+use rindle_streams::engine::live::{
+    Fenced, LiveStream, Producer, Rehydration, ResumeGrant, ResumeRefused, StreamEvent, StreamState, Taker, Window,
+};
 use rindle_streams::engine::text::reading::DurableText;
 use rindle_streams::engine::text::utf16::{self, Offset};
 use rindle_streams::engine::wire::frame::{EndStatus, Frame};
@@ -70,9 +72,9 @@ fn from_row(read: DurableText, epoch: u64, window: Option<Window>, host_token: O
     }
 }
 
-/// A resume by a producer that sends no epoch (one that never had one).
+/// A resume by the producer that holds the stream (it sends the stream's current epoch).
 fn resume(d: &mut Driver) -> Result<ResumeGrant, ResumeRefused> {
-    let r = d.stream.resume(None, None, d.now);
+    let r = d.stream.resume(Some(d.stream.epoch()), None, d.now);
     d.drain();
     r
 }
@@ -548,6 +550,65 @@ fn a_resume_retried_by_the_same_producer_after_a_lost_answer_gets_the_same_grant
     assert_eq!((first.epoch, again.epoch), (3, 3));
     assert_eq!(d.stream.resume(Some(2), Some("producer-a"), d.now), Err(ResumeRefused::Fenced(Fenced::Superseded { current: 3 })));
     assert_eq!(d.stream.resume(Some(2), None, d.now), Err(ResumeRefused::Fenced(Fenced::Superseded { current: 3 })));
+}
+
+/// A resume without an epoch comes from a producer that never learned one (its open's answer
+/// was lost). A retried invocation P2 opens during a reset while P1 still runs: P2's open fails,
+/// and its epoch-less resume must not take the stream P1 wrote. Before, it was granted (epoch 2,
+/// at `seq` 3), P1 was fenced, and the row became P1's first characters followed by P2's whole
+/// answer, sealed `complete`.
+#[test]
+fn a_resume_without_an_epoch_never_takes_a_stream_past_what_its_caller_wrote() {
+    let mut d = rehydrated("abc", cfg(), 1);
+    let refused = d.stream.resume(None, Some("p2"), d.now);
+    assert_eq!(refused, Err(ResumeRefused::Fenced(Fenced::Superseded { current: 1 })), "a rebuilt stream is not P2's");
+    assert_eq!(d.stream.resume(None, None, d.now), refused, "nor anyone's without an id");
+    let grant = d.stream.resume(Some(1), Some("p1"), d.now).unwrap();
+    assert_eq!((grant.seq, grant.epoch), (Offset(3), 2), "P1 continues");
+
+    // The opener itself, after its open's answer was lost, names its id: the stream is its own,
+    // across a reset too (the id is stored with the lease). A stranger may take a stream only
+    // while nothing was written to it (it loses nothing), and only one this instance opened.
+    let db = SqliteDb::new();
+    db.insert_message(STREAM);
+    let opener = Producer { host_token: TOKEN.into(), meta: None, chat: None, id: Some("p1".into()) };
+    let (stream, _) = LiveStream::open(STREAM, cfg(), opener, Timestamp(0));
+    let mut d = Driver::with_stream(stream, db);
+    d.answer_all();
+    assert_eq!(d.storage.producer.as_deref(), Some("p1"), "stored with the lease");
+    d.push("abc");
+    let _ = d.flush();
+    d.answer_all();
+    let superseded = Err(ResumeRefused::Fenced(Fenced::Superseded { current: 1 }));
+    assert_eq!(d.stream.resume(None, Some("p2"), d.now), superseded);
+    assert_eq!(d.alarm_after_reset(&cfg()), Err(rindle_streams::engine::live::lease::Renewal::Alive));
+    assert_eq!(d.stream.resume(None, Some("p2"), d.now), superseded);
+    let grant = d.stream.resume(None, Some("p1"), d.now).unwrap();
+    assert_eq!((grant.seq, grant.epoch), (Offset(3), 2), "the opener's own stream");
+    let mut untouched = Driver::open(cfg());
+    assert_eq!(untouched.stream.resume(None, Some("p2"), untouched.now).map(|g| g.epoch), Ok(2), "nothing written: nothing lost");
+}
+
+/// A resume that finds no stream here (the revival found nothing to rebuild) is refused from the
+/// row: a sealed row is `closed` with its status (its producer learns a Stop or the end), anything
+/// else `not_open` (an open that never took opens again).
+#[test]
+fn a_resume_that_finds_no_stream_is_closed_for_a_sealed_row_and_not_open_otherwise() {
+    let row = |status: &str| DurableText { text: "abc".into(), seq: Offset(3), status: status.into(), error: None, format: None };
+    let closed = ResumeRefused::Closed { status: EndStatus::Cancelled, seq: Offset(3), durable_seq: Offset(3) };
+    assert_eq!(ResumeRefused::of_row(Some(&row("cancelled"))), closed);
+    for status in ["streaming", "pending"] {
+        assert_eq!(ResumeRefused::of_row(Some(&row(status))), ResumeRefused::NotOpen, "{status}");
+    }
+    assert_eq!(ResumeRefused::of_row(None), ResumeRefused::NotOpen, "no row");
+}
+
+/// A producer's resume stands only once its epoch is stored (else 503, and its retry gets the
+/// same grant); a pump's take-over goes on when the storage fails (logged).
+#[test]
+fn only_a_producers_resume_waits_for_its_epoch_to_be_stored() {
+    assert!(Taker::Producer.needs_stored_epoch());
+    assert!(!Taker::Pump.needs_stored_epoch());
 }
 
 /// The pump is a producer with an epoch of its own: while it runs, a producer's writes and

@@ -60,7 +60,8 @@ impl Driver {
 
     /// A stream whose open has been requested but not yet answered.
     pub fn opening(db: impl Into<Rc<SqliteDb>>, cfg: StreamConfig, token: &str) -> Self {
-        let (stream, _ticket) = LiveStream::open(STREAM, cfg, Producer { host_token: token.into(), meta: None, chat: None }, Timestamp(0));
+        let (stream, _ticket) =
+            LiveStream::open(STREAM, cfg, Producer { host_token: token.into(), meta: None, chat: None, id: None }, Timestamp(0));
         Self::with_stream(stream, db)
     }
 

@@ -225,7 +225,7 @@ impl StreamObject {
         let (stream, ticket) = LiveStream::open(
             &route.stream_id,
             cfg,
-            Producer { host_token: random_token(), meta, chat: chat.as_ref().map(|c| c.chat_id.clone()) },
+            Producer { host_token: random_token(), meta, chat: chat.as_ref().map(|c| c.chat_id.clone()), id: None },
             now(),
         );
         let Some(settled) = o.shell.install(stream, ticket) else {

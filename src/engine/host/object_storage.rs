@@ -229,6 +229,32 @@ impl StoredStream {
     }
 }
 
+/// An arming of the lease, and how to undo it: an open refused without having marked the row
+/// gives the object back what its lease held before (an earlier open's lease, whose mark may have
+/// landed, keeps guarding its row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arming {
+    host_token: Option<String>,
+    before: StoredStream,
+}
+
+impl Arming {
+    /// Arms `lease` over `before`, the keys read just before: the arming, and the update to
+    /// apply. A read that failed fails the arming (the open retries it, and answers 503 if it
+    /// keeps failing): an arming over keys nobody could read could not be undone, and undoing it
+    /// to nothing could drop the lease of an earlier open whose mark landed.
+    pub fn over(lease: &StoredStream, before: Result<StoredStream, String>) -> Result<(Self, KeyUpdate), String> {
+        let before = before.map_err(|e| format!("the keys could not be read before the arming: {e}"))?;
+        let update = KeyUpdate::arming(lease).over(&before);
+        Ok((Self { host_token: lease.host_token.clone(), before }, update))
+    }
+
+    /// Undoes this arming, if it is the one with `host_token`: the keys as they were before it.
+    pub fn undo(&self, host_token: &str) -> Option<KeyUpdate> {
+        (self.host_token.as_deref() == Some(host_token)).then(|| KeyUpdate::arming(&self.before))
+    }
+}
+
 /// What the object keeps when its lease is released: the `ui` format where no format column is
 /// mapped (a `/ui` reader must still learn it); otherwise nothing.
 pub fn kept_at_release(format: Option<Format>, format_column: bool) -> &'static [&'static str] {
@@ -241,6 +267,22 @@ pub fn kept_at_release(format: Option<Format>, format_column: bool) -> &'static 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An arming is undone to what the keys held before it, and only by its own token; an
+    /// arming over keys that could not be read does not happen.
+    #[test]
+    fn an_arming_is_undone_to_the_keys_before_it_and_never_armed_over_unknown_keys() {
+        let earlier = StoredStream { stream_id: Some("m1".into()), host_token: Some("open-1".into()), ..StoredStream::default() };
+        let lease = StoredStream { stream_id: Some("m1".into()), host_token: Some("open-2".into()), ..StoredStream::default() };
+        let (arming, update) = Arming::over(&lease, Ok(earlier.clone())).unwrap();
+        let mut keys = earlier.clone();
+        keys.apply(&update);
+        assert_eq!(keys, lease);
+        assert_eq!(arming.undo("open-3"), None, "another arming's token");
+        keys.apply(&arming.undo("open-2").expect("its own"));
+        assert_eq!(keys, earlier, "the earlier open's lease guards its row again");
+        assert!(Arming::over(&lease, Err("no answer in 15000 ms".into())).is_err());
+    }
 
     /// Each revival's token is added before its claim and kept, the newest [`MAX_CLAIMS`] of
     /// them; a won claim leaves its own token alone; a token stored as one string by an older

@@ -40,7 +40,7 @@ mod watch;
 
 pub use open::Producer;
 pub use readers::{Dialect, DropReason, Pull, ReaderId, SharedFrame, Wire, ALONE_BYTES};
-pub use resume::{idle_error, window_expired_error, Fenced, Holder, Rehydration, ResumeGrant, ResumeRefused, Window, FIRST_EPOCH};
+pub use resume::{idle_error, window_expired_error, Fenced, Holder, Rehydration, ResumeGrant, ResumeRefused, Taker, Window, FIRST_EPOCH};
 pub use revival::{Revival, RevivalEnd, RevivalFailure, RevivalOutput};
 pub use revivals::{Attempt, Caller, Revivals, Turn};
 pub use slot::StreamSlot;

@@ -36,6 +36,10 @@ pub struct Producer {
     /// The chat the open named (SPEC §11), stored with the lease: a seal made after a reset
     /// still tells that chat's feed.
     pub chat: Option<String>,
+    /// The producer's own id (`x-rindle-producer`), stored with the lease as the holder of the
+    /// first epoch: after a lost open answer it resumes without an epoch and gets its stream back
+    /// ([`LiveStream::resume`](super::LiveStream::resume)), where another producer does not.
+    pub id: Option<String>,
 }
 
 #[derive(Debug)]
@@ -231,6 +235,7 @@ impl Opener {
                     format: Some(cfg.format),
                     meta: producer.meta.clone(),
                     chat: producer.chat.clone(),
+                    producer: producer.id.clone(),
                     ..StoredStream::default()
                 };
                 out.push(Output::ArmLease { lease });

@@ -9,6 +9,7 @@
 //!       a write of an older epoch ────▶ Superseded (whatever the state: the fence survives resets)
 //!       a write of the current one ───▶ ResumeRequired {seq, durableSeq}
 //!       resume ───────────────────────▶ epoch + 1, seq = D (a line end for `ui`); writes flow
+//!       a resume without an epoch ────▶ Superseded, but for the producer id it is held for
 //!       the window passes ────────────▶ sealed `interrupted` (cause: the reset, or an idle producer)
 //!       a cancel (or one the row ──────▶ sealed `cancelled`; a late resume learns it (Closed)
 //!         recorded before the reset)
@@ -158,6 +159,28 @@ pub enum Fenced {
     PumpRunning,
 }
 
+/// Who takes the stream with a new epoch, for what it means when that epoch cannot be stored
+/// (the object's storage failed): see [`Taker::needs_stored_epoch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taker {
+    /// A producer's `POST /resume`.
+    Producer,
+    /// The object's pump: started by its producer (`POST /pump`), or re-attached after a reset.
+    Pump,
+}
+
+impl Taker {
+    /// Whether the take-over may be acted on only once its epoch is stored. A producer's resume
+    /// is answered 503 instead (it retries with its id and gets the same grant): a grant a reset
+    /// could lose would let the producer it replaced take the stream back and write beside it.
+    /// A pump goes on (the failure is logged): the producer it replaced is the one that started
+    /// it, or none, and after a reset a background pump's next instance re-attaches and takes a
+    /// new epoch again, fencing any producer.
+    pub fn needs_stored_epoch(self) -> bool {
+        self == Taker::Producer
+    }
+}
+
 /// What a resume answers: where the producer continues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResumeGrant {
@@ -178,6 +201,20 @@ pub enum ResumeRefused {
     /// The caller's epoch is older than the stream's: another producer resumed since.
     #[error(transparent)]
     Fenced(Fenced),
+}
+
+impl ResumeRefused {
+    /// Why a resume that finds no stream here is refused, from the row (read when the revival
+    /// found nothing to rebuild): a sealed row is [`ResumeRefused::Closed`] with its status (409
+    /// `closed`: a producer learns its Stop, or that its answer ended), anything else
+    /// [`ResumeRefused::NotOpen`] (404 `not_open`: nothing streams here; an open that never took
+    /// opens again).
+    pub fn of_row(row: Option<&DurableText>) -> Self {
+        match row.and_then(|row| EndStatus::parse(&row.status).map(|status| (status, row.seq))) {
+            Some((status, seq)) => ResumeRefused::Closed { status, seq, durable_seq: seq },
+            None => ResumeRefused::NotOpen,
+        }
+    }
 }
 
 impl LiveStream {
@@ -281,20 +318,29 @@ impl LiveStream {
 
     /// The producer (a new connection, or a new instance's first) takes over: a new epoch
     /// fences the connection it replaces, the window closes, and the answer says where to
-    /// continue. `epoch` is the caller's (`None`: it has none): an older one is refused, so a
-    /// replaced producer cannot take the stream back. `producer` is the caller's id: the same
-    /// producer retrying a resume whose answer it lost gets the same grant. A `ui` stream's
-    /// unfinished line is dropped (the producer re-sends it), so `seq` is at a line end.
+    /// continue. `epoch` is the caller's: an older one is refused, so a replaced producer cannot
+    /// take the stream back. `producer` is the caller's id: the same producer retrying a resume
+    /// whose answer it lost gets the same grant. A `ui` stream's unfinished line is dropped (the
+    /// producer re-sends it), so `seq` is at a line end.
+    ///
+    /// **Without an epoch** the caller never learned one: its open's answer was lost, so it wrote
+    /// nothing. It takes the stream only where that loses nothing: the stream is held for its id
+    /// (the opener's `x-rindle-producer`, or the last resume's), or nothing was written yet on a
+    /// stream this instance opened (a rebuilt stream may still meet a lost instance's write).
+    /// Anyone else is [`Fenced::Superseded`]: a retried invocation never takes a stream another
+    /// producer wrote, and never continues at a `seq` past what it wrote.
     pub fn resume(&mut self, epoch: Option<u64>, producer: Option<&str>, now: Timestamp) -> Result<ResumeGrant, ResumeRefused> {
         self.resumable()?;
         if self.survival.holder == Holder::Pump {
             return Err(ResumeRefused::Fenced(Fenced::PumpRunning));
         }
         let current = self.survival.epoch;
-        let replay = producer.is_some() && producer == self.survival.granted_to.as_deref() && epoch == Some(current - 1);
+        let holder = producer.is_some() && producer == self.survival.granted_to.as_deref();
+        let untouched = self.seq() == Offset::ZERO && !self.survival.rehydrated;
         match epoch {
-            _ if replay => {}
+            Some(e) if holder && e + 1 == current => {} // its lost answer, granted again
             Some(e) if e != current => return Err(ResumeRefused::Fenced(Fenced::Superseded { current })),
+            None if !holder && !untouched => return Err(ResumeRefused::Fenced(Fenced::Superseded { current })),
             _ => {
                 self.survival.epoch += 1;
                 self.survival.granted_to = producer.map(str::to_owned);

@@ -384,6 +384,7 @@ impl LiveStream {
     pub fn open(stream_id: &str, cfg: StreamConfig, producer: Producer, now: Timestamp) -> (Self, Ticket<OpenOutcome>) {
         let mut stream = Self::new_live(stream_id, cfg, producer.meta.clone(), now);
         stream.host_token = Some(producer.host_token.clone());
+        stream.survival.granted_to = producer.id.clone();
         let ticket = stream.out.ticket();
         stream.phase = Phase::Opening(Opener::start(ticket, stream_id, producer, &stream.cfg, now, &mut stream.out));
         (stream, ticket)
