@@ -360,6 +360,13 @@ impl LiveStream {
         Ok(self.take_over(now))
     }
 
+    /// Whether the stream takes a producer now (a write, a resume, a pump): it is live, or it is
+    /// [`ResumeRefused::Closed`] with the status it ends with (a producer learns a Stop from it),
+    /// or not open here.
+    pub fn takes_producers(&self) -> Result<(), ResumeRefused> {
+        self.resumable()
+    }
+
     fn resumable(&self) -> Result<(), ResumeRefused> {
         match &self.phase {
             Phase::Live => Ok(()),
