@@ -355,6 +355,28 @@ fn a_failed_seal_is_retried_from_the_lingering_stream_and_then_reported_sealed()
     }
 }
 
+/// A Stop is never lost to a repair: a `cancelled` seal that gave up in a store outage before
+/// its tail was durable is written again `cancelled`, in place at the durable length, where any
+/// other seal the lease cannot write whole becomes `interrupted`. Found by the simulator (an
+/// outage as the producer closed after a reader's Stop; seed 179 of 2,000 on SQLite): the row
+/// ended `interrupted` with "the live stream was lost…".
+#[test]
+fn a_cancelled_seal_that_fell_short_is_repaired_cancelled() {
+    let in_place = StreamConfig { max_compact_bytes: 4, ..cfg() }; // the tail must be a round first
+    let mut d = Driver::open(in_place);
+    d.push("abcdef");
+    d.stream.cancel();
+    let close = d.close();
+    while !matches!(d.outcome(close), Some(Err(_))) {
+        d.answer(Fault::FailBeforeCommit); // the outage: the tail's round, then the seal, give up
+        d.advance(1_000);
+    }
+    assert_eq!((d.db.status(STREAM), d.stream.durable_seq()), ("streaming".into(), Offset(0)));
+    assert_eq!(d.lease_alarm(), Err(Renewal::RetryingSeal));
+    d.answer_all();
+    assert_eq!((d.db.status(STREAM), d.db.durable_text(STREAM)), ("cancelled".into(), String::new()), "the Stop, at what is durable");
+}
+
 #[test]
 fn a_sealed_stream_has_nothing_to_repair() {
     let mut d = Driver::open(cfg());

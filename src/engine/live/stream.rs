@@ -286,6 +286,16 @@ pub struct Stats {
     /// Writes to readers (pulls that returned bytes); merging and pacing make it smaller
     /// than frames × readers.
     pub reader_writes: u64,
+    /// Seals whose guard found the row moved on to a length within this stream's text (a
+    /// checkpoint of its own whose answer was lost, or a lost instance's with the same text):
+    /// that much was taken as durable and the seal written again.
+    pub seals_caught_up: u64,
+    /// Seals whose guard found the row longer than this stream's text (a lost instance's late
+    /// checkpoint, where no host column fences it): its tail was taken in before sealing again.
+    pub seals_adopted_text: u64,
+    /// Seals whose guard found the row sealed by someone else (a lost instance's seal, where no
+    /// host column fences it): the stream ended as the row says.
+    pub seals_found_sealed: u64,
 }
 
 /// Where the stream is in its life.
