@@ -54,7 +54,8 @@ fn cfg() -> StreamConfig {
 /// One alarm in an instance that holds nothing, every step answered truthfully unless `steps`
 /// says otherwise.
 fn alarm(tables: &Tables, storage: &mut StoredStream, now: Timestamp, steps: &[Step]) -> support::AlarmRun {
-    run_alarm(tables, &cfg(), storage, false, Holding::Nothing, "fresh-1", now, &mut steps.iter().copied()).expect("no step dies")
+    run_alarm(&mut Revivals::default(), tables, &cfg(), storage, false, Holding::Nothing, "fresh-1", now, &mut steps.iter().copied())
+        .expect("no step dies")
 }
 
 fn rebuilt(run: support::AlarmRun) -> LiveStream {
@@ -68,7 +69,18 @@ fn rebuilt(run: support::AlarmRun) -> LiveStream {
 fn a_storage_error_renews_the_lease_and_never_releases_it() {
     let (db, tables) = abandoned();
     let mut storage = keys();
-    let run = run_alarm(&tables, &cfg(), &mut storage, true, Holding::Nothing, "fresh-1", later(), &mut std::iter::empty()).unwrap();
+    let run = run_alarm(
+        &mut Revivals::default(),
+        &tables,
+        &cfg(),
+        &mut storage,
+        true,
+        Holding::Nothing,
+        "fresh-1",
+        later(),
+        &mut std::iter::empty(),
+    )
+    .unwrap();
     assert!(matches!(run.ended, Err(Renewal::StorageFailed(_))), "{:?}", run.ended);
     assert_eq!(storage, keys(), "nothing forgotten on unknown keys");
     assert_eq!(db.status(ID), "streaming");
@@ -318,7 +330,7 @@ fn a_remembered_nothing_never_makes_the_alarm_release_a_row_an_open_marked_later
     let mut storage = d.storage.clone();
     assert_eq!(storage.host_token.as_deref(), Some(TOKEN), "the lease stays armed: the mark may have landed");
     // The alarm, in the same instance (it holds no stream: the open retired).
-    let run = support::run_alarm_on(
+    let run = support::run_alarm(
         &mut revivals,
         &tables,
         &cfg(),
@@ -401,7 +413,18 @@ fn without_a_resume_window_the_rebuilt_stream_seals_at_once_as_lease_expired() {
     let (db, tables) = abandoned();
     let at_once = StreamConfig { resume_window_ms: Millis::ZERO, ..cfg() };
     let mut storage = keys();
-    let run = run_alarm(&tables, &at_once, &mut storage, false, Holding::Nothing, "fresh-1", later(), &mut std::iter::empty()).unwrap();
+    let run = run_alarm(
+        &mut Revivals::default(),
+        &tables,
+        &at_once,
+        &mut storage,
+        false,
+        Holding::Nothing,
+        "fresh-1",
+        later(),
+        &mut std::iter::empty(),
+    )
+    .unwrap();
     let mut d = Driver::with_stream(rebuilt(run), Rc::clone(&db));
     d.now = later();
     d.advance(0);

@@ -9,8 +9,8 @@ use rindle_streams::engine::host::store::{Checkpoint, MarkOutcome, MarkStreaming
 use rindle_streams::engine::host::time::{Millis, Timestamp};
 use rindle_streams::engine::live::lease::{Holding, Release, Renewal};
 use rindle_streams::engine::live::{
-    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Producer, Pull, PushError, PushReceipt, ReaderId, SealOutcome, Settlement,
-    StreamEvent, Ticket,
+    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Producer, Pull, PushError, PushReceipt, ReaderId, Revivals, SealOutcome,
+    Settlement, StreamEvent, Ticket,
 };
 use rindle_streams::engine::text::utf16::Offset;
 use rindle_streams::engine::wire::frame::Frame;
@@ -215,6 +215,7 @@ impl Driver {
     pub fn lease_alarm(&mut self) -> Result<Release, Renewal> {
         let holding = self.stream.holding();
         let run = super::run_alarm(
+            &mut Revivals::default(),
             &self.tables,
             &self.cfg(),
             &mut self.storage,
@@ -238,9 +239,18 @@ impl Driver {
     pub fn alarm_after_reset(&mut self, cfg: &StreamConfig) -> Result<Release, Renewal> {
         self.pending.clear();
         self.settled.clear(); // the lost instance's requests died with it; tickets number anew
-        let run =
-            super::run_alarm(&self.tables, cfg, &mut self.storage, false, Holding::Nothing, "fresh-1", self.now, &mut std::iter::empty())
-                .expect("no step dies");
+        let run = super::run_alarm(
+            &mut Revivals::default(),
+            &self.tables,
+            cfg,
+            &mut self.storage,
+            false,
+            Holding::Nothing,
+            "fresh-1",
+            self.now,
+            &mut std::iter::empty(),
+        )
+        .expect("no step dies");
         if let Some(stream) = run.revived {
             self.stream = stream;
             self.retired = false;

@@ -450,28 +450,13 @@ pub struct AlarmRun {
     pub revived: Option<LiveStream>,
 }
 
-/// Runs the core's lease alarm once at `now`, as the shell does (edge/stream/lease.rs), in a
-/// fresh instance's [`Revivals`]: see [`run_alarm_on`].
-#[allow(dead_code, clippy::too_many_arguments)] // one per input the shell has at hand
-pub fn run_alarm(
-    tables: &Tables,
-    cfg: &StreamConfig,
-    storage: &mut StoredStream,
-    keys_fail: bool,
-    holding: Holding,
-    fresh_token: &str,
-    now: Timestamp,
-    steps: &mut dyn Iterator<Item = Step>,
-) -> Option<AlarmRun> {
-    run_alarm_on(&mut Revivals::default(), tables, cfg, storage, keys_fail, holding, fresh_token, now, steps)
-}
-
 /// Runs the core's lease alarm once at `now`, as the shell does (edge/stream/lease.rs): `holding`
-/// is what the object holds; a revival it asks for is the instance's `revivals` turn, run as
+/// is what the object holds; a revival it asks for is the instance's `revivals` turn (a fresh
+/// instance's: `Revivals::default()`), run as
 /// [`run_revival`] with `steps`. A release forgets the keys as the shell does. `None`: the
 /// instance died during the revival.
 #[allow(dead_code, clippy::too_many_arguments)] // one per input the shell has at hand
-pub fn run_alarm_on(
+pub fn run_alarm(
     revivals: &mut Revivals,
     tables: &Tables,
     cfg: &StreamConfig,
