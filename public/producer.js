@@ -189,12 +189,15 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
   const jsonHeaders = { 'content-type': 'application/json' };
   const textHeaders = { 'content-type': 'text/plain; charset=utf-8' };
 
-  // This producer's id on its resumes: a resume it retries after losing the answer gets the same
-  // grant, where any other producer holding its epoch is fenced.
+  // This producer's id, on its open and its resumes: the server keeps it as the holder of the
+  // epoch it grants, so a resume it retries after losing the answer gets the same grant, and a
+  // resume after a lost open (no epoch learned) is granted only to the producer the open named:
+  // another invocation of the same answer is refused `superseded`, never handed the stream.
   const producerId = globalThis.crypto.randomUUID();
+  const producerHeader = { 'x-rindle-producer': producerId };
   const opened = await openOrResume(
-    () => post('open', JSON.stringify({ format, meta, chat: chat && { id: chat.id, userMessage: chat.userMessage } }), jsonHeaders),
-    () => post('resume', undefined, { 'x-rindle-producer': producerId }),
+    () => post('open', JSON.stringify({ format, meta, chat: chat && { id: chat.id, userMessage: chat.userMessage } }), { ...jsonHeaders, ...producerHeader }),
+    () => post('resume', undefined, producerHeader),
     retry,
   );
   const cancel = new AbortController();
@@ -280,7 +283,7 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
       try {
         // The epoch it holds goes with it: a producer another resume replaced is told
         // `superseded`, across resets too, and never takes the stream back.
-        resumed = await post('resume', undefined, { ...epochHeader(), 'x-rindle-producer': producerId });
+        resumed = await post('resume', undefined, { ...epochHeader(), ...producerHeader });
       } catch (err) {
         // Another producer owns the stream now: stop, and never fail a stream that is not ours.
         if (isSuperseded(err)) throw err;
