@@ -319,6 +319,9 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
       try {
         return await attempt(resumed);
       } catch (err) {
+        // Sealed `cancelled` (a Stop the row kept across a reset, a cancel in the gap): the cancel
+        // is the outcome, as an answer saying `cancelled` would be, and `signal` fires.
+        if (isCancelledClose(err)) return sealed(learn({ status: 'cancelled', seq: err.body.seq, durableSeq: err.body.durableSeq }));
         if (!retry || !resumeCause(err)) throw err;
         // A failure after progress (the server took text, or the source gave more) starts a new
         // gap; one with none continues the last, so resumes that lead nowhere end in time.
@@ -553,6 +556,9 @@ async function openOrResume(open, resume, retry) {
     }
   }
 }
+
+/** A write refused because the stream was sealed `cancelled` (409 `closed`, status `cancelled`). */
+const isCancelledClose = (err) => err instanceof RindleError && err.code === 'closed' && err.body?.status === 'cancelled';
 
 /** The helpers' resume policy: retry for `timeoutMs`, waiting `baseDelayMs` doubling to `maxDelayMs`, jittered. */
 export const RESUME_DEFAULTS = Object.freeze({ timeoutMs: 60_000, baseDelayMs: 100, maxDelayMs: 2_000 });

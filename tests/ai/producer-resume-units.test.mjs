@@ -163,7 +163,7 @@ function fakeApi({ faults = {}, onRequest = () => {}, watch = true } = {}) {
       // Like the real object, a refused streaming append is answered only once its body ended
       // (it reads and discards what it did not take: answering earlier breaks the connection).
       if (request.body) await readBody(request.body);
-      return reply(409, { error: 'closed', message: 'stream s is closed' });
+      return reply(409, { error: 'closed', message: `stream s is ${server.sealed.status}`, ...server.sealed });
     }
     if (server.sealed) return reply(200, server.sealed); // close/fail after a cancel: it says so
     if (fault === 'resetReading') {
@@ -389,6 +389,19 @@ test('a lost open names its producer: its resume is granted as the opener\'s, an
   assert.equal(busy.text, 'the first answer goes on', 'the first producer keeps its stream');
 });
 
+test('a Stop the server kept across a reset: a write refused closed/cancelled fires the signal and resolves cancelled, never an error', async () => {
+  const server = fakeApi({ watch: false });
+  const stream = await open(server, { watch: false });
+  await stream.append('abc');
+  // The object was reset and rebuilt from a row carrying the Stop: sealed `cancelled` at 3.
+  server.sealed = { status: 'cancelled', seq: 3, durableSeq: 3 };
+  const answer = await stream.append('def');
+  assert.equal(stream.signal.aborted, true, 'the signal fired');
+  assert.deepEqual([answer.cancelled, answer.ended?.status], [true, 'cancelled']);
+  assert.deepEqual(await stream.close(), { status: 'cancelled', seq: 3, durableSeq: 3 });
+  assert.equal(server.text, 'abc', 'nothing after the Stop');
+});
+
 test('a request that cannot be built (a bad baseUrl) is the caller\'s error at once, not a lost connection to retry', async () => {
   const started = Date.now();
   await assert.rejects(openStream({ baseUrl: 'not a url', streamId: 's', token: 't' }), (e) => e instanceof TypeError && !(e instanceof ConnectionLostError));
@@ -472,7 +485,8 @@ test('a cancel right after a granted resume with nothing to re-send: pipe learns
   assert.equal(ended.status, 'cancelled');
   assert.equal(stream.signal.aborted, true, 'signal fired');
   assert.equal(idle.cancelled?.name, 'AbortError', 'the model is stopped');
-  assert.deepEqual(server.requests.map((r) => r.action), ['open', 'append', 'resume', 'append', 'fail']);
+  // The refusal says `cancelled`: the stream is sealed, so nothing more is sent (no `fail`).
+  assert.deepEqual(server.requests.map((r) => r.action), ['open', 'append', 'resume', 'append']);
 });
 
 test('the watch: a cancel heard while no write is in flight (before the first append, between appends) fires signal at once', async () => {
