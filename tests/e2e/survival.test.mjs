@@ -20,7 +20,10 @@
 //   lost with the object) reaches the producer when it comes back, raw HTTP and producer.js
 //   alike: the resume is refused `closed`/`cancelled`, or every write after it answers
 //   `cancelled`, and the row ends `cancelled`, never `complete`;
-// - an idle producer's window counts from its last write, not from the open.
+// - an idle producer's window counts from its last write, not from the open;
+// - a retried invocation whose open is lost in a reset (producer.js) never takes the answer over
+//   from the producer that holds it: its resume is refused `superseded`, and the row ends with
+//   exactly the first producer's answer.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { objectStorage, startStack, readSse } from './harness.mjs';
@@ -443,4 +446,30 @@ test('an idle producer reset right after its pause waits its whole idle timeout 
   ok(await write(c, 'append', 'done.', grant.epoch));
   assert.equal(ok(await write(c, 'close', undefined, grant.epoch)).status, 'complete');
   assert.equal(durableFromDb(stack.db, c.id).text, `${written}done.`);
+});
+
+test('a retried invocation whose open is lost in a reset never takes over the live producer\'s answer (producer.js)', async () => {
+  await stack.restart();
+  const id = newStream(stack, 'surv-retried');
+  const token = stack.token(id);
+  const first = await openStream({ baseUrl: stack.baseUrl, streamId: id, token, watch: false, resume: { timeoutMs: 30_000 } });
+  await first.append('the first invocation\'s answer, ');
+  await first.flush();
+  // A reset; meanwhile the platform retries the invocation: its open cannot reach the runtime
+  // (the connection is refused), so producer.js resumes once the runtime is back, as it must
+  // after a lost open (which may have taken).
+  await stack.kill();
+  const second = openStream({ baseUrl: stack.baseUrl, streamId: id, token, watch: false, resume: { timeoutMs: 30_000, baseDelayMs: 200 } }).then(
+    (s) => ({ opened: s }),
+    (err) => ({ refused: err }),
+  );
+  await stack.restart();
+  const outcome = await withTimeout(second, 40_000, 'the second invocation\'s open to settle');
+  if (outcome.opened) await outcome.opened.append('THE SECOND INVOCATION\'S ANSWER').catch(() => {});
+  assert.equal(outcome.refused?.code, 'superseded', `the second invocation is refused, not given the stream (it ${outcome.opened ? 'was granted it' : `failed with ${outcome.refused}`})`);
+  // The first goes on: it resumes with its epoch and completes its answer alone.
+  await first.append('and nothing else.');
+  assert.equal((await first.close()).status, 'complete');
+  const row = durableFromDb(stack.db, id);
+  assert.deepEqual([row.row.status, row.text], ['complete', 'the first invocation\'s answer, and nothing else.']);
 });
