@@ -23,13 +23,14 @@ use self::readers::ReaderSource;
 use self::shell::Shell;
 use crate::edge::http::{self, error, unavailable};
 use crate::edge::meter::{Hold, Meter};
-use crate::edge::runtime::{now, with_timeout};
+use crate::edge::runtime::{log, now, with_timeout};
 use crate::edge::setup::Setup;
 use crate::edge::sse;
-use crate::engine::access::api::{self, Action, ApiError, OpenRequest, Route};
+use crate::engine::access::api::{self, Action, ApiError, OpenRequest, Rebuild, Route};
 use crate::engine::host::config::StreamConfig;
 use crate::engine::host::time::Millis;
-use crate::engine::live::{Dialect, FlushError, LiveStream, OpenError, Producer, ResumeRefused, StreamState, WatchAnswer, WATCH_HOLD};
+use crate::engine::live::lease::Revived;
+use crate::engine::live::{Caller, Dialect, FlushError, LiveStream, OpenError, Producer, ResumeRefused, Taker, WatchAnswer, WATCH_HOLD};
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -46,9 +47,6 @@ pub struct StreamObject {
     /// Readers that came before the open (the row was inserted, the stream not opened yet),
     /// woken when it opens here (see `ui::format_or_await_open`).
     pub(crate) awaiting_open: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
-    /// How far this instance got with rebuilding a lost stream (SPEC §10, `revive.rs`).
-    pub(crate) revival: RefCell<self::revive::RevivalState>,
-    pub(crate) revival_waiters: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
 }
 
 /// An object that knows its stream.
@@ -66,16 +64,7 @@ impl DurableObject for StreamObject {
         // In the dev build the counts outlive the instance: an object that slept after its seal
         // still reports what it was billed for (bench/cost.mjs).
         let (meter, _) = crate::edge::meter::of_object(&state);
-        Self {
-            state,
-            env,
-            setup: RefCell::new(None),
-            object: RefCell::new(None),
-            meter,
-            awaiting_open: RefCell::default(),
-            revival: RefCell::default(),
-            revival_waiters: RefCell::default(),
-        }
+        Self { state, env, setup: RefCell::new(None), object: RefCell::new(None), meter, awaiting_open: RefCell::default() }
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
@@ -183,14 +172,14 @@ impl StreamObject {
             Action::Append => Vec::new(),
             action => http::read_limited(&req, action, action.max_body_bytes(o.settings().max_append_bytes)).await?,
         };
-        // A fresh instance whose stream was lost while streaming rebuilds it first, whoever
-        // woke it (SPEC §10); `/text` reads D1 anyway, an open starts a stream of its own, and
-        // `/stats` only looks.
-        if !matches!(route.action, Action::Open | Action::Text | Action::Stats) {
+        // A fresh instance whose stream was lost while streaming rebuilds it, whoever woke it
+        // (SPEC §10), when the engine says (`Action::rebuild`): first for most requests, after
+        // its own write for a cancel, never for an open, `/text` or `/stats`.
+        if route.action.rebuild() == Rebuild::First {
             self.revive_for_request(&o).await?;
         }
         let r = match route.action {
-            Action::Open => self.open(&o, &route, &body).await,
+            Action::Open => self.open(&o, &route, &req, &body).await,
             Action::Append => {
                 let epoch = self::revive::epoch_of(&req)?;
                 o.append(&route, &mut req, epoch).await
@@ -211,9 +200,17 @@ impl StreamObject {
             Action::Stream => self.resume(&o, &req, &target, &route).await,
             Action::Text => self.text(&o, &route).await,
             Action::Cancel => {
+                // The row's flag first (a Stop is kept even when the stream cannot be rebuilt
+                // now: every rebuild reads it), then the rebuild, which does not fail the cancel.
                 let answer = o.cancel(&route).await;
-                if answer.is_ok() && !o.pumping.get() {
-                    self.cancel_stored_pump(&o);
+                if answer.is_ok() {
+                    if let Revived::Failed(e) = self.revive(&o, Caller::Request).await {
+                        log("warn", "cancel_recorded_not_rebuilt", &route.stream_id, json!({"error": e.to_string()}));
+                    }
+                    o.shell.cancel(); // a stream rebuilt just now (its row's flag may be unmapped)
+                    if !o.pumping.get() {
+                        self.cancel_stored_pump(&o);
+                    }
                 }
                 answer
             }
@@ -224,15 +221,25 @@ impl StreamObject {
         r
     }
 
-    async fn open(&self, o: &Rc<Object>, route: &Route, body: &[u8]) -> Result<Response, ApiError> {
+    async fn open(&self, o: &Rc<Object>, route: &Route, req: &Request, body: &[u8]) -> Result<Response, ApiError> {
         let body = http::small_json(body, "the open body must be {\"format\": \"text\" | \"ui\", \"meta\": …}")?;
         let OpenRequest { format, meta, chat } = OpenRequest::parse(body)?;
         if let Some(link) = &chat {
             check_open(&o.setup.store, &route.stream_id, &link.chat_id).await?;
         }
         let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
-        let (stream, ticket) =
-            LiveStream::open(&route.stream_id, cfg, Producer { host_token: random_token(), meta, chat: chat.clone() }, now());
+        let (stream, ticket) = LiveStream::open(
+            &route.stream_id,
+            cfg,
+            Producer {
+                host_token: random_token(),
+                meta,
+                chat: chat.clone(),
+                // Its own id: after a lost open answer it resumes without an epoch, as its own.
+                id: req.headers().get(self::revive::PRODUCER_HEADER).ok().flatten(),
+            },
+            now(),
+        );
         let Some(settled) = o.shell.install(stream, ticket) else {
             return Err(ApiError::open_refused(&route.stream_id, crate::engine::durable::OpenRefused::AlreadyOpenHere));
         };
@@ -278,9 +285,10 @@ impl StreamObject {
         let grant = match o.shell.feed(|s, now| s.admit(epoch).map_err(ResumeRefused::Fenced).and_then(|()| s.start_pump(now))) {
             Some(Ok(grant)) => grant,
             Some(Err(ResumeRefused::Fenced(f))) => return Err(self::revive::fenced(&route.stream_id, f)),
-            Some(Err(_)) | None => return Err(ApiError::closed(&route.stream_id)),
+            Some(Err(e)) => return Err(self::revive::refused(&route.stream_id, e)),
+            None => return Err(ApiError::not_open(&route.stream_id)),
         };
-        self.store_resume(&grant, None).await.map_err(ApiError::store_unavailable)?;
+        self.store_takeover(o, &grant, None, Taker::Pump).await?;
         o.pumping.set(true);
         let object = Rc::clone(o);
         let run = self::pump::PumpRun::new(Rc::clone(&o.shell), grant.epoch, &self.state, self.env.clone(), Rc::clone(&self.meter));
@@ -299,13 +307,18 @@ impl Object {
         &self.setup.settings
     }
 
-    /// Refuses producer calls on a stream that is not live here.
+    /// Refuses producer calls on a stream that is not live here: 409 `closed` with the status it
+    /// ends with (a Stop reaches the producer as `cancelled`), or 404 `not_open`.
     pub(crate) fn require_live(&self, route: &Route) -> Result<(), ApiError> {
-        match self.shell.inspect(LiveStream::state) {
-            Some(StreamState::Live) => Ok(()),
-            Some(StreamState::Sealing | StreamState::Ended(_)) => Err(ApiError::closed(&route.stream_id)),
-            _ => Err(ApiError::not_open(&route.stream_id)),
+        match self.shell.inspect(LiveStream::takes_producers) {
+            Some(result) => result.map_err(|e| self::revive::refused(&route.stream_id, e)),
+            None => Err(ApiError::not_open(&route.stream_id)),
         }
+    }
+
+    /// A producer's call that found the stream closed: as [`Self::require_live`] answers it.
+    pub(crate) fn not_live(&self, route: &Route) -> ApiError {
+        self.require_live(route).err().unwrap_or_else(|| ApiError::closed(&route.stream_id))
     }
 
     async fn flush(&self, route: &Route, epoch: Option<u64>) -> Result<Response, ApiError> {

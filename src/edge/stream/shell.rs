@@ -7,11 +7,13 @@ use crate::edge::meter::{Hold, Meter};
 use crate::edge::runtime::{log, now, with_timeout};
 use crate::edge::store::Store;
 use crate::engine::host::hook::{self, EventHook, StreamNotice};
+use crate::engine::host::object_storage::KeyUpdate;
 use crate::engine::host::store::{StoreError, StoreRequest};
 use crate::engine::host::time::{Millis, Timestamp};
+use crate::engine::live::lease::Revived;
 use crate::engine::live::{
-    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame, StreamEvent, StreamSlot,
-    Ticket, Wire, ALONE_BYTES,
+    Attempt, Caller, Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame,
+    StreamEvent, StreamSlot, Ticket, Turn, Wire, ALONE_BYTES,
 };
 use futures::channel::oneshot;
 use serde_json::json;
@@ -123,6 +125,8 @@ pub struct Shell {
     bodies: RefCell<HashMap<ReaderId, Rc<ReaderBody>>>,
     /// Senders woken when a cancel arrives (a streaming append waits on one).
     cancel_watchers: RefCell<Vec<oneshot::Sender<()>>>,
+    /// Callers waiting for the revival under way ([`Self::revival_finished`]).
+    revival_waiters: RefCell<Vec<oneshot::Sender<()>>>,
     /// Producers' watches (`GET /watch`), woken once the stream has something to tell them
     /// ([`LiveStream::watch`]) or is dropped.
     watches: RefCell<Vec<oneshot::Sender<()>>>,
@@ -161,6 +165,7 @@ impl Shell {
             waiting: Waiting::default(),
             bodies: RefCell::default(),
             cancel_watchers: RefCell::default(),
+            revival_waiters: RefCell::default(),
             watches: RefCell::default(),
             timer: RefCell::new(None),
             last_frame: Cell::new(None),
@@ -179,26 +184,38 @@ impl Shell {
         stream: LiveStream,
         opened: Ticket<OpenOutcome>,
     ) -> Option<impl std::future::Future<Output = Result<OpenOutcome, StreamDropped>>> {
-        let mut slot = self.live.borrow_mut();
-        if slot.is_some() {
-            return None;
-        }
-        *slot = Some(stream);
-        Some(self.await_ticket(opened))
+        self.live.put(stream).then(|| self.await_ticket(opened))
     }
 
     /// Installs a stream rebuilt from the store (SPEC §10); `false` (and nothing changes) when a
     /// stream is already here.
     pub fn install_rehydrated(self: &Rc<Self>, stream: LiveStream) -> bool {
-        {
-            let mut slot = self.live.borrow_mut();
-            if slot.is_some() {
-                return false;
-            }
-            *slot = Some(stream);
+        if !self.live.put(stream) {
+            return false;
         }
-        self.feed(|_, _| ()); // performs the lease renewal queued by `rehydrate`, arms the window
+        self.feed(|_, _| ()); // performs what `rehydrate` queued (the lease renewal, a seal), arms the window
         true
+    }
+
+    /// `caller`'s turn to rebuild the stream this instance does not hold (the engine's
+    /// [`Revivals`](crate::engine::live::Revivals), kept with the stream's slot).
+    pub fn begin_revival(&self, caller: Caller) -> Turn {
+        self.live.begin_revival(caller)
+    }
+
+    /// Resolves when the revival under way finishes (then ask [`Self::begin_revival`] again).
+    pub fn revival_finished(&self) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.revival_waiters.borrow_mut().push(tx);
+        rx
+    }
+
+    /// The revival is over (`outcome` `None`: given up, its future dropped); its waiters ask again.
+    pub fn finish_revival(&self, attempt: Attempt, outcome: Option<&Revived>) {
+        self.live.finish_revival(attempt, outcome);
+        for waiter in self.revival_waiters.take() {
+            let _ = waiter.send(());
+        }
     }
 
     /// Is a stream (opening, live, sealing or lingering) held here?
@@ -408,6 +425,16 @@ impl Shell {
                         let _awake = awake;
                         if let Err(e) = shell.lease.renew(last_write).await {
                             log("error", "lease_renewal_failed", &shell.stream_id, json!({"error": e.to_string()}));
+                        }
+                    });
+                }
+                Output::ForgetLastWrite => {
+                    let shell = Rc::clone(self);
+                    let awake = self.meter.hold();
+                    wasm_bindgen_futures::spawn_local(async move {
+                        let _awake = awake;
+                        if let Err(e) = shell.lease.write_keys(&KeyUpdate::forget_last_write()).await {
+                            log("error", "last_write_not_forgotten", &shell.stream_id, json!({"error": e.to_string()}));
                         }
                     });
                 }

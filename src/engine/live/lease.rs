@@ -64,6 +64,9 @@ pub struct LeaseRow {
     /// The durable text and status; `None`: there is no row.
     pub durable: Option<DurableText>,
     pub host: HostColumn,
+    /// A Stop is recorded on the row (its cancel column, where mapped): a stream rebuilt from it
+    /// seals `cancelled`.
+    pub cancel: bool,
 }
 
 /// The row's host column.
@@ -73,6 +76,16 @@ pub enum HostColumn {
     Unmapped,
     /// The producer token it holds.
     Holds(Option<String>),
+}
+
+impl LeaseRow {
+    /// The token the host column holds, if one is mapped and set.
+    pub fn host_holder(&self) -> Option<String> {
+        match &self.host {
+            HostColumn::Holds(holder) => holder.clone(),
+            HostColumn::Unmapped => None,
+        }
+    }
 }
 
 /// Why the lease goes on.

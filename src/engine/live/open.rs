@@ -36,6 +36,10 @@ pub struct Producer {
     /// The chat the open named and the user's message it gave (SPEC §11), stored with the
     /// lease: a fresh instance tells that chat's feed of the start and of the seal.
     pub chat: Option<crate::engine::feed::ChatLink>,
+    /// The producer's own id (`x-rindle-producer`), stored with the lease as the holder of the
+    /// first epoch: after a lost open answer it resumes without an epoch and gets its stream back
+    /// ([`LiveStream::resume`](super::LiveStream::resume)), where another producer does not.
+    pub id: Option<String>,
 }
 
 #[derive(Debug)]
@@ -232,6 +236,7 @@ impl Opener {
                     meta: producer.meta.clone(),
                     chat: producer.chat.as_ref().map(|c| c.chat_id.clone()),
                     user_message: producer.chat.as_ref().and_then(|c| c.user_message.as_ref()).map(|m| m.json().to_owned()),
+                    producer: producer.id.clone(),
                     ..StoredStream::default()
                 };
                 out.push(Output::ArmLease { lease });

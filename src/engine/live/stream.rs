@@ -9,7 +9,7 @@ use super::readers::{Pacing, ReaderId, Readers};
 use super::resume::Survival;
 use super::seal::{Ended, Sealing};
 use crate::engine::durable::{OpenRefused, RowState};
-use crate::engine::host::config::StreamConfig;
+use crate::engine::host::config::{CheckpointMode, StreamConfig};
 use crate::engine::host::hook::SealCause;
 use crate::engine::host::object_storage::StoredStream;
 use crate::engine::host::store::{Checkpoint, OpId, ReadState, Reply, StoreAnswer, StoreError, StoreRequest};
@@ -90,6 +90,11 @@ pub enum Output {
     /// renewal interval (a tool call, say) has its last write kept, so a revival's window counts
     /// from it. A producer writing on is not stored at every renewal (a row write each).
     RenewLease { last_write: Option<Timestamp> },
+    /// Delete the producer's last write from the object's storage: the producer wrote again
+    /// after it was stored, so it is no longer the last (a revival without one counts the idle
+    /// timeout from its own time, an upper bound of any write the lost instance took). One
+    /// delete per pause, at the first write after it.
+    ForgetLastWrite,
     /// Undo the [`Output::ArmLease`] with `host_token`: that open was refused without marking
     /// the row, so its lease guards nothing, and its alarm must not seal a row another producer
     /// holds. The object restores what its lease held before that arming (an earlier stream's
@@ -281,6 +286,16 @@ pub struct Stats {
     /// Writes to readers (pulls that returned bytes); merging and pacing make it smaller
     /// than frames × readers.
     pub reader_writes: u64,
+    /// Seals whose guard found the row moved on to a length within this stream's text (a
+    /// checkpoint of its own whose answer was lost, or a lost instance's with the same text):
+    /// that much was taken as durable and the seal written again.
+    pub seals_caught_up: u64,
+    /// Seals whose guard found the row longer than this stream's text (a lost instance's late
+    /// checkpoint, where no host column fences it): its tail was taken in before sealing again.
+    pub seals_adopted_text: u64,
+    /// Seals whose guard found the row sealed by someone else (a lost instance's seal, where no
+    /// host column fences it): the stream ended as the row says.
+    pub seals_found_sealed: u64,
 }
 
 /// Where the stream is in its life.
@@ -297,7 +312,10 @@ pub(crate) enum Phase {
     Retired,
 }
 
-/// The producer's last write, as the lease's renewals keep it in the object's storage.
+/// The producer's last write, as the lease keeps it in the object's storage: stored once the
+/// producer was quiet for a renewal interval, forgotten at its first write after. What is stored
+/// is therefore always the true last write, up to the latency of one storage write; while none
+/// is stored the producer may be writing (see [`Output::ForgetLastWrite`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct LastWrite {
     /// What the previous renewal saw.
@@ -316,6 +334,11 @@ impl LastWrite {
             self.stored = Some(last_write);
             last_write
         })
+    }
+
+    /// The producer wrote: whether a stored last write must be forgotten.
+    fn wrote(&mut self) -> bool {
+        self.stored.take().is_some()
     }
 }
 
@@ -371,6 +394,7 @@ impl LiveStream {
     pub fn open(stream_id: &str, cfg: StreamConfig, producer: Producer, now: Timestamp) -> (Self, Ticket<OpenOutcome>) {
         let mut stream = Self::new_live(stream_id, cfg, producer.meta.clone(), now);
         stream.host_token = Some(producer.host_token.clone());
+        stream.survival.granted_to = producer.id.clone();
         let ticket = stream.out.ticket();
         stream.phase = Phase::Opening(Opener::start(ticket, stream_id, producer, &stream.cfg, now, &mut stream.out));
         (stream, ticket)
@@ -547,9 +571,18 @@ impl LiveStream {
             Phase::Opening(_) | Phase::Retired => return Err(PushError::NotOpen),
             Phase::Sealing(_) | Phase::Ended(_) => return Err(PushError::Closed),
         }
-        self.last_activity = now;
+        self.producer_active(now);
         self.clock = self.clock.max(now);
         Ok(())
+    }
+
+    /// The producer wrote, flushed or resumed at `now`: the idle timeout counts from here, and a
+    /// last write the lease stored is no longer the last.
+    pub(super) fn producer_active(&mut self, now: Timestamp) {
+        self.last_activity = now;
+        if self.lease_writes.wrote() {
+            self.out.push(Output::ForgetLastWrite);
+        }
     }
 
     pub(super) fn append(&mut self, text: &str, now: Timestamp) {
@@ -583,7 +616,7 @@ impl LiveStream {
         let ticket = self.out.ticket();
         let at = self.seq();
         if matches!(self.phase, Phase::Live) {
-            self.last_activity = now;
+            self.producer_active(now);
         }
         let settled = match &self.phase {
             Phase::Opening(_) | Phase::Retired => Some(Err(FlushError::NotOpen)),
@@ -800,7 +833,7 @@ impl LiveStream {
             let seq = self.seq();
             to = self.buf.last_line_end(from, to).or_else(|| self.buf.first_line_end(to, seq)).unwrap_or(to);
         }
-        let op = self.out.request(Checkpoint { from, to, text: self.buf.slice(from, to).to_owned() });
+        let op = self.out.request(self.checkpoint(from, to));
         self.ck.start(to, op, from);
     }
 
@@ -812,8 +845,19 @@ impl LiveStream {
         if from >= to {
             return self.round_succeeded(now);
         }
-        let op = self.out.request(Checkpoint { from, to, text: self.buf.slice(from, to).to_owned() });
+        let op = self.out.request(self.checkpoint(from, to));
         self.ck.sent(op, from);
+    }
+
+    /// The checkpoint of `[from, to)`, fenced by this stream's host token.
+    fn checkpoint(&self, from: Offset, to: Offset) -> Checkpoint {
+        Checkpoint { from, to, text: self.buf.slice(from, to).to_owned(), host_token: self.fence_token() }
+    }
+
+    /// The token every durable write of this stream is fenced by: its claim on the row, where
+    /// the tables map a host column (a sink has none).
+    pub(super) fn fence_token(&self) -> Option<String> {
+        self.host_token.clone().filter(|_| self.cfg.mode == CheckpointMode::Tables { host_cas: true })
     }
 
     fn on_confirmed(&mut self, from: Offset, state: RowState, write_error: Option<StoreError>, now: Timestamp) {
