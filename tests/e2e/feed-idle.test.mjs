@@ -157,13 +157,13 @@ for (const [kind, what] of [
     const chat = uniqueId('chat');
     const reader = await tab(chat);
     const c = answer(chat);
-    ok(await openIn(c, chat, userMessage(`u-${kind}`)), 'open');
+    const opened = ok(await openIn(c, chat, userMessage(`u-${kind}`)), 'open');
     ok(await c.append(LINES.slice(0, 30)), 'append');
     ok(await c.flush(), 'flush');
     const lastId = reader.events.at(-1)?.id;
     await stack.kill();
     await stack.restart({ vars: { TEST_FAULTS: '' } });
-    const resumed = ok(await call(c.url('resume'), { method: 'POST', headers: { authorization: `Bearer ${c.token}` } }), 'resume');
+    const resumed = ok(await call(c.url('resume'), { method: 'POST', headers: { authorization: `Bearer ${c.token}`, 'x-rindle-epoch': String(opened.epoch) } }), 'resume');
     const again = await tab(chat, { lastEventId: lastId });
     const epoch = { 'x-rindle-epoch': String(resumed.epoch), authorization: `Bearer ${c.token}` };
     assert.equal((await fetch(c.url('append'), { method: 'POST', headers: epoch, body: LINES.slice(resumed.seq) })).status, 200);
