@@ -118,6 +118,7 @@ async function measure(n) {
     await (await fetch(`${stack.baseUrl}/dev/objects`)).text();
     samples.trivial.push(performance.now() - t);
   }
+  const turnsStart = await feedStats(chat);
   for (let i = 1; i <= TURNS; i++) {
     const t = await turn(chat, i);
     await until(() => starts.get(t.streamId)?.length === n, `turn ${i} at ${n} tabs`, 60_000);
@@ -129,6 +130,7 @@ async function measure(n) {
     }
     await sleep(2000); // the turns' pace
   }
+  const turnsEnd = await feedStats(chat);
   for (const t of tabs) t.close();
   const idleAwakeMs = idleEnd.meter.awakeMs - idleStart.meter.awakeMs;
   return {
@@ -140,6 +142,13 @@ async function measure(n) {
       newInstances: idleEnd.counts.constructions - idleStart.counts.constructions,
       gbSecondsPerHour: +((OBJECT_GB * idleAwakeMs) / 1000 * (3_600_000 / IDLE_MS)).toFixed(4),
     },
+    perTurn: {
+      awakeMs: +((turnsEnd.meter.awakeMs - turnsStart.meter.awakeMs) / TURNS).toFixed(2),
+      notices: (turnsEnd.counts.notices - turnsStart.counts.notices) / TURNS,
+      keysWritten: (turnsEnd.counts.keysWritten - turnsStart.counts.keysWritten) / TURNS,
+      keysDeleted: (turnsEnd.counts.keysDeleted - turnsStart.counts.keysDeleted) / TURNS,
+      setAlarms: (turnsEnd.meter.storage.setAlarms - turnsStart.meter.storage.setAlarms) / TURNS,
+    },
     latencyMs: { openToStart: dist(samples.openToStart), answeredToStart: dist(samples.answeredToStart), openRequest: dist(samples.open), trivial: dist(samples.trivial) },
   };
 }
@@ -148,6 +157,7 @@ const runs = [];
 for (const n of SIZES) {
   const r = await measure(n);
   runs.push(r);
+  log(`  per turn: ${JSON.stringify(r.perTurn)}`);
   log(`${n} tabs: connect ${r.connectAwakeMsPerTab} ms awake per tab; idle ${r.idle.seconds} s → ${r.idle.awakeMs} ms awake, ${r.idle.newInstances} new instance(s), ${r.idle.gbSecondsPerHour} GB-s/hour; open → start p50 ${r.latencyMs.openToStart.p50} p99 ${r.latencyMs.openToStart.p99} ms; answered → start p50 ${r.latencyMs.answeredToStart.p50} p99 ${r.latencyMs.answeredToStart.p99} ms; the open request p50 ${r.latencyMs.openRequest.p50} max ${r.latencyMs.openRequest.max} ms; a trivial request p50 ${r.latencyMs.trivial.p50} ms`);
 }
 await stack.stop();
