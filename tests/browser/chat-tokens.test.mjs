@@ -11,6 +11,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { browserSession, startStack } from '../e2e/harness.mjs';
 import { startProxy, withTimeout } from '../e2e/util.mjs';
+import { submitQuestion } from './chat-page.mjs';
 
 const TOKEN_SECS = 20;
 const FOLLOW_MS = 120_000;
@@ -45,12 +46,7 @@ async function open(base) {
 
 /** Sends `question` from `page`; resolves with the answer's id once `page` shows it done. */
 async function send(page, question) {
-  const before = await page.$$eval('article[data-role="assistant"]', (els) => els.map((e) => e.dataset.id));
-  await page.fill('#prompt', question);
-  await page.click('#send');
-  const id = await page
-    .waitForFunction((known) => [...document.querySelectorAll('article[data-role="assistant"]')].map((e) => e.dataset.id).find((x) => !known.includes(x)), before, { polling: 20 })
-    .then((h) => h.jsonValue());
+  const id = await submitQuestion(page, question);
   await shows(page, id);
   return id;
 }

@@ -15,8 +15,8 @@
 // Runs on D1 (Postgres changes nothing here: the rows are read only by the feed's checks).
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { mintToken, readSse, startStack } from './harness.mjs';
-import { api, call, ndjson, ok, sleep, uniqueId, until } from './util.mjs';
+import { mintToken, startStack } from './harness.mjs';
+import { api, call, followFeed, ndjson, ok, sleep, uniqueId, until } from './util.mjs';
 
 const FEED_IDLE_MS = 8000;
 const LEASE_MS = 2000;
@@ -33,20 +33,8 @@ const chatToken = (chat, { exp } = {}) => mintToken({ sub: 'u', scope: 'read', e
 const feedUrl = (chat, token = chatToken(chat)) => `${stack.baseUrl}/streams/chats/${encodeURIComponent(chat)}/events?token=${encodeURIComponent(token)}`;
 const stats = async (chat) => (await call(`${stack.baseUrl}/dev/feed-stats?chat=${encodeURIComponent(chat)}`)).json;
 
-/** A tab on the feed: resolves once its replay's `ready` came. */
-async function tab(chat, { token, lastEventId } = {}) {
-  const sse = await readSse(feedUrl(chat, token), { headers: lastEventId ? { 'last-event-id': lastEventId } : {} });
-  assert.equal(sse.status, 200, `feed of ${chat}: ${sse.status}`);
-  await sse.next((f) => f.json?.type === 'ready');
-  return {
-    sse,
-    get events() {
-      return sse.frames.filter((f) => f.json && f.json.type !== 'ready').map((f) => ({ id: f.id, ...f.json }));
-    },
-    next: (type, ms = 15_000) => sse.next((f) => f.json?.type === type, ms).then((f) => ({ id: f.id, ...f.json })),
-    close: () => sse.close(),
-  };
-}
+/** A tab on the feed: resolves once its replay's `ready` came (`util.followFeed`). */
+const tab = (chat, { token, lastEventId } = {}) => followFeed(feedUrl(chat, token), { lastEventId });
 
 function answer(chat) {
   const id = uniqueId('a');

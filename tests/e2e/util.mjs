@@ -738,3 +738,22 @@ export function percentile(sorted, p) {
   const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
   return sorted[i];
 }
+
+/**
+ * A reader of a chat's feed (`url`: `GET …/chats/{chat}/events?token=…`), as a tab follows it:
+ * resolves once its replay's `ready` came. `events` are its data frames so far (`ready` left out)
+ * as `{ id, type, …json }`; `next(type)` the next data frame of that type after those taken.
+ */
+export async function followFeed(url, { lastEventId } = {}) {
+  const sse = await readSse(url, { headers: lastEventId === undefined ? {} : { 'last-event-id': lastEventId } });
+  assert.equal(sse.status, 200, `feed ${url}: ${sse.status}`);
+  await sse.next((f) => f.json?.type === 'ready');
+  return {
+    sse,
+    get events() {
+      return sse.frames.filter((f) => f.json && f.json.type !== 'ready').map((f) => ({ id: f.id, ...f.json }));
+    },
+    next: (type, ms = 15_000) => sse.next((f) => f.json?.type === type, ms).then((f) => ({ id: f.id, ...f.json })),
+    close: () => sse.close(),
+  };
+}
