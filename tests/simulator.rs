@@ -562,7 +562,7 @@ impl Sim {
         );
         let mut sim = Sim {
             rng,
-            storage_rng: Rng(seed ^ 0x5107_A6E5_0F_u64),
+            storage_rng: Rng(seed ^ 0x0051_07A6_E50F),
             seed,
             stream,
             cfg,
