@@ -347,6 +347,15 @@ fn a_remembered_nothing_never_makes_the_alarm_release_a_row_an_open_marked_later
     assert!(stream.resume_by().is_some());
 }
 
+/// The producer writes a character a second for `secs` seconds, each committed.
+fn write_for(d: &mut Driver, secs: u64) {
+    for _ in 0..secs {
+        d.push("x");
+        d.answer_all();
+        d.advance(1_000);
+    }
+}
+
 /// The window never ends before the producer's last write + `IDLE_TIMEOUT_MS`, however the
 /// reset falls: right after a pause that followed a long run of writes (no renewal has seen the
 /// producer quiet yet), and after a pause that followed an earlier pause the lease stored. Before,
@@ -359,13 +368,6 @@ fn the_window_never_ends_before_the_last_write_plus_the_idle_timeout() {
     let cfg = StreamConfig { checkpoint_chars: Offset(1), ..StreamConfig::default() };
     for earlier_pause in [false, true] {
         let mut d = Driver::open(cfg.clone());
-        let write_for = |d: &mut Driver, secs: u64| {
-            for _ in 0..secs {
-                d.push("x");
-                d.answer_all();
-                d.advance(1_000);
-            }
-        };
         write_for(&mut d, 100);
         if earlier_pause {
             d.advance(20_000); // a tool call: the lease stores the last write
@@ -395,13 +397,6 @@ fn the_window_never_ends_before_the_last_write_plus_the_idle_timeout() {
 fn a_failed_write_of_the_last_write_is_written_again_at_the_next_renewal() {
     let cfg = StreamConfig { checkpoint_chars: Offset(1), ..StreamConfig::default() };
     let mut d = Driver::open(cfg.clone());
-    let write_for = |d: &mut Driver, secs: u64| {
-        for _ in 0..secs {
-            d.push("x");
-            d.answer_all();
-            d.advance(1_000);
-        }
-    };
     write_for(&mut d, 10);
     d.advance(20_000); // a tool call: the lease stores the last write
     let paused_at = d.storage.last_write.expect("the pause's last write is stored");
