@@ -53,11 +53,12 @@ test('cost smoke run: every count agrees with the formula the run\'s configurati
     assert.equal(meter.alarms, 1, `${label}: one alarm invocation`);
     assert.equal(rindleUnits(a).doRequests, 3 + watch + a.readers + 1, `${label}: billed requests`);
     // The object's own storage (src/engine/host/object_storage.rs): the lease's keys (streamId,
-    // hostToken, armedAt, format) put once when the lease is armed, after a `list()` of what the
-    // object held (nothing: no rows read); the alarm after the seal lists the four (four rows
-    // read) and forgets them all (one delete). One setAlarm at open, then one per half lease
-    // while the stream is alive (at most as many as fit between open and close).
-    assert.deepEqual({ puts: meter.storage.puts, gets: meter.storage.gets, deletes: meter.storage.deletes }, { puts: 4, gets: 4, deletes: 1 }, `${label}: storage`);
+    // hostToken, armedAt, format, and producer: public/producer.js names itself at the open) put
+    // once when the lease is armed, after a `list()` of what the object held (nothing: no rows
+    // read); the alarm after the seal lists the five (five rows read) and forgets them all (one
+    // delete). One setAlarm at open, then one per half lease while the stream is alive (at most
+    // as many as fit between open and close).
+    assert.deepEqual({ puts: meter.storage.puts, gets: meter.storage.gets, deletes: meter.storage.deletes }, { puts: 5, gets: 5, deletes: 1 }, `${label}: storage`);
     const renewals = meter.storage.setAlarms - 1;
     assert.ok(renewals >= 0 && renewals <= Math.floor(a.openToCloseMs / (lease / 2)), `${label}: ${renewals} renewals in ${a.openToCloseMs} ms`);
     // D1: open = probe, mark, host read; a checkpoint = one batch (insert, seq update, read-back);
@@ -66,12 +67,14 @@ test('cost smoke run: every count agrees with the formula the run\'s configurati
     assert.equal(d1.rounds, 3 + k + 1, `${label}: D1 round trips, ${k} checkpoints`);
     assert.equal(d1.statements, 3 + 3 * k + 3, `${label}: statements`);
     assert.equal(d1.rowsWritten, 1 + k * (insertRows + 1) + (1 + k), `${label}: rows written = mark + k × (chunk row and its ${insertRows - 1} index entries + seq update) + seal (body + k deletes)`);
-    // Rows read: open 3, k × 3 (the insert's guard, the update, the read-back); the seal reads
-    // the row for its update and its summary (2), and 3 per chunk row its guarded delete removes
-    // (the chunk row, and the guard's read of the message row through its key, as D1 counts
-    // them: measured); the delete's index scan reads one row more when another stream's
-    // chunk rows follow this one's in the index (the run's answers stream side by side).
-    const rowsRead = 3 + 3 * k + 2 + 3 * k;
+    // Rows read: open 3, k × 4 (the insert's guard, the fence's read of the row it checks, the
+    // update, the read-back: every durable write carries the fence since 2026-12-07); the seal
+    // reads the row for its update and its summary (2), and 3 per chunk row its guarded delete
+    // removes (the chunk row, and the guard's read of the message row through its key, as D1
+    // counts them: measured); one row more when another stream's rows follow this one's in an
+    // index the statements scan (the run's answers stream side by side; measured on 2026-12-07:
+    // 6 at k = 0, 12 or 13 at k = 1).
+    const rowsRead = 3 + 4 * k + 2 + 3 * k;
     assert.ok(d1.rowsRead === rowsRead || d1.rowsRead === rowsRead + 1, `${label}: rows read ${d1.rowsRead}, expected ${rowsRead} (+1)`);
     // What stays: the body in the message row, no chunk row; the peak never exceeds the checkpoints.
     assert.equal(a.d1Storage.finalChunkRows, 0, `${label}: compacted`);

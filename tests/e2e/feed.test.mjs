@@ -229,7 +229,7 @@ test('a reset mid-answer: the reader reconnects with its Last-Event-ID and gets 
   const chat = uniqueId('chat');
   const reader = await follow(chat);
   const c = answer(chat);
-  ok(await openIn(c, chat, { userMessage: userMessage('u-r') }), 'open');
+  const opened = ok(await openIn(c, chat, { userMessage: userMessage('u-r') }), 'open');
   await reader.next('start');
   ok(await c.append(LINES.slice(0, 40)), 'append');
   ok(await c.flush(), 'flush');
@@ -237,7 +237,8 @@ test('a reset mid-answer: the reader reconnects with its Last-Event-ID and gets 
   await stack.kill();
   await stack.restart();
   // The producer resumes (SPEC §10) and finishes.
-  const resumed = ok(await call(c.url('resume'), { method: 'POST', headers: { authorization: `Bearer ${c.token}` } }), 'resume');
+  // With the open's epoch: a resume without one (a caller that wrote nothing) is refused.
+  const resumed = ok(await call(c.url('resume'), { method: 'POST', headers: { authorization: `Bearer ${c.token}`, 'x-rindle-epoch': String(opened.epoch) } }), 'resume');
   const again = await follow(chat, { lastEventId: lastId });
   assert.deepEqual(again.events, [], 'nothing new yet, nothing repeated');
   const epoch = { 'x-rindle-epoch': String(resumed.epoch), authorization: `Bearer ${c.token}` };
