@@ -946,7 +946,7 @@ impl LiveStream {
 
     /// The shell's answer to a write of the producer's last write ([`Output::RenewLease`] with
     /// one, [`Output::ForgetLastWrite`]): a failure leaves the storage in doubt, and the next
-    /// renewal writes it again (see [`LastWrite`]).
+    /// renewal writes it again (see `LastWrite`).
     pub fn handle_last_write_written(&mut self, result: Result<(), String>) {
         if result.is_err() {
             self.lease_writes.in_doubt = true;
