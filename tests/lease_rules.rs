@@ -347,6 +347,15 @@ fn a_remembered_nothing_never_makes_the_alarm_release_a_row_an_open_marked_later
     assert!(stream.resume_by().is_some());
 }
 
+/// The producer writes a character a second for `secs` seconds, each committed.
+fn write_for(d: &mut Driver, secs: u64) {
+    for _ in 0..secs {
+        d.push("x");
+        d.answer_all();
+        d.advance(1_000);
+    }
+}
+
 /// The window never ends before the producer's last write + `IDLE_TIMEOUT_MS`, however the
 /// reset falls: right after a pause that followed a long run of writes (no renewal has seen the
 /// producer quiet yet), and after a pause that followed an earlier pause the lease stored. Before,
@@ -359,13 +368,6 @@ fn the_window_never_ends_before_the_last_write_plus_the_idle_timeout() {
     let cfg = StreamConfig { checkpoint_chars: Offset(1), ..StreamConfig::default() };
     for earlier_pause in [false, true] {
         let mut d = Driver::open(cfg.clone());
-        let write_for = |d: &mut Driver, secs: u64| {
-            for _ in 0..secs {
-                d.push("x");
-                d.answer_all();
-                d.advance(1_000);
-            }
-        };
         write_for(&mut d, 100);
         if earlier_pause {
             d.advance(20_000); // a tool call: the lease stores the last write
@@ -385,6 +387,28 @@ fn the_window_never_ends_before_the_last_write_plus_the_idle_timeout() {
             "earlier pause {earlier_pause}: the window ends at {until:?}, the producer wrote last at {last_write:?}"
         );
     }
+}
+
+/// A write of the last write that fails (here the delete at the producer's first write after a
+/// pause) leaves the storage in doubt: the next renewal deletes it again, so the stale last write
+/// cannot shorten the window of a reset that falls later. Before, the failure was only logged: the
+/// earlier pause's last write stayed stored, and the window ended 300 s too early.
+#[test]
+fn a_failed_write_of_the_last_write_is_written_again_at_the_next_renewal() {
+    let cfg = StreamConfig { checkpoint_chars: Offset(1), ..StreamConfig::default() };
+    let mut d = Driver::open(cfg.clone());
+    write_for(&mut d, 10);
+    d.advance(20_000); // a tool call: the lease stores the last write
+    let paused_at = d.storage.last_write.expect("the pause's last write is stored");
+    d.failing_last_writes = 1; // the delete at the next write fails
+    write_for(&mut d, 300);
+    assert_eq!(d.last_write_deletes, 2, "the failed delete was made again at the next renewal");
+    assert_eq!(d.storage.last_write, None, "the stale last write ({paused_at:?}) is gone");
+    let last_write = d.now - Millis(1_000);
+    d.advance(1_000);
+    assert_eq!(d.alarm_after_reset(&cfg), Err(Renewal::Alive));
+    let until = d.stream.resume_by().expect("a window");
+    assert!(until >= last_write + cfg.idle_timeout_ms, "the window ends at {until:?}, the producer wrote last at {last_write:?}");
 }
 
 /// A late reply (after the shell answered the call as timed out) changes nothing.

@@ -416,6 +416,8 @@ struct SealedRow {
 
 struct Sim {
     rng: Rng,
+    /// The object's storage failures (see [`Sim::write_last_write`]).
+    storage_rng: Rng,
     seed: u64,
     stream: LiveStream,
     cfg: StreamConfig,
@@ -560,6 +562,7 @@ impl Sim {
         );
         let mut sim = Sim {
             rng,
+            storage_rng: Rng(seed ^ 0x0051_07A6_E50F),
             seed,
             stream,
             cfg,
@@ -614,6 +617,20 @@ impl Sim {
         sim
     }
 
+    /// A write of the producer's last write to the object's storage: it fails now and then (not
+    /// applied), drawn from a generator of its own so the rest of the schedule is what its seed
+    /// always drew; the stream is told either way, and must write the truth again.
+    fn write_last_write(&mut self, update: &KeyUpdate) {
+        let result = if self.storage_rng.chance(self.fault_rate / 4.0) {
+            self.cover("storage: a write of the last write failed");
+            Err("the object's storage failed".to_owned())
+        } else {
+            self.storage.apply(update);
+            Ok(())
+        };
+        self.stream.handle_last_write_written(result);
+    }
+
     fn cover(&mut self, what: impl Into<String>) {
         *self.covered.entry(what.into()).or_default() += 1;
     }
@@ -647,8 +664,8 @@ impl Sim {
                 Output::DisarmLease { host_token } if self.storage.host_token.as_deref() == Some(host_token.as_str()) => {
                     self.storage = StoredStream::default();
                 }
-                Output::RenewLease { last_write: Some(at) } => self.storage.apply(&KeyUpdate::last_write(at)),
-                Output::ForgetLastWrite => self.storage.apply(&KeyUpdate::forget_last_write()),
+                Output::RenewLease { last_write: Some(at) } => self.write_last_write(&KeyUpdate::last_write(at)),
+                Output::ForgetLastWrite => self.write_last_write(&KeyUpdate::forget_last_write()),
                 Output::Event(StreamEvent::SealRepaired { .. }) => self.repaired = true,
                 Output::Event(StreamEvent::Sealed { shortfall: Some(reason), .. }) => self.cover(match reason {
                     Shortfall::SealedElsewhere { .. } => "seal: ended short of what the row says (sealed by another)",
@@ -2141,6 +2158,7 @@ const COVERED: &[&str] = &[
     "late: landed after the row was sealed",
     "stop: accepted",
     "window: checked against the last write",
+    "storage: a write of the last write failed",
     "producer: wrote other text after the rebuild",
     "producer: a retried invocation took an untouched stream",
     "producer: a retried invocation was refused",

@@ -46,6 +46,9 @@ pub struct Driver {
     /// How many times the stream stored the producer's last write, and deleted it.
     pub last_write_puts: u32,
     pub last_write_deletes: u32,
+    /// How many of the next writes of the last write (a put or a delete) fail: not applied,
+    /// answered with an error.
+    pub failing_last_writes: u32,
 }
 
 impl Driver {
@@ -85,12 +88,14 @@ impl Driver {
             renewals: 0,
             last_write_puts: 0,
             last_write_deletes: 0,
+            failing_last_writes: 0,
         };
         d.drain();
         d
     }
 
     pub fn drain(&mut self) {
+        let mut last_writes = Vec::new();
         while let Some(o) = self.stream.poll_output() {
             match o {
                 Output::Store(r) => self.pending.push_back(r),
@@ -115,15 +120,31 @@ impl Driver {
                     self.renewals += 1;
                     if let Some(at) = last_write {
                         self.last_write_puts += 1;
-                        self.storage.apply(&KeyUpdate::last_write(at));
+                        last_writes.push(self.write_last_write(&KeyUpdate::last_write(at)));
                     }
                 }
                 Output::ForgetLastWrite => {
                     self.last_write_deletes += 1;
-                    self.storage.apply(&KeyUpdate::forget_last_write());
+                    last_writes.push(self.write_last_write(&KeyUpdate::forget_last_write()));
                 }
             }
         }
+        if !last_writes.is_empty() {
+            for result in last_writes {
+                self.stream.handle_last_write_written(result);
+            }
+            self.drain();
+        }
+    }
+
+    /// Applies a write of the last write to the storage, unless it is one of the failing ones.
+    fn write_last_write(&mut self, update: &KeyUpdate) -> Result<(), String> {
+        if self.failing_last_writes > 0 {
+            self.failing_last_writes -= 1;
+            return Err("injected: the object's storage failed".into());
+        }
+        self.storage.apply(update);
+        Ok(())
     }
 
     /// The next store operation the stream asked for, without answering it.

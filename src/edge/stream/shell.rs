@@ -423,8 +423,12 @@ impl Shell {
                     let awake = self.meter.hold();
                     wasm_bindgen_futures::spawn_local(async move {
                         let _awake = awake;
-                        if let Err(e) = shell.lease.renew(last_write).await {
-                            log("error", "lease_renewal_failed", &shell.stream_id, json!({"error": e.to_string()}));
+                        let result = shell.lease.renew(last_write).await.map_err(|e| e.to_string());
+                        if let Err(e) = &result {
+                            log("error", "lease_renewal_failed", &shell.stream_id, json!({"error": e}));
+                        }
+                        if last_write.is_some() {
+                            shell.feed(|s, _| s.handle_last_write_written(result));
                         }
                     });
                 }
@@ -433,9 +437,11 @@ impl Shell {
                     let awake = self.meter.hold();
                     wasm_bindgen_futures::spawn_local(async move {
                         let _awake = awake;
-                        if let Err(e) = shell.lease.write_keys(&KeyUpdate::forget_last_write()).await {
-                            log("error", "last_write_not_forgotten", &shell.stream_id, json!({"error": e.to_string()}));
+                        let result = shell.lease.write_keys(&KeyUpdate::forget_last_write()).await.map_err(|e| e.to_string());
+                        if let Err(e) = &result {
+                            log("error", "last_write_not_forgotten", &shell.stream_id, json!({"error": e}));
                         }
+                        shell.feed(|s, _| s.handle_last_write_written(result));
                     });
                 }
                 Output::Event(event) => self.log_event(event),

@@ -88,12 +88,14 @@ pub enum Output {
     /// Set the lease alarm one lease from now again (the stream is alive here), and with
     /// `last_write`, store the producer's last write with it: a producer that went quiet for a
     /// renewal interval (a tool call, say) has its last write kept, so a revival's window counts
-    /// from it. A producer writing on is not stored at every renewal (a row write each).
+    /// from it. A producer writing on is not stored at every renewal (a row write each). With a
+    /// `last_write`, answer how its write went with [`LiveStream::handle_last_write_written`].
     RenewLease { last_write: Option<Timestamp> },
     /// Delete the producer's last write from the object's storage: the producer wrote again
     /// after it was stored, so it is no longer the last (a revival without one counts the idle
     /// timeout from its own time, an upper bound of any write the lost instance took). One
-    /// delete per pause, at the first write after it.
+    /// delete per pause, at the first write after it. Answer how it went with
+    /// [`LiveStream::handle_last_write_written`].
     ForgetLastWrite,
     /// Undo the [`Output::ArmLease`] with `host_token`: that open was refused without marking
     /// the row, so its lease guards nothing, and its alarm must not seal a row another producer
@@ -315,25 +317,44 @@ pub(crate) enum Phase {
 /// The producer's last write, as the lease keeps it in the object's storage: stored once the
 /// producer was quiet for a renewal interval, forgotten at its first write after. What is stored
 /// is therefore always the true last write, up to the latency of one storage write; while none
-/// is stored the producer may be writing (see [`Output::ForgetLastWrite`]).
+/// is stored the producer may be writing (see [`Output::ForgetLastWrite`]). A write of it that
+/// failed (a put or a delete, which may or may not have landed) leaves the storage in doubt: the
+/// next renewal writes the truth again (the quiet producer's last write, or its deletion), so a
+/// stale last write never shortens a revival's window for longer than a renewal interval.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct LastWrite {
     /// What the previous renewal saw.
     pub seen: Option<Timestamp>,
     /// What is stored.
     pub stored: Option<Timestamp>,
+    /// A write of it failed since the last renewal: what the storage holds is unknown.
+    pub in_doubt: bool,
+}
+
+/// What a renewal writes of the producer's last write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LastWriteUpdate {
+    Keep,
+    Store(Timestamp),
+    Forget,
 }
 
 impl LastWrite {
-    /// At a renewal: the last write to store, if the producer wrote nothing since the previous
-    /// renewal (it went quiet) and it is not stored yet.
-    fn quiet_since(&mut self, last_write: Timestamp) -> Option<Timestamp> {
+    /// At a renewal: store the last write if the producer wrote nothing since the previous
+    /// renewal (it went quiet) and it is not stored yet; write the truth again after a failure.
+    fn at_renewal(&mut self, last_write: Timestamp) -> LastWriteUpdate {
         let quiet = self.seen == Some(last_write);
         self.seen = Some(last_write);
-        (quiet && self.stored != Some(last_write)).then(|| {
+        let redo = std::mem::take(&mut self.in_doubt);
+        if quiet && (redo || self.stored != Some(last_write)) {
             self.stored = Some(last_write);
-            last_write
-        })
+            LastWriteUpdate::Store(last_write)
+        } else if redo && !quiet {
+            self.stored = None;
+            LastWriteUpdate::Forget
+        } else {
+            LastWriteUpdate::Keep
+        }
     }
 
     /// The producer wrote: whether a stored last write must be forgotten.
@@ -946,6 +967,15 @@ impl LiveStream {
 
     // ---- the open handshake and the lease
 
+    /// The shell's answer to a write of the producer's last write ([`Output::RenewLease`] with
+    /// one, [`Output::ForgetLastWrite`]): a failure leaves the storage in doubt, and the next
+    /// renewal writes it again (see `LastWrite`).
+    pub fn handle_last_write_written(&mut self, result: Result<(), String>) {
+        if result.is_err() {
+            self.lease_writes.in_doubt = true;
+        }
+    }
+
     /// The shell's answer to [`Output::ArmLease`]: the lease is armed (or could not be).
     pub fn handle_lease_armed(&mut self, result: Result<(), String>, now: Timestamp) {
         self.clock = self.clock.max(now);
@@ -996,7 +1026,14 @@ impl LiveStream {
     pub(super) fn renew_lease(&mut self, now: Timestamp) {
         match self.holding() {
             Holding::Alive => {
-                let last_write = self.lease_writes.quiet_since(self.last_activity);
+                let last_write = match self.lease_writes.at_renewal(self.last_activity) {
+                    LastWriteUpdate::Store(at) => Some(at),
+                    LastWriteUpdate::Forget => {
+                        self.out.push(Output::ForgetLastWrite);
+                        None
+                    }
+                    LastWriteUpdate::Keep => None,
+                };
                 self.out.push(Output::RenewLease { last_write });
                 self.lease_renew_at = Some(now + self.cfg.lease_ms / 2);
             }
