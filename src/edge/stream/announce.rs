@@ -121,10 +121,11 @@ impl FeedLink {
     }
 
     /// The lease alarm's last word, once the notices had theirs (a release waits for them).
+    /// Without chat feeds (no `CHAT_FEEDS` binding) no notice is ever pending: `last` stands.
     pub fn before_release(self: &Rc<Self>, last: AlarmOutput) -> AlarmOutput {
-        let mut decided = None;
-        self.input(|n, now| decided = Some(n.before_release(last, now)));
-        decided.unwrap_or(AlarmOutput::Renew(crate::engine::live::lease::Renewal::NoticesUnconfirmed))
+        let mut decided = last;
+        self.input(|n, now| decided = n.before_release(decided.clone(), now));
+        decided
     }
 
     /// The chat named at the open: remembered, else read from the lease's keys.
