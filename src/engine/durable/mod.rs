@@ -2,6 +2,7 @@
 //! moves text into them. Nothing here performs I/O; the shell runs the statements.
 
 pub mod mapping;
+pub mod model;
 pub mod plan;
 #[cfg(feature = "postgres")]
 pub mod postgres;

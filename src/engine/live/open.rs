@@ -17,6 +17,7 @@
 //!   producer holds. A refusal after a failed attempt proves nothing (that attempt may have
 //!   committed), so the lease stays.
 
+use super::backoff::{Jitter, Retries};
 use super::outbox::Outbox;
 use super::stream::{OpenError, OpenOutcome, Output, Ticket};
 use crate::engine::durable::{judge_host, judge_probe, OpenRefused};
@@ -46,7 +47,7 @@ pub(crate) struct Opener {
     started_at: Timestamp,
     step: Step,
     /// Failed attempts of the current step.
-    retries: u32,
+    retries: Retries,
     /// An attempt of the mark (or of its host read) failed: it may have committed.
     mark_failed: bool,
     /// Failed attempts of every step (for `/stats`).
@@ -114,7 +115,7 @@ impl Opener {
             producer,
             started_at: now,
             step: Step::Arming,
-            retries: 0,
+            retries: Retries::default(),
             mark_failed: false,
             retried: 0,
         };
@@ -144,7 +145,15 @@ impl Opener {
     }
 
     /// A store reply; `Pending` also when the handshake does not await `op`.
-    pub fn on_store_reply(&mut self, op: OpId, reply: Reply, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) -> Progress {
+    pub fn on_store_reply(
+        &mut self,
+        op: OpId,
+        reply: Reply,
+        cfg: &StreamConfig,
+        jitter: Jitter,
+        now: Timestamp,
+        out: &mut Outbox,
+    ) -> Progress {
         let (step, error) = match (self.step, reply) {
             (Step::Probing(id), Reply::Probe(result)) if id == op => match result {
                 Ok(row) => {
@@ -186,17 +195,24 @@ impl Opener {
             },
             _ => return Progress::Pending, // a reply this handshake no longer awaits
         };
-        self.failed(step, OpenError::Store(error), cfg, now)
+        self.failed(step, OpenError::Store(error), cfg, jitter, now)
     }
 
     /// The shell's answer to [`Output::ArmLease`].
-    pub fn on_lease_armed(&mut self, result: Result<(), String>, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) -> Progress {
+    pub fn on_lease_armed(
+        &mut self,
+        result: Result<(), String>,
+        cfg: &StreamConfig,
+        jitter: Jitter,
+        now: Timestamp,
+        out: &mut Outbox,
+    ) -> Progress {
         if self.step != Step::Arming {
             return Progress::Pending;
         }
         match result {
             Ok(()) => self.next(Retry::Mark, cfg, out),
-            Err(reason) => self.failed(Retry::Arm, OpenError::Lease(reason), cfg, now),
+            Err(reason) => self.failed(Retry::Arm, OpenError::Lease(reason), cfg, jitter, now),
         }
     }
 
@@ -211,7 +227,7 @@ impl Opener {
 
     /// Moves on to the next step, with retries of its own.
     fn next(&mut self, step: Retry, cfg: &StreamConfig, out: &mut Outbox) -> Progress {
-        self.retries = 0;
+        self.retries = Retries::default();
         self.step = self.send(step, cfg, out);
         Progress::Pending
     }
@@ -245,10 +261,11 @@ impl Opener {
         }
     }
 
-    fn failed(&mut self, step: Retry, error: OpenError, cfg: &StreamConfig, now: Timestamp) -> Progress {
-        match cfg.retry_delay(self.retries + 1) {
+    /// A step failed: retried (patiently when the database is only busy), or the open fails.
+    fn failed(&mut self, step: Retry, error: OpenError, cfg: &StreamConfig, jitter: Jitter, now: Timestamp) -> Progress {
+        let load = matches!(&error, OpenError::Store(e) if e.is_load());
+        match self.retries.after_failure(load, cfg, now, jitter) {
             Some(delay) => {
-                self.retries += 1;
                 self.retried += 1;
                 self.step = Step::Backoff { until: now + delay, step };
                 Progress::Pending

@@ -1,5 +1,6 @@
 //! The live stream: phases, inputs, outputs and the reader side.
 
+use super::backoff::Jitter;
 use super::checkpoint::{Checkpointer, Retry, RoundReply};
 use super::joins::Parked;
 use super::lease::Holding;
@@ -362,6 +363,8 @@ pub struct LiveStream {
     pub(super) survival: Survival,
     /// Readers waiting for the text to reach their offset (`live/joins.rs`).
     pub(super) parked: Vec<Parked>,
+    /// The host's randomness for this stream's retry back-off (`live/backoff.rs`).
+    pub(super) jitter: Jitter,
 }
 
 impl LiveStream {
@@ -407,6 +410,7 @@ impl LiveStream {
             host_token: None,
             survival: Survival::opened(),
             parked: Vec::new(),
+            jitter: Jitter::of_stream(stream_id),
         }
     }
 
@@ -483,6 +487,12 @@ impl LiveStream {
     /// The least time between two wakes of one reader now (pacing grows with the number of readers).
     pub fn reader_pacing_ms(&self) -> Millis {
         self.readers.pacing()
+    }
+
+    /// How far the checkpoint cadence is stretched under the database's pressure (1: exactly
+    /// as configured; `live/pressure.rs`).
+    pub fn checkpoint_stretch(&self) -> f64 {
+        self.ck.stretch()
     }
 
     pub fn stats(&self) -> Stats {
@@ -603,6 +613,12 @@ impl LiveStream {
         ticket
     }
 
+    /// Seeds this stream's retry jitter from the host's randomness (the engine draws none).
+    /// Without it the stream id seeds it.
+    pub fn seed_jitter(&mut self, seed: u64) {
+        self.jitter = Jitter::from_seed(seed);
+    }
+
     /// Records a cancel request; the producer learns it from its next receipt.
     pub fn cancel(&mut self) {
         self.cancelled = true;
@@ -617,7 +633,10 @@ impl LiveStream {
         self.clock = self.clock.max(now);
         let StoreAnswer { id: op, reply } = answer;
         match (&self.phase, reply) {
-            (Phase::Opening(_), reply) => self.open_progress(|opener, cfg, out| opener.on_store_reply(op, reply, cfg, now, out), now),
+            (Phase::Opening(_), reply) => {
+                let jitter = self.jitter;
+                self.open_progress(|opener, cfg, out| opener.on_store_reply(op, reply, cfg, jitter, now, out), now)
+            }
             (Phase::Sealing(_), reply) => {
                 if let Some(reply) = self.handle_seal_reply(op, reply, now) {
                     self.handle_round_reply(op, reply, now);
@@ -629,7 +648,7 @@ impl LiveStream {
 
     /// A store answer for the checkpoint round.
     fn handle_round_reply(&mut self, op: OpId, reply: Reply, now: Timestamp) {
-        match self.ck.on_reply(op, reply, &self.cfg.mode) {
+        match self.ck.on_reply(op, reply, &self.cfg, now) {
             None => {} // the reply of an operation no longer awaited
             Some(RoundReply::ReadBack { from, write_error }) => {
                 let op = self.out.request(ReadState);
@@ -755,19 +774,19 @@ impl LiveStream {
             return;
         }
         match &self.phase {
-            Phase::Sealing(_) => self.drive_seal(),
+            Phase::Sealing(_) => self.drive_seal(now),
             Phase::Live => {
                 let behind = self.seq() - self.durable_seq;
                 let awaited = self.flush_waiters.iter().any(|&(_, at)| at > self.durable_seq);
                 if self.ck.due(behind, awaited, &self.cfg, now) {
-                    self.start_round();
+                    self.start_round(now);
                 }
             }
             _ => {}
         }
     }
 
-    pub(super) fn start_round(&mut self) {
+    pub(super) fn start_round(&mut self, now: Timestamp) {
         let from = self.durable_seq;
         let mut to = self.buf.capped_end(from, self.seq(), self.cfg.max_slice_bytes);
         if self.ui_lines.is_some() && to < self.seq() {
@@ -778,7 +797,7 @@ impl LiveStream {
             to = self.buf.last_line_end(from, to).or_else(|| self.buf.first_line_end(to, seq)).unwrap_or(to);
         }
         let op = self.out.request(Checkpoint { from, to, text: self.buf.slice(from, to).to_owned() });
-        self.ck.start(to, op, from);
+        self.ck.start(to, op, from, now);
     }
 
     /// Sends the round's next attempt, from the current `durableSeq`: a retry after a read-back
@@ -790,7 +809,7 @@ impl LiveStream {
             return self.round_succeeded(now);
         }
         let op = self.out.request(Checkpoint { from, to, text: self.buf.slice(from, to).to_owned() });
-        self.ck.sent(op, from);
+        self.ck.sent(op, from, now);
     }
 
     fn on_confirmed(&mut self, from: Offset, state: RowState, write_error: Option<StoreError>, now: Timestamp) {
@@ -819,7 +838,7 @@ impl LiveStream {
         // A pending seal (other than an in-place one, which needs these chunks) writes the whole
         // body anyway, so it supersedes and repairs this slice: no retry.
         let superseded = matches!(&self.phase, Phase::Sealing(sealing) if !sealing.seal.in_place);
-        let (attempt, retry) = self.ck.attempt_failed(superseded, &self.cfg, now);
+        let (attempt, retry) = self.ck.attempt_failed(&error, superseded, &self.cfg, now, self.jitter);
         let will_retry = matches!(retry, Retry::After { .. });
         self.event(StreamEvent::CheckpointAttemptFailed { from, to, attempt, will_retry, error: error.clone() });
         match retry {
@@ -883,7 +902,8 @@ impl LiveStream {
     pub fn handle_lease_armed(&mut self, result: Result<(), String>, now: Timestamp) {
         self.clock = self.clock.max(now);
         if matches!(self.phase, Phase::Opening(_)) {
-            self.open_progress(|opener, cfg, out| opener.on_lease_armed(result, cfg, now, out), now);
+            let jitter = self.jitter;
+            self.open_progress(|opener, cfg, out| opener.on_lease_armed(result, cfg, jitter, now, out), now);
         }
     }
 
