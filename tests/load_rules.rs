@@ -82,11 +82,11 @@ fn slow_round_trips_stretch_the_cadence_and_a_quiet_database_brings_it_back() {
     let mut d = Driver::open(StreamConfig::default());
     let slow = at_a_pace(&mut d, 30, |_| 500);
     let stretched = d.stream.checkpoint_stretch();
-    assert!(stretched >= 8.0, "500 ms round trips stretch the cadence: {stretched}");
+    assert!((3.9..=4.1).contains(&stretched), "500 ms round trips (a whole CHECKPOINT_SLOW_MS past it) stretch 4 times: {stretched}");
     let late = slow.iter().filter(|(at, ..)| *at >= Timestamp(15_000)).collect::<Vec<_>>();
-    assert!(late.windows(2).all(|w| w[1].0 - w[0].0 >= Millis(4_000)), "fewer, larger checkpoints: {late:?}");
+    assert!(late.windows(2).all(|w| w[1].0 - w[0].0 >= Millis(3_000)), "fewer, larger checkpoints: {late:?}");
     assert!(late.iter().all(|(_, from, to)| *to - *from >= Offset(512)), "each carries more text: {late:?}");
-    let quiet = at_a_pace(&mut d, 60, |_| 20);
+    let quiet = at_a_pace(&mut d, 200, |_| 20);
     assert_eq!(d.stream.checkpoint_stretch(), 1.0, "quiet again: the configured cadence");
     let last = &quiet[quiet.len() - 4..];
     assert!(last.windows(2).all(|w| w[1].0 - w[0].0 <= Millis(800)), "750 ms from the next change: {last:?}");

@@ -314,6 +314,18 @@ pub(crate) enum Reply {
     LeaseRow(Result<LeaseRow, StoreError>),
 }
 
+impl Reply {
+    /// The store failed for load (`StoreError::is_load`).
+    pub(crate) fn failed_for_load(&self) -> bool {
+        let error = match self {
+            Reply::Probe(Err(e)) | Reply::Mark(Err(e)) | Reply::Host(Err(e)) | Reply::Checkpoint(Err(e)) | Reply::State(Err(e)) => e,
+            Reply::Seal(Err(e)) | Reply::LeaseRow(Err(e)) => e,
+            _ => return false,
+        };
+        error.is_load()
+    }
+}
+
 /// Each operation's `answer`, its variant of [`StoreRequest`] and its reply.
 macro_rules! requests {
     ($($op:ident => $variant:ident, $reply:ident;)*) => {$(

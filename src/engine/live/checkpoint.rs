@@ -108,6 +108,12 @@ impl Checkpointer {
         self.cadence.stretch()
     }
 
+    /// A store call other than a checkpoint write answered after `round_trip` (the open's):
+    /// the cadence hears how busy the database is.
+    pub fn observe(&mut self, round_trip: Millis, load: bool, cfg: &StreamConfig, now: Timestamp) {
+        self.cadence.observe(round_trip, load, cfg, now);
+    }
+
     /// Someone is waiting (a flush): the next round starts regardless of the threshold.
     pub fn force(&mut self) {
         self.forced = true;
@@ -158,7 +164,7 @@ impl Checkpointer {
         if let (Step::Writing { op: id, sent_at, .. }, Reply::Checkpoint(result)) = (&round.step, &reply) {
             if *id == op {
                 let load = result.as_ref().is_err_and(StoreError::is_load);
-                self.cadence.observe(now - *sent_at, load, cfg);
+                self.cadence.observe(now - *sent_at, load, cfg, now);
             }
         }
         let (round, mode) = (self.round.as_ref()?, &cfg.mode);

@@ -24,7 +24,7 @@ use crate::engine::durable::{judge_host, judge_probe, OpenRefused};
 use crate::engine::host::config::{CheckpointMode, StreamConfig};
 use crate::engine::host::object_storage::StoredStream;
 use crate::engine::host::store::{MarkOutcome, MarkStreaming, OpId, ProbeOpen, ReadHost, Reply};
-use crate::engine::host::time::Timestamp;
+use crate::engine::host::time::{Millis, Timestamp};
 
 /// The producer that opens a stream, as the stream knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +52,9 @@ pub(crate) struct Opener {
     mark_failed: bool,
     /// Failed attempts of every step (for `/stats`).
     pub retried: u32,
+    /// When the request in flight was sent (its round trip tells the cadence how busy the
+    /// database is before the first checkpoint: `live/pressure.rs`).
+    sent_at: Timestamp,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,8 +121,9 @@ impl Opener {
             retries: Retries::default(),
             mark_failed: false,
             retried: 0,
+            sent_at: now,
         };
-        opener.step = opener.send(first, cfg, out);
+        opener.step = opener.send(first, cfg, now, out);
         opener
     }
 
@@ -135,6 +139,14 @@ impl Opener {
     /// The lease is armed (the steps after arming hold it).
     pub fn holds_lease(&self) -> bool {
         matches!(self.step, Step::Marking(_) | Step::ReadingHost(_) | Step::Backoff { step: Retry::Mark, .. })
+    }
+
+    /// How long the database took to answer `op`, if it is the request this handshake awaits.
+    pub fn round_trip(&self, op: OpId, now: Timestamp) -> Option<Millis> {
+        match self.step {
+            Step::Probing(id) | Step::Marking(id) | Step::ReadingHost(id) if id == op => Some(now - self.sent_at),
+            _ => None,
+        }
     }
 
     pub fn deadline(&self) -> Option<Timestamp> {
@@ -158,7 +170,7 @@ impl Opener {
             (Step::Probing(id), Reply::Probe(result)) if id == op => match result {
                 Ok(row) => {
                     return match judge_probe(row.as_ref()) {
-                        Ok(()) => self.next(Retry::Arm, cfg, out),
+                        Ok(()) => self.next(Retry::Arm, cfg, now, out),
                         Err(refused) => Progress::refused(refused, true),
                     }
                 }
@@ -171,6 +183,7 @@ impl Opener {
                 Ok(MarkOutcome::Marked) => match cfg.mode {
                     CheckpointMode::Tables { host_cas: true } => {
                         self.step = Step::ReadingHost(out.request(ReadHost));
+                        self.sent_at = now;
                         return Progress::Pending;
                     }
                     _ => return Progress::Opened,
@@ -211,7 +224,7 @@ impl Opener {
             return Progress::Pending;
         }
         match result {
-            Ok(()) => self.next(Retry::Mark, cfg, out),
+            Ok(()) => self.next(Retry::Mark, cfg, now, out),
             Err(reason) => self.failed(Retry::Arm, OpenError::Lease(reason), cfg, jitter, now),
         }
     }
@@ -220,20 +233,21 @@ impl Opener {
     pub fn handle_timeout(&mut self, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) {
         if let Step::Backoff { until, step } = self.step {
             if until <= now {
-                self.step = self.send(step, cfg, out);
+                self.step = self.send(step, cfg, now, out);
             }
         }
     }
 
     /// Moves on to the next step, with retries of its own.
-    fn next(&mut self, step: Retry, cfg: &StreamConfig, out: &mut Outbox) -> Progress {
+    fn next(&mut self, step: Retry, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) -> Progress {
         self.retries = Retries::default();
-        self.step = self.send(step, cfg, out);
+        self.step = self.send(step, cfg, now, out);
         Progress::Pending
     }
 
-    /// Sends `step`'s request.
-    fn send(&self, step: Retry, cfg: &StreamConfig, out: &mut Outbox) -> Step {
+    /// Sends `step`'s request at `now`.
+    fn send(&mut self, step: Retry, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) -> Step {
+        self.sent_at = now;
         let producer = &self.producer;
         match step {
             Retry::Probe => Step::Probing(out.request(ProbeOpen)),

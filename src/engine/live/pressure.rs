@@ -2,76 +2,98 @@
 //!
 //! One database serves every stream of an app, and D1 runs one query at a time: the writes a
 //! second it gives are shared by all of them. A stream sees the pressure in its own round trips:
-//! a quiet database answers a checkpoint within a network round trip and a few milliseconds; a
-//! busy one keeps it queued first. So after every checkpoint write the stream sets its
-//! **stretch**, by which both thresholds (`CHECKPOINT_CHARS` or `UI_CHECKPOINT_CHARS`, and
-//! `CHECKPOINT_INTERVAL_MS`) are multiplied: fewer, larger checkpoints, the same text.
+//! a quiet database answers within a network round trip and a few milliseconds; a busy one keeps
+//! the call queued first. So every answer the stream gets (its open's probe, mark and host read,
+//! then each checkpoint write) sets its **stretch**, by which both thresholds
+//! (`CHECKPOINT_CHARS` or `UI_CHECKPOINT_CHARS`, and `CHECKPOINT_INTERVAL_MS`) are multiplied:
+//! fewer, larger checkpoints, the same text.
 //!
-//! - **Within `CHECKPOINT_SLOW_MS`** the database is quiet: the stretch falls back by a quarter of
-//!   what it exceeds 1 by, a round, and at 1 the cadence is exactly the configured one.
-//! - **Past it**, the stretch the round trip calls for: it doubles with every quarter of
-//!   `CHECKPOINT_SLOW_MS` past the bound. The rise is steep so that the queue the streams hold
-//!   between them stays short: a seal, an open or a flush waits behind little.
-//! - **An overload or a timeout**: at least twice the stretch before.
-//! - Never past `CHECKPOINT_MAX_STRETCH` (1: the cadence is fixed).
+//! - **The stretch a round trip calls for**: 1 within `CHECKPOINT_SLOW_MS` (a quiet database:
+//!   the cadence is exactly the configured one); past it, doubling with every half of
+//!   `CHECKPOINT_SLOW_MS`, up to [`ROUND_TRIP_STRETCH_MAX`] (at the default interval a round every
+//!   4.5 s: the text is never much more than 5 s from durable).
+//! - **The stretch follows it through a low-pass filter over wall time**, from the stream's first
+//!   answer on: up with a time constant of [`FOLLOW_UP`] (5 s), down with [`FOLLOW_DOWN`] (40 s).
+//!   One answer's round trip says little (the queue it waited in swings from empty to full within
+//!   a second, and each stream hears it once a round): following every sample made the streams'
+//!   stretches scatter and swing together, and a stream that fell back at once came back with
+//!   the others to a queue that had emptied only because they all stretched. Rising soon and
+//!   falling slowly holds them together near what the database gives (measured with
+//!   `bench/dbload.rs`: docs/LOAD.md, "Choosing the law").
+//! - **An overload or a timeout** is the database saying it is past what it gives: at least
+//!   twice the stretch before, beyond the round trips' cap, up to `CHECKPOINT_MAX_STRETCH`; the
+//!   filter brings it back.
 //!
-//! Round trips are smoothed (each one averaged with the smoothed one before), so one slow
-//! answer moves the stretch half as far. Why it holds the database within what it gives: N
-//! streams at stretch s send about N / (s × interval) checkpoints a second; as that nears what
-//! the database runs, its queue grows, every stream's round trip grows with it, and each
-//! stretches until the queue is short again. The stretch is a function of the queue, not of a
-//! stream's history, so a stream that starts while the database is busy takes the same stretch
-//! after its first checkpoint.
+//! Why it holds the database within what it gives: N streams at stretch s send about
+//! N / (s × interval) checkpoints a second; as that nears what the database runs, its queue
+//! grows, every stream's round trip grows with it, and each stretches until the queue stops
+//! growing. The stretch is a function of the queue, not of a stream's history, so a stream that
+//! opens while the database is busy starts stretched (its open's round trips).
 
 use crate::engine::host::config::StreamConfig;
-use crate::engine::host::time::Millis;
+use crate::engine::host::time::{Millis, Timestamp};
 use crate::engine::text::utf16::Offset;
 
-/// The stretch is kept in sixteenths: 16 is the configured cadence.
-const ONE: u32 = 16;
+/// The most the round trips alone stretch the cadence: 6 × 750 ms, a round every 4.5 s at the
+/// default interval. Past it only the database's overload errors (and timeouts) stretch it.
+pub const ROUND_TRIP_STRETCH_MAX: f64 = 6.0;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The time constants of the filter the stretch follows the round trips through: rising, and
+/// falling.
+pub const FOLLOW_UP: Millis = Millis(5_000);
+pub const FOLLOW_DOWN: Millis = Millis(40_000);
+
+/// Within this of 1, a stretch on its way back is 1: the configured cadence, exactly.
+const SNAP: f64 = 0.05;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Cadence {
-    /// The stretch, in sixteenths.
-    sixteenths: u32,
-    /// The checkpoint round trips seen, smoothed.
-    smoothed: Option<Millis>,
+    /// The factor on both thresholds (1: as configured).
+    stretch: f64,
+    /// When the last answer was heard (the filter's clock).
+    heard_at: Option<Timestamp>,
 }
 
 impl Default for Cadence {
     fn default() -> Self {
-        Self { sixteenths: ONE, smoothed: None }
+        Self { stretch: 1.0, heard_at: None }
     }
 }
 
 impl Cadence {
     /// The interval a round waits for, from the oldest un-checkpointed change.
     pub fn interval(&self, cfg: &StreamConfig) -> Millis {
-        Millis(cfg.checkpoint_interval_ms.0 * u64::from(self.sixteenths) / u64::from(ONE))
+        Millis((cfg.checkpoint_interval_ms.0 as f64 * self.stretch).round() as u64)
     }
 
     /// The characters behind at which a round is due.
     pub fn due_chars(&self, cfg: &StreamConfig) -> Offset {
-        Offset(cfg.checkpoint_due_chars().0 * u64::from(self.sixteenths) / u64::from(ONE))
+        Offset((cfg.checkpoint_due_chars().0 as f64 * self.stretch).round() as u64)
     }
 
     /// The stretch as a factor (1.0: the configured cadence).
     pub fn stretch(&self) -> f64 {
-        f64::from(self.sixteenths) / f64::from(ONE)
+        self.stretch
     }
 
-    /// A checkpoint write answered after `round_trip`; `load` says it failed for load (an
-    /// overload, or no answer in time).
-    pub fn observe(&mut self, round_trip: Millis, load: bool, cfg: &StreamConfig) {
-        let most = cfg.checkpoint_max_stretch.max(1) * ONE;
-        let smoothed = Millis(self.smoothed.map_or(round_trip.0, |before| (before.0 + round_trip.0) / 2));
-        self.smoothed = Some(smoothed);
+    /// The database answered a call after `round_trip`, at `now`; `load` says the call failed for
+    /// load (an overload, or no answer in time).
+    pub fn observe(&mut self, round_trip: Millis, load: bool, cfg: &StreamConfig, now: Timestamp) {
+        let most = f64::from(cfg.checkpoint_max_stretch.max(1));
         let slow = cfg.checkpoint_slow_ms.0.max(1) as f64;
-        let past = smoothed.0 as f64 - slow;
-        let called_for = if past > 0.0 { (f64::from(ONE) * (4.0 * past / slow).exp2()).min(f64::from(most)) as u32 } else { ONE };
-        let decayed = self.sixteenths - self.sixteenths.saturating_sub(ONE).div_ceil(4);
-        let floor = if load { self.sixteenths * 2 } else { ONE };
-        self.sixteenths = called_for.max(decayed).max(floor).clamp(ONE, most);
+        let past = round_trip.0 as f64 - slow;
+        let called_for = if past > 0.0 { (2.0 * past / slow).exp2().min(ROUND_TRIP_STRETCH_MAX) } else { 1.0 };
+        let followed = match self.heard_at {
+            None => called_for,
+            Some(before) => {
+                let follow = if called_for > self.stretch { FOLLOW_UP } else { FOLLOW_DOWN };
+                let share = 1.0 - (-((now - before).0 as f64) / follow.0 as f64).exp();
+                self.stretch + (called_for - self.stretch) * share
+            }
+        };
+        self.heard_at = Some(now);
+        let stretch = if load { followed.max(self.stretch * 2.0) } else { followed };
+        self.stretch = if stretch < 1.0 + SNAP { 1.0 } else { stretch.min(most) };
     }
 }
 
@@ -83,45 +105,56 @@ mod tests {
         StreamConfig::default()
     }
 
-    fn after(round_trips: &[u64]) -> Cadence {
+    /// Round trips heard `every` ms apart.
+    fn after(round_trips: &[u64], every: u64) -> Cadence {
         let mut c = Cadence::default();
-        for &rt in round_trips {
-            c.observe(Millis(rt), false, &cfg());
+        for (i, &rt) in round_trips.iter().enumerate() {
+            c.observe(Millis(rt), false, &cfg(), Timestamp(i as u64 * every));
         }
         c
     }
 
     #[test]
     fn a_quiet_database_keeps_the_configured_cadence_exactly() {
-        let c = after(&[5, 40, 250, 120, 3]);
-        assert_eq!((c.interval(&cfg()), c.due_chars(&cfg())), (Millis(750), Offset(512)));
+        let c = after(&[5, 40, 250, 120, 3], 750);
+        assert_eq!((c.stretch(), c.interval(&cfg()), c.due_chars(&cfg())), (1.0, Millis(750), Offset(512)));
     }
 
     #[test]
-    fn slow_round_trips_stretch_steeply_and_quiet_ones_bring_it_back() {
-        let slow = after(&[375, 375]); // half a bound past it: four times
+    fn slow_round_trips_stretch_the_cadence_up_to_a_round_every_four_and_a_half_seconds() {
+        let slow = after(&[500], 0); // a whole bound past it: four times, at once for a first answer
         assert_eq!((slow.interval(&cfg()), slow.due_chars(&cfg())), (Millis(3000), Offset(2048)));
-        let capped = after(&[5_000]);
-        assert_eq!(capped.stretch(), 16.0, "CHECKPOINT_MAX_STRETCH");
-        let mut back = capped;
-        let mut rounds = 0;
-        while back.stretch() > 1.0 {
-            back.observe(Millis(10), false, &cfg());
-            rounds += 1;
-        }
-        assert!((10..=30).contains(&rounds), "{rounds} quiet rounds back to the configured cadence");
-        assert_eq!(back.interval(&cfg()), Millis(750));
+        assert_eq!(after(&[5_000], 0).stretch(), ROUND_TRIP_STRETCH_MAX);
+        // A stream at 1 hearing one slow answer moves a share of the way, by how long it waited.
+        let one = after(&[10, 10, 500], 4_000);
+        assert!(one.stretch() > 2.0 && one.stretch() < 3.0, "{}", one.stretch()); // 1 - e^(-4/5) of the way
+                                                                                  // Sustained, it gets there.
+        let sustained = after(&[500; 40], 4_000);
+        assert!((sustained.stretch() - 4.0).abs() < 0.01, "{}", sustained.stretch());
     }
 
     #[test]
-    fn an_overload_doubles_the_stretch_and_a_fixed_cadence_never_moves() {
+    fn a_quiet_database_brings_the_stretch_back_to_exactly_one() {
+        let mut c = after(&[5_000], 0);
+        let mut at = Timestamp(0);
+        while c.stretch() > 1.0 {
+            at = at + c.interval(&cfg());
+            c.observe(Millis(10), false, &cfg(), at);
+        }
+        assert!(at < Timestamp(240_000), "back in {at:?}");
+        assert_eq!(c.interval(&cfg()), Millis(750));
+    }
+
+    #[test]
+    fn an_overload_doubles_the_stretch_past_the_round_trips_cap_and_a_fixed_cadence_never_moves() {
         let mut c = Cadence::default();
-        c.observe(Millis(20), true, &cfg());
-        c.observe(Millis(20), true, &cfg());
-        assert_eq!(c.stretch(), 4.0);
+        for i in 0..4 {
+            c.observe(Millis(20), true, &cfg(), Timestamp(i * 100));
+        }
+        assert!(c.stretch() >= 15.0 && c.stretch() <= 16.0, "{}", c.stretch());
         let fixed = StreamConfig { checkpoint_max_stretch: 1, ..cfg() };
         let mut f = Cadence::default();
-        f.observe(Millis(9_000), true, &fixed);
+        f.observe(Millis(9_000), true, &fixed, Timestamp(0));
         assert_eq!((f.interval(&fixed), f.due_chars(&fixed)), (Millis(750), Offset(512)));
     }
 }

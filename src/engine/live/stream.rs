@@ -633,7 +633,11 @@ impl LiveStream {
         self.clock = self.clock.max(now);
         let StoreAnswer { id: op, reply } = answer;
         match (&self.phase, reply) {
-            (Phase::Opening(_), reply) => {
+            (Phase::Opening(opener), reply) => {
+                // The open's round trips are the first word on how busy the database is.
+                if let Some(round_trip) = opener.round_trip(op, now) {
+                    self.ck.observe(round_trip, reply.failed_for_load(), &self.cfg, now);
+                }
                 let jitter = self.jitter;
                 self.open_progress(|opener, cfg, out| opener.on_store_reply(op, reply, cfg, jitter, now, out), now)
             }
