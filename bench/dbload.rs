@@ -319,7 +319,7 @@ fn svg(points: &[Point], title: &str) -> String {
     let _ = writeln!(
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{}" font-family="sans-serif" font-size="12">"#,
-        h + 2.0 * pad + 40.0
+        h + 2.0 * pad + 80.0
     );
     let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/><text x="{pad}" y="20" font-size="14">{title}</text>"#);
     let colors = |write_ms: f64| match write_ms as u32 {
@@ -381,8 +381,7 @@ fn svg(points: &[Point], title: &str) -> String {
             }
         }
     }
-    let mut legend_x = pad;
-    let legend_y = h + 2.0 * pad + 20.0;
+    let (mut legend_x, mut legend_y) = (pad, h + 2.0 * pad + 20.0);
     let mut keys: Vec<(f64, Cadence)> = curve.iter().map(|p| (p.write_ms, p.cadence)).collect();
     keys.dedup();
     for (write_ms, cadence) in keys {
@@ -399,7 +398,10 @@ fn svg(points: &[Point], title: &str) -> String {
             legend_x + 28.0,
             legend_y + 4.0
         );
-        legend_x += 185.0;
+        legend_x += 300.0;
+        if legend_x > width - 300.0 {
+            (legend_x, legend_y) = (pad, legend_y + 18.0);
+        }
     }
     s.push_str("</svg>\n");
     s
