@@ -5,7 +5,7 @@
 // load reaches the user's Worker through a socket of its own (miniflare's `unsafeDirectSockets`)
 // instead of through miniflare's entry Worker, and the bundle is not wrapped in wrangler's dev
 // middleware. Those two cost ~1.04 M instructions and 550-620 us of CPU per request (the
-// archived dev-overhead.mjs: BENCHMARKS.md, "The research tools"), paid alike by both sides of
+// archived dev-overhead.mjs: docs/PERFORMANCE.md, "The research tools"), paid alike by both sides of
 // a ratio, which pulls every one-POST-per-delta ratio toward 1; production has neither. Used by
 // the benchmarks with `--bare` (tests/e2e/harness.mjs's startStack({ bare: true })), and by the
 // hostile-traffic suites (tests/e2e/hostile.test.mjs, fuzz.test.mjs), which time denials the dev

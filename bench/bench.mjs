@@ -419,7 +419,7 @@ function within(promise, ms, late) {
 /**
  * The unmeasured load before each fan-out measurement (see `fanout`): 20 s at 1,000 deltas/s,
  * 20,000 deltas. With 10 s at the measured 100/s, V8 was still compiling rindle-streams' wasm
- * to its top tier inside the measured window (BENCHMARKS.md, "How warm the wasm is").
+ * to its top tier inside the measured window (docs/PERFORMANCE.md, "Where the time goes").
  */
 export const WARMUP = { seconds: 20, rate: 1000 };
 
@@ -447,7 +447,7 @@ export async function fanout(target, { readers, rate, seconds, plain = false, du
   // run a budget of code: after 10 s at 100 deltas/s, Turboshaft was still compiling rindle's
   // wasm in the measured window, and its baseline tier's frame set-ups were 3% of the samples.
   // So the warm-up runs faster than the measurement (`warmupRate`, default 1,000/s; --warmup-rate)
-  // for 20 s (BENCHMARKS.md, "How warm the wasm is").
+  // for 20 s (docs/PERFORMANCE.md, "Where the time goes").
   if (warmupSeconds > 0) await fanout(target, { readers: Math.min(readers, 10), rate: warmupRate, seconds: warmupSeconds, plain, warmupSeconds: 0 });
   const stream = await target.open();
   const total = Math.max(1, Math.round(rate * seconds));

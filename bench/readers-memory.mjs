@@ -3,7 +3,7 @@
 // N readers joining it at 0 (each is replayed the whole text), all kept attached. Reported: the
 // workerd process's resident memory and the wasm heap in use (`/stats`' `wasmHeap`, the dev
 // build's counting allocator) before and after, and per reader. The figures behind MAX_READERS
-// and MAX_STREAM_BYTES (BENCHMARKS.md, "Hostile traffic").
+// and MAX_STREAM_BYTES (docs/PERFORMANCE.md, "Hostile traffic").
 //
 //   node bench/readers-memory.mjs [--readers 200] [--text-bytes 0] [--text ascii|control]
 //                                 [--max-stream-bytes N] [--together]

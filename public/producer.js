@@ -189,12 +189,15 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
   const jsonHeaders = { 'content-type': 'application/json' };
   const textHeaders = { 'content-type': 'text/plain; charset=utf-8' };
 
-  // This producer's id on its resumes: a resume it retries after losing the answer gets the same
-  // grant, where any other producer holding its epoch is fenced.
+  // This producer's id, on its open and its resumes: the server keeps it as the holder of the
+  // epoch it grants, so a resume it retries after losing the answer gets the same grant, and a
+  // resume after a lost open (no epoch learned) is granted only to the producer the open named:
+  // another invocation of the same answer is refused `superseded`, never handed the stream.
   const producerId = globalThis.crypto.randomUUID();
+  const producerHeader = { 'x-rindle-producer': producerId };
   const opened = await openOrResume(
-    () => post('open', JSON.stringify({ format, meta, chat: chat && { id: chat.id, userMessage: chat.userMessage } }), jsonHeaders),
-    () => post('resume', undefined, { 'x-rindle-producer': producerId }),
+    () => post('open', JSON.stringify({ format, meta, chat: chat && { id: chat.id, userMessage: chat.userMessage } }), { ...jsonHeaders, ...producerHeader }),
+    () => post('resume', undefined, producerHeader),
     retry,
   );
   const cancel = new AbortController();
@@ -280,7 +283,7 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
       try {
         // The epoch it holds goes with it: a producer another resume replaced is told
         // `superseded`, across resets too, and never takes the stream back.
-        resumed = await post('resume', undefined, { ...epochHeader(), 'x-rindle-producer': producerId });
+        resumed = await post('resume', undefined, { ...epochHeader(), ...producerHeader });
       } catch (err) {
         // Another producer owns the stream now: stop, and never fail a stream that is not ours.
         if (isSuperseded(err)) throw err;
@@ -316,6 +319,9 @@ export async function openStream({ streamId, token, format = 'text', meta, chat,
       try {
         return await attempt(resumed);
       } catch (err) {
+        // Sealed `cancelled` (a Stop the row kept across a reset, a cancel in the gap): the cancel
+        // is the outcome, as an answer saying `cancelled` would be, and `signal` fires.
+        if (isCancelledClose(err)) return sealed(learn({ status: 'cancelled', seq: err.body.seq, durableSeq: err.body.durableSeq }));
         if (!retry || !resumeCause(err)) throw err;
         // A failure after progress (the server took text, or the source gave more) starts a new
         // gap; one with none continues the last, so resumes that lead nowhere end in time.
@@ -550,6 +556,9 @@ async function openOrResume(open, resume, retry) {
     }
   }
 }
+
+/** A write refused because the stream was sealed `cancelled` (409 `closed`, status `cancelled`). */
+const isCancelledClose = (err) => err instanceof RindleError && err.code === 'closed' && err.body?.status === 'cancelled';
 
 /** The helpers' resume policy: retry for `timeoutMs`, waiting `baseDelayMs` doubling to `maxDelayMs`, jittered. */
 export const RESUME_DEFAULTS = Object.freeze({ timeoutMs: 60_000, baseDelayMs: 100, maxDelayMs: 2_000 });

@@ -1,6 +1,6 @@
 //! The chat feed's rules (SPEC §11), on the engine's own machine ([`ChatFeed`]): the object's
 //! storage is a map that takes exactly the writes the machine asks for, so a reset is "drop the
-//! machine, load it from the map", as the Worker's object does (src/edge/feed.rs). Each rule is
+//! machine, load it from the map", as the Worker's object does (src/edge/chat/mod.rs). Each rule is
 //! named for what it guards against. `feed_resets_and_reconnects_never_miss_or_double_a_turn`
 //! runs seeded schedules of notices, lost notices, resets and reconnects (`SIM_SEED=s` replays
 //! one; `FEED_SCHEDULES=n` runs more).

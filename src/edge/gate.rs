@@ -1,22 +1,25 @@
 //! Authorization (SPEC §4, §12): the question an authorizer is asked about a request, and its
 //! verdict as an answer.
 //!
-//! The front Worker asks before it forwards anything (`super::front_gate`), so a request the
+//! The front Worker asks before it forwards anything (`super::front`), so a request the
 //! authorizer denies is answered there at once, its body cancelled unread, and no Durable Object
 //! is reached or created. Only an authorizer that reads the stream's `meta`
 //! ([`Authorizer::reads_meta`]) is asked in the stream's object instead, where the meta is. A read
 //! made for a chat (`?chat=`, a token's `chat` claim) is also checked to be of an answer of that
 //! chat, in the same place.
 
-use super::chats;
-use super::http::{self, Target, TokenFrom};
-use super::shell::{log, now};
+use crate::edge::http::{self, Target, TokenFrom};
+use crate::edge::runtime::{log, now};
 use crate::engine::access::api::{ApiError, Route};
 use crate::engine::access::auth::{AuthRequest, Authorizer, Denied, Principal, Scope};
+use crate::engine::access::memberships::ChatMemberships;
 use crate::engine::durable::Tables;
 use crate::engine::text::utf16::Offset;
 use serde_json::json;
 use worker::Headers;
+
+/// The query parameter that carries the chat of a read to the stream's object.
+pub const CHAT_PARAM: &str = "chat";
 
 /// What an authorizer is asked about one request, read from it once.
 pub struct Asked {
@@ -30,7 +33,7 @@ pub struct Asked {
 
 impl Asked {
     pub fn of(headers: &Headers, target: &Target, route: &Route, authorizer: &dyn Authorizer) -> Result<Self, ApiError> {
-        let chat = match target.query(chats::CHAT_PARAM) {
+        let chat = match target.query(CHAT_PARAM) {
             Some(chat) if route.action.scope() == Scope::Read => {
                 crate::engine::access::stream_id::validate(&chat)
                     .map_err(|e| ApiError::new(400, "bad_chat_id", e.to_string().replace("stream id", "chat id")))?;
@@ -112,7 +115,7 @@ thread_local! {
 
 /// A read made for `chat` must be of an answer of that chat, or it is denied alike.
 pub async fn check_chat(tables: impl FnOnce() -> Result<Tables, ApiError>, route: &Route, chat: &str) -> Result<(), ApiError> {
-    if chats::belongs(tables, &route.stream_id, chat).await? {
+    if belongs(tables, &route.stream_id, chat).await? {
         Ok(())
     } else {
         Err(deny(route, &Denied::NotInChat))
@@ -120,7 +123,7 @@ pub async fn check_chat(tables: impl FnOnce() -> Result<Tables, ApiError>, route
 }
 
 /// Asks `authorizer` about `asked`, then checks its chat: the whole gate, for an authorizer
-/// that may await (the front Worker asks the JWT check synchronously, see `super::front_gate`).
+/// that may await (the front Worker asks the JWT check synchronously, see `super::front`).
 pub async fn ask(
     authorizer: &dyn Authorizer,
     asked: &Asked,
@@ -134,4 +137,24 @@ pub async fn ask(
         Some(chat) => check_chat(tables, route, chat).await,
         None => Ok(()),
     }
+}
+
+/// Whether stream `stream_id`'s row belongs to chat `chat_id`: remembered from an earlier read
+/// in this isolate ([`ChatMemberships`]), else read (`tables`: only then is the store reached).
+async fn belongs(tables: impl FnOnce() -> Result<Tables, ApiError>, stream_id: &str, chat_id: &str) -> Result<bool, ApiError> {
+    if MEMBERSHIPS.with(|m| m.borrow_mut().knows(stream_id, chat_id, now())) {
+        return Ok(true);
+    }
+    let chat = tables()?.chat_of(stream_id).await.map_err(ApiError::store_unavailable)?;
+    let belongs = chat.as_deref() == Some(chat_id);
+    if belongs {
+        MEMBERSHIPS.with(|m| m.borrow_mut().remember(stream_id, chat_id, now()));
+    }
+    Ok(belongs)
+}
+
+thread_local! {
+    /// The chats of answers this isolate read, so a chat page's repeated reads of one answer
+    /// reach the store once (the front Worker cannot keep a connection between requests).
+    static MEMBERSHIPS: std::cell::RefCell<ChatMemberships> = std::cell::RefCell::default();
 }

@@ -23,7 +23,12 @@ pub fn error(e: &ApiError) -> worker::Result<Response> {
         None => e.body(),
         Some(detail) => {
             let id = request_id();
-            super::shell::log("error", "request_failed", "", serde_json::json!({"requestId": id, "error": e.code, "detail": detail}));
+            crate::edge::runtime::log(
+                "error",
+                "request_failed",
+                "",
+                serde_json::json!({"requestId": id, "error": e.code, "detail": detail}),
+            );
             e.clone().with("requestId", id).body()
         }
     };

@@ -1,7 +1,7 @@
 //! The object's billing counts ([`crate::engine::host::meter`]), kept where they happen: a few
 //! integer increments, and a clock read only when the object goes from asleep to awake or back.
 
-use super::shell::now;
+use crate::edge::runtime::now;
 use crate::engine::access::api::Action;
 use crate::engine::host::meter::{AwakeClock, RequestCounts, StorageCounts};
 use serde_json::{json, Value};

@@ -2,10 +2,10 @@
 //! authorizer, the checkpoint sink, and the hooks an embedding Worker may install.
 
 #[cfg(feature = "test-faults")]
-use super::faults::FaultPlan;
+use crate::edge::dev::faults::FaultPlan;
 #[cfg(feature = "postgres")]
-use super::postgres::Postgres;
-use super::store::{Store, StoreCounters, D1};
+use crate::edge::store::postgres::Postgres;
+use crate::edge::store::{Store, StoreCounters, D1};
 use crate::engine::access::auth::{Authorizer, JwtAuthorizer, JwtSecrets};
 use crate::engine::durable::{MappedSql, SqlExecutor, Tables};
 use crate::engine::host::config::{Backend, ConfigError, Settings};
@@ -149,7 +149,7 @@ impl Setup {
                 let exec = executor.sql();
                 #[cfg(feature = "test-faults")]
                 let exec: Rc<dyn SqlExecutor> = match &faults {
-                    Some(plan) => Rc::new(super::faults::Faulty { inner: exec, plan: Rc::clone(plan) }),
+                    Some(plan) => Rc::new(crate::edge::dev::faults::Faulty { inner: exec, plan: Rc::clone(plan) }),
                     None => exec,
                 };
                 (Store::Tables(Tables::new(exec, MappedSql::new(settings.mapping.clone(), settings.backend.dialect()))), Some(executor))

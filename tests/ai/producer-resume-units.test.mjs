@@ -137,6 +137,7 @@ function fakeApi({ faults = {}, onRequest = () => {}, watch = true } = {}) {
       if (fault === 'down') throw new TypeError('fetch failed'); // never reached the object
       if (server.opened) return reply(409, { error: 'open_refused', message: 'already streaming' });
       server.opened = true;
+      server.opener = server.holder = request.headers.get('x-rindle-producer'); // the producer epoch 1 is granted to
       if (fault === 'lost') throw new TypeError('fetch failed'); // took, but the answer was lost
       return reply(200, { streamId: 's', seq: 0, durableSeq: 0, epoch: 1 });
     }
@@ -148,6 +149,11 @@ function fakeApi({ faults = {}, onRequest = () => {}, watch = true } = {}) {
       const asked = request.headers.get('x-rindle-epoch');
       server.resumers = [...(server.resumers ?? []), { epoch: asked, producer: request.headers.get('x-rindle-producer') }];
       if (asked !== null && Number(asked) < server.epoch) return reply(409, { error: 'superseded', message: 'old epoch', epoch: server.epoch });
+      // No epoch: a caller whose open's answer was lost, which wrote nothing. It is granted only
+      // what loses nothing: a stream held for its id, or one nothing was written to.
+      const producer = request.headers.get('x-rindle-producer');
+      if (asked === null && server.text.length > 0 && producer !== server.holder) return reply(409, { error: 'superseded', message: 'not yours', epoch: server.epoch });
+      server.holder = producer;
       server.epoch += 1;
       server.resumes += 1;
       return reply(200, { seq: server.text.length, durableSeq: server.durable, format: 'text', epoch: server.epoch });
@@ -157,7 +163,7 @@ function fakeApi({ faults = {}, onRequest = () => {}, watch = true } = {}) {
       // Like the real object, a refused streaming append is answered only once its body ended
       // (it reads and discards what it did not take: answering earlier breaks the connection).
       if (request.body) await readBody(request.body);
-      return reply(409, { error: 'closed', message: 'stream s is closed' });
+      return reply(409, { error: 'closed', message: `stream s is ${server.sealed.status}`, ...server.sealed });
     }
     if (server.sealed) return reply(200, server.sealed); // close/fail after a cancel: it says so
     if (fault === 'resetReading') {
@@ -363,6 +369,39 @@ test('a lost open: resumed when it took, opened again when it did not', async ()
   await assert.rejects(open(fakeApi({ faults: { 1: 'down' } }), { resume: false }), ConnectionLostError);
 });
 
+test('a lost open names its producer: its resume is granted as the opener\'s, and another invocation of the answer is refused, never handed the stream', async () => {
+  // The open took, its answer was lost: the resume is the same producer's (the open named it).
+  const took = fakeApi({ faults: { 1: 'lost' } });
+  const a = await open(took);
+  await a.append('mine');
+  assert.equal(took.text, 'mine');
+  assert.ok(took.opener, 'the open named its producer (x-rindle-producer)');
+  assert.deepEqual(took.resumers.map((r) => r.producer), [took.opener], 'the resume carried the id the open named');
+  // A second invocation of the same answer, while the first writes: its open reaches nothing (a
+  // reset), so it resumes (its open may have taken); the stream is the first one's, with text.
+  const busy = fakeApi({ faults: { 3: 'down' } }); // the first's open and append, then the second's open
+  const first = await open(busy);
+  await first.append('the first answer');
+  const retried = await open(busy, { resume: { ...FAST, timeoutMs: 2000 } }).then(() => null, (err) => err);
+  assert.equal(retried?.code, 'superseded', `the retried invocation is refused: ${retried}`);
+  assert.equal(busy.text, 'the first answer', 'nothing of the retried invocation was written');
+  await first.append(' goes on');
+  assert.equal(busy.text, 'the first answer goes on', 'the first producer keeps its stream');
+});
+
+test('a Stop the server kept across a reset: a write refused closed/cancelled fires the signal and resolves cancelled, never an error', async () => {
+  const server = fakeApi({ watch: false });
+  const stream = await open(server, { watch: false });
+  await stream.append('abc');
+  // The object was reset and rebuilt from a row carrying the Stop: sealed `cancelled` at 3.
+  server.sealed = { status: 'cancelled', seq: 3, durableSeq: 3 };
+  const answer = await stream.append('def');
+  assert.equal(stream.signal.aborted, true, 'the signal fired');
+  assert.deepEqual([answer.cancelled, answer.ended?.status], [true, 'cancelled']);
+  assert.deepEqual(await stream.close(), { status: 'cancelled', seq: 3, durableSeq: 3 });
+  assert.equal(server.text, 'abc', 'nothing after the Stop');
+});
+
 test('a request that cannot be built (a bad baseUrl) is the caller\'s error at once, not a lost connection to retry', async () => {
   const started = Date.now();
   await assert.rejects(openStream({ baseUrl: 'not a url', streamId: 's', token: 't' }), (e) => e instanceof TypeError && !(e instanceof ConnectionLostError));
@@ -446,7 +485,8 @@ test('a cancel right after a granted resume with nothing to re-send: pipe learns
   assert.equal(ended.status, 'cancelled');
   assert.equal(stream.signal.aborted, true, 'signal fired');
   assert.equal(idle.cancelled?.name, 'AbortError', 'the model is stopped');
-  assert.deepEqual(server.requests.map((r) => r.action), ['open', 'append', 'resume', 'append', 'fail']);
+  // The refusal says `cancelled`: the stream is sealed, so nothing more is sent (no `fail`).
+  assert.deepEqual(server.requests.map((r) => r.action), ['open', 'append', 'resume', 'append']);
 });
 
 test('the watch: a cancel heard while no write is in flight (before the first append, between appends) fires signal at once', async () => {

@@ -531,7 +531,7 @@ test('pump: the upstream got the API key headers, and the Worker logs never cont
 });
 
 // ---------------------------------------------------------------------------------------
-// Worker bug (src/edge/object.rs + src/edge/mod.rs): the front Worker forwards the request body
+// Worker bug (src/edge/stream/mod.rs + src/edge/front/mod.rs): the front Worker forwards the request body
 // as a stream to the Durable Object, and the object answers 403 / 404 not_open / 409 closed
 // BEFORE reading it. workerd then logs "Uncaught TypeError: Can't read from request stream
 // after response has been sent", and under wrangler dev the NEXT request on the connection

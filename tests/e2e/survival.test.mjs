@@ -15,10 +15,19 @@
 // - a producer that dies with the object (never returns): the alarm rehydrates, and the row is
 //   sealed `interrupted` with its durable prefix no sooner than the window after the runtime came
 //   back, by the window's own expiry (its error says so);
-// - a resume of a sealed stream: 409 `closed` naming `complete`.
+// - a resume of a sealed stream: 409 `closed` naming `complete`;
+// - a Stop accepted just before a reset (the producer busy between writes, its watch's answer
+//   lost with the object) reaches the producer when it comes back, raw HTTP and producer.js
+//   alike: the resume is refused `closed`/`cancelled`, or every write after it answers
+//   `cancelled`, and the row ends `cancelled`, never `complete`;
+// - an idle producer's window counts from its last write, not from the open;
+// - a retried invocation whose open is lost in a reset (producer.js) never takes the answer over
+//   from the producer that holds it: its resume is refused `superseded`, and the row ends with
+//   exactly the first producer's answer.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { objectStorage, startStack, readSse } from './harness.mjs';
+import { openStream } from '../../public/producer.js';
 import { api, durableFromDb, isError, newStream, ok, rng, rows, seedFromEnv, emojiText, insidePair, ndjson, until, withTimeout } from './util.mjs';
 
 /** `i` moved off the inside of a surrogate pair of `s`. */
@@ -26,6 +35,8 @@ const cutAt = (s, i) => (insidePair(s, i) ? i - 1 : i);
 
 const LEASE_MS = 1500;
 const WINDOW_MS = 5000;
+/** How long the runtime stays down after the kill, before the new one starts. */
+const DOWN_MS = 3000;
 
 let stack;
 test.before(async () => {
@@ -107,7 +118,12 @@ test('a reset mid-answer: rehydration, resume, the fence, parked readers, the wi
   ok(await sealed.close());
 
   await stack.kill();
-  const restarting = Date.now();
+  // The runtime stays down a while (a deploy's gap): a window counted from the reset rather than
+  // from the rebuild would end that much too early. The new instance can see the reset only once
+  // it runs, so the window's lower bound is measured from its start.
+  const killedAt = Date.now();
+  await until(() => Date.now() - killedAt >= DOWN_MS, 'the runtime to stay down for its gap');
+  const restarted = Date.now();
   await stack.restart();
   // Watched from now on: when the window seals the stream nobody resumes.
   const goneSealedAt = until(() => durableFromDb(stack.db, gone.id).row.status !== 'streaming', 'the window to seal the abandoned stream', WINDOW_MS + 2 * LEASE_MS + 10_000).then(
@@ -176,12 +192,12 @@ test('a reset mid-answer: rehydration, resume, the fence, parked readers, the wi
   // The producer died with the object (nobody came back for `gone`): the alarm rehydrated it,
   // and the window sealed it `interrupted` (not the lease at once), with its durable prefix.
   const sealedAt = await goneSealedAt;
-  console.log(`survival: the abandoned stream sealed ${sealedAt - restarting} ms after the restart began`);
+  console.log(`survival: the abandoned stream sealed ${sealedAt - restarted} ms after the new runtime started`);
   const abandoned = durableFromDb(stack.db, gone.id);
   assert.equal(abandoned.row.status, 'interrupted');
   assert.match(abandoned.row.error, new RegExp(`did not resume within ${WINDOW_MS} ms`));
   assert.equal(abandoned.text, 'kept 😀', 'the durable prefix is kept, the live tail is not');
-  assert.ok(sealedAt - restarting >= WINDOW_MS, `sealed ${sealedAt - restarting} ms after the restart began: the window was waited for`);
+  assert.ok(sealedAt - restarted >= WINDOW_MS, `sealed ${sealedAt - restarted} ms after the new runtime started: the window was waited for`);
   // Sealed by the window's own expiry, not later by something else: the error above is written
   // only by the rebuilt stream's window (its timer), never by the lease's repair or a reseal.
   // That it came at all is the watch's bound (the window plus two leases plus 10 s: a hang, not
@@ -352,4 +368,108 @@ test('an idle producer whose object is evicted mid-pause is rebuilt, waits past 
   ok(await write(c, 'close', undefined, grant.epoch));
   const final = durableFromDb(stack.db, c.id);
   assert.deepEqual([final.row.status, final.text], ['complete', `${head}and the answer.`]);
+});
+
+test('a Stop accepted just before a reset reaches the producer when it comes back: raw HTTP with its epoch, and producer.js', async () => {
+  await stack.restart();
+  // A raw HTTP producer: opens, writes `abc`, flushes, then is busy between writes (a tool call).
+  const raw = api(stack, newStream(stack, 'surv-stop-raw'));
+  const opened = ok(await raw.open());
+  ok(await write(raw, 'append', 'abc', opened.epoch));
+  ok(await write(raw, 'flush', undefined, opened.epoch));
+  // producer.js, its watch off: the watch's answer to the cancel is what a reset can lose (its
+  // connection dies with the object), so the producer learns nothing until it writes again.
+  const helperId = newStream(stack, 'surv-stop-helper');
+  const helper = await openStream({ baseUrl: stack.baseUrl, streamId: helperId, token: stack.token(helperId), watch: false, resume: { timeoutMs: 30_000 } });
+  await helper.append('abc');
+  await helper.flush();
+  // A reader presses Stop on both: accepted while the stream is live.
+  for (const id of [raw.id, helperId]) {
+    const cancelled = ok(await api(stack, id).cancel());
+    assert.deepEqual([cancelled.cancelled, cancelled.live], [true, true], `the cancel of ${id} was accepted live`);
+  }
+  // A deploy: the runtime is reset before either producer writes again.
+  await stack.kill();
+  await stack.restart();
+
+  // The raw producer comes back with its epoch: refused `closed`/`cancelled`, or granted with
+  // every write after it answering `cancelled`.
+  const resumed = await resume(raw, opened.epoch);
+  if (resumed.status === 200) {
+    const after = ok(await write(raw, 'append', 'def', resumed.json.epoch), 'the append after the resume');
+    assert.equal(after.cancelled, true, `the write after the resume answers cancelled: ${resumed.raw} then ${JSON.stringify(after)}`);
+    await write(raw, 'close', undefined, resumed.json.epoch);
+  } else {
+    assert.equal(isError(resumed, 409, 'closed', 'the resume after a Stop').status, 'cancelled');
+  }
+  const rawRow = durableFromDb(stack.db, raw.id);
+  assert.equal(rawRow.row.status, 'cancelled', `the raw producer's row (${rawRow.text})`);
+  assert.ok(!rawRow.text.includes('def'), 'nothing written after the Stop');
+
+  // producer.js writes again: it learns the Stop (its signal fires, the write resolves cancelled).
+  const wrote = await helper.append('def').then((v) => v, (err) => err);
+  assert.equal(helper.signal.aborted, true, `the helper's signal fired (the write gave ${JSON.stringify(wrote?.message ?? wrote)})`);
+  await helper.close().catch(() => {});
+  const helperRow = durableFromDb(stack.db, helperId);
+  assert.equal(helperRow.row.status, 'cancelled', `producer.js's row (${helperRow.text})`);
+  assert.ok(!helperRow.text.includes('def'), 'nothing written after the Stop');
+});
+
+test('an idle producer reset right after its pause waits its whole idle timeout from its last write, not from the open', async () => {
+  // The last write comes well after the open, and the reset follows it at once (before a lease
+  // renewal could store it): the window must count from the last write.
+  const idle = 12_000;
+  const sinceOpen = 6000;
+  await stack.restart({ vars: { RESUME_WINDOW_MS: '1000', IDLE_TIMEOUT_MS: String(idle) } });
+  const c = api(stack, newStream(stack, 'surv-idle-last'));
+  const openedAt = Date.now();
+  const opened = ok(await c.open());
+  // The producer writes on for a while after the open (each piece a write), then pauses.
+  let written = '';
+  for (let i = 0; Date.now() - openedAt < sinceOpen; i++) {
+    const piece = `piece ${i} `;
+    ok(await write(c, 'append', piece, opened.epoch));
+    written += piece;
+    await until(() => Date.now() - openedAt > (i + 1) * 500, 'the next piece\'s turn');
+  }
+  ok(await write(c, 'flush', undefined, opened.epoch));
+  const lastWriteAt = Date.now();
+  await stack.kill();
+  await stack.restart();
+  // Past what the open's time would allow (open + idle), still inside last write + idle.
+  const armedDeadline = openedAt + idle;
+  await until(() => Date.now() > armedDeadline + 2000, 'the open\'s idle deadline to pass', idle + 30_000);
+  assert.ok(Date.now() < lastWriteAt + idle, 'still inside the last write\'s idle timeout (a slow machine would make this test vacuous)');
+  assert.equal(rows(stack, c.id).row.status, 'streaming', 'not sealed: the producer was quiet for less than its idle timeout');
+  const grant = ok(await resume(c, opened.epoch));
+  assert.equal(grant.seq, written.length);
+  ok(await write(c, 'append', 'done.', grant.epoch));
+  assert.equal(ok(await write(c, 'close', undefined, grant.epoch)).status, 'complete');
+  assert.equal(durableFromDb(stack.db, c.id).text, `${written}done.`);
+});
+
+test('a retried invocation whose open is lost in a reset never takes over the live producer\'s answer (producer.js)', async () => {
+  await stack.restart();
+  const id = newStream(stack, 'surv-retried');
+  const token = stack.token(id);
+  const first = await openStream({ baseUrl: stack.baseUrl, streamId: id, token, watch: false, resume: { timeoutMs: 30_000 } });
+  await first.append('the first invocation\'s answer, ');
+  await first.flush();
+  // A reset; meanwhile the platform retries the invocation: its open cannot reach the runtime
+  // (the connection is refused), so producer.js resumes once the runtime is back, as it must
+  // after a lost open (which may have taken).
+  await stack.kill();
+  const second = openStream({ baseUrl: stack.baseUrl, streamId: id, token, watch: false, resume: { timeoutMs: 30_000, baseDelayMs: 200 } }).then(
+    (s) => ({ opened: s }),
+    (err) => ({ refused: err }),
+  );
+  await stack.restart();
+  const outcome = await withTimeout(second, 40_000, 'the second invocation\'s open to settle');
+  if (outcome.opened) await outcome.opened.append('THE SECOND INVOCATION\'S ANSWER').catch(() => {});
+  assert.equal(outcome.refused?.code, 'superseded', `the second invocation is refused, not given the stream (it ${outcome.opened ? 'was granted it' : `failed with ${outcome.refused}`})`);
+  // The first goes on: it resumes with its epoch and completes its answer alone.
+  await first.append('and nothing else.');
+  assert.equal((await first.close()).status, 'complete');
+  const row = durableFromDb(stack.db, id);
+  assert.deepEqual([row.row.status, row.text], ['complete', 'the first invocation\'s answer, and nothing else.']);
 });

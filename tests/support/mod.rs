@@ -363,7 +363,7 @@ pub enum Step {
     DieAfterApply,
 }
 
-/// Drives one [`Revival`] as the shell does (edge/revive.rs), on `tables` and an object storage
+/// Drives one [`Revival`] as the shell does (edge/stream/revive.rs), on `tables` and an object storage
 /// `storage`, each call meeting the next of `steps` (then [`Step::Ok`]). `None`: the instance
 /// died mid-way (what it applied stays applied).
 #[allow(dead_code)]
@@ -437,7 +437,7 @@ pub struct AlarmRun {
     pub revived: Option<LiveStream>,
 }
 
-/// Runs the core's lease alarm once at `now`, as the shell does (edge/lease.rs): `holding` is
+/// Runs the core's lease alarm once at `now`, as the shell does (edge/stream/lease.rs): `holding` is
 /// what the object holds; a revival it asks for runs as [`run_revival`] with `steps`. A release
 /// forgets the keys as the shell does. `None`: the instance died during the revival.
 #[allow(dead_code, clippy::too_many_arguments)] // one per input the shell has at hand

@@ -14,7 +14,7 @@
 //! that goes away stays in the list until the stream's close (every benchmark run ends with one).
 //!
 //! With the cargo feature `manual-export`, the object is exported by hand instead (module
-//! `manual`; BENCHMARKS.md, "Changes tried": exporting the object by hand, not kept).
+//! `manual`; docs/PERFORMANCE.md, "Changes tried": exporting the object by hand, not kept).
 #![cfg(target_arch = "wasm32")]
 
 use std::cell::RefCell;

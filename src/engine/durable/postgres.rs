@@ -1,5 +1,5 @@
 //! How the plan's values travel to PostgreSQL and its rows come back, through tokio-postgres:
-//! the one binding shared by the Worker's executor (`src/edge/postgres.rs`, async over a
+//! the one binding shared by the Worker's executor (`src/edge/store/postgres.rs`, async over a
 //! `worker::Socket`) and the native tests' (`tests/support/pg.rs`, tokio-postgres's blocking
 //! facade). Encoding only; no I/O here.
 //!

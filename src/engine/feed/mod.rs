@@ -16,8 +16,8 @@
 //! - `history`: the feed as a sans-IO machine: numbered events, bounded history, replay from a
 //!   reader's `Last-Event-ID`, the rebuild from the table, forgetting when idle.
 //!
-//! The Worker shell performs it: `src/edge/feed.rs` (the chat's Durable Object) and the notices
-//! a stream's object sends (`src/edge/shell.rs`, `Shell::announce`).
+//! The Worker shell performs it: `src/edge/chat/mod.rs` (the chat's Durable Object) and the notices
+//! a stream's object sends (`src/edge/stream/shell.rs`, `Shell::announce`).
 
 mod history;
 mod notice;

@@ -82,7 +82,7 @@ pub const SINK_RETAIN_CHARS: Offset = Offset(64 * 1024);
 pub const DEFAULT_MAX_READERS: usize = 500;
 
 /// The default most bytes of a stream's text, counted as readers receive it: 4 MiB. Measured
-/// (bench/readers-memory.mjs --together, BENCHMARKS.md "Hostile traffic"): 100 readers joining
+/// (bench/readers-memory.mjs --together, docs/PERFORMANCE.md "Hostile traffic"): 100 readers joining
 /// at 0 at once take the isolate (JavaScript heap, its buffers and the wasm memory) to 46 MB at
 /// 4 MiB, 87 MB at 8 MiB and 186 MB at 16 MiB (about 11× the text, garbage not yet collected
 /// included; 21, 38 and 71 MB once collected): 4 MiB stays well inside the isolate's 128 MB,

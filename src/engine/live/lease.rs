@@ -1,6 +1,6 @@
 //! The lease alarm (SPEC §7) as a sans-IO machine, [`LeaseAlarm`]: the object arms an alarm
 //! before it marks a row `streaming` and renews it while the stream is alive here; when the
-//! alarm fires, the shell (edge/lease.rs) and the simulator drive this same machine. It reads
+//! alarm fires, the shell (edge/stream/lease.rs) and the simulator drive this same machine. It reads
 //! the object's keys, looks at what the object holds, and ends with a renewal or a release:
 //!
 //! ```text

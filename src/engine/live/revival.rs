@@ -1,7 +1,7 @@
 //! The revival (SPEC §10) as a sans-IO machine, [`Revival`]: a fresh instance of an object whose
 //! stream was lost while `streaming` (a deploy, an eviction, a crash) rebuilds it. The lease
 //! alarm and a request that wakes the instance drive this same machine (the shell in
-//! `edge/revive.rs`, the simulator in `tests/simulator.rs`), so what the simulator proves is
+//! `edge/stream/revive.rs`, the simulator in `tests/simulator.rs`), so what the simulator proves is
 //! what runs.
 //!
 //! ```text

@@ -33,7 +33,7 @@ pub fn encode(frame: &Frame) -> String {
 /// encoding of [`Frame::Chunk`] under `format!` (the tests hold the two together), in one
 /// buffer sized up front. serde_json and `core::fmt` take dozens of small calls per frame, and
 /// in the Worker most of the wasm still runs in V8's baseline tier, where every call sets up a
-/// frame (BENCHMARKS.md, "A floor in Rust").
+/// frame (docs/PERFORMANCE.md, "A floor in Rust").
 ///
 /// A large text is measured first, so its buffer is allocated once at its exact size: grown by
 /// doubling, a 4 MiB text of control characters (24 MiB once escaped) took a 32 MiB buffer and a

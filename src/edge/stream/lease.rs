@@ -3,9 +3,9 @@
 //! which drives the core's [`LeaseAlarm`] (and, when nothing is held here, the same revival a
 //! request runs: `revive.rs`).
 
-use super::meter::Meter;
-use super::object::StreamObject;
-use super::shell::{log, with_timeout};
+use super::StreamObject;
+use crate::edge::meter::Meter;
+use crate::edge::runtime::{log, with_timeout};
 use crate::engine::host::config::StreamConfig;
 use crate::engine::host::object_storage::{kept_at_release, KeyUpdate, StoredStream, KEYS};
 use crate::engine::host::time::{Millis, Timestamp};
@@ -28,7 +28,7 @@ pub struct LeaseStore {
     meter: Rc<Meter>,
     /// The test build's fault plan: `ops=storage` breaks the reads of the keys.
     #[cfg(feature = "test-faults")]
-    pub faults: Option<Rc<super::faults::FaultPlan>>,
+    pub faults: Option<Rc<crate::edge::dev::faults::FaultPlan>>,
 }
 
 impl LeaseStore {
@@ -149,7 +149,7 @@ impl StreamObject {
     /// The lease alarm: drives one run of [`LeaseAlarm`] to its renewal or release. A failure
     /// renews, for as long as it takes: the runtime's own alarm retries give up after a few, and
     /// no row may stay `streaming`.
-    pub(super) async fn lease_expired(&self) -> worker::Result<()> {
+    pub(crate) async fn lease_expired(&self) -> worker::Result<()> {
         let setup = self.setup().map_err(|e| worker::Error::RustError(e.message))?;
         let lease = self.lease_store()?;
         let mut alarm = LeaseAlarm::fire();

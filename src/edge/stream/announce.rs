@@ -11,8 +11,8 @@
 //! The chat is stored with the lease's keys at the open (`chat`, `StoredStream`), so a seal made by a
 //! fresh instance after a reset (the resume window, the lease's revival) still names it.
 
-use super::meter::Meter;
-use super::shell::log;
+use crate::edge::meter::Meter;
+use crate::edge::runtime::log;
 use crate::engine::feed::{ChatLink, FeedNotice};
 use crate::engine::host::object_storage::{CHAT, FORMAT};
 use crate::engine::text::utf16::Offset;
@@ -180,7 +180,7 @@ async fn post(feeds: &ObjectNamespace, chat_id: &str, body: &str) -> worker::Res
         body: Some(wasm_bindgen::JsValue::from_str(body)),
         ..Default::default()
     };
-    let req = worker::Request::new_with_init(&format!("https://chat-feed{}", super::feed::NOTICE_PATH), &init)?;
+    let req = worker::Request::new_with_init(&format!("https://chat-feed{}", crate::edge::chat::NOTICE_PATH), &init)?;
     let mut res = stub.fetch_with_request(req).await?;
     let status = res.status_code();
     let _ = res.bytes().await;

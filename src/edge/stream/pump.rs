@@ -11,10 +11,11 @@
 //! complete. After an object reset, the rehydrating object calls
 //! [`StreamObject::reattach_pump`].
 
-use super::http::unavailable;
-use super::meter::Meter;
-use super::object::{Object, StreamObject};
-use super::shell::{log, Shell};
+use super::shell::Shell;
+use super::{Object, StreamObject};
+use crate::edge::http::unavailable;
+use crate::edge::meter::Meter;
+use crate::edge::runtime::log;
 use crate::engine::access::api::ApiError;
 use crate::engine::host::config::Settings;
 use crate::engine::host::hook::SealCause;
@@ -111,7 +112,7 @@ impl PumpRun {
     /// Text as the durable store can keep it (U+0000 replaced on Postgres: the upstream cannot
     /// be told to fix what it sent; `Backend::storable`).
     fn storable<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
-        match super::setup::settings(&self.env) {
+        match crate::edge::setup::settings(&self.env) {
             Ok(settings) => settings.backend.storable(text),
             Err(_) => std::borrow::Cow::Borrowed(text),
         }
@@ -141,7 +142,7 @@ impl PumpRun {
     /// Sends an upstream call, its credential header read from the named secret now, if
     /// `PUMP_UPSTREAMS` still allows its URL (a re-attach after a deploy that changed the list).
     async fn send(&self, call: &UpstreamCall, controller: &AbortController) -> Result<Response, String> {
-        let settings = super::setup::settings(&self.env).map_err(|e| e.to_string())?;
+        let settings = crate::edge::setup::settings(&self.env).map_err(|e| e.to_string())?;
         settings.pump_upstreams.permit(&call.url).map_err(|e| e.to_string())?;
         let headers = Headers::new();
         let accept = if call.method == CallMethod::Get { "text/event-stream, application/json" } else { "application/json" };
@@ -456,7 +457,7 @@ impl StreamObject {
     /// (`starting_after` the stored mark), checks the replay against `durable_text`, pushes
     /// what comes after it, and ends the stream as a pump does; the object counts as pumping
     /// meanwhile. A storage error is returned as is (the record stays for another try).
-    pub(super) async fn reattach_pump(&self, o: &Rc<Object>, durable_from: Offset, durable_text: &str) -> worker::Result<PumpReattach> {
+    pub(crate) async fn reattach_pump(&self, o: &Rc<Object>, durable_from: Offset, durable_text: &str) -> worker::Result<PumpReattach> {
         let run = PumpRun::new(Rc::clone(&o.shell), 0, &self.state, self.env.clone(), Rc::clone(&self.meter));
         let Some(record) = run.record().await? else { return Ok(PumpReattach::NoRecord) };
         let upstream = record.endpoint.clone();
@@ -498,7 +499,7 @@ impl StreamObject {
 
     /// After a cancel that found no pump running here (the object was reset under it): cancels
     /// upstream the background response a pump left a record of, and forgets the record.
-    pub(super) fn cancel_stored_pump(&self, o: &Rc<Object>) {
+    pub(crate) fn cancel_stored_pump(&self, o: &Rc<Object>) {
         let run = PumpRun::new(Rc::clone(&o.shell), 0, &self.state, self.env.clone(), Rc::clone(&self.meter));
         let awake = self.meter.hold();
         self.state.wait_until(async move {

@@ -12,10 +12,10 @@
 //!
 //! Like the stream's shell it feeds one input, drains the outputs, and only then performs them.
 
-use super::http::{self, unavailable};
-use super::meter::{Hold, Meter};
-use super::setup;
-use super::shell::{log, now, with_timeout};
+use crate::edge::http::{self, unavailable};
+use crate::edge::meter::{Hold, Meter};
+use crate::edge::runtime::{log, now, with_timeout};
+use crate::edge::setup;
 use crate::engine::access::api::{self, ApiError, ChatAction};
 use crate::engine::feed::{ChatFeed, FeedNotice, FeedOutput, RowsUnread, StorageWrite, StoredFeed, EVENT_PREFIX, HEAD_KEY};
 use crate::engine::host::config::Settings;
@@ -184,7 +184,7 @@ impl FeedShell {
         settings: &Settings,
         chat_id: &str,
     ) -> Result<Response, ApiError> {
-        let sse_headers = super::sse::headers(crate::engine::live::Dialect::Events);
+        let sse_headers = crate::edge::sse::headers(crate::engine::live::Dialect::Events);
         if req.method() == worker::Method::Head {
             return Response::empty().map(|r| r.with_headers(sse_headers)).map_err(unavailable);
         }

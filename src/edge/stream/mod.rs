@@ -1,14 +1,31 @@
-//! The Durable Object: one per stream id. It routes and authorizes every request first, then
-//! runs the handlers against the stream's [`Shell`]. The lease alarm lives in [`super::lease`],
-//! the append body policy in [`super::append`].
+//! The stream's Durable Object, one per stream id: it routes and authorizes every request, then
+//! runs the handlers against the stream's [`Shell`]. Its rooms:
+//!
+//! - `shell`: the driver between the object and the engine's live stream (borrow, feed one
+//!   input, drain the outputs, drop the borrow, perform them);
+//! - `append`: the append's body, pushed as it arrives;
+//! - `readers`: a reader's SSE body; `ui`: `/ui` and the resume GET;
+//! - `lease`: the object's storage and the lease alarm; `revive`: the revival and `/resume`;
+//! - `pump`: the upstream pump; `announce`: the stream's notices to its chat's feed.
 
-use super::append::discard_unread;
-use super::http::{self, error, unavailable};
-use super::lease::LeaseStore;
-use super::meter::{Hold, Meter};
-use super::setup::Setup;
-use super::shell::{now, with_timeout, Shell};
-use super::sse::{self, ReaderSource};
+mod announce;
+mod append;
+mod lease;
+mod pump;
+mod readers;
+mod revive;
+mod shell;
+mod ui;
+
+use self::append::discard_unread;
+use self::lease::LeaseStore;
+use self::readers::ReaderSource;
+use self::shell::Shell;
+use crate::edge::http::{self, error, unavailable};
+use crate::edge::meter::{Hold, Meter};
+use crate::edge::runtime::{now, with_timeout};
+use crate::edge::setup::Setup;
+use crate::edge::sse;
 use crate::engine::access::api::{self, Action, ApiError, OpenRequest, Route};
 use crate::engine::host::config::StreamConfig;
 use crate::engine::host::time::Millis;
@@ -20,32 +37,32 @@ use worker::{durable_object, DurableObject, Env, Request, Response, State};
 
 #[durable_object]
 pub struct StreamObject {
-    pub(super) state: State,
-    pub(super) env: Env,
+    pub(crate) state: State,
+    pub(crate) env: Env,
     setup: RefCell<Option<Rc<Setup>>>,
-    pub(super) object: RefCell<Option<Rc<Object>>>,
+    pub(crate) object: RefCell<Option<Rc<Object>>>,
     /// What this object is billed for, counted (`/stats`, bench/cost.mjs).
-    pub(super) meter: Rc<Meter>,
+    pub(crate) meter: Rc<Meter>,
     /// Readers that came before the open (the row was inserted, the stream not opened yet),
     /// woken when it opens here (see `ui::format_or_await_open`).
-    pub(super) awaiting_open: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
+    pub(crate) awaiting_open: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
     /// How far this instance got with rebuilding a lost stream (SPEC §10, `revive.rs`).
-    pub(super) revival: RefCell<super::revive::RevivalState>,
-    pub(super) revival_waiters: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
+    pub(crate) revival: RefCell<self::revive::RevivalState>,
+    pub(crate) revival_waiters: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
 }
 
 /// An object that knows its stream.
-pub(super) struct Object {
-    pub(super) setup: Rc<Setup>,
-    pub(super) shell: Rc<Shell>,
+pub(crate) struct Object {
+    pub(crate) setup: Rc<Setup>,
+    pub(crate) shell: Rc<Shell>,
     /// An upstream pump is running (one at a time: two would interleave their text).
-    pub(super) pumping: std::cell::Cell<bool>,
+    pub(crate) pumping: std::cell::Cell<bool>,
 }
 
 impl DurableObject for StreamObject {
     fn new(state: State, env: Env) -> Self {
         #[cfg(feature = "dev")]
-        super::dev::object_constructed();
+        crate::edge::dev::object_constructed();
         Self {
             state,
             env,
@@ -77,7 +94,7 @@ impl DurableObject for StreamObject {
 impl StreamObject {
     /// The object's configuration, built once. A bad configuration is refused on every
     /// request with a message naming the setting.
-    pub(super) fn setup(&self) -> Result<Rc<Setup>, ApiError> {
+    pub(crate) fn setup(&self) -> Result<Rc<Setup>, ApiError> {
         if let Some(s) = self.setup.borrow().as_ref() {
             return Ok(Rc::clone(s));
         }
@@ -87,7 +104,7 @@ impl StreamObject {
     }
 
     /// The lease's storage and alarm.
-    pub(super) fn lease_store(&self) -> worker::Result<LeaseStore> {
+    pub(crate) fn lease_store(&self) -> worker::Result<LeaseStore> {
         let setup = self.setup().map_err(|e| worker::Error::RustError(e.message))?;
         #[allow(unused_mut)] // the test build adds its fault plan
         let mut lease = LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter));
@@ -98,14 +115,14 @@ impl StreamObject {
         Ok(lease)
     }
 
-    pub(super) fn object(&self, stream_id: &str) -> Result<Rc<Object>, ApiError> {
+    pub(crate) fn object(&self, stream_id: &str) -> Result<Rc<Object>, ApiError> {
         if let Some(o) = self.object.borrow().as_ref() {
             return Ok(Rc::clone(o));
         }
         let setup = self.setup()?;
         let lease = LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter));
-        let feeds = self.env.durable_object(super::feed::FEEDS_BINDING).ok();
-        let feed = super::announce::FeedLink::new(stream_id, &self.state, feeds, Rc::clone(&self.meter));
+        let feeds = self.env.durable_object(crate::edge::chat::FEEDS_BINDING).ok();
+        let feed = self::announce::FeedLink::new(stream_id, &self.state, feeds, Rc::clone(&self.meter));
         let shell = Shell::new(
             stream_id.to_owned(),
             Rc::clone(&setup.store),
@@ -143,13 +160,13 @@ impl StreamObject {
         // front Worker asked every authorizer but one that reads the stream's meta: that one is
         // asked here, where the meta is (`super::gate`).
         if o.setup.authorizer.reads_meta() {
-            let asked = super::gate::Asked::of(req.headers(), &target, &route, &*o.setup.authorizer)?;
+            let asked = crate::edge::gate::Asked::of(req.headers(), &target, &route, &*o.setup.authorizer)?;
             let meta = o.shell.inspect(|s| s.meta().cloned()).flatten();
             let tables = || match &o.setup.executor {
                 Some(executor) if o.setup.settings.mapping.chat.is_some() => Ok(executor.tables(&o.setup.settings)),
                 _ => Err(ApiError::no_chat_column()),
             };
-            super::gate::ask(&*o.setup.authorizer, &asked, &route, meta.as_ref(), tables).await?;
+            crate::edge::gate::ask(&*o.setup.authorizer, &asked, &route, meta.as_ref(), tables).await?;
         }
         // Every body but an append's is small: read now, against its bound (an append's body is
         // read as it is pushed, see `append`).
@@ -166,13 +183,13 @@ impl StreamObject {
         let r = match route.action {
             Action::Open => self.open(&o, &route, &body).await,
             Action::Append => {
-                let epoch = super::revive::epoch_of(&req)?;
+                let epoch = self::revive::epoch_of(&req)?;
                 o.append(&route, &mut req, epoch).await
             }
-            Action::Flush => o.flush(&route, super::revive::epoch_of(&req)?).await,
-            Action::Close => o.seal(&route, None, super::revive::epoch_of(&req)?).await,
+            Action::Flush => o.flush(&route, self::revive::epoch_of(&req)?).await,
+            Action::Close => o.seal(&route, None, self::revive::epoch_of(&req)?).await,
             Action::Fail => {
-                let epoch = super::revive::epoch_of(&req)?;
+                let epoch = self::revive::epoch_of(&req)?;
                 let body = http::small_json(&body, "the fail body must be {\"error\": \"…\"}")?;
                 let message =
                     body.as_ref().and_then(|b| b.get("error")).and_then(|e| e.as_str()).unwrap_or("the producer failed the stream");
@@ -202,7 +219,7 @@ impl StreamObject {
         let body = http::small_json(body, "the open body must be {\"format\": \"text\" | \"ui\", \"meta\": …}")?;
         let OpenRequest { format, meta, chat } = OpenRequest::parse(body)?;
         if let Some(link) = &chat {
-            super::chats::check_open(&o.setup.store, &route.stream_id, &link.chat_id).await?;
+            check_open(&o.setup.store, &route.stream_id, &link.chat_id).await?;
         }
         let cfg = StreamConfig { format, ..o.setup.settings.stream.clone() };
         let (stream, ticket) = LiveStream::open(
@@ -244,28 +261,28 @@ impl StreamObject {
     async fn pump(&self, o: &Rc<Object>, route: &Route, req: &Request, body: &[u8]) -> Result<Response, ApiError> {
         o.require_live(route)?;
         // The pump becomes the producer: only the current producer can start one.
-        let epoch = super::revive::epoch_of(req)?;
+        let epoch = self::revive::epoch_of(req)?;
         if let Some(Err(fenced)) = o.shell.inspect(|s| s.admit(epoch)) {
-            return Err(super::revive::fenced(&route.stream_id, fenced));
+            return Err(self::revive::fenced(&route.stream_id, fenced));
         }
-        let (pump, upstream) = super::pump::upstream_request(body, &o.setup.settings, &self.env)?;
+        let (pump, upstream) = self::pump::upstream_request(body, &o.setup.settings, &self.env)?;
         if o.pumping.get() {
             return Err(ApiError::pump_running(&route.stream_id));
         }
         // The pump's epoch fences the producer that started it, and is stored as a resume's is.
         let grant = match o.shell.feed(|s, now| s.admit(epoch).map_err(ResumeRefused::Fenced).and_then(|()| s.start_pump(now))) {
             Some(Ok(grant)) => grant,
-            Some(Err(ResumeRefused::Fenced(f))) => return Err(super::revive::fenced(&route.stream_id, f)),
+            Some(Err(ResumeRefused::Fenced(f))) => return Err(self::revive::fenced(&route.stream_id, f)),
             Some(Err(_)) | None => return Err(ApiError::closed(&route.stream_id)),
         };
         self.store_resume(&grant, None).await.map_err(ApiError::store_unavailable)?;
         o.pumping.set(true);
         let object = Rc::clone(o);
-        let run = super::pump::PumpRun::new(Rc::clone(&o.shell), grant.epoch, &self.state, self.env.clone(), Rc::clone(&self.meter));
+        let run = self::pump::PumpRun::new(Rc::clone(&o.shell), grant.epoch, &self.state, self.env.clone(), Rc::clone(&self.meter));
         let awake = self.meter.hold();
         self.state.wait_until(async move {
             let _awake = awake;
-            super::pump::run(run, pump, upstream).await;
+            self::pump::run(run, pump, upstream).await;
             object.pumping.set(false);
         });
         http::json(202, &json!({"streamId": route.stream_id, "pumping": true, "epoch": grant.epoch})).map_err(unavailable)
@@ -273,12 +290,12 @@ impl StreamObject {
 }
 
 impl Object {
-    pub(super) fn settings(&self) -> &crate::engine::host::config::Settings {
+    pub(crate) fn settings(&self) -> &crate::engine::host::config::Settings {
         &self.setup.settings
     }
 
     /// Refuses producer calls on a stream that is not live here.
-    pub(super) fn require_live(&self, route: &Route) -> Result<(), ApiError> {
+    pub(crate) fn require_live(&self, route: &Route) -> Result<(), ApiError> {
         match self.shell.inspect(LiveStream::state) {
             Some(StreamState::Live) => Ok(()),
             Some(StreamState::Sealing | StreamState::Ended(_)) => Err(ApiError::closed(&route.stream_id)),
@@ -291,7 +308,7 @@ impl Object {
         let settled = shell
             .feed(|s, now| s.admit_flush(epoch).map(|()| shell.await_ticket(s.flush(now))))
             .ok_or_else(|| ApiError::not_open(&route.stream_id))?
-            .map_err(|f| super::revive::fenced(&route.stream_id, f))?;
+            .map_err(|f| self::revive::fenced(&route.stream_id, f))?;
         match settled.await.map_err(unavailable)? {
             Ok(durable_seq) => {
                 let seq = shell.inspect(LiveStream::seq).unwrap_or(durable_seq);
@@ -318,7 +335,7 @@ impl Object {
                 Ok(shell.await_ticket(ticket))
             })
             .ok_or_else(|| ApiError::not_open(&route.stream_id))?
-            .map_err(|f| super::revive::fenced(&route.stream_id, f))?;
+            .map_err(|f| self::revive::fenced(&route.stream_id, f))?;
         match settled.await.map_err(unavailable)? {
             Ok(r) => http::json(200, &json!({"status": r.status, "seq": r.seq, "durableSeq": r.durable_seq})).map_err(unavailable),
             Err(short) => Err(ApiError::seal_failed(short.status.as_str(), short.seq, short.durable_seq, &short)),
@@ -327,28 +344,30 @@ impl Object {
 
     fn events(&self, req: &Request, target: &http::Target) -> Result<Response, ApiError> {
         match self.subscribe(Dialect::Events, req, target) {
-            sse::Subscription::Answered(response) => response,
-            sse::Subscription::NoLiveStream { .. } => sse::absent(self.settings().sse_retry_ms).map_err(unavailable),
+            self::readers::Subscription::Answered(response) => response,
+            self::readers::Subscription::NoLiveStream { .. } => sse::absent(self.settings().sse_retry_ms).map_err(unavailable),
         }
     }
 
     /// Attaches a reader of `dialect` at the request's join offset (`Last-Event-ID` over
     /// `from`), unless no live stream is here. A `HEAD` gets the headers a GET would get and
     /// attaches nothing: it has no body to stream.
-    pub(super) fn subscribe(&self, dialect: Dialect, req: &Request, target: &http::Target) -> sse::Subscription {
+    pub(crate) fn subscribe(&self, dialect: Dialect, req: &Request, target: &http::Target) -> self::readers::Subscription {
         if req.method() == worker::Method::Head {
-            return sse::Subscription::Answered(Response::empty().map(|r| r.with_headers(sse::headers(dialect))).map_err(unavailable));
+            return self::readers::Subscription::Answered(
+                Response::empty().map(|r| r.with_headers(sse::headers(dialect))).map_err(unavailable),
+            );
         }
         let from = http::join_offset(req, target);
         let cfg = &self.settings().stream;
         if self.shell.inspect(|s| cfg.admits_reader(s.reader_count())) == Some(false) {
-            return sse::Subscription::Answered(Err(ApiError::too_many_readers(&self.shell.stream_id, cfg.max_readers)));
+            return self::readers::Subscription::Answered(Err(ApiError::too_many_readers(&self.shell.stream_id, cfg.max_readers)));
         }
         match self.shell.feed(|s, _| s.subscribe_as(dialect, from)) {
-            Some(reader) => sse::Subscription::Answered(
+            Some(reader) => self::readers::Subscription::Answered(
                 ReaderSource::response(Rc::clone(&self.shell), reader, dialect, self.settings().sse_retry_ms).map_err(unavailable),
             ),
-            None => sse::Subscription::NoLiveStream { from },
+            None => self::readers::Subscription::NoLiveStream { from },
         }
     }
 
@@ -428,7 +447,7 @@ impl Object {
             }
             #[cfg(feature = "heap-stats")]
             {
-                stats["wasmHeap"] = json!(super::heap::wasm_heap());
+                stats["wasmHeap"] = json!(crate::edge::dev::heap::wasm_heap());
             }
             stats
         });
@@ -450,11 +469,22 @@ struct TextAnswer<'a> {
 }
 
 /// A random claim token: the open's CAS, and a revival's claim (unique per claimant).
-pub(super) fn random_token() -> String {
+pub(crate) fn random_token() -> String {
     let mut bytes = [0u8; 16];
     if getrandom::fill(&mut bytes).is_err() {
         // The host token only needs to differ between producers; the clock is a fallback.
         return format!("host-{}", js_sys::Date::now());
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An open that names chat `chat_id` (SPEC §11): refused when the row belongs to another chat,
+/// where a chat column is mapped (without one, or with an app's own sink, there is nothing to
+/// check against). Read through the stream's own store, so its traffic counts as the stream's.
+async fn check_open(store: &crate::edge::store::Store, stream_id: &str, chat_id: &str) -> Result<(), ApiError> {
+    let crate::edge::store::Store::Tables(tables) = store else { return Ok(()) };
+    match tables.chat_of(stream_id).await.map_err(ApiError::store_unavailable)? {
+        Some(chat) if chat != chat_id => Err(ApiError::chat_mismatch(stream_id)),
+        _ => Ok(()),
+    }
 }

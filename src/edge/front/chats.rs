@@ -1,22 +1,17 @@
 //! Chats, through the message table's mapped chat column (`COLUMNS = {"chat": …}`): the resume
-//! GET for a chat (`GET {prefix}/chats/{chat}/stream`, answered by the front Worker), the
-//! check that a read made through a token's `chat` claim is of an answer of that chat, and the
-//! chat's feed (`GET {prefix}/chats/{chat}/events`, forwarded to its object: `feed.rs`).
+//! GET for a chat (`GET {prefix}/chats/{chat}/stream`, answered by the front Worker), and the
+//! chat's feed (`GET {prefix}/chats/{chat}/events`, forwarded to its object: `super::super::chat`).
 
-use super::http::{self, unavailable};
-use super::setup;
-use super::shell::now;
+use crate::edge::http::{self, unavailable};
+use crate::edge::runtime::now;
+use crate::edge::setup;
 use crate::engine::access::api::{ApiError, ChatAction, ChatRoute};
 use crate::engine::access::auth::{AuthRequest, Scope};
-use crate::engine::access::memberships::ChatMemberships;
 use crate::engine::durable::Tables;
 use crate::engine::host::config::Settings;
 use serde_json::json;
 use std::rc::Rc;
 use worker::{Env, Request, Response};
-
-/// The query parameter that carries the chat of a read to the stream's object.
-pub const CHAT_PARAM: &str = "chat";
 
 /// The mapped tables, for the chat reads of one request in the front Worker (a connection to
 /// Postgres serves one request there: the runtime binds a socket to the request that opened it;
@@ -28,37 +23,6 @@ pub fn tables(env: &Env, settings: &Settings) -> Result<Tables, ApiError> {
     }
     let executor = setup::Executor::from_env(env, settings.backend).map_err(ApiError::misconfigured)?;
     Ok(executor.tables(settings))
-}
-
-/// Whether stream `stream_id`'s row belongs to chat `chat_id`: remembered from an earlier read
-/// in this isolate ([`ChatMemberships`]), else read (`tables`: only then is the store reached).
-pub async fn belongs(tables: impl FnOnce() -> Result<Tables, ApiError>, stream_id: &str, chat_id: &str) -> Result<bool, ApiError> {
-    if MEMBERSHIPS.with(|m| m.borrow_mut().knows(stream_id, chat_id, now())) {
-        return Ok(true);
-    }
-    let chat = tables()?.chat_of(stream_id).await.map_err(ApiError::store_unavailable)?;
-    let belongs = chat.as_deref() == Some(chat_id);
-    if belongs {
-        MEMBERSHIPS.with(|m| m.borrow_mut().remember(stream_id, chat_id, now()));
-    }
-    Ok(belongs)
-}
-
-thread_local! {
-    /// The chats of answers this isolate read, so a chat page's repeated reads of one answer
-    /// reach the store once (the front Worker cannot keep a connection between requests).
-    static MEMBERSHIPS: std::cell::RefCell<ChatMemberships> = std::cell::RefCell::default();
-}
-
-/// An open that names chat `chat_id` (SPEC §11): refused when the row belongs to another chat,
-/// where a chat column is mapped (without one, or with an app's own sink, there is nothing to
-/// check against). Read through the stream's own store, so its traffic counts as the stream's.
-pub async fn check_open(store: &super::store::Store, stream_id: &str, chat_id: &str) -> Result<(), ApiError> {
-    let super::store::Store::Tables(tables) = store else { return Ok(()) };
-    match tables.chat_of(stream_id).await.map_err(ApiError::store_unavailable)? {
-        Some(chat) if chat != chat_id => Err(ApiError::chat_mismatch(stream_id)),
-        _ => Ok(()),
-    }
 }
 
 /// `GET {prefix}/chats/{chat}/stream` and `…/events`: authorized for the chat first, here in the
@@ -86,7 +50,7 @@ pub async fn lookup(req: Request, env: Env, settings: Rc<Settings>, chat: ChatRo
     authorizer
         .authorize(&question)
         .await
-        .map_err(|denied| super::gate::denial("", json!({"chat": chat.chat_id, "route": route, "reason": denied.to_string()})))?;
+        .map_err(|denied| crate::edge::gate::denial("", json!({"chat": chat.chat_id, "route": route, "reason": denied.to_string()})))?;
     if chat.action == ChatAction::Events {
         return feed(req, &env, &chat.chat_id).await;
     }
@@ -98,8 +62,8 @@ pub async fn lookup(req: Request, env: Env, settings: Rc<Settings>, chat: ChatRo
     let url = req.inner().url();
     let origin = &url[..url.len() - api_path_and_after(&url).len()];
     let mut query = form_urlencoded::Serializer::new(String::new());
-    query.extend_pairs(form_urlencoded::parse(target.raw_query().as_bytes()).filter(|(k, _)| k != CHAT_PARAM));
-    query.append_pair(CHAT_PARAM, &chat.chat_id);
+    query.extend_pairs(form_urlencoded::parse(target.raw_query().as_bytes()).filter(|(k, _)| k != crate::edge::gate::CHAT_PARAM));
+    query.append_pair(crate::edge::gate::CHAT_PARAM, &chat.chat_id);
     let forwarded = format!("{origin}{}/{stream_id}/stream?{}", settings.path_prefix, query.finish());
     let stub = env
         .durable_object("STREAMS")
@@ -113,9 +77,9 @@ pub async fn lookup(req: Request, env: Env, settings: Rc<Settings>, chat: ChatRo
 /// `GET {prefix}/chats/{chat}/events`, authorized: the chat's feed object answers it.
 async fn feed(req: Request, env: &Env, chat_id: &str) -> Result<Response, ApiError> {
     let stub = env
-        .durable_object(super::feed::FEEDS_BINDING)
+        .durable_object(crate::edge::chat::FEEDS_BINDING)
         .and_then(|ns| ns.id_from_name(chat_id)?.get_stub())
-        .map_err(|e| ApiError::misconfigured(format!("the {} Durable Object binding: {e}", super::feed::FEEDS_BINDING)))?;
+        .map_err(|e| ApiError::misconfigured(format!("the {} Durable Object binding: {e}", crate::edge::chat::FEEDS_BINDING)))?;
     stub.fetch_with_request(req).await.map_err(http::unavailable)
 }
 

@@ -5,8 +5,8 @@
 //! objects this isolate constructed (the proof that a denied request creates none:
 //! `tests/e2e/hostile.test.mjs`).
 
-use super::http::{self, unavailable};
-use super::setup::{dev_mode, var};
+use crate::edge::http::{self, unavailable};
+use crate::edge::setup::{dev_mode, var};
 use crate::engine::access::api::ApiError;
 use crate::engine::durable::{Statement, Value};
 use crate::engine::host::store::OpKind;
@@ -45,8 +45,8 @@ async fn session(env: &Env) -> Result<Response, ApiError> {
     let secret = var(env, "STREAM_JWT_SECRET").ok_or_else(|| ApiError::misconfigured("STREAM_JWT_SECRET is not set"))?;
     let now = (js_sys::Date::now() / 1000.0) as u64;
     let stream_id = format!("demo-{now}-{}", (js_sys::Math::random() * 1e9) as u64);
-    let settings = super::setup::settings(env).map_err(|e| ApiError::misconfigured(e.to_string()))?;
-    let executor = super::setup::Executor::from_env(env, settings.backend).map_err(|e| ApiError::misconfigured(e.to_string()))?;
+    let settings = crate::edge::setup::settings(env).map_err(|e| ApiError::misconfigured(e.to_string()))?;
+    let executor = crate::edge::setup::Executor::from_env(env, settings.backend).map_err(|e| ApiError::misconfigured(e.to_string()))?;
     let table = var(env, "MESSAGE_TABLE").unwrap_or_else(|| "messages".into());
     let table = crate::engine::durable::Ident::new(&table).map_err(ApiError::misconfigured)?;
     let dialect = settings.backend.dialect();
@@ -82,8 +82,8 @@ async fn feed_stats(req: &Request, env: &Env) -> Result<Response, ApiError> {
     let chat = http::Target::of(req).query("chat").unwrap_or_default();
     crate::engine::access::stream_id::validate(&chat).map_err(|e| ApiError::new(400, "bad_chat_id", e.to_string()))?;
     let stub = env
-        .durable_object(super::feed::FEEDS_BINDING)
+        .durable_object(crate::edge::chat::FEEDS_BINDING)
         .and_then(|ns| ns.id_from_name(&chat)?.get_stub())
-        .map_err(|e| ApiError::misconfigured(format!("the {} binding: {e}", super::feed::FEEDS_BINDING)))?;
-    stub.fetch_with_str(&format!("https://chat-feed{}", super::feed::STATS_PATH)).await.map_err(unavailable)
+        .map_err(|e| ApiError::misconfigured(format!("the {} binding: {e}", crate::edge::chat::FEEDS_BINDING)))?;
+    stub.fetch_with_str(&format!("https://chat-feed{}", crate::edge::chat::STATS_PATH)).await.map_err(unavailable)
 }

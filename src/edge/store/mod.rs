@@ -2,6 +2,9 @@
 //! [`D1`] executor, or the app's own [`CheckpointSink`]. A D1 batch is one transaction, and the
 //! read in a checkpoint's own batch is the truth.
 
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
+
 use crate::engine::durable::{ColumnValue, Row, SqlExecutor, Statement, Tables, Value};
 use crate::engine::host::store::{self, CheckpointSink, OpKind, StoreAnswer, StoreError, StoreFuture, StoreRequest};
 use serde_json::Map;

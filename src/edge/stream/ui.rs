@@ -3,10 +3,10 @@
 //! transport's resume GET over it; and the stream's format, kept in the object's storage so
 //! that it is known after the stream retired from memory.
 
-use super::http::{self, unavailable};
-use super::object::{Object, StreamObject};
-use super::shell::log;
-use super::sse;
+use super::{Object, StreamObject};
+use crate::edge::http::{self, unavailable};
+use crate::edge::runtime::log;
+use crate::edge::sse;
 use crate::engine::access::api::{ApiError, Route};
 use crate::engine::host::object_storage::FORMAT;
 use crate::engine::live::{Dialect, LiveStream};
@@ -28,7 +28,7 @@ impl StreamObject {
     /// The stream's format: the live stream's, else the row's format column (written at the
     /// open, where one is mapped), else the one stored with the lease's keys; `None` when this
     /// object never opened the stream. `row` is the durable read, when the caller made one.
-    pub(super) async fn format(&self, o: &Object, row: Option<&DurableText>) -> Result<Option<Format>, ApiError> {
+    pub(crate) async fn format(&self, o: &Object, row: Option<&DurableText>) -> Result<Option<Format>, ApiError> {
         if let Some(format) = o.shell.inspect(LiveStream::format) {
             return Ok(Some(format));
         }
@@ -73,7 +73,7 @@ impl StreamObject {
     /// no live stream here (the object was lost, the lease has not fired yet) gets its lines and
     /// no `[DONE]`: the client reconnects and finds the ending once the lease sealed the row. A
     /// client that already got the ending (`Last-Event-ID: done`) gets 204.
-    pub(super) async fn ui(&self, o: &Rc<Object>, req: &Request, target: &http::Target, route: &Route) -> Result<Response, ApiError> {
+    pub(crate) async fn ui(&self, o: &Rc<Object>, req: &Request, target: &http::Target, route: &Route) -> Result<Response, ApiError> {
         match self.join_ui(o, req, target, route).await? {
             UiJoin::Answered(response) => Ok(response),
             UiJoin::NeverOpened => Err(ApiError::no_stream(&route.stream_id)),
@@ -94,7 +94,7 @@ impl StreamObject {
     /// (the stock SDK ignores `id:`, and its `resumeStreamIsReplay` starts the message over). An
     /// answer that ended but still lingers here is served with its ending: a page that learned
     /// of it while it ran and reconnects just after does not miss it.
-    pub(super) async fn resume(&self, o: &Rc<Object>, req: &Request, target: &http::Target, route: &Route) -> Result<Response, ApiError> {
+    pub(crate) async fn resume(&self, o: &Rc<Object>, req: &Request, target: &http::Target, route: &Route) -> Result<Response, ApiError> {
         match self.join_ui(o, req, target, route).await? {
             UiJoin::Answered(response) => Ok(response),
             UiJoin::NeverOpened => no_content(),
@@ -126,8 +126,8 @@ impl StreamObject {
             None => return Ok(UiJoin::NeverOpened),
         }
         Ok(match o.subscribe(Dialect::Ui, req, target) {
-            sse::Subscription::Answered(response) => UiJoin::Answered(with_lease(response, o)?),
-            sse::Subscription::NoLiveStream { from } => UiJoin::NoLiveStream { from, row },
+            super::readers::Subscription::Answered(response) => UiJoin::Answered(with_lease(response, o)?),
+            super::readers::Subscription::NoLiveStream { from } => UiJoin::NoLiveStream { from, row },
         })
     }
 

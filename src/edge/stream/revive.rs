@@ -3,10 +3,10 @@
 //! a time however it was woken (the lease alarm, a reader, the producer); `POST /resume`; the
 //! producer epoch on writes (`x-rindle-epoch`).
 
-use super::http::{self, unavailable};
-use super::object::{Object, StreamObject};
 use super::pump::PumpReattach;
-use super::shell::{log, now};
+use super::{Object, StreamObject};
+use crate::edge::http::{self, unavailable};
+use crate::edge::runtime::{log, now};
 use crate::engine::access::api::{ApiError, Route};
 use crate::engine::host::object_storage::KeyUpdate;
 use crate::engine::live::lease::Revived;
@@ -43,7 +43,7 @@ pub fn fenced(stream_id: &str, f: Fenced) -> ApiError {
 
 /// How far this instance got with its revival.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) enum RevivalState {
+pub(crate) enum RevivalState {
     /// Not tried yet (a fresh instance), or the last attempt decided nothing.
     #[default]
     Untried,
@@ -77,7 +77,7 @@ impl StreamObject {
     /// Rebuilds the stream if this instance holds none and its keys say one was lost while
     /// `streaming`, once at a time: concurrent callers wait for the one attempt and see its
     /// outcome. A stream already held here is [`Revived::Rebuilt`].
-    pub(super) async fn revive(&self, o: &Rc<Object>) -> Revived {
+    pub(crate) async fn revive(&self, o: &Rc<Object>) -> Revived {
         loop {
             if o.shell.holds_stream() {
                 return Revived::Rebuilt;
@@ -101,7 +101,7 @@ impl StreamObject {
     }
 
     /// A request's revival: a step that failed is a 503 (the next request tries again).
-    pub(super) async fn revive_for_request(&self, o: &Rc<Object>) -> Result<(), ApiError> {
+    pub(crate) async fn revive_for_request(&self, o: &Rc<Object>) -> Result<(), ApiError> {
         match self.revive(o).await {
             Revived::Failed(RevivalFailure::Store(e)) => Err(ApiError::store_unavailable(e)),
             Revived::Failed(RevivalFailure::Storage(e)) => Err(ApiError::store_unavailable(e)),
@@ -116,7 +116,7 @@ impl StreamObject {
             Ok(lease) => lease,
             Err(e) => return Revived::Failed(RevivalFailure::Storage(e.to_string())),
         };
-        let mut revival = Revival::start(o.settings().stream.clone(), super::object::random_token());
+        let mut revival = Revival::start(o.settings().stream.clone(), super::random_token());
         while let Some(output) = revival.poll_output() {
             match output {
                 RevivalOutput::ReadKeys => revival.handle_keys(lease.read_keys().await.map_err(|e| e.0)),
@@ -158,7 +158,7 @@ impl StreamObject {
 
     /// `POST /resume`: a new epoch and where to continue. The epoch is stored before the answer,
     /// so the connection it replaces stays fenced across a reset.
-    pub(super) async fn resume_producer(&self, o: &Rc<Object>, route: &Route, req: &Request) -> Result<Response, ApiError> {
+    pub(crate) async fn resume_producer(&self, o: &Rc<Object>, route: &Route, req: &Request) -> Result<Response, ApiError> {
         let epoch = epoch_of(req)?;
         let producer = req.headers().get(PRODUCER_HEADER).ok().flatten();
         let granted = o.shell.feed(|s, now| s.resume(epoch, producer.as_deref(), now));
@@ -178,7 +178,7 @@ impl StreamObject {
 
     /// Stores what a granted resume (or a pump taking over) changed: the new epoch (the replaced
     /// connection stays fenced across a reset), whom it went to, and no window.
-    pub(super) async fn store_resume(&self, grant: &ResumeGrant, producer: Option<&str>) -> Result<(), String> {
+    pub(crate) async fn store_resume(&self, grant: &ResumeGrant, producer: Option<&str>) -> Result<(), String> {
         let lease = self.lease_store().map_err(|e| e.to_string())?;
         lease.write_keys(&KeyUpdate::resumed(grant.epoch, producer)).await.map_err(|e| e.0)
     }

@@ -2,8 +2,8 @@
 //! pushed piece by piece; a `ui` stream's pieces go to its line assembler as bytes) and the
 //! discard of bodies a refusal left unread.
 
-use super::http::{self, unavailable};
-use super::object::Object;
+use super::Object;
+use crate::edge::http::{self, unavailable};
 use crate::engine::access::api::{ApiError, Route};
 use crate::engine::live::{LiveStream, PushError, PushReceipt};
 use crate::engine::text::utf8::{BadUtf8, Utf8Reassembler};
@@ -63,7 +63,7 @@ impl Object {
     /// validated one by one: the lines before a bad one stay); a streaming body (no
     /// content-length) is pushed piece by piece, reassembling characters split across pieces,
     /// and ends early when a cancel arrives.
-    pub(super) async fn append(self: &Rc<Self>, route: &Route, req: &mut Request, epoch: Option<u64>) -> Result<Response, ApiError> {
+    pub(crate) async fn append(self: &Rc<Self>, route: &Route, req: &mut Request, epoch: Option<u64>) -> Result<Response, ApiError> {
         self.require_live(route)?;
         if let Some(Err(fenced)) = self.shell.inspect(|s| s.admit(epoch)) {
             return Err(super::revive::fenced(&route.stream_id, fenced));
@@ -278,7 +278,7 @@ impl BodyPieces {
 /// [`http::MAX_DISCARDED_BYTES`], see [`http::read_bounded`]). A body a handler started reading
 /// is left alone: a handler that stops early (a cancelled streaming append) cancels its own
 /// read, which lets it answer at once.
-pub(super) async fn discard_unread(request: &web_sys::Request) {
+pub(crate) async fn discard_unread(request: &web_sys::Request) {
     let Some(body) = request.body().filter(|_| !request.body_used()) else { return };
     if body.locked() {
         return;

@@ -3,8 +3,9 @@
 //! wake readers, settle waiting requests, arm the timer).
 
 use super::lease::LeaseStore;
-use super::meter::{Hold, Meter};
-use super::store::Store;
+use crate::edge::meter::{Hold, Meter};
+use crate::edge::runtime::{log, now, with_timeout};
+use crate::edge::store::Store;
 use crate::engine::host::hook::{self, EventHook, StreamNotice};
 use crate::engine::host::store::{StoreError, StoreRequest};
 use crate::engine::host::time::{Millis, Timestamp};
@@ -18,35 +19,6 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
-
-/// The wall clock (inside a Durable Object it advances across I/O): the engine's time.
-pub fn now() -> Timestamp {
-    Timestamp(js_sys::Date::now() as u64)
-}
-
-/// `call`'s output, or `None` when it did not come within `limit` (the call is dropped: a late
-/// reply is ignored).
-pub async fn with_timeout<T>(limit: Millis, call: impl std::future::Future<Output = T>) -> Option<T> {
-    let call = std::pin::pin!(call);
-    let bound = std::pin::pin!(worker::Delay::from(Duration::from_millis(limit.0)));
-    match futures::future::select(call, bound).await {
-        futures::future::Either::Left((output, _)) => Some(output),
-        futures::future::Either::Right(_) => None,
-    }
-}
-
-/// One structured JSON log line.
-pub fn log(level: &str, event: &str, stream_id: &str, fields: serde_json::Value) {
-    let mut line = json!({"level": level, "event": event, "streamId": stream_id});
-    if let (Some(obj), serde_json::Value::Object(extra)) = (line.as_object_mut(), fields) {
-        obj.extend(extra);
-    }
-    if level == "info" {
-        worker::console_log!("{line}");
-    } else {
-        worker::console_error!("{line}");
-    }
-}
 
 /// A request's stream went away before settling it (the machine always settles what it
 /// ticketed, so this is a runtime failure, never an answer about the stream).
@@ -114,18 +86,18 @@ struct ReaderBody {
 }
 
 impl ReaderBody {
-    /// A body, registered as open outside the instance (see [`super::sse::body_opened`]) until
+    /// A body, registered as open outside the instance (see [`crate::edge::sse::body_opened`]) until
     /// it is dropped: whichever way it leaves the shell (written to its end, its client gone,
     /// the stream retired), it is no longer this instance's to end.
     fn new(controller: web_sys::ReadableStreamDefaultController, awake: Hold) -> Self {
-        super::sse::body_opened(&controller);
+        crate::edge::sse::body_opened(&controller);
         Self { controller, has_room: Cell::new(true), _awake: awake }
     }
 }
 
 impl Drop for ReaderBody {
     fn drop(&mut self) {
-        super::sse::body_ended(&self.controller);
+        crate::edge::sse::body_ended(&self.controller);
     }
 }
 

@@ -15,7 +15,7 @@
 //!   answer within [`ROUND_TRIP_DEADLINE_MS`], after the `COMMIT` was sent:
 //!   [`StoreError::MayHaveCommitted`]. The engine retries a checkpoint as it does on D1.
 
-use super::store::StoreCounters;
+use super::StoreCounters;
 use crate::engine::durable::postgres::{bind, describe, failed, failed_commit, row, typed};
 use crate::engine::durable::{Row, SqlExecutor, Statement, Value};
 use crate::engine::host::store::{OpKind, StoreError, StoreFuture};
