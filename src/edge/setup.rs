@@ -152,6 +152,7 @@ impl Setup {
                     Some(plan) => Rc::new(crate::edge::dev::faults::Faulty { inner: exec, plan: Rc::clone(plan) }),
                     None => exec,
                 };
+                let exec = modelled(env, &settings, exec)?;
                 (Store::Tables(Tables::new(exec, MappedSql::new(settings.mapping.clone(), settings.backend.dialect()))), Some(executor))
             }
         };
@@ -165,6 +166,25 @@ impl Setup {
             #[cfg(feature = "test-faults")]
             faults,
         })
+    }
+}
+
+/// The binding of the D1 database.
+const BINDING_D1: &str = "DB";
+
+impl Setup {
+    /// The durable text of a stream, read for a request (`/text`, `/ui` from the row, `/watch`,
+    /// a resume's refusal): an overload is waited out as a stream's own calls are.
+    pub async fn read_durable(
+        &self,
+        stream_id: &str,
+    ) -> Result<Option<crate::engine::text::reading::DurableText>, crate::engine::host::store::StoreError> {
+        super::runtime::patiently(&self.settings.stream, || self.store.sink().read_durable(stream_id)).await
+    }
+
+    /// Sets the row's cancel flag (idempotent); `false` when there is no such row.
+    pub async fn request_cancel(&self, stream_id: &str) -> Result<bool, crate::engine::host::store::StoreError> {
+        super::runtime::patiently(&self.settings.stream, || self.store.sink().request_cancel(stream_id)).await
     }
 }
 
@@ -182,7 +202,7 @@ impl Executor {
     pub fn from_env(env: &Env, backend: Backend) -> Result<Self, ConfigError> {
         match backend {
             Backend::D1 => {
-                let db = env.d1("DB").map_err(|e| invalid("DB", &format!("the D1 binding is missing: {e}")))?;
+                let db = env.d1(BINDING_D1).map_err(|e| invalid("DB", &format!("the D1 binding is missing: {e}")))?;
                 Ok(Executor::D1(Rc::new(D1::new(db))))
             }
             #[cfg(feature = "postgres")]
@@ -215,6 +235,34 @@ impl Executor {
             #[cfg(feature = "postgres")]
             Executor::Postgres(pg) => ("postgres", pg.counters()),
         }
+    }
+}
+
+/// The dev build's model of the database in front of `exec`, when `DB_MODEL_WRITE_MS` asks for
+/// it (honoured only with `DEV_MODE=1`; docs/LOAD.md, "The model in the dev build").
+#[cfg(feature = "dev")]
+fn modelled(env: &Env, settings: &Settings, exec: Rc<dyn SqlExecutor>) -> Result<Rc<dyn SqlExecutor>, ConfigError> {
+    use crate::engine::durable::model::{Capacity, MODEL_VARS};
+    let postgres = settings.backend == Backend::Postgres;
+    let Some(capacity) = Capacity::from_vars(|name| var(env, name), postgres).map_err(|e| invalid(e.name, &e.to_string()))? else {
+        return Ok(exec);
+    };
+    if !dev_mode(env) {
+        return Err(invalid(MODEL_VARS[0], "is a development switch and is refused unless DEV_MODE=1"));
+    }
+    let models = env
+        .durable_object(crate::edge::dev::model::BINDING)
+        .map_err(|e| invalid(MODEL_VARS[0], &format!("needs the DB_MODEL Durable Object binding (scripts/dev-config.mjs adds it): {e}")))?;
+    Ok(Rc::new(crate::edge::dev::model::Modelled { inner: exec, models, database: "default".to_owned(), capacity }))
+}
+
+/// A production build has no model of the database: its variables are refused, never ignored.
+#[cfg(not(feature = "dev"))]
+fn modelled(env: &Env, _: &Settings, exec: Rc<dyn SqlExecutor>) -> Result<Rc<dyn SqlExecutor>, ConfigError> {
+    use crate::engine::durable::model::MODEL_VARS;
+    match MODEL_VARS.iter().find(|name| var(env, name).is_some_and(|v| !v.trim().is_empty())) {
+        None => Ok(exec),
+        Some(name) => Err(invalid(name, "is a development switch, and this build has none (built without the `dev` feature)")),
     }
 }
 

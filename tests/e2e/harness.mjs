@@ -443,6 +443,8 @@ let stackCounter = 0;
  *              the example chat and rindle-streams in two processes, so one can be killed alone)
  *   script     serve this copy of a build's worker/shim.mjs instead (tests/survival/reload: a
  *              build wrangler dev reloads when the test rewrites it); not with `config` or `chat`.
+ *   model      bind the dev build's model of the database (DB_MODEL; its DB_MODEL_* vars in
+ *              `vars` choose it: docs/LOAD.md); the project's dev build alone.
  *
  * returns { baseUrl, port, inspectorPort, persistDir, secret, db, token(stream, scope?, claims?),
  *           stop(), kill(), restart(opts?), logs(), waitForLog(re, ms), process }
@@ -466,6 +468,7 @@ export async function startStack({
   registry,
   backend,
   pgVia,
+  model = false,
 } = {}) {
   // RINDLE_E2E_BACKEND applies to the stacks that can take it: the project's dev build alone.
   if (chat && front) throw new Error('startStack: `chat` is a front Worker already; pass one of `chat` and `front`');
@@ -495,7 +498,7 @@ export async function startStack({
   if (chat) await buildChatPage();
   // Postgres: a database of the stack's own, and a copy of wrangler.toml with the Hyperdrive
   // binding to it and DURABLE_BACKEND = "postgres" (scripts/dev-config.mjs).
-  let pgConfig = null;
+  let devConfig = null;
   let pgUrl = null;
   let workerPgUrl = null;
   if (backend === 'postgres') {
@@ -504,8 +507,11 @@ export async function startStack({
     pgUrl = createDatabase(database, join(ROOT, 'migrations', 'postgres'));
     // `pgVia(url)`: the URL the Workers reach it by instead (a fault test's proxy).
     workerPgUrl = pgVia ? pgVia(pgUrl) : pgUrl;
-    if (!chat) pgConfig = writeDevConfig({ root: ROOT, dir: join(base, 'pg'), backend: 'postgres', pgUrl: workerPgUrl });
+    if (!chat) devConfig = writeDevConfig({ root: ROOT, dir: join(base, 'pg'), backend: 'postgres', pgUrl: workerPgUrl, model });
   }
+  if (model && (chat || front || bare || config || production)) throw new Error('startStack: `model` binds the model to the dev build alone');
+  // The model of the database: a copy of wrangler.toml with its binding (only the dev build has its class).
+  if (model && !devConfig) devConfig = writeDevConfig({ root: ROOT, dir: join(base, 'model'), backend: 'd1', model });
   const frontConfig = chat ? (backend === 'postgres' ? writeChatConfig({ root: ROOT, dir: join(base, 'chat'), pgUrl: workerPgUrl }) : CHAT_CONFIG) : front;
   const envFile = join(base, 'secrets.env');
   const writeEnvFile = (values) => writeFileSync(envFile, dotenv(values));
@@ -604,7 +610,7 @@ export async function startStack({
       '--env-file', envFile, // replaces .dev.vars, so a developer's .dev.vars never leaks in
     ];
     if (config) args.push('--config', config);
-    if (pgConfig) args.push('--config', pgConfig);
+    if (devConfig) args.push('--config', devConfig);
     if (demo) args.push('--assets', join(ROOT, 'public'));
     const asVar = ([k, v]) => ['--var', `${k}:${typeof v === 'string' ? v : JSON.stringify(v)}`];
     let env = registry ? { ...BASE_ENV, WRANGLER_REGISTRY_PATH: registry } : BASE_ENV;
@@ -759,15 +765,17 @@ export function sseParser(emit, { json = true } = {}) {
 }
 
 /**
- * Open an SSE stream and return { status, headers, frames, next(pred?, ms), attached, close(), done }.
- * `frames` fills with sseParser's records as they arrive; `next`
- * resolves with the first unconsumed record matching pred (default: any data record).
+ * Open an SSE stream and return { status, headers, frames, arrivals, next(pred?, ms), attached, close(), done }.
+ * `frames` fills with sseParser's records as they arrive (`arrivals[i]`: when frame i did, in
+ * `performance.now()` ms); `next` resolves with the first unconsumed record matching pred
+ * (default: any data record).
  */
 export async function readSse(url, { headers = {}, signal } = {}) {
   const ctrl = new AbortController();
   signal?.addEventListener('abort', () => ctrl.abort(signal.reason));
   const res = await fetch(url, { headers: { accept: 'text/event-stream', ...headers }, signal: ctrl.signal });
   const frames = [];
+  const arrivals = [];
   const waiters = new Set();
   let cursor = 0;
   let ended = false;
@@ -781,6 +789,7 @@ export async function readSse(url, { headers = {}, signal } = {}) {
     const decoder = new TextDecoder();
     const parser = sseParser((record) => {
       frames.push(record);
+      arrivals.push(performance.now());
       if (record.data !== undefined) firstData(record);
       notify();
     });
@@ -799,6 +808,7 @@ export async function readSse(url, { headers = {}, signal } = {}) {
     status: res.status,
     headers: res.headers,
     frames,
+    arrivals,
     get ended() {
       return ended;
     },

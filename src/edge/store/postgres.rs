@@ -72,7 +72,8 @@ impl Postgres {
     /// A new connection; its I/O runs as a task of its own until the client is dropped or the
     /// server closes it.
     async fn connect(&self) -> Result<Rc<Client>, StoreError> {
-        let cannot = |e: String| StoreError::NotCommitted(format!("postgres: cannot connect: {e}"));
+        // A server out of connections (53300) is load; any other refusal to connect is not.
+        let cannot = |e: String| StoreError::from_database(format!("postgres: cannot connect: {e}"), false);
         let config: tokio_postgres::Config =
             self.target.connection_string.parse().map_err(|e: tokio_postgres::Error| cannot(e.to_string()))?;
         let socket = Socket::builder()
@@ -162,7 +163,7 @@ impl Postgres {
                 .flatten()
                 .find(|e| e.as_db_error().is_some());
             if let Some(e) = first_refusal {
-                return Err((StoreError::NotCommitted(describe(e)), false));
+                return Err((StoreError::from_database(describe(e), false), false));
             }
             let broken = |e: &tokio_postgres::Error| e.as_db_error().is_none();
             commit.map_err(|e| {

@@ -252,7 +252,7 @@ impl StreamObject {
     /// `GET /text`: the durable text from D1, and the stream's format (`text` when this object
     /// never opened it).
     async fn text(&self, o: &Object, route: &Route) -> Result<Response, ApiError> {
-        let durable = o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+        let durable = o.setup.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
         let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
         let format = self.format(o, Some(&durable)).await?.unwrap_or_default();
         http::json(200, &TextAnswer { durable: &durable, format }).map_err(unavailable)
@@ -376,7 +376,7 @@ impl Object {
         // one's next read-back).
         let live = self.shell.holds_stream();
         self.shell.cancel();
-        match self.setup.store.sink().request_cancel(&route.stream_id).await {
+        match self.setup.request_cancel(&route.stream_id).await {
             Ok(true) => {}
             Ok(false) if !live => return Err(ApiError::no_row(&route.stream_id)),
             Ok(false) => {}
@@ -396,7 +396,7 @@ impl Object {
                 Some(Some(answer)) => break answer,
                 Some(None) => self.shell.watch_change(),
                 None => {
-                    let row = self.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+                    let row = self.setup.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
                     break row.as_ref().and_then(WatchAnswer::of_row).ok_or_else(|| ApiError::not_open(&route.stream_id))?;
                 }
             };
@@ -432,6 +432,7 @@ impl Object {
                 "checkpoints": st.checkpoints,
                 "failures": st.failures,
                 "retries": st.retries,
+                "checkpointStretch": s.checkpoint_stretch(),
                 "bytesWritten": st.bytes_written,
                 "readerWrites": st.reader_writes,
                 "readerPacingMs": s.reader_pacing_ms(),

@@ -186,7 +186,7 @@ impl StreamObject {
     /// Why no stream here can resume: its row is sealed (409 naming the status), or there is
     /// nothing streaming here (404 `not_open`).
     async fn not_resumable(&self, o: &Object, route: &Route) -> ApiError {
-        match o.setup.store.sink().read_durable(&route.stream_id).await {
+        match o.setup.read_durable(&route.stream_id).await {
             Ok(Some(row)) if row.status != STATUS_STREAMING && crate::engine::wire::frame::EndStatus::parse(&row.status).is_some() => {
                 ApiError::closed_as(&route.stream_id, &row.status, row.seq, row.seq)
             }

@@ -184,6 +184,7 @@ impl Shell {
             return None;
         }
         *slot = Some(stream);
+        slot.as_mut().expect("just installed").seed_jitter(crate::edge::runtime::random_u64());
         Some(self.await_ticket(opened))
     }
 
@@ -196,6 +197,7 @@ impl Shell {
                 return false;
             }
             *slot = Some(stream);
+            slot.as_mut().expect("just installed").seed_jitter(crate::edge::runtime::random_u64());
         }
         self.feed(|_, _| ()); // performs the lease renewal queued by `rehydrate`, arms the window
         true
@@ -434,7 +436,7 @@ impl Shell {
     /// the operation is retried like any failure.
     pub async fn run_bounded(&self, request: StoreRequest) -> crate::engine::host::store::StoreAnswer {
         let limit = self.store_timeout;
-        let (kind, timed_out) = (request.kind(), request.failed(StoreError::MayHaveCommitted(format!("no answer in {} ms", limit.0))));
+        let (kind, timed_out) = (request.kind(), request.failed(StoreError::TimedOut(limit)));
         match with_timeout(limit, self.store.run(&self.stream_id, request)).await {
             Some(answer) => answer,
             None => {

@@ -127,6 +127,48 @@ impl Capacity {
     }
 }
 
+/// The variables that put the model in front of the dev build's database (docs/LOAD.md, "The
+/// model in the dev build"): `DB_MODEL_WRITE_MS` turns it on; the rest default to
+/// [`Capacity::d1`]'s (or [`Capacity::hyperdrive`]'s, 10 connections, on Postgres), except the
+/// network, which the local runtime already has (0 unless `DB_MODEL_ROUND_TRIP_MS`).
+pub const MODEL_VARS: [&str; 6] =
+    ["DB_MODEL_WRITE_MS", "DB_MODEL_READ_MS", "DB_MODEL_LANES", "DB_MODEL_ROUND_TRIP_MS", "DB_MODEL_MAX_QUEUED", "DB_MODEL_MAX_WAIT_MS"];
+
+/// A model variable that is not a number in range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("configuration {name}: {raw:?} is not a number between {min} and {max}")]
+pub struct BadModelVar {
+    pub name: &'static str,
+    pub raw: String,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Capacity {
+    /// The model the dev build's variables ask for, or `None` (no `DB_MODEL_WRITE_MS`): the
+    /// database as it is. `postgres`: the backend is PostgreSQL behind Hyperdrive.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>, postgres: bool) -> Result<Option<Self>, BadModelVar> {
+        let number = |name: &'static str, min: f64, max: f64| -> Result<Option<f64>, BadModelVar> {
+            let Some(raw) = var(name).filter(|v| !v.trim().is_empty()) else { return Ok(None) };
+            match raw.trim().parse::<f64>() {
+                Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+                _ => Err(BadModelVar { name, raw, min, max }),
+            }
+        };
+        let Some(write_ms) = number("DB_MODEL_WRITE_MS", 0.0, 10_000.0)? else { return Ok(None) };
+        let base = if postgres { Capacity::hyperdrive(10, write_ms) } else { Capacity::d1(write_ms) };
+        let us = |ms: f64| (ms * 1000.0) as u64;
+        Ok(Some(Capacity {
+            read_us: number("DB_MODEL_READ_MS", 0.0, 10_000.0)?.map_or(base.read_us, us),
+            lanes: number("DB_MODEL_LANES", 1.0, 1000.0)?.map_or(base.lanes, |n| n as u32),
+            round_trip_us: number("DB_MODEL_ROUND_TRIP_MS", 0.0, 10_000.0)?.map_or(0, us),
+            max_queued: number("DB_MODEL_MAX_QUEUED", 1.0, 1_000_000.0)?.map_or(base.max_queued, |n| n as usize),
+            max_wait_us: number("DB_MODEL_MAX_WAIT_MS", 1.0, 600_000.0)?.map_or(base.max_wait_us, us),
+            ..base
+        }))
+    }
+}
+
 /// How the database takes one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
@@ -256,6 +298,22 @@ mod tests {
         assert!(matches!(db.admit(Work::Read, 3000), Admission::Runs { starts_us: 12_000, .. }), "it held no lane");
         assert_eq!(db.counts().turned_away, 1);
         assert!(Overload::QueuedTooLong.message(ModelledBackend::D1).contains("Requests queued for too long"));
+    }
+
+    #[test]
+    fn the_dev_builds_variables_choose_the_model_and_a_bad_one_is_refused_by_name() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(Capacity::from_vars(vars(&[]), false), Ok(None), "no write time: no model");
+        let d1 = Capacity::from_vars(vars(&[("DB_MODEL_WRITE_MS", "40")]), false).unwrap().unwrap();
+        assert_eq!((d1.lanes, d1.write_us, d1.read_us, d1.round_trip_us, d1.max_wait_us), (1, 40_000, 500, 0, 1_000_000));
+        let pg = Capacity::from_vars(vars(&[("DB_MODEL_WRITE_MS", "4"), ("DB_MODEL_LANES", "20"), ("DB_MODEL_MAX_WAIT_MS", "250")]), true)
+            .unwrap()
+            .unwrap();
+        assert_eq!((pg.backend, pg.lanes, pg.write_us, pg.max_wait_us), (ModelledBackend::Postgres, 20, 4000, 250_000));
+        let bad = Capacity::from_vars(vars(&[("DB_MODEL_WRITE_MS", "4"), ("DB_MODEL_LANES", "0")]), false).unwrap_err();
+        assert_eq!(bad.to_string(), r#"configuration DB_MODEL_LANES: "0" is not a number between 1 and 1000"#);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! each delay is derived.
 
 use crate::engine::host::config::StreamConfig;
+use crate::engine::host::store::StoreError;
 use crate::engine::host::time::{Millis, Timestamp};
 
 /// The longest wait between two retries of a call failing for load.
@@ -78,10 +79,36 @@ impl Retries {
     }
 }
 
+/// Runs a store call the shell makes for a request (a read for `/text`, `/ui` or a chat; the
+/// cancel flag, idempotent) the way a stream's own calls are retried under load: an overload or
+/// a timeout is retried with jittered back-off until the waits add up to `STORE_PATIENCE_MS`;
+/// anything else (and everything, with no patience configured) answers at once, as before.
+/// `sleep` is the host's wait: the engine keeps no clock.
+pub async fn patiently<T, Call, Fut, Sleep, Wait>(cfg: &StreamConfig, jitter: Jitter, sleep: Sleep, mut call: Call) -> Result<T, StoreError>
+where
+    Call: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+    Sleep: Fn(Millis) -> Wait,
+    Wait: std::future::Future<Output = ()>,
+{
+    let (mut retries, mut waited) = (Retries::default(), Timestamp(0));
+    loop {
+        match call().await {
+            Err(e) if e.is_load() && cfg.store_patience_ms > Millis::ZERO => match retries.after_failure(true, cfg, waited, jitter) {
+                Some(delay) => {
+                    sleep(delay).await;
+                    waited = waited + delay;
+                }
+                None => return Err(e),
+            },
+            answer => return answer,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::host::store::StoreError;
 
     #[test]
     fn load_is_retried_jittered_until_the_patience_runs_out_and_a_refusal_keeps_three_fixed_retries() {
@@ -114,6 +141,45 @@ mod tests {
         let late = StoreError::TimedOut(Millis(15_000));
         let fixed: Vec<_> = (0..4).map(|_| r.after_failure(late.is_load(), &cfg, Timestamp(0), Jitter::from_seed(1))).collect();
         assert_eq!(fixed, [Some(Millis(50)), Some(Millis(100)), Some(Millis(200)), None]);
+    }
+
+    #[test]
+    fn a_request_s_read_waits_out_an_overload_and_a_refusal_answers_at_once() {
+        use std::cell::{Cell, RefCell};
+        let block_on = |f: std::pin::Pin<&mut dyn std::future::Future<Output = Result<u32, StoreError>>>| match f
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+        {
+            std::task::Poll::Ready(answer) => answer,
+            std::task::Poll::Pending => panic!("nothing here waits"),
+        };
+        let (calls, slept) = (Cell::new(0), RefCell::new(vec![]));
+        let sleep = |d: Millis| {
+            slept.borrow_mut().push(d);
+            std::future::ready(())
+        };
+        let overloaded = || StoreError::Overloaded("D1 DB is overloaded. Too many requests queued.".into());
+        let cfg = StreamConfig::default();
+        let read = patiently(&cfg, Jitter::from_seed(1), sleep, || {
+            calls.set(calls.get() + 1);
+            std::future::ready(if calls.get() < 5 { Err(overloaded()) } else { Ok(7) })
+        });
+        assert_eq!(block_on(std::pin::pin!(read)), Ok(7));
+        assert_eq!((calls.get(), slept.borrow().len()), (5, 4), "four overloads waited out");
+        calls.set(0);
+        let refused = patiently(&cfg, Jitter::from_seed(1), sleep, || {
+            calls.set(calls.get() + 1);
+            std::future::ready(Err::<u32, _>(StoreError::NotCommitted("no such table".into())))
+        });
+        assert!(block_on(std::pin::pin!(refused)).is_err());
+        assert_eq!(calls.get(), 1, "a refusal is not retried");
+        let impatient = StreamConfig { store_patience_ms: Millis::ZERO, ..cfg };
+        calls.set(0);
+        let today = patiently(&impatient, Jitter::from_seed(1), sleep, || {
+            calls.set(calls.get() + 1);
+            std::future::ready(Err::<u32, _>(overloaded()))
+        });
+        assert!(block_on(std::pin::pin!(today)).is_err());
+        assert_eq!(calls.get(), 1, "without patience, as before: at once");
     }
 
     #[test]

@@ -40,7 +40,7 @@ mod slot;
 mod stream;
 mod watch;
 
-pub use backoff::{Jitter, LOAD_BACKOFF_MAX};
+pub use backoff::{patiently, Jitter, LOAD_BACKOFF_MAX};
 pub use open::Producer;
 pub use readers::{Dialect, DropReason, Pull, ReaderId, SharedFrame, Wire, ALONE_BYTES};
 pub use resume::{idle_error, window_expired_error, Fenced, Holder, Rehydration, ResumeGrant, ResumeRefused, Window, FIRST_EPOCH};
