@@ -111,7 +111,8 @@ step "node tests: $(elapsed "$T")"
 # tests/e2e-pg/ (the Postgres faults) stops and restarts the cluster (PG_DIR above): it runs only
 # here, after every other suite, one file at a time.
 PG_SUITES=(tests/e2e/durable.test.mjs tests/e2e/errors.test.mjs tests/e2e/ui.test.mjs tests/e2e/eviction.test.mjs
-  tests/e2e/lease.test.mjs tests/e2e/survival.test.mjs tests/e2e/feed.test.mjs tests/e2e/dbload.test.mjs tests/e2e-pg/chat.test.mjs
+  tests/e2e/lease.test.mjs tests/e2e/survival.test.mjs tests/e2e/feed.test.mjs tests/e2e/dbload.test.mjs tests/e2e/shards.test.mjs
+  tests/e2e-pg/chat.test.mjs
   tests/e2e-pg/stuck.test.mjs tests/e2e-pg/faults.test.mjs)
 step "node --test on Postgres: ${PG_SUITES[*]}"
 T="$(now)"

@@ -4,8 +4,9 @@
 //! in the dev build").
 //!
 //! One queue per database across every object: [`DatabaseModelObject`] (binding `DB_MODEL`, one
-//! object per database name) holds the engine's [`DatabaseModel`] and answers each call's turn,
-//! when the model says it runs (or once it has waited its way to D1's own overload error).
+//! object per database binding, however many names of `DATABASES` point at it) holds the
+//! engine's [`DatabaseModel`] and answers each call's turn, when the model says it runs (or once
+//! it has waited its way to D1's own overload error).
 //! [`Modelled`] wraps a stream's executor: it asks for the turn, runs the statements on the
 //! local database, and answers when the model says the database would have.
 
@@ -115,7 +116,8 @@ impl DurableObject for DatabaseModelObject {
 pub struct Modelled {
     pub inner: Rc<dyn SqlExecutor>,
     pub models: ObjectNamespace,
-    /// The database the calls go to: its model object is named after it.
+    /// The binding of the database the calls go to: its model object is named after it (two
+    /// names of `DATABASES` on one binding are one database, one queue).
     pub database: String,
     pub capacity: Capacity,
 }

@@ -26,10 +26,7 @@ use std::future::Future;
 use std::rc::Rc;
 use tokio_postgres::Client;
 use worker::postgres_tls::PassthroughTls;
-use worker::{console_log, Delay, Env, SecureTransport, Socket};
-
-/// The binding the Postgres backend connects through.
-pub const BINDING: &str = "HYPERDRIVE";
+use worker::{console_log, Delay, SecureTransport, Socket};
 
 /// How long one round trip may take before the connection is given up (a server that stopped
 /// answering, a network that dropped it without a reset).
@@ -51,11 +48,11 @@ pub struct Postgres {
 }
 
 impl Postgres {
-    /// The executor of the `HYPERDRIVE` binding; it connects at its first call.
-    pub fn from_env(env: &Env) -> Result<Self, String> {
-        let hd = env.hyperdrive(BINDING).map_err(|e| format!("the Hyperdrive binding {BINDING} is missing: {e}"))?;
+    /// The executor of a Hyperdrive binding (`HYPERDRIVE`, or a database's of `DATABASES`); it
+    /// connects at its first call.
+    pub fn new(hd: &worker::Hyperdrive) -> Self {
         let target = Target { host: hd.host(), port: hd.port(), connection_string: hd.connection_string() };
-        Ok(Self { target, client: Mutex::new(None), counters: Cell::default() })
+        Self { target, client: Mutex::new(None), counters: Cell::default() }
     }
 
     /// What this executor has sent so far (for `/stats`).

@@ -92,25 +92,31 @@ impl DurableObject for StreamObject {
 }
 
 impl StreamObject {
-    /// The object's configuration, built once. A bad configuration is refused on every
+    /// The service's settings (built once per isolate). A bad configuration is refused on every
     /// request with a message naming the setting.
-    pub(crate) fn setup(&self) -> Result<Rc<Setup>, ApiError> {
+    pub(crate) fn settings(&self) -> Result<Rc<crate::engine::host::config::Settings>, ApiError> {
+        crate::edge::setup::settings(&self.env).map_err(ApiError::misconfigured)
+    }
+
+    /// The object's configuration, built once, for stream `stream_id`: its store is on the
+    /// database the id names (SPEC §13).
+    pub(crate) fn setup(&self, stream_id: &str) -> Result<Rc<Setup>, ApiError> {
         if let Some(s) = self.setup.borrow().as_ref() {
             return Ok(Rc::clone(s));
         }
-        let setup = Rc::new(Setup::from_env(&self.env).map_err(ApiError::misconfigured)?);
+        let setup = Rc::new(Setup::from_env(&self.env, stream_id)?);
         *self.setup.borrow_mut() = Some(Rc::clone(&setup));
         Ok(setup)
     }
 
     /// The lease's storage and alarm.
     pub(crate) fn lease_store(&self) -> worker::Result<LeaseStore> {
-        let setup = self.setup().map_err(|e| worker::Error::RustError(e.message))?;
+        let settings = self.settings().map_err(|e| worker::Error::RustError(e.message))?;
         #[allow(unused_mut)] // the test build adds its fault plan
-        let mut lease = LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter));
+        let mut lease = LeaseStore::new(&self.state, &settings.stream, Rc::clone(&self.meter));
         #[cfg(feature = "test-faults")]
         {
-            lease.faults = setup.faults.clone();
+            lease.faults = crate::edge::setup::fault_plan(&self.env).map_err(|e| worker::Error::RustError(e.to_string()))?;
         }
         Ok(lease)
     }
@@ -119,7 +125,7 @@ impl StreamObject {
         if let Some(o) = self.object.borrow().as_ref() {
             return Ok(Rc::clone(o));
         }
-        let setup = self.setup()?;
+        let setup = self.setup(stream_id)?;
         let lease = LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter));
         let feeds = self.env.durable_object(crate::edge::chat::FEEDS_BINDING).ok();
         let feed = self::announce::FeedLink::new(stream_id, &self.state, feeds, Rc::clone(&self.meter));
@@ -142,8 +148,8 @@ impl StreamObject {
     /// have routed here is not counted.
     async fn handle(&self, req: Request) -> (Result<Response, ApiError>, Option<Hold>) {
         let target = http::Target::of(&req);
-        let routed = self.setup().and_then(|setup| {
-            api::route(&setup.settings.path_prefix, req.method().as_ref(), &target.path)?.ok_or_else(|| ApiError::not_found(&target.path))
+        let routed = self.settings().and_then(|settings| {
+            api::route(&settings.path_prefix, req.method().as_ref(), &target.path)?.ok_or_else(|| ApiError::not_found(&target.path))
         });
         match routed {
             Ok(route) => {

@@ -3,7 +3,7 @@
 
 use crate::engine::access::auth::JwtPolicy;
 use crate::engine::access::cors::AllowedOrigins;
-use crate::engine::durable::{ColumnNames, Dialect, MappingError, TableMapping};
+use crate::engine::durable::{ColumnNames, Databases, Dialect, MappingError, TableMapping};
 use crate::engine::feed::FeedConfig;
 use crate::engine::host::time::Millis;
 use crate::engine::pump::{Build, PumpSecrets, PumpUpstreams, SecretsError, UpstreamsError};
@@ -39,6 +39,14 @@ impl Backend {
             "" | "d1" => Some(Backend::D1),
             "postgres" => Some(Backend::Postgres),
             _ => None,
+        }
+    }
+
+    /// The binding of the backend's one database, without `DATABASES`.
+    pub fn binding(self) -> &'static str {
+        match self {
+            Backend::D1 => "DB",
+            Backend::Postgres => "HYPERDRIVE",
         }
     }
 
@@ -290,6 +298,9 @@ pub struct Settings {
     pub mapping: TableMapping,
     /// Where the mapped tables live (`DURABLE_BACKEND`: `d1` or `postgres`).
     pub backend: Backend,
+    /// The databases, and which one an answer lives in (`DATABASES`; SPEC §13,
+    /// `durable/databases.rs`).
+    pub databases: Databases,
     /// The upstreams a pump may fetch (`PUMP_UPSTREAMS`).
     pub pump_upstreams: PumpUpstreams,
     /// The secrets a pump request may name as its credential (`PUMP_SECRETS`), each set and
@@ -388,6 +399,10 @@ impl Settings {
                 .ok_or_else(|| ConfigError::invalid("DURABLE_BACKEND", format!("{raw:?} must be \"d1\" or \"postgres\"")))?,
         };
         mapping.check_for(backend.dialect())?;
+        let databases = match var("DATABASES").filter(|raw| !raw.trim().is_empty()) {
+            None => Databases::single(backend.binding()),
+            Some(raw) => Databases::parse(&raw).map_err(|e| ConfigError::invalid("DATABASES", e.to_string()))?,
+        };
         Ok(Settings {
             stream,
             path_prefix,
@@ -395,6 +410,7 @@ impl Settings {
             max_append_bytes: number("MAX_APPEND_BYTES", 1 << 20, 1, 64 << 20)? as usize,
             mapping,
             backend,
+            databases,
             pump_upstreams,
             pump_secrets,
             allowed_origins: AllowedOrigins::parse(var("ALLOWED_ORIGINS").as_deref().unwrap_or(""))
@@ -495,6 +511,18 @@ mod tests {
         assert!(settings(&[("PATH_PREFIX", "streams")]).is_err());
         assert!(settings(&[("COLUMNS", r#"{"body":"a\"b"}"#)]).is_err());
         assert!(settings(&[("COLUMNS", "not json")]).is_err());
+    }
+
+    #[test]
+    fn one_database_unless_databases_names_several_and_a_bad_one_is_refused_by_name() {
+        let one = settings(&[]).unwrap().databases;
+        assert_eq!(one.of_id("eu:m1").map(|d| d.binding), Ok("DB"));
+        let pg = settings(&[("DURABLE_BACKEND", "postgres")]).unwrap().databases;
+        assert_eq!(pg.of_id("m1").map(|d| d.binding), Ok("HYPERDRIVE"));
+        let many = settings(&[("DATABASES", r#"{"default": "DB", "eu": "DB_EU"}"#)]).unwrap().databases;
+        assert_eq!(many.of_id("eu:m1").map(|d| d.binding), Ok("DB_EU"));
+        let err = settings(&[("DATABASES", "nope")]).unwrap_err().to_string();
+        assert!(err.starts_with("configuration DATABASES: is not a JSON object"), "{err}");
     }
 
     #[test]
