@@ -11,7 +11,7 @@
 //   node bench/dbload-runtime.mjs                                   # 40 answers, 40 ms a write, 20 s each
 //   node bench/dbload-runtime.mjs --answers 60 --write-ms 80 --seconds 30 --json > result.json
 //   node bench/dbload-runtime.mjs --cadence fixed                   # today's fixed cadence: where it breaks
-//   RINDLE_E2E_BACKEND=postgres node bench/dbload-runtime.mjs ...   # PostgreSQL behind the model of a pool
+//   RINDLE_E2E_BACKEND=postgres node bench/dbload-runtime.mjs --lanes 2 --write-ms 160   # PostgreSQL behind the model of a pool of 2
 //   E2E_SEED=7 node bench/dbload-runtime.mjs                        # replays the texts and flush points
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
@@ -121,6 +121,8 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
       answers: { type: 'string', default: '40' },
       'write-ms': { type: 'string', default: '40' },
       'max-wait-ms': { type: 'string', default: '1000' },
+      // Calls at once (DB_MODEL_LANES): D1 is 1; a Postgres pool 10 unless given.
+      lanes: { type: 'string' },
       seconds: { type: 'string', default: '20' },
       'tokens-per-second': { type: 'string', default: '30' },
       // fixed: today's cadence (CHECKPOINT_MAX_STRETCH=1, STORE_PATIENCE_MS=0), to see it break.
@@ -130,6 +132,7 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   });
   const seed = seedFromEnv();
   const vars = { DEV_MODE: '1', DB_MODEL_WRITE_MS: values['write-ms'], DB_MODEL_MAX_WAIT_MS: values['max-wait-ms'] };
+  if (values.lanes !== undefined) vars.DB_MODEL_LANES = values.lanes;
   if (values.cadence === 'fixed') Object.assign(vars, { CHECKPOINT_MAX_STRETCH: '1', STORE_PATIENCE_MS: '0' });
   else if (values.cadence !== 'adaptive') throw new Error(`--cadence ${values.cadence}: fixed or adaptive`);
   const stack = await startStack({ name: 'bench-dbload', model: true, vars });
@@ -140,7 +143,7 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
       tokensPerSecond: Number(values['tokens-per-second']),
       seed,
     });
-    const out = { ...report, backend: stack.backend, cadence: values.cadence, writeMs: Number(values['write-ms']), maxWaitMs: Number(values['max-wait-ms']) };
+    const out = { ...report, backend: stack.backend, cadence: values.cadence, writeMs: Number(values['write-ms']), maxWaitMs: Number(values['max-wait-ms']), lanes: vars.DB_MODEL_LANES };
     console.log(values.json ? JSON.stringify(out, null, 2) : `E2E_SEED=${seed}\n${JSON.stringify(out, null, 2)}`);
   } finally {
     await stack.stop();

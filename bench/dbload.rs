@@ -453,7 +453,11 @@ fn main() {
             "points": points,
         });
         std::fs::write(format!("{out}.json"), serde_json::to_string_pretty(&json).unwrap() + "\n").expect("write the report");
-        let title = format!("One database under a wave of answers (30 tokens/s, 20-60 s each; model of D1, seed {})", args.seed);
+        let database = match args.backend {
+            Backend::Sqlite => "model of D1",
+            Backend::Postgres => "model of PostgreSQL behind a pool of 10 connections",
+        };
+        let title = format!("One database under a wave of answers (30 tokens/s, 20-60 s each; {database}, seed {})", args.seed);
         std::fs::write(format!("{out}.svg"), svg(&points, &title)).expect("write the plot");
         println!("wrote {out}.json and {out}.svg");
     }
