@@ -121,12 +121,17 @@ async function objectCounts(stack, id) {
   return { live: res.status === 200, readers: body.readers, checkpoints: body.checkpoints, meter: body.meter, d1: body.d1 };
 }
 
-/** Waits until the object is asleep: its stream retired, nothing holding it, its alarm run. */
+/**
+ * Waits until the object is asleep: nothing holding it awake, its alarm run and its lease
+ * released (its keys deleted). The sealed stream may still be in its memory (a late reader is
+ * served from there until the runtime evicts the idle object; this run's /stats polls keep it
+ * from being evicted, and are not counted as awake).
+ */
 async function asleep(stack, id, ms) {
   let last;
   return until(async () => {
     last = await objectCounts(stack, id);
-    return !last.live && last.meter.holds === 0 && last.meter.alarms >= 1 && last;
+    return last.meter.holds === 0 && last.meter.alarms >= 1 && last.meter.storage.deletes >= 1 && last;
   }, () => `object ${id} to go to sleep (last: ${JSON.stringify(last)})`, ms);
 }
 

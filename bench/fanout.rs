@@ -98,7 +98,7 @@ fn live_stream(readers: usize) -> (LiveStream, Vec<ReaderId>) {
         ..StreamConfig::default()
     };
     cfg.validate().expect("a valid config");
-    let (mut s, _open) = LiveStream::open("bench", cfg, Producer { host_token: "host-bench".into(), meta: None, chat: None }, T0);
+    let (mut s, _open) = LiveStream::open("bench", cfg, Producer { host_token: "host-bench".into(), meta: None, chat: None, id: None }, T0);
     while let Some(o) = s.poll_output() {
         match o {
             Output::ArmLease { .. } => s.handle_lease_armed(Ok(()), T0),

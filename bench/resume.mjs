@@ -24,7 +24,8 @@ try {
     await stack.restart();
     const started = performance.now();
     const reader = readSse(c.eventsUrl(durable.length + tail.length));
-    const grant = ok(await fetch(c.url('resume'), { method: 'POST', headers: { authorization: `Bearer ${c.token}` } }).then(async (r) => ({ status: r.status, json: await r.json() })));
+    // The producer resumes with the epoch its open gave it (1), as the recipe says.
+    const grant = ok(await fetch(c.url('resume'), { method: 'POST', headers: { authorization: `Bearer ${c.token}`, 'x-rindle-epoch': '1' } }).then(async (r) => ({ status: r.status, json: await r.json() })));
     const headers = { authorization: `Bearer ${c.token}`, 'x-rindle-epoch': String(grant.epoch), 'content-type': 'text/plain; charset=utf-8' };
     const produced = durable + tail + 'more';
     ok(await fetch(c.url('append'), { method: 'POST', headers, body: produced.slice(grant.seq) }).then(async (r) => ({ status: r.status, json: await r.json() })));

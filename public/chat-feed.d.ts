@@ -28,9 +28,16 @@ export interface SyncChatOptions<UI_MESSAGE extends UIMessage = UIMessage> {
   transport: AttachingTransport;
   /**
    * A token with `read` scope and a `chat` claim naming the chat (`signStreamToken({ chat, scope:
-   * 'read' })`), or a function giving one (called for each new connection).
+   * 'read' })`), or a function giving one, asked again before every connection. A connection ends
+   * at its token's `exp`: with a function the session reconnects at once with a fresh token,
+   * missing nothing; with a string, the reconnect after `exp` is refused (and retried with backoff).
    */
   token?: string | (() => string | Promise<string>);
+  /**
+   * What a hidden page does: `'wait'` (default) keeps the feed but attaches no answer until the
+   * page is shown again, then applies what came, in order; `false` applies turns as they come.
+   */
+  whileHidden?: 'wait' | false;
   /** The chat's id. Default `chat.id`. */
   chatId?: string;
   /** Origin of the rindle-streams Worker. Default: the page's own origin (`''`). */

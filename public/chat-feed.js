@@ -25,7 +25,14 @@
 //   * `active` (the answer the app's history left out because it was in flight) is attached
 //     first, once; the feed's replay of it is then already shown;
 //   * when the feed says `reload` (the tab was away past its history), `reload()` (if given)
-//     replaces the messages with the app's, and the history is applied again.
+//     replaces the messages with the app's, and the history is applied again;
+//   * a connection ends at its token's `exp`: pass `token` as a function (it is asked again
+//     before every connection) and the session reconnects at once from its position, missing
+//     nothing; every reconnect is the session's (the `EventSource`'s own would send the token and
+//     position it was opened with);
+//   * a hidden page keeps its feed (the chat's object sleeps: a waiting tab costs nothing) but
+//     attaches no answer until it is shown; then it applies what came, in order
+//     (`whileHidden: false` applies turns as they come).
 //
 // Exactly one feed subscription and at most one resume per answer per mount, under React
 // StrictMode too: a `syncChat` for a chat that is already synced shares its subscription, and
@@ -34,6 +41,8 @@
 // this helper's.
 
 const DEFAULT_RETRY = { initialDelayMs: 1000, maxDelayMs: 30_000 };
+/** Tabs whose connections end together (their tokens minted together, a deploy) spread their reconnects over this. */
+const RECONNECT_JITTER_MS = 500;
 
 /** The sessions of the chats being synced (a chat synced twice shares one). */
 const sessions = new WeakMap();
@@ -109,7 +118,7 @@ export function turnsToApply(messages, turns) {
 }
 
 class FeedSession {
-  constructor(chat, { transport, chatId = chat.id, token, streamsUrl = '', prefix = '/streams', active, reload, EventSource: EventSourceImpl, retry, onEvent, onAttach } = {}) {
+  constructor(chat, { transport, chatId = chat.id, token, streamsUrl = '', prefix = '/streams', active, reload, EventSource: EventSourceImpl, retry, onEvent, onAttach, whileHidden = 'wait' } = {}) {
     if (!transport || typeof transport.attach !== 'function') throw new TypeError('syncChat: `transport` must be a RindleChatTransport (it attaches the feed\'s answers)');
     this.chat = chat;
     this.transport = transport;
@@ -121,6 +130,8 @@ class FeedSession {
     this.retry = { ...DEFAULT_RETRY, ...retry };
     this.onEvent = onEvent;
     this.onAttach = onAttach;
+    /** `'wait'`: a hidden page applies no turn until shown; `false`: it applies them as they come. */
+    this.whileHidden = whileHidden === 'wait';
     this.refs = 0;
     this.started = false;
     this.closed = false;
@@ -186,11 +197,14 @@ class FeedSession {
     if (this.closed) return;
     const query = new URLSearchParams();
     if (token != null) query.set('token', token);
-    // A new EventSource sends no Last-Event-ID: the position goes in the query.
+    // A new EventSource sends no Last-Event-ID: the position goes in the query, as it is now (an
+    // empty `ready` id cleared it: the reader starts over as a new one).
     if (this.lastEventId) query.set('after', this.lastEventId);
     const es = new this.EventSource(`${this.url}?${query}`);
     this.es = es;
+    let opened = false;
     es.onmessage = (event) => {
+      if (this.es !== es) return;
       if (event.lastEventId !== undefined) this.lastEventId = event.lastEventId;
       let data;
       try {
@@ -198,18 +212,28 @@ class FeedSession {
       } catch {
         return;
       }
+      opened = true;
       this.failures = 0;
       this.onEvent?.(data);
       this.receive(data);
     };
     es.onerror = () => {
-      // A network error: the EventSource reconnects by itself (with Last-Event-ID). Closed (an
-      // HTTP error, say an expired token): a new one, after a backoff, from the same position.
-      if (es.readyState === 2 && this.es === es) {
-        this.es = undefined;
-        this.reconnectLater(new Error('the feed refused the connection'));
-      }
+      // Whatever ended it (a dropped network, the server closing it at its token's `exp`, a
+      // refusal), the reconnect is this session's, not the EventSource's: it asks the token
+      // again, and sends the position it has now. A connection that delivered something comes
+      // back at once; one refused before anything came backs off.
+      if (this.es !== es) return;
+      es.close();
+      this.es = undefined;
+      if (opened) this.reconnectSoon();
+      else this.reconnectLater(new Error('the feed refused the connection'));
     };
+  }
+
+  /** A connection that served its time (its token's `exp`) is opened again at once, jittered. */
+  reconnectSoon() {
+    if (this.closed) return;
+    setTimeout(() => this.connect(), Math.random() * RECONNECT_JITTER_MS);
   }
 
   reconnectLater() {
@@ -280,7 +304,13 @@ class FeedSession {
         await this.idle();
         if (this.closed) return;
         if (job.replay) {
-          if (job.reloading && this.reload) this.chat.messages = await this.reload();
+          if (job.reloading && this.reload) {
+            const messages = await this.reload();
+            // The chat may have moved on while the app answered: set them once it is idle again.
+            await this.idle();
+            if (this.closed) return;
+            this.chat.messages = messages;
+          }
           for (const turn of turnsToApply(this.chat.messages, job.replay)) await this.apply(turn);
         } else {
           await this.apply(this.turns.get(job.streamId));
@@ -308,10 +338,15 @@ class FeedSession {
     }
   }
 
-  /** Resolves once the chat is neither submitting nor streaming. */
-  idle() {
-    if (!isBusy(this.chat.status)) return Promise.resolve();
-    return new Promise((resolve) => {
+  /**
+   * Resolves once the chat is neither submitting nor streaming, and the page is shown. A hidden
+   * page keeps its feed (a tab waiting on a sleeping feed costs nothing) but attaches no answer:
+   * the turns wait, in order, and are applied when it is shown again.
+   */
+  async idle() {
+    await this.shown();
+    if (!isBusy(this.chat.status)) return;
+    await new Promise((resolve) => {
       const register = this.chat['~registerStatusCallback'];
       let unsubscribe;
       let poll;
@@ -323,6 +358,20 @@ class FeedSession {
       };
       if (typeof register === 'function') unsubscribe = register.call(this.chat, check);
       else poll = setInterval(check, 50);
+    });
+  }
+
+  /** Resolves once the page is visible (at once where there is no `document`: Node, a worker). */
+  shown() {
+    const doc = globalThis.document;
+    if (!this.whileHidden || !doc || doc.visibilityState !== 'hidden' || this.closed) return Promise.resolve();
+    return new Promise((resolve) => {
+      const onChange = () => {
+        if (doc.visibilityState === 'hidden' && !this.closed) return;
+        doc.removeEventListener('visibilitychange', onChange);
+        resolve();
+      };
+      doc.addEventListener('visibilitychange', onChange);
     });
   }
 }

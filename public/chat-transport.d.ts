@@ -138,7 +138,13 @@ export class RindleChatTransport<UI_MESSAGE extends UIMessage = UIMessage> imple
   attach(streamId: string): void;
 }
 
-export interface ReadUIStreamOptions extends StreamRef {
+export interface ReadUIStreamOptions extends Omit<StreamRef, 'token'> {
+  /**
+   * A token with `read` scope for `streamId`, or a function giving one, asked again before every
+   * connection (`reason` is `'refused'` after a 401/403: give a fresh one; one more try is made).
+   * A connection ends at its token's `exp`; the reconnect resumes from the last `id:`.
+   */
+  token?: string | ((reason?: 'refused') => string | undefined | Promise<string | undefined>);
   streamsUrl?: string;
   prefix?: string;
   /** UTF-16 offset to start from (a line start or an `id:` received earlier). Default 0. */
@@ -155,6 +161,9 @@ export interface ReadUIStreamOptions extends StreamRef {
  * as fast as it is read (backpressure). Cancel it to stop reading.
  */
 export function readUIStream(options: ReadUIStreamOptions): ReadableStream<UIMessageChunk>;
+
+/** When a JWT expires (its `exp`, as ms since the epoch), read without verifying it; `undefined` if it has none. */
+export function tokenExpiresAt(token: string | undefined | null): number | undefined;
 
 /** An incremental SSE parser (WHATWG rules): `push` text, get one callback per event. */
 export function createSseParser(onEvent: (event: { id?: string; data?: string; retry?: number }) => void): {

@@ -22,6 +22,9 @@
 // GET {streamsUrl}{prefix}/{streamId}/ui (SPEC §9) with a fetch-based SSE reader:
 //   * a dropped connection is resumed here from the last `id:` (`?from=`), so the AI SDK never
 //     sees a gap or a repeat; reconnects back off exponentially with jitter;
+//   * a connection ends at its token's `exp` (the server closes it): the reconnect carries a fresh
+//     token, which the transport asks the app's endpoint for (`GET {api}/{chatId}/stream?answer=`)
+//     when the one it holds is about to expire or was refused;
 //   * the stream handed to the AI SDK always ends with `finish`, `abort` or `error`: the server's
 //     ending, or an `error` chunk when the stream cannot be reached for `giveUpAfterMs`. When
 //     the chunks it delivered go past what was made durable (the object lost with an unsaved
@@ -44,6 +47,8 @@ const ENDED_ID = 'done';
 const DEFAULT_GIVE_UP_MS = 30_000;
 const giveUpAfterLease = (leaseMs) => 2 * leaseMs + 5_000;
 const DEFAULT_RETRY = { initialDelayMs: 250, maxDelayMs: 4000 };
+/** A token this close to its `exp` is renewed before a connection rather than sent. */
+const TOKEN_MARGIN_MS = 5_000;
 
 /** The app's chat endpoint or the stream API answered with an error. */
 export class ChatTransportError extends Error {
@@ -70,6 +75,23 @@ const sleep = (ms, signal) =>
     }
     signal?.addEventListener('abort', done, { once: true });
   });
+
+/**
+ * When a JWT expires (its `exp`, in ms), read without verifying it (the server verifies); `undefined`
+ * for anything that is not a JWT with a numeric `exp`.
+ */
+export function tokenExpiresAt(token) {
+  try {
+    const payload = String(token).split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+    const exp = JSON.parse(atob(payload)).exp;
+    return typeof exp === 'number' ? exp * 1000 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A token given as a string or a function (`reason`: `'refused'` after a 401/403), resolved now. */
+const tokenNow = async (token, reason) => (typeof token === 'function' ? token(reason) : token);
 
 /** Parses an SSE body incrementally (WHATWG rules) and calls `onEvent({ id, data, retry })`. */
 export function createSseParser(onEvent) {
@@ -177,10 +199,12 @@ export function readUIStream({
     const room = () =>
       controller.desiredSize > 0 || stop.signal.aborted ? undefined : new Promise((resolve) => (roomAvailable = resolve));
 
+    let refused; // the last attempt was denied (401/403): the token function is asked for a fresh one
     while (!ended && !stop.signal.aborted) {
       let progressed = false;
       try {
-        const url = `${base}?from=${position}${token == null ? '' : `&token=${encodeURIComponent(token)}`}`;
+        const t = await tokenNow(token, refused);
+        const url = `${base}?from=${position}${t == null ? '' : `&token=${encodeURIComponent(t)}`}`;
         const res = await doFetch(url, { headers: { accept: 'text/event-stream' }, credentials, signal: stop.signal, cache: 'no-store' });
         if (res.status === 204) {
           // Nothing more to read (the server says this reader has the ending already).
@@ -190,6 +214,12 @@ export function readUIStream({
         if (!res.ok) {
           const detail = await errorDetail(res);
           const message = `stream ${streamId}: ${res.status} ${detail.code ?? ''} ${detail.message ?? ''}`.replace(/\s+/g, ' ').trim();
+          // A denial with a token function: its token may have expired; one more try with a fresh one.
+          const denied = res.status === 401 || res.status === 403;
+          if (denied && typeof token === 'function' && !refused) {
+            refused = 'refused';
+            throw new ChatTransportError(message, { status: res.status, code: detail.code, url: base });
+          }
           // 408, 429 and 5xx are worth another try; anything else will not change.
           if (res.status !== 408 && res.status !== 429 && res.status < 500) {
             deliver({ type: 'error', errorText: message });
@@ -218,6 +248,7 @@ export function readUIStream({
             position = at;
           }
           progressed = true;
+          refused = undefined;
           failures = 0;
           disconnectedAt = undefined;
           deliver(chunk);
@@ -388,7 +419,7 @@ export class RindleChatTransport {
     } else {
       ref = await started;
     }
-    return this.#follow(ref, abortSignal, credentials);
+    return this.#follow(ref, abortSignal, credentials, undefined, chatId);
   }
 
   /**
@@ -430,7 +461,7 @@ export class RindleChatTransport {
       console.warn(
         'rindle-streams: the AI SDK that resumed this chat does not read the transport\'s resumeStreamIsReplay; its replay of the answer may show parts twice. Use ai >= 7.0.137.',
       );
-    });
+    }, chatId);
   }
 
   /** Stop every reader this transport started (without cancelling the answers). */
@@ -443,14 +474,14 @@ export class RindleChatTransport {
    * The answer's chunks for the SDK. `credentials`: the option, resolved for this request (it may
    * be a function); `onFirstRead`: called once, when the SDK first reads.
    */
-  #follow(ref, abortSignal, credentials, onFirstRead) {
+  #follow(ref, abortSignal, credentials, onFirstRead, chatId) {
     if (abortSignal?.aborted) {
       this.#cancel(ref);
       throw abortError(abortSignal.reason);
     }
     const o = this.#options;
     const stream = readUIStream({
-      ...ref, streamsUrl: o.streamsUrl, prefix: o.prefix, fetch: o.fetch, credentials, retry: o.retry, onReconnect: o.onReconnect,
+      ...ref, token: this.#freshToken(ref, chatId, credentials), streamsUrl: o.streamsUrl, prefix: o.prefix, fetch: o.fetch, credentials, retry: o.retry, onReconnect: o.onReconnect,
     });
     // Our own reader over it, so close() and the abort can stop it; the SDK reads the outer stream.
     const inner = stream.getReader();
@@ -492,6 +523,28 @@ export class RindleChatTransport {
       },
       // Nothing is pulled before the SDK reads (so `onFirstRead` is its first read).
     }, { highWaterMark: 0 });
+  }
+
+  /**
+   * The token the answer's reads carry: the one the app gave, until it is within
+   * `TOKEN_MARGIN_MS` of its `exp` or the stream API refused it; then a fresh one from the app's
+   * endpoint (`GET {api}/{chatId}/stream?answer={streamId}`), which it held anyway (SPEC §11: no
+   * connection outlives its token). The cancel keeps the token it had.
+   */
+  #freshToken(ref, chatId, credentials) {
+    let current = ref.token;
+    return async (reason) => {
+      const exp = tokenExpiresAt(current);
+      const stale = reason === 'refused' || (exp !== undefined && exp - Date.now() < TOKEN_MARGIN_MS);
+      if (!stale || chatId === undefined) return current;
+      const o = this.#options;
+      const api = `${o.api}/${encodeURIComponent(chatId)}/stream?answer=${encodeURIComponent(ref.streamId)}`;
+      const headers = asHeaders(await resolveValue(o.headers));
+      const res = await this.#fetch(api, { method: 'GET', headers, credentials });
+      if (!res.ok) throw await failure(res, api, 'refreshing the answer\'s token');
+      current = (await streamRef(res, api)).token;
+      return current;
+    };
   }
 
   /** POST …/cancel (needs `cancel` scope); keepalive lets it outlive a closing page. */

@@ -85,8 +85,12 @@ export interface EventSourceConstructor {
 
 export interface FollowStreamOptions {
   streamId: string;
-  /** A read-scoped token, sent as `?token=` (EventSource cannot set headers). */
-  token?: string | null;
+  /**
+   * A read-scoped token, sent as `?token=` (EventSource cannot set headers), or a function giving
+   * one, asked again before every connection (a connection ends at its token's `exp`: the
+   * client then rejoins from the text it holds with a fresh token, missing nothing).
+   */
+  token?: string | null | (() => string | null | Promise<string | null>);
   /** Origin of the Worker (default: this page's). */
   baseUrl?: string;
   /** The Worker's PATH_PREFIX (default `/streams`). */

@@ -3,7 +3,7 @@
 //
 //   import { followStream } from './client.js';
 //   const handle = followStream({
-//     streamId, token,                              // a read-scoped token
+//     streamId, token,                              // a read-scoped token, or a function giving one
 //     onText: (text, seq) => render(text),          // the whole text so far (see "Endings")
 //     onDurable: (durableSeq) => mark(durableSeq),  // text below this is committed to D1
 //     onEnd: ({ status, seq, error, text }) => done(status),
@@ -12,6 +12,12 @@
 //   handle.drop();   // simulate a lost connection: rejoin at ?from=<text length>
 //   handle.close();  // stop following
 //   const final = await handle.done;  // { text, seq, durableSeq, ended, status, error }
+//
+// Tokens. A connection ends at its token's `exp` (the server closes it). Pass a function as
+// `token` (sync or async, e.g. one that asks your app for a fresh token) and it is asked again
+// before every connection: each rejoin, each `/text` read, and every reconnect, which this client
+// then makes itself (from the text it holds) instead of leaving it to the EventSource, which
+// would send the expired token again.
 //
 // Offsets (`seq`, `from`, `durableSeq`) are UTF-16 code units, i.e. JavaScript string lengths.
 // In Node 20 pass `EventSourceImpl` (e.g. the `eventsource` package) and, if needed, `fetchImpl`.
@@ -127,11 +133,16 @@ export function followStream({
   maxRetries = 6, retryDelayMs = 250,
 }) {
   const base = `${baseUrl}${prefix}/${encodeURIComponent(streamId)}`;
-  const auth = token == null ? '' : `token=${encodeURIComponent(token)}`;
+  // `token=…` for the next connection: a string as it is (at once), a function asked again each time.
+  const authOf = (t) => (t == null ? '' : `token=${encodeURIComponent(t)}`);
+  const refreshing = typeof token === 'function';
+  const fixedAuth = refreshing ? undefined : authOf(token);
+  const auth = async () => authOf(await token());
   let state = initialState(initialText);
   let es = null;
   let gen = 0; // bumped by every (re)join, so a superseded EventSource or fetch is ignored
   let retries = 0;
+  let opened = false; // the current connection got its `open`
   let timer = null;
   let settle;
   const done = new Promise((resolve, reject) => { settle = { resolve, reject }; });
@@ -173,10 +184,18 @@ export function followStream({
     retries += 1;
   };
 
-  const connect = (at) => {
+  const connect = async (at) => {
     detach();
     const mine = gen;
-    const query = [auth, `from=${at}`].filter(Boolean).join('&');
+    let query;
+    try {
+      query = [fixedAuth ?? (await auth()), `from=${at}`].filter(Boolean).join('&');
+    } catch (err) {
+      if (mine === gen) retry(`the token could not be had: ${err?.message ?? err}`);
+      return;
+    }
+    if (mine !== gen) return; // closed, dropped or superseded while the token came
+    opened = false;
     const source = new EventSourceImpl(`${base}/events?${query}`);
     es = source;
     source.addEventListener('message', (ev) => {
@@ -190,14 +209,29 @@ export function followStream({
         return recover(err.message); // a gap, or a frame that is not JSON: rejoin from D1
       }
       update(next); // outside the try: an exception in the app's callback is not a stream fault
-      if (frame.type === 'open') retries = 0;
+      if (frame.type === 'open') {
+        retries = 0;
+        opened = true;
+      }
       if (frame.type === 'end') finish();
       else if (frame.type === 'stale' || frame.type === 'absent') recover(frame.type);
     });
     source.addEventListener('error', () => {
-      // CONNECTING: the browser is already reconnecting with Last-Event-ID. CLOSED: it gave up.
-      if (mine === gen && source.readyState === (EventSourceImpl.CLOSED ?? 2)) retry('connection closed');
+      if (mine !== gen) return;
+      // CLOSED: it gave up. CONNECTING: the browser is reconnecting by itself with its
+      // Last-Event-ID, and the same token; with a token function the rejoin is ours instead, with
+      // a fresh token (the connection may have ended at its token's `exp`).
+      if (source.readyState === (EventSourceImpl.CLOSED ?? 2)) retry('connection closed');
+      else if (refreshing) rejoin();
     });
+  };
+
+  // A connection that ended (its token's `exp`, a dropped network) rejoins at once from the
+  // text held, with a fresh token; one that had not opened counts as a failed attempt.
+  const rejoin = () => {
+    if (!opened) return retry('connection lost before it opened');
+    detach();
+    connect(state.text.length);
   };
 
   // Read the durable text. A terminal row is the whole truth: end holding exactly its text. A
@@ -207,7 +241,8 @@ export function followStream({
     const mine = gen;
     let body;
     try {
-      const res = await fetchImpl(`${base}/text${auth ? `?${auth}` : ''}`);
+      const query = fixedAuth ?? (await auth());
+      const res = await fetchImpl(`${base}/text${query ? `?${query}` : ''}`);
       body = await res.json();
       if (!res.ok) throw new Error(`${body.error ?? res.status}: ${body.message ?? 'text read failed'}`);
     } catch (err) {

@@ -121,10 +121,14 @@ else
   step "npm packages up to date"
 fi
 
-# 7. Local secrets for `wrangler dev`.
+# 7. Local secrets for `wrangler dev`: the example's settings with a random STREAM_JWT_SECRET.
+#    The example's own secret is public, and refused outside the dev build: with it, a plain
+#    `npx wrangler dev` of the production build answered every request 500 misconfigured.
 if [[ -f .dev.vars ]]; then
   step ".dev.vars present"
 else
-  step "creating .dev.vars from .dev.vars.example"
-  cp .dev.vars.example .dev.vars
+  step "creating .dev.vars from .dev.vars.example, with a random STREAM_JWT_SECRET"
+  secret="$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')"
+  sed "s/^STREAM_JWT_SECRET=.*/STREAM_JWT_SECRET=$secret/" .dev.vars.example > .dev.vars
+  chmod 600 .dev.vars
 fi

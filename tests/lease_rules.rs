@@ -9,8 +9,8 @@ use rindle_streams::engine::durable::Tables;
 use rindle_streams::engine::host::config::StreamConfig;
 use rindle_streams::engine::host::hook::{SealCause, StreamNotice};
 use rindle_streams::engine::host::time::{Millis, Timestamp};
-use rindle_streams::engine::live::lease::{mark_window, Holding, Release, Renewal};
-use rindle_streams::engine::live::{LiveStream, RevivalEnd, Window};
+use rindle_streams::engine::live::lease::{mark_window, Holding, Release, Renewal, Revived};
+use rindle_streams::engine::live::{Caller, LiveStream, RevivalEnd, Revivals, Turn, Window};
 use rindle_streams::engine::text::utf16::Offset;
 use rindle_streams::engine::wire::frame::EndStatus;
 use rindle_streams::engine::wire::ui::Format;
@@ -33,7 +33,7 @@ fn db() -> (Rc<SqliteDb>, Tables) {
 fn abandoned() -> (Rc<SqliteDb>, Tables) {
     let (db, tables) = db();
     db.batch(&[db.sql().mark_streaming(ID, TOKEN, Format::Text)]).unwrap();
-    db.batch(&db.sql().append(ID, Offset(0), Offset(5), "hello")).unwrap();
+    db.batch(&db.sql().append(ID, Offset(0), Offset(5), "hello", Some(TOKEN))).unwrap();
     (db, tables)
 }
 
@@ -54,7 +54,8 @@ fn cfg() -> StreamConfig {
 /// One alarm in an instance that holds nothing, every step answered truthfully unless `steps`
 /// says otherwise.
 fn alarm(tables: &Tables, storage: &mut StoredStream, now: Timestamp, steps: &[Step]) -> support::AlarmRun {
-    run_alarm(tables, &cfg(), storage, false, Holding::Nothing, "fresh-1", now, &mut steps.iter().copied()).expect("no step dies")
+    run_alarm(&mut Revivals::default(), tables, &cfg(), storage, false, Holding::Nothing, "fresh-1", now, &mut steps.iter().copied())
+        .expect("no step dies")
 }
 
 fn rebuilt(run: support::AlarmRun) -> LiveStream {
@@ -68,7 +69,18 @@ fn rebuilt(run: support::AlarmRun) -> LiveStream {
 fn a_storage_error_renews_the_lease_and_never_releases_it() {
     let (db, tables) = abandoned();
     let mut storage = keys();
-    let run = run_alarm(&tables, &cfg(), &mut storage, true, Holding::Nothing, "fresh-1", later(), &mut std::iter::empty()).unwrap();
+    let run = run_alarm(
+        &mut Revivals::default(),
+        &tables,
+        &cfg(),
+        &mut storage,
+        true,
+        Holding::Nothing,
+        "fresh-1",
+        later(),
+        &mut std::iter::empty(),
+    )
+    .unwrap();
     assert!(matches!(run.ended, Err(Renewal::StorageFailed(_))), "{:?}", run.ended);
     assert_eq!(storage, keys(), "nothing forgotten on unknown keys");
     assert_eq!(db.status(ID), "streaming");
@@ -127,9 +139,56 @@ fn an_instance_that_dies_at_any_revival_step_is_followed_by_one_that_rebuilds() 
             assert_eq!(stream.durable_seq(), Offset(5));
             assert_eq!(db.message_column(ID, "host").as_text(), Some("fresh-2"), "step {at} {death:?}: the row is the new instance's");
             assert_eq!(storage.host_token.as_deref(), Some("fresh-2"));
-            assert_eq!(storage.claiming, None, "the claim's outcome is stored");
+            assert!(storage.claiming.is_empty(), "the claim's outcome is stored");
         }
     }
+}
+
+/// A revival's claim that timed out commits late, between the next revival's row read and its
+/// claim: the row then holds a token this object stored (the earlier revival's), and the next
+/// revival claims it from there. Before, it knew only the open's token and the last `claiming`
+/// one as its own, took the moved row for `NotOurs`, and the alarm released it: the row stayed
+/// `streaming` under the lost revival's token for ever.
+#[test]
+fn a_revivals_late_claim_landing_between_the_next_ones_read_and_claim_is_recognized() {
+    let (db, tables) = abandoned();
+    let mut storage = keys();
+    // R1 stores its token and sends its claim, which does not answer in time (it has not
+    // committed yet); the instance is given up.
+    let died = run_revival(&tables, &cfg(), &mut storage, "fresh-1", later(), &mut [Step::Ok, Step::Ok, Step::Ok, Step::Die].into_iter());
+    assert!(died.is_none());
+    let late_claim = db.sql().claim_host(ID, TOKEN, "fresh-1").unwrap();
+    // R2 reads the row (held by the open's token), stores its own token; R1's claim lands just
+    // before R2's claim is sent.
+    let mut land = |call: usize| {
+        if call == 3 {
+            assert_eq!(db.batch(std::slice::from_ref(&late_claim)).unwrap(), vec![1], "R1's claim lands");
+        }
+    };
+    let end = support::run_revival_between(&tables, &cfg(), &mut storage, "fresh-2", later(), &mut std::iter::empty(), &mut land);
+    let Some(RevivalEnd::Revived(stream)) = end else { panic!("R2 rebuilds the stream: {end:?}") };
+    assert_eq!(stream.durable_seq(), Offset(5));
+    assert_eq!(db.message_column(ID, "host").as_text(), Some("fresh-2"), "claimed from R1's token");
+    assert_eq!(storage.host_token.as_deref(), Some("fresh-2"));
+}
+
+/// The lost instance's checkpoint lands between the revival's row read and its claim: the
+/// stream is rebuilt from the row as the claim's own transaction left it (nothing fenced by the
+/// old token can land after the claim), so its durable length is the row's.
+#[test]
+fn the_stream_is_rebuilt_from_the_row_as_the_claim_left_it() {
+    let (db, tables) = abandoned();
+    let mut storage = keys();
+    let late = db.sql().append(ID, Offset(5), Offset(8), "abc", Some(TOKEN));
+    let mut land = |call: usize| {
+        if call == 3 {
+            assert_eq!(db.batch(&late).unwrap(), vec![1, 1], "the lost instance's checkpoint lands before the claim");
+        }
+    };
+    let end = support::run_revival_between(&tables, &cfg(), &mut storage, "fresh-1", later(), &mut std::iter::empty(), &mut land);
+    let Some(RevivalEnd::Revived(stream)) = end else { panic!("{end:?}") };
+    assert_eq!((stream.seq(), stream.durable_seq(), stream.retained_text().1), (Offset(8), Offset(8), "helloabc"));
+    assert_eq!(db.batch(&late).unwrap(), vec![0, 0], "and nothing of the old token lands after the claim");
 }
 
 /// Each claimant draws its own token: two instances claiming from one token cannot both win.
@@ -216,6 +275,9 @@ fn the_window_is_the_larger_of_the_resume_window_and_what_remains_of_the_idle_ti
 fn a_stream_evicted_while_its_producer_is_idle_waits_for_the_rest_of_the_idle_timeout() {
     let cfg = StreamConfig { checkpoint_chars: Offset(1), ..StreamConfig::default() };
     let mut d = Driver::open(cfg.clone());
+    // The producer writes a minute after its open: a window counted from the lease's arming
+    // (`armedAt`, 0) would end a minute early.
+    d.advance(60_000);
     d.push("thinking…");
     d.answer_all();
     let last_write = d.now;
@@ -233,6 +295,120 @@ fn a_stream_evicted_while_its_producer_is_idle_waits_for_the_rest_of_the_idle_ti
     let notices: Vec<_> = d.events.iter().flat_map(|e| StreamNotice::of("m1", e)).collect();
     assert!(notices.iter().any(|n| matches!(n, StreamNotice::Interrupted { cause: SealCause::IdleProducer, .. })), "{notices:?}");
     assert_eq!(d.db.message_column("m1", "error").as_text(), Some("the producer sent nothing for 300 s"));
+}
+
+/// A reader comes before the open (a supported flow): its revival finds nothing armed. The
+/// producer's open then arms the lease and its mark commits, but the reply is lost and the next
+/// attempts fail in a store blip: the open ends failed and the stream retires, the row
+/// `streaming` under the open's token. The lease alarm that follows must rebuild the row, never
+/// take the reader's earlier "nothing to rebuild" for its own. Before, the shell remembered that
+/// answer for the instance's life and the alarm got it: it released (keys and alarm deleted),
+/// and nothing would ever seal the row.
+#[test]
+fn a_remembered_nothing_never_makes_the_alarm_release_a_row_an_open_marked_later() {
+    let mut revivals = Revivals::default();
+    let (db, tables) = db();
+    let mut storage = StoredStream::default();
+    let Turn::Run(reader) = revivals.begin(Caller::Request, false) else { panic!("the reader runs the first revival") };
+    let end = run_revival(&tables, &cfg(), &mut storage, "fresh-0", ARMED, &mut std::iter::empty());
+    assert!(matches!(end, Some(RevivalEnd::Nothing(Release::NothingArmed))), "{end:?}");
+    revivals.finish(reader, end.as_ref().map(Revived::from).as_ref());
+    // The open: installed here, its lease armed, its mark committed with the reply lost, then a
+    // store blip until it gives up.
+    let mut d = Driver::opening(Rc::clone(&db), cfg(), TOKEN);
+    revivals.stream_installed();
+    d.answer(support::Fault::None); // the probe
+    d.arm_lease(Ok(()));
+    assert_eq!(d.answer(support::Fault::CommitThenLoseReply), rindle_streams::engine::host::store::OpKind::MarkStreaming);
+    while !d.retired {
+        d.advance(1_000);
+        if !d.pending.is_empty() {
+            d.answer(support::Fault::FailBeforeCommit);
+        }
+    }
+    assert_eq!(db.status(ID), "streaming");
+    let mut storage = d.storage.clone();
+    assert_eq!(storage.host_token.as_deref(), Some(TOKEN), "the lease stays armed: the mark may have landed");
+    // The alarm, in the same instance (it holds no stream: the open retired).
+    let run = support::run_alarm(
+        &mut revivals,
+        &tables,
+        &cfg(),
+        &mut storage,
+        false,
+        Holding::Nothing,
+        "fresh-1",
+        later(),
+        &mut std::iter::empty(),
+    )
+    .expect("no step dies");
+    let stream = rebuilt(run);
+    assert_eq!(db.message_column(ID, "host").as_text(), Some("fresh-1"), "the row is the rebuilt stream's, which its window seals");
+    assert!(stream.resume_by().is_some());
+}
+
+/// The producer writes a character a second for `secs` seconds, each committed.
+fn write_for(d: &mut Driver, secs: u64) {
+    for _ in 0..secs {
+        d.push("x");
+        d.answer_all();
+        d.advance(1_000);
+    }
+}
+
+/// The window never ends before the producer's last write + `IDLE_TIMEOUT_MS`, however the
+/// reset falls: right after a pause that followed a long run of writes (no renewal has seen the
+/// producer quiet yet), and after a pause that followed an earlier pause the lease stored. Before,
+/// the lease stored the last write only once a renewal found the producer quiet and never
+/// forgot it, and a revival without one counted from `armedAt`: the first reset waited 30 s from
+/// the rebuild where the producer's idle timeout had 298 s left, the second counted from the first
+/// pause.
+#[test]
+fn the_window_never_ends_before_the_last_write_plus_the_idle_timeout() {
+    let cfg = StreamConfig { checkpoint_chars: Offset(1), ..StreamConfig::default() };
+    for earlier_pause in [false, true] {
+        let mut d = Driver::open(cfg.clone());
+        write_for(&mut d, 100);
+        if earlier_pause {
+            d.advance(20_000); // a tool call: the lease stores the last write
+            assert!(d.storage.last_write.is_some());
+        }
+        write_for(&mut d, 300);
+        let last_write = d.now - Millis(1_000);
+        d.advance(1_000); // the reset falls 2 s into the next pause
+        assert_eq!(d.alarm_after_reset(&cfg), Err(Renewal::Alive));
+        // What it costs: one put when a renewal first finds the producer quiet, one delete at
+        // its first write after; none while it writes (the last pause is 2 s old: not seen yet).
+        let pauses = u32::from(earlier_pause);
+        assert_eq!((d.last_write_puts, d.last_write_deletes), (pauses, pauses), "earlier pause {earlier_pause}");
+        let until = d.stream.resume_by().expect("a window");
+        assert!(
+            until >= last_write + cfg.idle_timeout_ms,
+            "earlier pause {earlier_pause}: the window ends at {until:?}, the producer wrote last at {last_write:?}"
+        );
+    }
+}
+
+/// A write of the last write that fails (here the delete at the producer's first write after a
+/// pause) leaves the storage in doubt: the next renewal deletes it again, so the stale last write
+/// cannot shorten the window of a reset that falls later. Before, the failure was only logged: the
+/// earlier pause's last write stayed stored, and the window ended 300 s too early.
+#[test]
+fn a_failed_write_of_the_last_write_is_written_again_at_the_next_renewal() {
+    let cfg = StreamConfig { checkpoint_chars: Offset(1), ..StreamConfig::default() };
+    let mut d = Driver::open(cfg.clone());
+    write_for(&mut d, 10);
+    d.advance(20_000); // a tool call: the lease stores the last write
+    let paused_at = d.storage.last_write.expect("the pause's last write is stored");
+    d.failing_last_writes = 1; // the delete at the next write fails
+    write_for(&mut d, 300);
+    assert_eq!(d.last_write_deletes, 2, "the failed delete was made again at the next renewal");
+    assert_eq!(d.storage.last_write, None, "the stale last write ({paused_at:?}) is gone");
+    let last_write = d.now - Millis(1_000);
+    d.advance(1_000);
+    assert_eq!(d.alarm_after_reset(&cfg), Err(Renewal::Alive));
+    let until = d.stream.resume_by().expect("a window");
+    assert!(until >= last_write + cfg.idle_timeout_ms, "the window ends at {until:?}, the producer wrote last at {last_write:?}");
 }
 
 /// A late reply (after the shell answered the call as timed out) changes nothing.
@@ -261,7 +437,18 @@ fn without_a_resume_window_the_rebuilt_stream_seals_at_once_as_lease_expired() {
     let (db, tables) = abandoned();
     let at_once = StreamConfig { resume_window_ms: Millis::ZERO, ..cfg() };
     let mut storage = keys();
-    let run = run_alarm(&tables, &at_once, &mut storage, false, Holding::Nothing, "fresh-1", later(), &mut std::iter::empty()).unwrap();
+    let run = run_alarm(
+        &mut Revivals::default(),
+        &tables,
+        &at_once,
+        &mut storage,
+        false,
+        Holding::Nothing,
+        "fresh-1",
+        later(),
+        &mut std::iter::empty(),
+    )
+    .unwrap();
     let mut d = Driver::with_stream(rebuilt(run), Rc::clone(&db));
     d.now = later();
     d.advance(0);

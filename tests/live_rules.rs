@@ -13,6 +13,7 @@ use rindle_streams::engine::live::{
     CheckpointError, FlushError, LiveStream, OpenError, OpenOutcome, Producer, Pull, PushError, Settlement, StreamEvent, StreamSlot,
     StreamState,
 };
+use rindle_streams::engine::text::reading::DurableText;
 use rindle_streams::engine::text::utf16::Offset;
 use rindle_streams::engine::wire::frame::{EndStatus, Frame};
 use rindle_streams::engine::wire::ui::{BadChunk, ChunkFault, Format};
@@ -22,6 +23,11 @@ use support::{Fault, SqliteDb, Store};
 
 fn cfg() -> StreamConfig {
     StreamConfig { checkpoint_chars: Offset(8), ..StreamConfig::default() }
+}
+
+/// The checkpoint of `[from, to)` this file's streams send: fenced by their host token.
+fn checkpoint(from: Offset, to: Offset, text: impl Into<String>) -> Checkpoint {
+    Checkpoint { from, to, text: text.into(), host_token: Some(TOKEN.into()) }
 }
 
 fn is_append(d: &Driver) -> bool {
@@ -55,7 +61,7 @@ fn a_checkpoint_is_due_at_checkpoint_chars() {
     d.push("1234567");
     assert_eq!(d.peek_kind(), None, "7 of 8 chars: not due");
     d.push("8");
-    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(8), text: "12345678".into() }));
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(0), Offset(8), "12345678")));
 }
 
 #[test]
@@ -67,7 +73,7 @@ fn a_checkpoint_is_due_at_the_interval_after_the_oldest_change() {
     d.advance(249);
     assert_eq!(d.peek_kind(), None);
     d.advance(1);
-    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(3), text: "abc".into() }));
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(0), Offset(3), "abc")));
 }
 
 // ---- flush waiters
@@ -112,13 +118,13 @@ fn a_flush_landing_mid_round_gets_a_round_of_its_own() {
     let mut d = Driver::open(cfg());
     d.push("a");
     let first = d.flush();
-    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(1), text: "a".into() }));
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(0), Offset(1), "a")));
     d.push("b");
     let second = d.flush();
     d.answer_all_once_round();
     assert_eq!(d.outcome(first), Some(&Ok(Offset(1))));
     assert_eq!(d.outcome(second), None);
-    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(1), to: Offset(2), text: "b".into() }), "no wait for the interval");
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(1), Offset(2), "b")), "no wait for the interval");
     d.answer_all();
     assert_eq!(d.outcome(second), Some(&Ok(Offset(2))));
 }
@@ -225,7 +231,7 @@ fn a_confirmation_short_of_the_slice_re_covers_from_the_confirmed_length() {
     assert_eq!(d.stream.durable_seq(), Offset(0), "the plane does not know the store holds 8");
     d.push("ijklmnop");
     d.advance(750);
-    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(16), text: "abcdefghijklmnop".into() }));
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(0), Offset(16), "abcdefghijklmnop")));
     d.answer(Fault::None); // a no-op (the row is at 8, not 0); its read says 8: adopt it, short of 16
     assert_eq!(d.stream.durable_seq(), Offset(8));
     assert!(d.events.iter().any(|e| matches!(
@@ -233,11 +239,7 @@ fn a_confirmation_short_of_the_slice_re_covers_from_the_confirmed_length() {
         StreamEvent::CheckpointAttemptFailed { error: CheckpointError::Short { stored: Offset(8), to: Offset(16) }, .. }
     )));
     d.advance(50);
-    assert_eq!(
-        d.peek_checkpoint(),
-        Some(&Checkpoint { from: Offset(8), to: Offset(16), text: "ijklmnop".into() }),
-        "re-cover only the missing part"
-    );
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(8), Offset(16), "ijklmnop")), "re-cover only the missing part");
     d.answer_all();
     assert_eq!(d.stream.durable_seq(), Offset(16));
     assert_eq!(d.db.durable_text(STREAM), "abcdefghijklmnop");
@@ -352,6 +354,28 @@ fn a_failed_seal_is_retried_from_the_lingering_stream_and_then_reported_sealed()
         Some(Ok(r)) => assert_eq!((r.seq, r.durable_seq), (Offset(11), Offset(11))),
         other => panic!("a close after the repair reports the seal: {other:?}"),
     }
+}
+
+/// A Stop is never lost to a repair: a `cancelled` seal that gave up in a store outage before
+/// its tail was durable is written again `cancelled`, in place at the durable length, where any
+/// other seal the lease cannot write whole becomes `interrupted`. Found by the simulator (an
+/// outage as the producer closed after a reader's Stop; seed 179 of 2,000 on SQLite): the row
+/// ended `interrupted` with "the live stream was lost…".
+#[test]
+fn a_cancelled_seal_that_fell_short_is_repaired_cancelled() {
+    let in_place = StreamConfig { max_compact_bytes: 4, ..cfg() }; // the tail must be a round first
+    let mut d = Driver::open(in_place);
+    d.push("abcdef");
+    d.stream.cancel();
+    let close = d.close();
+    while !matches!(d.outcome(close), Some(Err(_))) {
+        d.answer(Fault::FailBeforeCommit); // the outage: the tail's round, then the seal, give up
+        d.advance(1_000);
+    }
+    assert_eq!((d.db.status(STREAM), d.stream.durable_seq()), ("streaming".into(), Offset(0)));
+    assert_eq!(d.lease_alarm(), Err(Renewal::RetryingSeal));
+    d.answer_all();
+    assert_eq!((d.db.status(STREAM), d.db.durable_text(STREAM)), ("cancelled".into(), String::new()), "the Stop, at what is durable");
 }
 
 #[test]
@@ -559,6 +583,45 @@ fn a_late_reader_within_the_linger_gets_the_tail_and_end_and_after_it_absent() {
     assert!(d.retired);
     let after = d.subscribe(Offset(0));
     assert_eq!(d.read(after), vec![Frame::Absent]);
+}
+
+/// After the linger (or once its object slept and lost the stream), a late reader gets from the
+/// row exactly what the lingering stream gave: the tail and the end, never `absent`.
+#[test]
+fn a_late_reader_after_the_linger_gets_the_same_frames_from_the_row() {
+    let mut d = Driver::open(cfg());
+    d.push("héllo 👋");
+    let _ = d.close();
+    d.answer_all();
+    let lingering = d.subscribe(Offset(2));
+    let from_memory = d.read(lingering);
+    let row = DurableText::assemble("héllo 👋", Vec::new(), "complete".into());
+    assert_eq!(rindle_streams::engine::live::replay_of_row(STREAM, &row, Offset(2)), Some(from_memory));
+    // Inside a surrogate pair: moved down to its start, as a live join is.
+    let at = rindle_streams::engine::live::replay_of_row(STREAM, &row, Offset(7)).unwrap();
+    assert!(matches!(&at[0], Frame::Open { from: Offset(6), .. }), "{at:?}");
+    let streaming = DurableText::assemble("x", Vec::new(), "streaming".into());
+    assert_eq!(rindle_streams::engine::live::replay_of_row(STREAM, &streaming, Offset(0)), None, "not ended: no answer from the row");
+}
+
+/// A finished answer's object sleeps: once sealed the stream asks for no timer (its linger and
+/// the lease renewal the seal made moot are not worth keeping the object awake for), while its
+/// engine deadlines stay what they were (a driver that keeps the object awake retires it).
+#[test]
+fn an_ended_stream_needs_no_timer_to_keep_its_object_awake() {
+    let mut d = Driver::open(cfg());
+    d.push("hello");
+    assert!(d.stream.poll_timer().is_some(), "a live stream renews its lease");
+    let _ = d.close();
+    d.answer_all();
+    assert_eq!(d.stream.state(), StreamState::Ended(EndStatus::Complete));
+    assert_eq!(d.stream.poll_timer(), None, "nothing to wait for awake");
+    assert!(d.stream.poll_timeout().is_some(), "the linger is still the engine's deadline");
+    // The lease alarm releases its keys: it retires then (late readers read the row).
+    d.stream.lease_released();
+    d.drain();
+    assert!(d.retired);
+    assert_eq!(d.stream.state(), StreamState::Retired);
 }
 
 // ---- an abandoned producer
@@ -835,11 +898,11 @@ fn a_ui_streams_checkpoint_is_due_at_its_own_threshold_not_at_the_text_one() {
     d.push(&line);
     assert_eq!(d.peek_kind(), None, "{} units of NDJSON: due only at the ui threshold (64)", units(&line));
     d.push(&line);
-    assert_eq!(d.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: units(&line) + units(&line), text: format!("{line}{line}") }));
+    assert_eq!(d.peek_checkpoint(), Some(&checkpoint(Offset(0), units(&line) + units(&line), format!("{line}{line}"))));
     // A text stream with the same config checkpoints at 8.
     let mut t = Driver::open(StreamConfig { format: Format::Text, ..cfg });
     t.push("12345678");
-    assert_eq!(t.peek_checkpoint(), Some(&Checkpoint { from: Offset(0), to: Offset(8), text: "12345678".into() }));
+    assert_eq!(t.peek_checkpoint(), Some(&checkpoint(Offset(0), Offset(8), "12345678")));
 }
 
 #[test]
@@ -1358,7 +1421,7 @@ fn the_open_operation_carries_the_apps_meta_and_the_start_time() {
     let (stream, _) = rindle_streams::engine::live::LiveStream::open(
         STREAM,
         sink_cfg(),
-        Producer { host_token: TOKEN.into(), meta: Some(meta.clone()), chat: None },
+        Producer { host_token: TOKEN.into(), meta: Some(meta.clone()), chat: None, id: None },
         Timestamp(1_234),
     );
     let mut d = Driver::with_stream(stream, fresh_row());

@@ -15,7 +15,7 @@ use rindle_streams::engine::durable::{
     TablesOp, Value,
 };
 use rindle_streams::engine::host::config::StreamConfig;
-use rindle_streams::engine::host::store::{Checkpoint, ReadState, SealGuard, StoreError};
+use rindle_streams::engine::host::store::{Checkpoint, ReadState, RowGuard, StoreError};
 use rindle_streams::engine::host::time::Timestamp;
 use rindle_streams::engine::live::lease::{self, Release};
 use rindle_streams::engine::live::RevivalEnd;
@@ -40,14 +40,28 @@ macro_rules! db {
             None => return,
         }
     };
+    ($test:expr, streaming) => {{
+        let db = db!($test);
+        mark(&db);
+        db
+    }};
+}
+
+/// The producer holding the example row in these tests.
+const HOST: &str = "A";
+
+/// Marks the example row `streaming` under [`HOST`], as its open would.
+fn mark(db: &PgDb) {
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, HOST, Format::Text)]).unwrap(), vec![1]);
 }
 
 fn seq(db: &PgDb) -> ColumnValue {
     db.message_column(ID, "seq")
 }
 
+/// A checkpoint's statement as the row's holder sends it.
 fn append(db: &PgDb, from: u64, to: u64, text: &str) -> Vec<u64> {
-    let batch = db.sql.append(ID, Offset(from), Offset(to), text);
+    let batch = db.sql.append(ID, Offset(from), Offset(to), text, Some(HOST));
     db.batch(&batch).unwrap()
 }
 
@@ -62,7 +76,7 @@ fn perform<Op: TablesOp>(db: &Rc<PgDb>, id: &str, op: &Op) -> Result<Op::Reply, 
 
 /// What one checkpoint answers (the row as its own transaction left it).
 fn checkpoint(db: &Rc<PgDb>, from: u64, to: u64, text: &str) -> RowState {
-    perform(db, ID, &Checkpoint { from: Offset(from), to: Offset(to), text: text.into() }).unwrap()
+    perform(db, ID, &Checkpoint { from: Offset(from), to: Offset(to), text: text.into(), host_token: Some(HOST.into()) }).unwrap()
 }
 
 #[test]
@@ -78,10 +92,10 @@ fn the_postgres_dialect_has_its_placeholders_types_and_one_checkpoint_statement(
     let pg = MappedSql::new(TableMapping::example(), Dialect::Postgres);
     let ddl = pg.chunk_table_ddl();
     assert!(ddl[0].contains("\"seq\" bigint NOT NULL") && ddl[0].contains("\"text\" text NOT NULL"), "{}", ddl[0]);
-    let [checkpoint] = <[Statement; 1]>::try_from(pg.append(ID, Offset(0), Offset(5), "hello")).expect("one statement");
+    let [checkpoint] = <[Statement; 1]>::try_from(pg.append(ID, Offset(0), Offset(5), "hello", Some(HOST))).expect("one statement");
     assert_eq!(
         checkpoint.sql,
-        r#"WITH "swapped" AS (UPDATE "messages" SET "seq" = $1 WHERE "id" = $2 AND "seq" = $3 RETURNING 1) INSERT INTO "message_chunks" ("id", "streamId", "seq", "text") SELECT $4, $5, $6, $7 FROM "swapped""#
+        r#"WITH "swapped" AS (UPDATE "messages" SET "seq" = $1 WHERE "id" = $2 AND "status" = $3 AND "seq" = $4 AND "host" = $5 RETURNING 1) INSERT INTO "message_chunks" ("id", "streamId", "seq", "text") SELECT $6, $7, $8, $9 FROM "swapped""#
     );
     assert_eq!(pg.request_cancel(ID).unwrap().params[0], Value::Bool(true));
 }
@@ -100,7 +114,7 @@ fn every_statement_of_the_plan_runs_on_postgres() {
     assert_eq!(perform(&db, ID, &ReadState).unwrap(), state(5, true), "a boolean flag reads as true");
     let chunks = db.query(&sql.read_chunks(ID));
     assert_eq!((chunks[0]["seq"].clone(), chunks[0]["text"].clone()), (ColumnValue::Integer(5), ColumnValue::Text("hello".into())));
-    let guard = |seq: u64| SealGuard { durable_seq: Offset(seq), host_token: Some("A".into()) };
+    let guard = |seq: u64| RowGuard { durable_seq: Offset(seq), host_token: Some("A".into()) };
     db.batch(&sql.seal(ID, None, EndStatus::Cancelled, None, &guard(5))).unwrap();
     assert_eq!(db.status(ID), "cancelled");
     db.exec("UPDATE messages SET status = 'streaming'");
@@ -114,7 +128,7 @@ fn every_statement_of_the_plan_runs_on_postgres() {
 
 #[test]
 fn the_append_inserts_the_slice_and_swaps_the_length() {
-    let db = db!("append");
+    let db = db!("append", streaming);
     append(&db, 0, 5, "hello");
     assert_eq!(seq(&db), ColumnValue::Integer(5));
     append(&db, 5, 7, "😀");
@@ -124,8 +138,8 @@ fn the_append_inserts_the_slice_and_swaps_the_length() {
 
 #[test]
 fn the_guarded_insert_is_idempotent() {
-    let db = db!("idempotent");
-    let batch = db.sql.append(ID, Offset(0), Offset(5), "hello");
+    let db = db!("idempotent", streaming);
+    let batch = db.sql.append(ID, Offset(0), Offset(5), "hello", Some(HOST));
     db.batch(&batch).unwrap();
     for _ in 0..3 {
         assert_eq!(db.batch(&batch).unwrap().iter().sum::<u64>(), 0, "a replay changes nothing");
@@ -137,7 +151,7 @@ fn the_guarded_insert_is_idempotent() {
 
 #[test]
 fn a_stale_re_cover_lands_no_overlapping_chunk() {
-    let db = db!("stale_re_cover");
+    let db = db!("stale_re_cover", streaming);
     append(&db, 0, 5, "hello");
     // A slice whose `from` lags the row (its predecessor's ack was lost): another chunk id, kept
     // out by the CAS on `seq = from` alone.
@@ -148,7 +162,7 @@ fn a_stale_re_cover_lands_no_overlapping_chunk() {
 
 #[test]
 fn the_read_back_is_the_truth() {
-    let db = db!("read_back");
+    let db = db!("read_back", streaming);
     assert_eq!(checkpoint(&db, 0, 5, "hello"), state(5, false), "the write's own effect");
     assert_eq!(checkpoint(&db, 0, 5, "hello"), state(5, false), "a replay reads the same length");
     assert_eq!(checkpoint(&db, 0, 8, "hello wo"), state(5, false), "a stale re-cover reads what the row holds");
@@ -162,11 +176,11 @@ fn the_read_back_is_the_truth() {
 
 #[test]
 fn a_failed_checkpoint_half_writes_nothing() {
-    let db = db!("half_write");
+    let db = db!("half_write", streaming);
     append(&db, 0, 5, "hello");
     // PostgreSQL's text cannot hold U+0000, so this statement fails inside the transaction: the
     // whole checkpoint rolls back (SQLite would store it; see docs/POSTGRES.md).
-    let err = perform(&db, ID, &Checkpoint { from: Offset(5), to: Offset(8), text: "a\0b".into() }).unwrap_err();
+    let err = perform(&db, ID, &Checkpoint { from: Offset(5), to: Offset(8), text: "a\0b".into(), host_token: None }).unwrap_err();
     assert!(matches!(&err, StoreError::NotCommitted(e) if e.starts_with("22021")), "{err:?}");
     assert_eq!(seq(&db), ColumnValue::Integer(5));
     assert_eq!(db.chunk_count(ID), 1);
@@ -197,6 +211,26 @@ fn the_open_probe_and_mark_refuse_what_they_must() {
     assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "C", Format::Text)]).unwrap(), vec![1], "a NULL status is claimed");
     let missing = db.query(&db.sql.probe_open("nobody"));
     assert!(missing.is_empty());
+}
+
+/// The mark refuses a sealed row by itself, with or without a host column (see the SQLite test
+/// of the same name).
+#[test]
+fn a_mark_never_re_marks_a_sealed_row() {
+    let mut without_host = TableMapping::example();
+    without_host.host = None;
+    for (n, mapping) in [TableMapping::example(), without_host].into_iter().enumerate() {
+        let Some(db) = PgDb::with_schema(&format!("mark_sealed_{n}"), &pg::migration_sql(), mapping) else { return };
+        for status in [EndStatus::Complete, EndStatus::Cancelled, EndStatus::Error, EndStatus::Interrupted] {
+            let id = format!("m-{}", status.as_str());
+            db.insert_message(&id);
+            db.checkpoint_row(&id, "abc");
+            db.seal_row(&id, Some("abc"), status, None);
+            let host_before = db.message_column(&id, "host");
+            assert_eq!(db.batch(&[db.sql.mark_streaming(&id, "late", Format::Text)]).unwrap(), vec![0], "{status:?}");
+            assert_eq!((db.status(&id), db.message_column(&id, "host")), (status.as_str().to_owned(), host_before), "{status:?}");
+        }
+    }
 }
 
 /// Waits until the backend `pid` waits for a lock: the racing host is blocked behind the first
@@ -252,10 +286,14 @@ fn two_hosts_racing_one_checkpoint_land_exactly_one_slice() {
     // Same `from`, different slices (a split brain: two instances each believe they hold the
     // stream). B's transaction starts while A's is uncommitted; whatever B saw then, it must land
     // nothing once A's commit moved the row.
-    let db = db!("checkpoint_race");
+    let db = db!("checkpoint_race", streaming);
     let b_read = Some(db.sql.read_state(ID));
-    let (changes, rows) =
-        race(&db, &db.sql.append(ID, Offset(0), Offset(5), "hello"), db.sql.append(ID, Offset(0), Offset(8), "hello wo"), b_read);
+    let (changes, rows) = race(
+        &db,
+        &db.sql.append(ID, Offset(0), Offset(5), "hello", Some(HOST)),
+        db.sql.append(ID, Offset(0), Offset(8), "hello wo", Some(HOST)),
+        b_read,
+    );
     assert_eq!(changes.iter().sum::<u64>(), 0, "B changed nothing: {changes:?}");
     assert_eq!(rows[0]["seq"], ColumnValue::Integer(5), "B's read-back tells it the truth");
     assert_eq!(db.chunk_count(ID), 1);
@@ -264,12 +302,34 @@ fn two_hosts_racing_one_checkpoint_land_exactly_one_slice() {
 
 #[test]
 fn two_hosts_racing_the_same_slice_land_it_once() {
-    let db = db!("same_slice_race");
-    let batch = db.sql.append(ID, Offset(0), Offset(5), "hello");
+    let db = db!("same_slice_race", streaming);
+    let batch = db.sql.append(ID, Offset(0), Offset(5), "hello", Some(HOST));
     let (changes, _) = race(&db, &batch, batch.clone(), None);
     assert_eq!(changes.iter().sum::<u64>(), 0, "{changes:?}");
     assert_eq!(db.chunk_count(ID), 1);
     assert_eq!(db.durable_text(ID), "hello");
+}
+
+/// Every checkpoint carries the fence on Postgres too (see the SQLite test of the same name).
+#[test]
+fn a_checkpoint_applies_only_to_a_row_streaming_under_its_host_token() {
+    let late = |db: &PgDb, id: &str, token: &str| db.batch(&db.sql.append(id, Offset(3), Offset(6), "xyz", Some(token))).unwrap();
+    let db = db!("checkpoint_fence");
+    for (id, case) in [("m-claimed", "claimed"), ("m-sealed", "sealed")] {
+        db.insert_message(id);
+        db.batch(&[db.sql.mark_streaming(id, "A", Format::Text)]).unwrap();
+        db.batch(&db.sql.append(id, Offset(0), Offset(3), "abc", Some("A"))).unwrap();
+        match case {
+            "claimed" => db.batch(&[db.sql.claim_host(id, "A", "B").unwrap()]).map(drop).unwrap(),
+            _ => db.seal_row(id, Some("abc"), EndStatus::Complete, None),
+        }
+        assert_eq!(late(&db, id, "A"), vec![0], "{case}");
+        let chunks = if case == "claimed" { 1 } else { 0 };
+        let status = if case == "claimed" { "streaming" } else { "complete" };
+        assert_eq!((db.status(id), db.durable_text(id), db.chunk_count(id)), (status.into(), "abc".into(), chunks), "{case}");
+    }
+    assert_eq!(late(&db, "m-claimed", "B"), vec![1], "the holder's own checkpoint lands");
+    assert_eq!(db.durable_text("m-claimed"), "abcxyz");
 }
 
 #[test]
@@ -290,7 +350,7 @@ fn compaction_writes_the_body_and_deletes_the_chunks_in_one_transaction() {
 
 #[test]
 fn surrogate_pairs_and_grapheme_clusters_at_chunk_edges() {
-    let db = db!("surrogates");
+    let db = db!("surrogates", streaming);
     // Chunk edges right before and after astral characters, and a ZWJ sequence and a combining
     // mark cut across chunks, as the checkpoint slicer cuts them.
     let slices = ["a😀", "😀b", "👩", "\u{200D}💻", "e", "\u{301}", "🇫", "🇷", "𝄞"];
@@ -312,7 +372,7 @@ fn surrogate_pairs_and_grapheme_clusters_at_chunk_edges() {
 
 #[test]
 fn bodies_of_2_mb_checkpoint_and_compact() {
-    let db = db!("two_mb");
+    let db = db!("two_mb", streaming);
     let unit = "the stream 😀 日本語 ";
     let body = unit.repeat(2 * 1024 * 1024 / unit.len() + 1);
     assert!(body.len() >= 2 * 1024 * 1024);
@@ -336,8 +396,8 @@ fn an_abandoned_row_is_rebuilt_and_sealed_interrupted_from_its_durable_text() {
         let db = db!(if seals_in_place { "abandoned_in_place" } else { "abandoned_compacted" });
         // The object marked the row and checkpointed, then died: nothing holds the stream.
         db.batch(&[db.sql.mark_streaming(ID, "host-A", Format::Text)]).unwrap();
-        append(&db, 0, 5, "hello");
-        append(&db, 5, 7, "😀");
+        db.checkpoint_row(ID, "hello");
+        db.checkpoint_row(ID, "😀");
         let cfg = StreamConfig {
             max_compact_bytes: if seals_in_place { 4 } else { 1_900_000 },
             resume_window_ms: rindle_streams::engine::host::time::Millis::ZERO,
@@ -360,6 +420,49 @@ fn an_abandoned_row_is_rebuilt_and_sealed_interrupted_from_its_durable_text() {
     }
 }
 
+/// A revival's late claim landing between the next revival's read and its claim, on Postgres
+/// (where a stuck call is dropped while its statement runs on): the next revival recognizes the
+/// token as its own and claims the row from it (see the test of the same name in lease_rules.rs).
+#[test]
+fn a_revivals_late_claim_landing_between_the_next_ones_read_and_claim_is_recognized() {
+    let db = db!("late_claim");
+    db.batch(&[db.sql.mark_streaming(ID, "host-A", Format::Text)]).unwrap();
+    db.checkpoint_row(ID, "hello");
+    let tables = support::tables(&db);
+    let cfg = StreamConfig::default();
+    let mut storage = support::armed(ID, Some("host-A"));
+    let first = [support::Step::Ok, support::Step::Ok, support::Step::Ok, support::Step::Die];
+    assert!(support::run_revival(&tables, &cfg, &mut storage, "fresh-1", Timestamp(0), &mut first.into_iter()).is_none());
+    let late_claim = db.sql.claim_host(ID, "host-A", "fresh-1").unwrap();
+    let mut land = |call: usize| {
+        if call == 3 {
+            assert_eq!(db.batch(std::slice::from_ref(&late_claim)).unwrap(), vec![1], "the first revival's claim lands");
+        }
+    };
+    let end = support::run_revival_between(&tables, &cfg, &mut storage, "fresh-2", Timestamp(0), &mut std::iter::empty(), &mut land);
+    assert!(matches!(end, Some(RevivalEnd::Revived(ref s)) if s.durable_seq() == Offset(5)), "{end:?}");
+    assert_eq!(db.message_column(ID, "host"), ColumnValue::Text("fresh-2".into()));
+}
+
+/// A Stop on the row before a reset, on Postgres (a boolean cancel column): the rebuild reads it
+/// and seals the stream `cancelled`, and a resume learns it (see the SQLite test in
+/// survival_rules.rs).
+#[test]
+fn a_stop_on_the_row_seals_the_rebuilt_stream_cancelled() {
+    let db = db!("stop_before_reset");
+    db.batch(&[db.sql.mark_streaming(ID, "host-A", Format::Text)]).unwrap();
+    db.checkpoint_row(ID, "abc");
+    db.batch(&[db.sql.request_cancel(ID).unwrap()]).unwrap();
+    let tables = support::tables(&db);
+    let mut storage = support::armed(ID, Some("host-A"));
+    let end = support::run_revival(&tables, &StreamConfig::default(), &mut storage, "fresh-1", Timestamp(0), &mut std::iter::empty());
+    let Some(RevivalEnd::Revived(mut stream)) = end else { panic!("rebuilt: {end:?}") };
+    support::drive_until_ended(&mut stream, &tables, Timestamp(0));
+    assert_eq!((db.status(ID), db.durable_text(ID)), ("cancelled".into(), "abc".into()));
+    let refused = stream.resume(Some(1), None, Timestamp(0)).unwrap_err();
+    assert!(matches!(refused, rindle_streams::engine::live::ResumeRefused::Closed { status: EndStatus::Cancelled, .. }), "{refused:?}");
+}
+
 #[test]
 fn another_hosts_row_is_not_rebuilt() {
     let db = db!("not_ours");
@@ -372,10 +475,10 @@ fn another_hosts_row_is_not_rebuilt() {
 
 #[test]
 fn values_are_bound_never_spliced() {
-    let db = db!("bound");
+    let db = db!("bound", streaming);
     let hostile = "'); DROP TABLE messages; -- \"quoted\" ?1 $1 \\ E'\\x00'";
     let n = utf16::len(hostile);
-    let batch = db.sql.append(ID, Offset(0), n, hostile);
+    let batch = db.sql.append(ID, Offset(0), n, hostile, Some(HOST));
     for s in &batch {
         assert!(!s.sql.contains("DROP") && !s.sql.contains(ID), "{}", s.sql);
     }
@@ -406,7 +509,10 @@ fn an_existing_schema_with_its_own_column_types_works() {
     let probe = &db.query(&sql.probe_open(id))[0];
     assert_eq!((probe["seq"].clone(), probe["status"].clone()), (ColumnValue::Integer(0), ColumnValue::Null));
     assert_eq!(db.batch(&[sql.mark_streaming(id, "A", Format::Text)]).unwrap(), vec![1]);
-    assert_eq!(perform(&db, id, &Checkpoint { from: Offset(0), to: Offset(2), text: "hi".into() }).unwrap(), state(2, false));
+    assert_eq!(
+        perform(&db, id, &Checkpoint { from: Offset(0), to: Offset(2), text: "hi".into(), host_token: Some("A".into()) }).unwrap(),
+        state(2, false)
+    );
     db.batch(&[sql.request_cancel(id).unwrap()]).unwrap();
     assert_eq!(perform(&db, id, &ReadState).unwrap(), state(2, true), "an integer flag set to 1");
     db.seal_row(id, Some("hi!"), EndStatus::Cancelled, Some("stopped"));
@@ -460,13 +566,13 @@ fn every_statement_is_small_and_every_value_a_parameter() {
     let names = ColumnNames { body: Some(long.clone()), ..Default::default() };
     let sql = MappedSql::new(TableMapping::new(&long, &long, &names).unwrap(), Dialect::Postgres);
     let big = "y".repeat(200_000);
-    let mut all = sql.append(ID, Offset(0), Offset(1), &big);
+    let mut all = sql.append(ID, Offset(0), Offset(1), &big, Some("t"));
     all.extend(sql.seal(
         ID,
         Some(&big),
         EndStatus::Complete,
         Some("e"),
-        &SealGuard { durable_seq: Offset(0), host_token: Some("t".into()) },
+        &RowGuard { durable_seq: Offset(0), host_token: Some("t".into()) },
     ));
     all.extend([sql.probe_open(ID), sql.read_state(ID), sql.read_row(ID), sql.read_chunks(ID)]);
     for s in all {
@@ -490,11 +596,13 @@ fn the_durable_read_is_one_statement_and_a_revival_claim_has_one_winner() {
     // The claim wins from the token the row holds, a replay of it finds its own claim (its first
     // reply lost), and a second claimant from the same token changes nothing and reads the
     // winner's.
+    // The claim answers the row as its own transaction left it: its holder and its text.
     let winner = perform(&db, ID, &ClaimHost { old: "A".into(), new: "fresh-1".into() }).unwrap();
-    assert_eq!(winner.as_deref(), Some("fresh-1"));
-    assert_eq!(perform(&db, ID, &ClaimHost { old: "A".into(), new: "fresh-1".into() }).unwrap().as_deref(), Some("fresh-1"));
+    assert_eq!((winner.host_holder().as_deref(), winner.durable.map(|d| d.text)), (Some("fresh-1"), Some("a😀👍🏽b".to_owned())));
+    let replay = perform(&db, ID, &ClaimHost { old: "A".into(), new: "fresh-1".into() }).unwrap();
+    assert_eq!(replay.host_holder().as_deref(), Some("fresh-1"));
     let loser = perform(&db, ID, &ClaimHost { old: "A".into(), new: "fresh-2".into() }).unwrap();
-    assert_eq!(loser.as_deref(), Some("fresh-1"), "the loser sees the winner's token");
+    assert_eq!(loser.host_holder().as_deref(), Some("fresh-1"), "the loser sees the winner's token");
     db.seal_row(ID, Some("a😀👍🏽b"), EndStatus::Interrupted, None);
     assert_eq!((read().text.as_str(), read().status.as_str()), ("a😀👍🏽b", "interrupted"));
 }
@@ -514,8 +622,8 @@ fn the_durable_read_holds_one_snapshot_while_a_compaction_commits_in_its_middle(
             db.insert_message(id);
         }
         assert_eq!(db.batch(&[db.sql.mark_streaming(id, "A", Format::Text)]).unwrap(), vec![1]);
-        db.batch(&db.sql.append(id, Offset(0), Offset(3), "a😀")).unwrap();
-        db.batch(&db.sql.append(id, Offset(3), Offset(8), "👍🏽b")).unwrap();
+        db.batch(&db.sql.append(id, Offset(0), Offset(3), "a😀", Some("A"))).unwrap();
+        db.batch(&db.sql.append(id, Offset(3), Offset(8), "👍🏽b", Some("A"))).unwrap();
     };
     let compact = |id: &str| db.seal_row(id, Some(text), EndStatus::Complete, None);
     lost_instance(ID);
@@ -574,7 +682,7 @@ fn two_instances_claiming_from_one_lost_token_at_once_have_one_winner() {
 /// update): it lands only on a row still `streaming`, at the believed length, held by the token.
 #[test]
 fn every_seal_is_guarded_by_streaming_the_durable_length_and_the_host_token() {
-    let guard = |seq: u64, token: &str| SealGuard { durable_seq: Offset(seq), host_token: Some(token.into()) };
+    let guard = |seq: u64, token: &str| RowGuard { durable_seq: Offset(seq), host_token: Some(token.into()) };
     for compacts in [true, false] {
         let body = compacts.then_some("abc");
         let db = db!(if compacts { "guarded_compacted" } else { "guarded_in_place" });
@@ -587,10 +695,10 @@ fn every_seal_is_guarded_by_streaming_the_durable_length_and_the_host_token() {
             let id = format!("m-{case}");
             db.insert_message(&id);
             db.batch(&[db.sql.mark_streaming(&id, if case == "other" { "B" } else { "A" }, Format::Text)]).unwrap();
-            db.batch(&db.sql.append(&id, Offset(0), Offset(3), "abc")).unwrap();
+            db.checkpoint_row(&id, "abc");
             match case {
                 "sealed" => db.seal_row(&id, None, EndStatus::Complete, None),
-                "longer" => drop(db.batch(&db.sql.append(&id, Offset(3), Offset(6), "def")).unwrap()),
+                "longer" => drop(db.batch(&db.sql.append(&id, Offset(3), Offset(6), "def", Some("A"))).unwrap()),
                 _ => {}
             }
             db.batch(&db.sql.seal(&id, body, EndStatus::Interrupted, Some("lost"), &guard(3, "A"))).unwrap();
@@ -629,6 +737,7 @@ fn names_of_63_bytes_work_and_two_long_chunk_tables_get_two_indexes() {
     );
     let Some(db) = PgDb::with_schema("long_names", &schema, mapping(&first)).map(Rc::new) else { return };
     db.insert_message(ID);
+    mark(&db);
     assert_eq!(checkpoint(&db, 0, 2, "hi"), state(2, false));
     assert_eq!(db.durable_text(ID), "hi");
     let indexes = db.query(&Statement {

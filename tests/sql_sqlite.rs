@@ -4,7 +4,7 @@
 mod support;
 
 use rindle_streams::engine::durable::{ColumnNames, ColumnValue, Dialect, MappedSql, RowState, TableMapping};
-use rindle_streams::engine::host::store::{Checkpoint, SealGuard};
+use rindle_streams::engine::host::store::{Checkpoint, RowGuard};
 use rindle_streams::engine::text::utf16::Offset;
 use rindle_streams::engine::wire::frame::EndStatus;
 use rindle_streams::engine::wire::ui::Format;
@@ -16,6 +16,16 @@ const ID: &str = "m1";
 fn example() -> SqliteDb {
     let db = SqliteDb::new();
     db.insert_message(ID);
+    db
+}
+
+/// The producer holding the example row in these tests.
+const HOST: &str = "A";
+
+/// The example row, marked `streaming` under [`HOST`] as its open would.
+fn streaming() -> SqliteDb {
+    let db = example();
+    assert_eq!(db.batch(&[db.sql.mark_streaming(ID, HOST, Format::Text)]).unwrap(), vec![1]);
     db
 }
 
@@ -33,20 +43,20 @@ fn the_chunk_migration_is_exactly_the_generated_ddl() {
 
 #[test]
 fn the_append_batch_inserts_the_slice_and_swaps_the_length() {
-    let db = example();
-    let changes = db.batch(&db.sql.append(ID, Offset(0), Offset(5), "hello")).unwrap();
+    let db = streaming();
+    let changes = db.batch(&db.sql.append(ID, Offset(0), Offset(5), "hello", Some(HOST))).unwrap();
     assert_eq!(changes, vec![1, 1]);
     assert_eq!(seq(&db), ColumnValue::Integer(5));
     assert_eq!(db.durable_text(ID), "hello");
-    let changes = db.batch(&db.sql.append(ID, Offset(5), Offset(7), "😀")).unwrap();
+    let changes = db.batch(&db.sql.append(ID, Offset(5), Offset(7), "😀", Some(HOST))).unwrap();
     assert_eq!(changes, vec![1, 1]);
     assert_eq!(db.durable_text(ID), "hello😀");
 }
 
 #[test]
 fn a_replayed_append_changes_nothing() {
-    let db = example();
-    let batch = db.sql.append(ID, Offset(0), Offset(5), "hello");
+    let db = streaming();
+    let batch = db.sql.append(ID, Offset(0), Offset(5), "hello", Some(HOST));
     db.batch(&batch).unwrap();
     assert_eq!(db.batch(&batch).unwrap(), vec![0, 0]);
     assert_eq!(db.chunk_count(ID), 1);
@@ -55,19 +65,19 @@ fn a_replayed_append_changes_nothing() {
 
 #[test]
 fn a_stale_re_cover_lands_no_overlapping_chunk() {
-    let db = example();
-    db.batch(&db.sql.append(ID, Offset(0), Offset(5), "hello")).unwrap();
+    let db = streaming();
+    db.batch(&db.sql.append(ID, Offset(0), Offset(5), "hello", Some(HOST))).unwrap();
     // A slice whose `from` lags the row (its predecessor's ack was lost) has a different chunk
     // id, so only the `seq = from` guard keeps it out.
-    assert_eq!(db.batch(&db.sql.append(ID, Offset(0), Offset(8), "hello wo")).unwrap(), vec![0, 0]);
+    assert_eq!(db.batch(&db.sql.append(ID, Offset(0), Offset(8), "hello wo", Some(HOST))).unwrap(), vec![0, 0]);
     assert_eq!(db.chunk_count(ID), 1);
     assert_eq!(db.durable_text(ID), "hello");
 }
 
 #[test]
 fn the_read_back_returns_the_length_and_the_cancel_flag() {
-    let db = example();
-    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
+    let db = streaming();
+    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc", Some(HOST))).unwrap();
     let row = &db.query(&db.sql.read_state(ID))[0];
     assert_eq!((row["seq"].clone(), row["cancel"].clone()), (ColumnValue::Integer(3), ColumnValue::Integer(0)));
     db.batch(&[db.sql.request_cancel(ID).unwrap()]).unwrap();
@@ -76,10 +86,10 @@ fn the_read_back_returns_the_length_and_the_cancel_flag() {
 
 #[test]
 fn a_checkpoint_plan_reads_the_row_back_in_its_own_transaction() {
-    let db = Rc::new(example());
+    let db = Rc::new(streaming());
     let tables = support::tables(&db);
     let run = |from, to, text: &str| {
-        let slice = Checkpoint { from: Offset(from), to: Offset(to), text: text.into() };
+        let slice = Checkpoint { from: Offset(from), to: Offset(to), text: text.into(), host_token: Some(HOST.into()) };
         support::perform(&tables, ID, &slice, Fault::None).unwrap()
     };
     let state = |seq| RowState { seq: Offset(seq), cancel: false };
@@ -111,11 +121,58 @@ fn the_open_write_claims_a_row_whose_status_is_null() {
     assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "A", Format::Text)]).unwrap(), vec![1]);
 }
 
+/// The mark refuses a sealed row by itself: a late retry of an open's mark (its first attempt
+/// committed, its reply lost) that lands after the row was sealed must not make it `streaming`
+/// again, with or without a host column. Before, its swap (`status IS NULL OR status <>
+/// 'streaming'`) re-marked a sealed row, and only the open's probe stood in the way.
+#[test]
+fn a_mark_never_re_marks_a_sealed_row() {
+    let mut without_host = TableMapping::example();
+    without_host.host = None;
+    for mapping in [TableMapping::example(), without_host] {
+        for status in [EndStatus::Complete, EndStatus::Cancelled, EndStatus::Error, EndStatus::Interrupted] {
+            let db = SqliteDb::with_schema(&support::migration_sql(), mapping.clone());
+            db.insert_message(ID);
+            db.checkpoint_row(ID, "abc");
+            db.seal_row(ID, Some("abc"), status, None);
+            let host_before = db.message_column(ID, "host");
+            assert_eq!(db.batch(&[db.sql.mark_streaming(ID, "late", Format::Text)]).unwrap(), vec![0], "{status:?}");
+            assert_eq!((db.status(ID), db.message_column(ID, "host")), (status.as_str().to_owned(), host_before), "{status:?}");
+        }
+    }
+}
+
+/// Every checkpoint carries the fence, as every seal does: it applies only to a row still
+/// `streaming` under its host token. A lost instance's checkpoint committing late can then
+/// neither splice its producer's text after what a rebuilt stream (another token, its own
+/// producer) holds, nor grow a row sealed meanwhile, nor leave a chunk row behind. Before, the
+/// guard was `seq = from` alone: both late checkpoints applied.
+#[test]
+fn a_checkpoint_applies_only_to_a_row_streaming_under_its_host_token() {
+    let late = |db: &SqliteDb, token: &str| db.batch(&db.sql.append(ID, Offset(3), Offset(6), "xyz", Some(token))).unwrap();
+    // Rebuilt at "abc" and claimed by B: A's late checkpoint changes nothing.
+    let db = streaming();
+    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc", Some(HOST))).unwrap();
+    db.exec("UPDATE messages SET host = 'B' WHERE id = 'm1'");
+    assert_eq!(late(&db, "A"), vec![0, 0]);
+    assert_eq!((db.durable_text(ID), db.chunk_count(ID)), ("abc".into(), 1));
+    assert_eq!(late(&db, "B"), vec![1, 1], "the holder's own checkpoint lands");
+    // Sealed at "abc": a late checkpoint of its own host neither grows it nor leaves a chunk row.
+    let db = streaming();
+    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc", Some(HOST))).unwrap();
+    db.seal_row(ID, Some("abc"), EndStatus::Complete, None);
+    assert_eq!(late(&db, "A"), vec![0, 0]);
+    assert_eq!(
+        (db.status(ID), seq(&db), db.durable_text(ID), db.chunk_count(ID)),
+        ("complete".into(), ColumnValue::Integer(3), "abc".into(), 0)
+    );
+}
+
 #[test]
 fn compaction_writes_the_body_and_deletes_the_chunks_in_one_batch() {
-    let db = example();
-    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
-    db.batch(&db.sql.append(ID, Offset(3), Offset(6), "def")).unwrap();
+    let db = streaming();
+    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc", Some(HOST))).unwrap();
+    db.batch(&db.sql.append(ID, Offset(3), Offset(6), "def", Some(HOST))).unwrap();
     db.seal_row(ID, Some("abcdef😀"), EndStatus::Complete, None);
     assert_eq!(db.chunk_count(ID), 0);
     assert_eq!(db.message_column(ID, "body"), ColumnValue::Text("abcdef😀".into()));
@@ -126,8 +183,8 @@ fn compaction_writes_the_body_and_deletes_the_chunks_in_one_batch() {
 
 #[test]
 fn compaction_repairs_a_row_whose_checkpoints_failed() {
-    let db = example();
-    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
+    let db = streaming();
+    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc", Some(HOST))).unwrap();
     db.seal_row(ID, Some("abcdefgh"), EndStatus::Error, Some("boom"));
     assert_eq!(db.durable_text(ID), "abcdefgh");
     assert_eq!(db.message_column(ID, "error"), ColumnValue::Text("boom".into()));
@@ -135,8 +192,8 @@ fn compaction_repairs_a_row_whose_checkpoints_failed() {
 
 #[test]
 fn a_seal_in_place_keeps_the_chunks_as_the_durable_text() {
-    let db = example();
-    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
+    let db = streaming();
+    db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc", Some(HOST))).unwrap();
     db.seal_row(ID, None, EndStatus::Interrupted, None);
     assert_eq!(db.status(ID), "interrupted");
     assert_eq!(db.durable_text(ID), "abc");
@@ -144,9 +201,9 @@ fn a_seal_in_place_keeps_the_chunks_as_the_durable_text() {
 
 #[test]
 fn values_are_bound_never_spliced() {
-    let db = example();
+    let db = streaming();
     let hostile = "'); DROP TABLE messages; -- \"quoted\" ?1 $1";
-    let batch = db.sql.append(ID, Offset(0), Offset(hostile.len() as u64), hostile);
+    let batch = db.sql.append(ID, Offset(0), Offset(hostile.len() as u64), hostile, Some(HOST));
     for s in &batch {
         assert!(!s.sql.contains("DROP") && !s.sql.contains(ID), "{}", s.sql);
     }
@@ -170,7 +227,7 @@ fn a_chunk_table_named_up_to_the_longest_name_gets_its_index_and_works() {
         );
         let db = SqliteDb::with_schema(&schema, mapping);
         db.exec("INSERT INTO messages (id) VALUES ('m1')");
-        db.batch(&db.sql.append(ID, Offset(0), Offset(2), "hi")).unwrap();
+        db.checkpoint_row(ID, "hi");
         assert_eq!(db.durable_text(ID), "hi", "{len}");
         let indexes = db.query(&rindle_streams::engine::durable::Statement {
             sql: format!("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = '{chunks}' AND sql IS NOT NULL"),
@@ -195,7 +252,7 @@ fn custom_names_are_quoted_and_work() {
     );
     let db = SqliteDb::with_schema(&schema, mapping);
     db.exec("INSERT INTO \"chat messages\" (\"msg id\") VALUES ('m1')");
-    db.batch(&db.sql.append(ID, Offset(0), Offset(2), "hi")).unwrap();
+    db.checkpoint_row(ID, "hi");
     db.seal_row(ID, Some("hi!"), EndStatus::Complete, None);
     let row = &db.query(&db.sql.read_row(ID))[0];
     assert_eq!(row["body"], ColumnValue::Text("hi!".into()));
@@ -219,13 +276,13 @@ fn every_statement_is_far_under_d1s_statement_limit() {
     let names = ColumnNames { body: Some(long.clone()), ..Default::default() };
     let sql = MappedSql::new(TableMapping::new(&long, &long, &names).unwrap(), Dialect::Sqlite);
     let big = "y".repeat(200_000);
-    let mut all = sql.append(ID, Offset(0), Offset(1), &big);
+    let mut all = sql.append(ID, Offset(0), Offset(1), &big, Some("t"));
     all.extend(sql.seal(
         ID,
         Some(&big),
         EndStatus::Complete,
         Some("e"),
-        &SealGuard { durable_seq: Offset(0), host_token: Some("t".into()) },
+        &RowGuard { durable_seq: Offset(0), host_token: Some("t".into()) },
     ));
     all.push(sql.probe_open(ID));
     all.push(sql.read_state(ID));
@@ -293,13 +350,13 @@ fn a_chats_answers_are_read_for_its_feed() {
 
 #[test]
 fn the_durable_read_is_one_statement_over_the_row_and_its_chunks() {
-    let db = example();
+    let db = streaming();
     let read = || rindle_streams::engine::durable::durable_of_rows(&db.query(&db.sql.read_durable(ID))).unwrap();
     assert!(db.sql.read_durable(ID).sql.contains("UNION ALL"), "one statement, one snapshot");
     assert_eq!((read().text, read().seq), (String::new(), Offset(0)), "a row without chunks");
-    db.batch(&db.sql.append(ID, Offset(0), Offset(4), "a😀b")).unwrap();
-    db.batch(&db.sql.append(ID, Offset(4), Offset(6), "cd")).unwrap();
-    assert_eq!((read().text, read().seq, read().status), ("a😀bcd".to_owned(), Offset(6), "pending".to_owned()));
+    db.batch(&db.sql.append(ID, Offset(0), Offset(4), "a😀b", Some(HOST))).unwrap();
+    db.batch(&db.sql.append(ID, Offset(4), Offset(6), "cd", Some(HOST))).unwrap();
+    assert_eq!((read().text, read().seq, read().status), ("a😀bcd".to_owned(), Offset(6), "streaming".to_owned()));
     db.seal_row(ID, Some("a😀bcd!"), EndStatus::Error, Some("boom"));
     let sealed = read();
     assert_eq!((sealed.text.as_str(), sealed.seq, sealed.error.as_deref()), ("a😀bcd!", Offset(7), Some("boom")));
@@ -335,8 +392,8 @@ fn the_durable_read_holds_one_snapshot_while_a_compaction_commits_in_its_middle(
     let lost_instance = |id: &str| {
         reader.insert_message(id);
         assert_eq!(reader.batch(&[reader.sql.mark_streaming(id, "A", Format::Text)]).unwrap(), vec![1]);
-        reader.batch(&reader.sql.append(id, Offset(0), Offset(3), "a😀")).unwrap();
-        reader.batch(&reader.sql.append(id, Offset(3), Offset(8), "👍🏽b")).unwrap();
+        reader.batch(&reader.sql.append(id, Offset(0), Offset(3), "a😀", Some("A"))).unwrap();
+        reader.batch(&reader.sql.append(id, Offset(3), Offset(8), "👍🏽b", Some("A"))).unwrap();
     };
     let compact = |id: &str| writer.seal_row(id, Some(text), EndStatus::Complete, None);
     lost_instance(ID);
@@ -408,13 +465,13 @@ fn two_instances_claiming_from_one_lost_token_at_once_have_one_winner() {
 /// overwritten and lose its chunk rows; without the token another host's row would be sealed.
 #[test]
 fn every_seal_is_guarded_by_streaming_the_durable_length_and_the_host_token() {
-    let guard = |seq: u64, token: &str| SealGuard { durable_seq: Offset(seq), host_token: Some(token.into()) };
+    let guard = |seq: u64, token: &str| RowGuard { durable_seq: Offset(seq), host_token: Some(token.into()) };
     for compacts in [true, false] {
         let body = compacts.then_some("abc");
         let streaming_at_abc = |host: &str| {
             let db = example();
             db.batch(&[db.sql.mark_streaming(ID, host, Format::Text)]).unwrap();
-            db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc")).unwrap();
+            db.batch(&db.sql.append(ID, Offset(0), Offset(3), "abc", Some(host))).unwrap();
             db
         };
         // Ours, streaming at the believed length: sealed, and the chunks compacted.
@@ -424,7 +481,7 @@ fn every_seal_is_guarded_by_streaming_the_durable_length_and_the_host_token() {
         assert_eq!(db.chunk_count(ID), if compacts { 0 } else { 1 });
         // A late checkpoint took the row to "abcdef": untouched, nothing shrinks, chunks kept.
         let db = streaming_at_abc("A");
-        db.batch(&db.sql.append(ID, Offset(3), Offset(6), "def")).unwrap();
+        db.batch(&db.sql.append(ID, Offset(3), Offset(6), "def", Some("A"))).unwrap();
         let changes = db.batch(&db.sql.seal(ID, body, EndStatus::Interrupted, Some("lost"), &guard(3, "A"))).unwrap();
         assert!(changes.iter().all(|&n| n == 0), "{changes:?}");
         assert_eq!((db.status(ID), db.durable_text(ID), db.chunk_count(ID)), ("streaming".into(), "abcdef".into(), 2));

@@ -6,9 +6,11 @@ mod support;
 
 use rindle_streams::engine::host::config::StreamConfig;
 use rindle_streams::engine::host::hook::{SealCause, StreamNotice};
-use rindle_streams::engine::host::store::SealGuard;
+use rindle_streams::engine::host::store::RowGuard;
 use rindle_streams::engine::host::time::{Millis, Timestamp};
-use rindle_streams::engine::live::{Fenced, LiveStream, Rehydration, ResumeGrant, ResumeRefused, StreamEvent, StreamState, Window};
+use rindle_streams::engine::live::{
+    Fenced, LiveStream, Producer, Rehydration, ResumeGrant, ResumeRefused, StreamEvent, StreamState, Taker, Window,
+};
 use rindle_streams::engine::text::reading::DurableText;
 use rindle_streams::engine::text::utf16::{self, Offset};
 use rindle_streams::engine::wire::frame::{EndStatus, Frame};
@@ -19,8 +21,11 @@ use support::{SqliteDb, Store};
 
 const WINDOW: u64 = 30_000;
 
+/// No idle timeout unless a test sets one: a rebuilt stream's window here is the resume
+/// window (with one, a producer whose last write is unknown gets what remains of it from the
+/// rebuild).
 fn cfg() -> StreamConfig {
-    StreamConfig { checkpoint_chars: Offset(8), ..StreamConfig::default() }
+    StreamConfig { checkpoint_chars: Offset(8), idle_timeout_ms: Millis::ZERO, ..StreamConfig::default() }
 }
 
 fn ui_cfg() -> StreamConfig {
@@ -37,7 +42,7 @@ fn lost_row(durable: &str) -> Rc<SqliteDb> {
     db.insert_message(STREAM);
     db.batch(&[db.sql.mark_streaming(STREAM, TOKEN, Format::Text)]).unwrap();
     if !durable.is_empty() {
-        db.batch(&db.sql.append(STREAM, Offset(0), utf16::len(durable), durable)).unwrap();
+        db.batch(&db.sql.append(STREAM, Offset(0), utf16::len(durable), durable, Some(TOKEN))).unwrap();
     }
     Rc::new(db)
 }
@@ -55,12 +60,21 @@ fn rehydrated(durable: &str, cfg: StreamConfig, epoch: u64) -> Driver {
 /// the resume window from now), the token the row is held by.
 fn from_row(read: DurableText, epoch: u64, window: Option<Window>, host_token: Option<&str>) -> Rehydration {
     let window = Window::of(&cfg(), window, None, Timestamp(0));
-    Rehydration { durable: read, epoch, granted_to: None, meta: None, window, host_token: host_token.map(str::to_owned), last_write: None }
+    Rehydration {
+        durable: read,
+        epoch,
+        granted_to: None,
+        meta: None,
+        window,
+        host_token: host_token.map(str::to_owned),
+        last_write: None,
+        cancelled: false,
+    }
 }
 
-/// A resume by a producer that sends no epoch (one that never had one).
+/// A resume by the producer that holds the stream (it sends the stream's current epoch).
 fn resume(d: &mut Driver) -> Result<ResumeGrant, ResumeRefused> {
-    let r = d.stream.resume(None, None, d.now);
+    let r = d.stream.resume(Some(d.stream.epoch()), None, d.now);
     d.drain();
     r
 }
@@ -245,6 +259,28 @@ fn a_cancel_in_the_gap_seals_cancelled_and_the_resuming_producer_learns_it() {
     assert_eq!(resume(&mut d), Err(ResumeRefused::Closed { status: EndStatus::Cancelled, seq: Offset(3), durable_seq: Offset(3) }));
 }
 
+/// A Stop accepted just before a reset (the reader's cancel answered 200, the row's flag set)
+/// reaches the producer when it comes back: the rebuild reads the flag and seals the stream
+/// `cancelled`, so its resume is refused `closed`/`cancelled`. Before, the durable read did not
+/// read the cancel column and the rebuilt stream started uncancelled: the producer's resume with
+/// its epoch was granted (`{seq: 3, epoch: 2}`), its next append answered `cancelled: false`, and
+/// its close sealed the row `complete` with `abcdef`.
+#[test]
+fn a_stop_accepted_before_a_reset_seals_the_rebuilt_stream_cancelled() {
+    let mut d = Driver::open(cfg());
+    d.push("abc");
+    let _ = d.flush();
+    d.answer_all();
+    d.stream.cancel(); // the reader's POST cancel: the live stream, then the row's flag
+    d.drain();
+    d.db.batch(&[d.db.sql.request_cancel(STREAM).unwrap()]).unwrap();
+    assert_eq!(d.alarm_after_reset(&cfg()), Err(rindle_streams::engine::live::lease::Renewal::Alive), "rebuilt");
+    d.answer_all();
+    let refused = d.stream.resume(Some(1), None, d.now);
+    assert_eq!(refused, Err(ResumeRefused::Closed { status: EndStatus::Cancelled, seq: Offset(3), durable_seq: Offset(3) }));
+    assert_eq!((d.db.status(STREAM), d.db.durable_text(STREAM)), ("cancelled".into(), "abc".into()));
+}
+
 #[test]
 fn a_watch_held_in_the_gap_answers_the_cancel_that_seals_it() {
     // A producer's watch reaches the rebuilt stream before the producer's resume does: it is
@@ -368,7 +404,7 @@ fn the_windows_seal_is_guarded_it_never_writes_a_row_another_instance_holds() {
     let r = d.subscribe(Offset(0));
     d.advance(WINDOW);
     let seal = d.peek_seal().expect("the window's seal").clone();
-    assert_eq!(seal.guard, SealGuard { durable_seq: Offset(3), host_token: Some("X".into()) });
+    assert_eq!(seal.guard, RowGuard { durable_seq: Offset(3), host_token: Some("X".into()) });
     d.answer_all();
     assert_eq!(d.db.status(STREAM), "streaming", "the row another instance holds is left alone");
     assert!(matches!(d.read(r).last(), Some(Frame::Stale { .. })), "readers are told to rejoin, never an end the row lacks");
@@ -388,15 +424,14 @@ fn a_late_commit_after_the_rebuild_is_adopted_by_every_seal_of_the_rebuilt_strea
     for ending in ["window", "idle", "cancel"] {
         let db = lost_row("abc");
         let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().unwrap();
-        db.batch(&db.sql.append(STREAM, Offset(3), Offset(6), "def")).unwrap(); // the late commit
-                                                                                // "idle": the producer's idle timeout ends after the resume window (it wrote just before
-                                                                                // the reset), so the window is the idle timeout's, and its seal names an idle producer.
+        db.batch(&db.sql.append(STREAM, Offset(3), Offset(6), "def", Some(TOKEN))).unwrap(); // the late commit
+                                                                                             // "idle": the producer's idle timeout ends after the resume window (it wrote just before
+                                                                                             // the reset), so the window is the idle timeout's, and its seal names an idle producer.
         let idle = ending == "idle";
         let cfg = StreamConfig { idle_timeout_ms: Millis(if idle { 2 * WINDOW } else { 0 }), ..cfg() };
         let last_write = Some(Timestamp(0));
         let window = Window::of(&cfg, None, last_write, Timestamp(0));
-        let from =
-            Rehydration { durable: read, epoch: 1, granted_to: None, meta: None, window, host_token: Some(TOKEN.into()), last_write };
+        let from = Rehydration { window, last_write, ..from_row(read, 1, None, Some(TOKEN)) };
         let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg, from, Timestamp(0)), db);
         let r = d.subscribe(Offset(0));
         let status = match ending {
@@ -426,6 +461,32 @@ fn a_late_commit_after_the_rebuild_is_adopted_by_every_seal_of_the_rebuilt_strea
     }
 }
 
+/// The lost instance's checkpoint of its producer's text was in flight at the reset and commits
+/// after the rebuilt stream claimed the row and its producer wrote something else from `D`: it
+/// lands nothing (its host token is not the row's any more), and the row holds exactly the
+/// rebuilt stream's text. Before every checkpoint carried the host token, the late slice landed,
+/// the rebuilt stream's close adopted it as its own durable text and the row ended
+/// `complete` with two producers' text spliced.
+#[test]
+fn a_lost_instances_checkpoint_committing_after_the_rebuild_lands_nothing() {
+    let mut d = Driver::open(cfg());
+    d.push("12345678");
+    d.answer_all();
+    d.push("AAAAAAAA");
+    let late = d.pending.pop_front().expect("the lost instance's checkpoint of [8, 16), in flight");
+    assert_eq!(d.alarm_after_reset(&cfg()), Err(rindle_streams::engine::live::lease::Renewal::Alive));
+    let grant = d.stream.resume(Some(1), None, d.now).unwrap();
+    assert_eq!(grant.seq, Offset(8));
+    d.push("BBBB");
+    let late = support::answer(&d.tables, STREAM, late, support::Fault::None);
+    drop(late); // its answer goes to an instance that is gone
+    let close = d.close();
+    d.answer_all();
+    assert!(matches!(d.outcome(close), Some(Ok(r)) if r.status == EndStatus::Complete), "{:?}", d.outcome(close));
+    assert_eq!((d.db.status(STREAM), d.db.durable_text(STREAM)), ("complete".into(), "12345678BBBB".into()));
+    assert_eq!(d.db.chunk_count(STREAM), 0);
+}
+
 /// A seal that finds the row sealed by someone else (the lost instance's own seal, committed
 /// late) ends the stream as the row says: readers get its status and length, never ours.
 #[test]
@@ -434,7 +495,7 @@ fn a_seal_that_finds_the_row_sealed_meanwhile_ends_as_the_row_says() {
     let read = support::block_on(support::tables(&db).read_durable(STREAM)).unwrap().unwrap();
     let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg(), from_row(read, 1, None, Some(TOKEN)), Timestamp(0)), db);
     let r = d.subscribe(Offset(0));
-    d.db.batch(&d.db.sql.append(STREAM, Offset(3), Offset(6), "def")).unwrap();
+    d.db.batch(&d.db.sql.append(STREAM, Offset(3), Offset(6), "def", Some(TOKEN))).unwrap();
     d.db.seal_row(STREAM, Some("abcdef!"), EndStatus::Complete, None); // the lost producer's seal lands
     d.advance(WINDOW);
     d.answer_all();
@@ -491,6 +552,65 @@ fn a_resume_retried_by_the_same_producer_after_a_lost_answer_gets_the_same_grant
     assert_eq!(d.stream.resume(Some(2), None, d.now), Err(ResumeRefused::Fenced(Fenced::Superseded { current: 3 })));
 }
 
+/// A resume without an epoch comes from a producer that never learned one (its open's answer
+/// was lost). A retried invocation P2 opens during a reset while P1 still runs: P2's open fails,
+/// and its epoch-less resume must not take the stream P1 wrote. Before, it was granted (epoch 2,
+/// at `seq` 3), P1 was fenced, and the row became P1's first characters followed by P2's whole
+/// answer, sealed `complete`.
+#[test]
+fn a_resume_without_an_epoch_never_takes_a_stream_past_what_its_caller_wrote() {
+    let mut d = rehydrated("abc", cfg(), 1);
+    let refused = d.stream.resume(None, Some("p2"), d.now);
+    assert_eq!(refused, Err(ResumeRefused::Fenced(Fenced::Superseded { current: 1 })), "a rebuilt stream is not P2's");
+    assert_eq!(d.stream.resume(None, None, d.now), refused, "nor anyone's without an id");
+    let grant = d.stream.resume(Some(1), Some("p1"), d.now).unwrap();
+    assert_eq!((grant.seq, grant.epoch), (Offset(3), 2), "P1 continues");
+
+    // The opener itself, after its open's answer was lost, names its id: the stream is its own,
+    // across a reset too (the id is stored with the lease). A stranger may take a stream only
+    // while nothing was written to it (it loses nothing), and only one this instance opened.
+    let db = SqliteDb::new();
+    db.insert_message(STREAM);
+    let opener = Producer { host_token: TOKEN.into(), meta: None, chat: None, id: Some("p1".into()) };
+    let (stream, _) = LiveStream::open(STREAM, cfg(), opener, Timestamp(0));
+    let mut d = Driver::with_stream(stream, db);
+    d.answer_all();
+    assert_eq!(d.storage.producer.as_deref(), Some("p1"), "stored with the lease");
+    d.push("abc");
+    let _ = d.flush();
+    d.answer_all();
+    let superseded = Err(ResumeRefused::Fenced(Fenced::Superseded { current: 1 }));
+    assert_eq!(d.stream.resume(None, Some("p2"), d.now), superseded);
+    assert_eq!(d.alarm_after_reset(&cfg()), Err(rindle_streams::engine::live::lease::Renewal::Alive));
+    assert_eq!(d.stream.resume(None, Some("p2"), d.now), superseded);
+    let grant = d.stream.resume(None, Some("p1"), d.now).unwrap();
+    assert_eq!((grant.seq, grant.epoch), (Offset(3), 2), "the opener's own stream");
+    let mut untouched = Driver::open(cfg());
+    assert_eq!(untouched.stream.resume(None, Some("p2"), untouched.now).map(|g| g.epoch), Ok(2), "nothing written: nothing lost");
+}
+
+/// A resume that finds no stream here (the revival found nothing to rebuild) is refused from the
+/// row: a sealed row is `closed` with its status (its producer learns a Stop or the end), anything
+/// else `not_open` (an open that never took opens again).
+#[test]
+fn a_resume_that_finds_no_stream_is_closed_for_a_sealed_row_and_not_open_otherwise() {
+    let row = |status: &str| DurableText { text: "abc".into(), seq: Offset(3), status: status.into(), error: None, format: None };
+    let closed = ResumeRefused::Closed { status: EndStatus::Cancelled, seq: Offset(3), durable_seq: Offset(3) };
+    assert_eq!(ResumeRefused::of_row(Some(&row("cancelled"))), closed);
+    for status in ["streaming", "pending"] {
+        assert_eq!(ResumeRefused::of_row(Some(&row(status))), ResumeRefused::NotOpen, "{status}");
+    }
+    assert_eq!(ResumeRefused::of_row(None), ResumeRefused::NotOpen, "no row");
+}
+
+/// A producer's resume stands only once its epoch is stored (else 503, and its retry gets the
+/// same grant); a pump's take-over goes on when the storage fails (logged).
+#[test]
+fn only_a_producers_resume_waits_for_its_epoch_to_be_stored() {
+    assert!(Taker::Producer.needs_stored_epoch());
+    assert!(!Taker::Pump.needs_stored_epoch());
+}
+
 /// The pump is a producer with an epoch of its own: while it runs, a producer's writes and
 /// resumes are refused `pump_running`, and its own pushes are admitted only under its epoch.
 /// Before, a `/resume` during a pump was granted a new epoch while the pump kept pushing, and
@@ -523,7 +643,7 @@ fn a_rebuilt_stream_waits_its_whole_window_even_when_the_idle_timeout_ends_soone
     let now = Timestamp(1_000_000);
     let last_write = Some(now - Millis(290_000)); // 10 s of the idle timeout left, 30 s of window
     let window = Window::of(&cfg, None, last_write, now);
-    let from = Rehydration { durable: read, epoch: 1, granted_to: None, meta: None, window, host_token: None, last_write };
+    let from = Rehydration { window, last_write, ..from_row(read, 1, None, None) };
     let mut d = Driver::with_stream(LiveStream::rehydrate(STREAM, cfg, from, now), db);
     d.now = now;
     d.advance(WINDOW - 1);

@@ -11,7 +11,10 @@
 //                                     answer in flight it leaves out, read in one transaction
 //   GET  /api/chat/:chatId/stream     rindle transport's reconnect: ?answer= the answer the history
 //                                     left out (whatever it has become since), else the chat's
-//                                     answer in flight → {streamId, token}, or 204
+//                                     answer in flight → {streamId, token}, or 204 (the transport
+//                                     also asks it for a fresh token when an answer's expires)
+//   GET  /api/chat/:chatId/token      a fresh token for the chat's feed → {chatToken} (a feed
+//                                     connection ends at its token's exp; the page asks again)
 //   /streams/*                        forwarded to rindle-streams (service binding RINDLE), so the
 //                                     page has one origin
 //   everything else                   the page (static assets in dist/, built by build.mjs)
@@ -44,11 +47,12 @@ export default {
         if (request.method !== 'POST') return fail(405, 'method_not_allowed', `POST ${path} starts an answer`);
         return await startAnswer(request, env, ctx, { stock: path === '/api/chat/stock' });
       }
-      const m = /^\/api\/chat\/([^/]+)\/(stream|messages)$/.exec(path);
+      const m = /^\/api\/chat\/([^/]+)\/(stream|messages|token)$/.exec(path);
       if (m) {
         if (request.method !== 'GET') return fail(405, 'method_not_allowed', `GET ${path}`);
         const chatId = decodeURIComponent(m[1]);
         if (!CHAT_ID.test(chatId)) return fail(400, 'bad_chat_id', 'a chat id is 1-64 characters of [A-Za-z0-9._:-]');
+        if (m[2] === 'token') return json(200, { chatToken: await chatToken(env, chatId) });
         const store = chatStore(env, ctx);
         return m[2] === 'stream' ? await answerToResume(store, chatId, url.searchParams.get('answer'), env) : await chatMessages(store, chatId, env);
       }
@@ -62,9 +66,11 @@ export default {
   },
 };
 
-const readToken = (env, streamId) => signStreamToken({ secret: env.STREAM_JWT_SECRET, stream: streamId, scope: 'read cancel' });
-/** The stock page's resume GET for the chat (`/streams/chats/{chat}/stream`) needs the chat's read. */
-const chatToken = (env, chatId) => signStreamToken({ secret: env.STREAM_JWT_SECRET, chat: chatId, scope: 'read' });
+/** How long the page's read tokens live (`READ_TOKEN_SECS`, default an hour; the tests use 20 s): a connection ends at its token's exp, and the page asks for a fresh one. */
+const readTtl = (env) => Number(env.READ_TOKEN_SECS ?? 3600);
+const readToken = (env, streamId) => signStreamToken({ secret: env.STREAM_JWT_SECRET, stream: streamId, scope: 'read cancel', ttlSeconds: readTtl(env) });
+/** The chat's feed, and the stock page's resume GET for the chat (`/streams/chats/{chat}/stream`), need the chat's read. */
+const chatToken = (env, chatId) => signStreamToken({ secret: env.STREAM_JWT_SECRET, chat: chatId, scope: 'read', ttlSeconds: readTtl(env) });
 
 async function startAnswer(request, env, ctx, { stock }) {
   let body;

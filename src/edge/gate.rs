@@ -18,6 +18,11 @@ use crate::engine::text::utf16::Offset;
 use serde_json::json;
 use worker::Headers;
 
+/// The header the front Worker tells a stream's object, on a reader's route, when the reader's
+/// token expires (Unix seconds): its connection ends then (SPEC §11). Set or cleared by the
+/// front whatever the client sent.
+pub const TOKEN_EXPIRES_HEADER: &str = "x-rindle-token-expires";
+
 /// The query parameter that carries the chat of a read to the stream's object.
 pub const CHAT_PARAM: &str = "chat";
 

@@ -27,6 +27,30 @@ impl Drop for Hold {
     }
 }
 
+/// One object's counts across its instances, in the dev build: an object that hibernates (or is
+/// evicted) loses its instance, not the isolate, so what it was billed for before still counts
+/// (`bench/feed.mjs`, `bench/cost.mjs` read an object after it slept). `constructions` is how
+/// many instances it had: a new one after an idle stretch is the runtime's proof that it slept.
+#[cfg(feature = "dev")]
+pub fn of_object(state: &worker::State) -> (Rc<Meter>, u64) {
+    thread_local! {
+        static METERS: RefCell<std::collections::HashMap<String, (Rc<Meter>, u64)>> = RefCell::default();
+    }
+    let id = state.id().to_string();
+    METERS.with(|m| {
+        let mut meters = m.borrow_mut();
+        let entry = meters.entry(id).or_insert_with(|| (Rc::default(), 0));
+        entry.1 += 1;
+        (Rc::clone(&entry.0), entry.1)
+    })
+}
+
+/// One object's counts (the production build keeps them per instance: nothing reads them across).
+#[cfg(not(feature = "dev"))]
+pub fn of_object(_state: &worker::State) -> (Rc<Meter>, u64) {
+    (Rc::default(), 1)
+}
+
 impl Meter {
     /// A hold on the object's awake time: a request, a reader's body, a timer, store I/O.
     pub fn hold(self: &Rc<Self>) -> Hold {

@@ -23,7 +23,15 @@ pub fn headers(dialect: Dialect) -> Headers {
 
 /// The whole answer when no live stream is here: `retry`, then `absent`.
 pub fn absent(retry: Millis) -> worker::Result<Response> {
-    let body = format!("{}{}", sse::preamble(retry), sse::encode(&Frame::Absent));
+    complete(retry, &[Frame::Absent])
+}
+
+/// A whole `/events` answer: `retry`, then `frames` (a late reader's, from the row).
+pub fn complete(retry: Millis, frames: &[Frame]) -> worker::Result<Response> {
+    let mut body = sse::preamble(retry);
+    for frame in frames {
+        body.push_str(&sse::encode(frame));
+    }
     Ok(Response::from_bytes(body.into_bytes())?.with_headers(headers(Dialect::Events)))
 }
 

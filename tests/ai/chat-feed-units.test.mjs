@@ -159,3 +159,53 @@ test('syncChat: a reload replaces the messages with the app\'s, then applies the
   assert.deepEqual(chat.resumes, ['a1']);
   stop();
 });
+
+test('syncChat: every reconnect is the session\'s, with the token asked again and the position it has now', async () => {
+  ScriptedSource.all = [];
+  const { chat, transport } = fakeChat();
+  let minted = 0;
+  const stop = syncChat(chat, { transport, token: async () => `t${++minted}`, EventSource: ScriptedSource });
+  await until(() => ScriptedSource.all.length === 1, 'the first connection');
+  const first = ScriptedSource.all[0];
+  assert.equal(first.url, '/streams/chats/c1/events?token=t1', 'a new reader: no position');
+  first.send({ type: 'ready' }, ''); // an empty generation: no position to keep
+  first.readyState = 0; // the server ended it (its token's exp); the EventSource would reconnect with t1
+  first.onerror();
+  assert.equal(first.readyState, 2, 'closed: its own reconnect would carry the expired token');
+  await until(() => ScriptedSource.all.length === 2, 'reconnected');
+  assert.equal(ScriptedSource.all[1].url, '/streams/chats/c1/events?token=t2', 'a fresh token, and no stale after=');
+  const second = ScriptedSource.all[1];
+  second.send({ type: 'user', streamId: 'a1', message: user('u1') }, 'g-1');
+  second.send({ type: 'ready' }, 'g-1');
+  second.onerror();
+  await until(() => ScriptedSource.all.length === 3, 'reconnected again');
+  assert.equal(ScriptedSource.all[2].url, '/streams/chats/c1/events?token=t3&after=g-1', 'from where it is');
+  stop();
+});
+
+test('syncChat: a hidden page keeps its feed but attaches nothing until it is shown, then applies what came in order', async () => {
+  ScriptedSource.all = [];
+  const listeners = new Set();
+  const doc = { visibilityState: 'hidden', addEventListener: (_, f) => listeners.add(f), removeEventListener: (_, f) => listeners.delete(f) };
+  globalThis.document = doc;
+  try {
+    const { chat, transport } = fakeChat();
+    const stop = syncChat(chat, { transport, token: 't', EventSource: ScriptedSource });
+    await until(() => ScriptedSource.all.length === 1, 'the feed, while hidden');
+    const es = ScriptedSource.all[0];
+    es.send({ type: 'ready' }, '');
+    for (const n of [1, 2]) {
+      es.send({ type: 'user', streamId: `a${n}`, message: user(`u${n}`) }, `g-${2 * n - 1}`);
+      es.send({ type: 'start', streamId: `a${n}`, messageId: `a${n}`, format: 'ui' }, `g-${2 * n}`);
+    }
+    for (let i = 0; i < 5; i++) await tick();
+    assert.deepEqual(chat.resumes, [], 'hidden: no answer attached');
+    doc.visibilityState = 'visible';
+    for (const f of [...listeners]) f();
+    await resumed(chat, 2);
+    assert.deepEqual(chat.messages.map((m) => m.id), ['u1', 'a1', 'u2', 'a2'], 'shown: in the feed\'s order');
+    stop();
+  } finally {
+    delete globalThis.document;
+  }
+});

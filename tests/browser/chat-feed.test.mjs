@@ -27,7 +27,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { ROOT, browserSession, startStack } from '../e2e/harness.mjs';
 import { planCuts, rng, seedFromEnv, startHold, startProxy, until, withTimeout } from '../e2e/util.mjs';
-import { projectPart, renderedMessages, sourceMessage } from './chat-page.mjs';
+import { projectPart, renderedMessages, sourceMessage, submitQuestion } from './chat-page.mjs';
 
 const SHOTS = join(ROOT, 'test-artifacts');
 const LEASE_MS = 3000;
@@ -81,12 +81,7 @@ async function open(name, context = session.context) {
 
 /** Sends `question` from `page`; resolves with the answer's id once the model holds its end. */
 async function send(page, question) {
-  const before = await page.$$eval('article[data-role="assistant"]', (els) => els.map((e) => e.dataset.id));
-  await page.fill('#prompt', question);
-  await page.click('#send');
-  const answerId = await page
-    .waitForFunction((known) => [...document.querySelectorAll('article[data-role="assistant"]')].map((e) => e.dataset.id).find((id) => !known.includes(id)), before, { polling: 20 })
-    .then((h) => h.jsonValue());
+  const answerId = await submitQuestion(page, question);
   await withTimeout(hold.held(answerId), 30_000, `the model of ${answerId} to reach its hold`);
   return answerId;
 }
@@ -123,7 +118,9 @@ function requests(name) {
   const feedCuts = proxies[name].cutLog.filter((c) => c.url.includes('/events')).length;
   return {
     subscriptions: feedRequests - feedCuts,
-    feedReconnects: all.filter((r) => r.url.startsWith(`/streams/chats/${chatId}/events`) && r.headers['last-event-id']).length,
+    // A reconnect carries its position: syncChat's own reconnects put it in `?after=` (a new
+    // EventSource sends no Last-Event-ID), with a token asked again.
+    feedReconnects: all.filter((r) => r.url.startsWith(`/streams/chats/${chatId}/events`) && (r.headers['last-event-id'] || new URL(r.url, 'http://x').searchParams.get('after'))).length,
     resumes: all.filter((r) => r.url.startsWith(`/api/chat/${chatId}/stream`)).map((r) => new URL(r.url, 'http://x').searchParams.get('answer')),
   };
 }

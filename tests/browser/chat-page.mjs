@@ -63,3 +63,13 @@ export const waitAnswered = (page) =>
 /** Wait until the page shows some of the answer's text (an answer held mid-text is mid-way). */
 export const waitSomeText = (page) =>
   page.waitForFunction(() => (document.querySelector('article[data-role="assistant"] [data-type="text"]')?.textContent.length ?? 0) > 0, null, { polling: 20 });
+
+/** Sends `question` from `page`: resolves with the new answer's id once the page shows its message. */
+export async function submitQuestion(page, question) {
+  const before = await page.$$eval('article[data-role="assistant"]', (els) => els.map((e) => e.dataset.id));
+  await page.fill('#prompt', question);
+  await page.click('#send');
+  return page
+    .waitForFunction((known) => [...document.querySelectorAll('article[data-role="assistant"]')].map((e) => e.dataset.id).find((id) => !known.includes(id)), before, { polling: 20 })
+    .then((h) => h.jsonValue());
+}

@@ -202,6 +202,29 @@ describe('followStream handle', () => {
     assert.equal(browser.sources.length, 2);
   });
 
+  test('a token function is asked again before every connection: a connection that ended (its token\'s exp) rejoins from the text held, with a fresh token', async () => {
+    const browser = fakeBrowser();
+    let minted = 0;
+    const handle = followStream({ streamId: 'msg_01', token: async () => `t${++minted}`, retryDelayMs: 0, EventSourceImpl: browser.EventSource, fetchImpl: browser.fetch });
+    const first = await browser.waitForSource(0);
+    assert.equal(first.url, '/streams/msg_01/events?token=t1&from=0');
+    for (const f of events.slice(0, 4)) first.emit(f);
+    // The server ends the connection at the token's exp: the browser would reconnect with t1.
+    first.nativeReconnect();
+    assert.equal(first.readyState, 2, 'closed: not left to reconnect with the expired token');
+    const second = await browser.waitForSource(1);
+    assert.equal(second.url, '/streams/msg_01/events?token=t2&from=17', 'a fresh token, from the text held');
+    // A connection that never opened backs off instead (a refusal is not a rejoin loop).
+    second.nativeReconnect();
+    assert.equal(browser.sources.length, 2, 'no immediate rejoin');
+    const third = await browser.waitForSource(2);
+    assert.equal(third.url, '/streams/msg_01/events?token=t3&from=17');
+    third.emit({ type: 'open', streamId: 'msg_01', from: 17, seq: 45, durableSeq: 5, ended: false });
+    third.emit({ type: 'chunk', from: 17, seq: 45, text: fx.expect.text.slice(17) });
+    third.emit({ type: 'end', seq: 45, status: 'complete' });
+    assert.equal((await handle.done).text, fx.expect.text, 'nothing missed');
+  });
+
   test('close() stops following and resolves done with the state so far', async () => {
     const browser = fakeBrowser();
     const handle = followStream({ streamId: 'msg_01', EventSourceImpl: browser.EventSource, fetchImpl: browser.fetch });

@@ -19,8 +19,8 @@
 // Runs on D1, and on Postgres with RINDLE_E2E_BACKEND=postgres (scripts/test.sh's Postgres pass).
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { mintToken, readSse, startStack } from './harness.mjs';
-import { api, call, isError, ndjson, ok, uniqueId, withTimeout } from './util.mjs';
+import { mintToken, startStack } from './harness.mjs';
+import { api, call, followFeed, isError, ndjson, ok, uniqueId, withTimeout } from './util.mjs';
 
 const LEASE_MS = 1000;
 
@@ -35,23 +35,9 @@ test.after(async () => {
 const chatToken = (chat, { exp } = {}) => mintToken({ sub: 'u', scope: 'read', exp, claims: { chat } }, stack.secret);
 const feedUrl = (chat, query = '') => `${stack.baseUrl}/streams/chats/${encodeURIComponent(chat)}/events${query}`;
 
-/** A feed reader: resolves once its replay's `ready` arrived. `events` are its data frames, parsed. */
-async function follow(chat, { token = chatToken(chat), after, lastEventId } = {}) {
-  const query = `?token=${encodeURIComponent(token)}${after === undefined ? '' : `&after=${encodeURIComponent(after)}`}`;
-  const sse = await readSse(feedUrl(chat, query), { headers: lastEventId === undefined ? {} : { 'last-event-id': lastEventId } });
-  assert.equal(sse.status, 200, `feed of ${chat}: ${sse.status}`);
-  await sse.next((f) => f.json?.type === 'ready');
-  return {
-    sse,
-    /** Data frames so far (ready and pings left out), as { id, type, ...json }. */
-    get events() {
-      return sse.frames.filter((f) => f.json && f.json.type !== 'ready').map((f) => ({ id: f.id, ...f.json }));
-    },
-    /** The next data frame of `type` (after those already taken). */
-    next: (type, ms = 10_000) => sse.next((f) => f.json?.type === type, ms).then((f) => ({ id: f.id, ...f.json })),
-    close: () => sse.close(),
-  };
-}
+/** A feed reader: resolves once its replay's `ready` arrived (`util.followFeed`). */
+const follow = (chat, { token = chatToken(chat), after, lastEventId } = {}) =>
+  followFeed(feedUrl(chat, `?token=${encodeURIComponent(token)}${after === undefined ? '' : `&after=${encodeURIComponent(after)}`}`), { lastEventId });
 
 /** An answer's row in `chat`, and its API client. */
 function answer(chat) {
@@ -229,7 +215,7 @@ test('a reset mid-answer: the reader reconnects with its Last-Event-ID and gets 
   const chat = uniqueId('chat');
   const reader = await follow(chat);
   const c = answer(chat);
-  ok(await openIn(c, chat, { userMessage: userMessage('u-r') }), 'open');
+  const opened = ok(await openIn(c, chat, { userMessage: userMessage('u-r') }), 'open');
   await reader.next('start');
   ok(await c.append(LINES.slice(0, 40)), 'append');
   ok(await c.flush(), 'flush');
@@ -237,7 +223,8 @@ test('a reset mid-answer: the reader reconnects with its Last-Event-ID and gets 
   await stack.kill();
   await stack.restart();
   // The producer resumes (SPEC §10) and finishes.
-  const resumed = ok(await call(c.url('resume'), { method: 'POST', headers: { authorization: `Bearer ${c.token}` } }), 'resume');
+  // With the open's epoch: a resume without one (a caller that wrote nothing) is refused.
+  const resumed = ok(await call(c.url('resume'), { method: 'POST', headers: { authorization: `Bearer ${c.token}`, 'x-rindle-epoch': String(opened.epoch) } }), 'resume');
   const again = await follow(chat, { lastEventId: lastId });
   assert.deepEqual(again.events, [], 'nothing new yet, nothing repeated');
   const epoch = { 'x-rindle-epoch': String(resumed.epoch), authorization: `Bearer ${c.token}` };

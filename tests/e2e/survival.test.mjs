@@ -4,10 +4,10 @@
 //
 // - text: a producer that resumes after the restart continues exactly from the rehydrated
 //   `seq = durableSeq`, and the row ends `complete` with exactly the produced text, no chunk rows;
-//   a write before the resume is 409 `resume_required`; two resumes at once both answer, and the
-//   connection the second fenced gets 409 `superseded`, nothing of it written; two producers that
-//   resume together and then append together: exactly one continues, the other is 409
-//   `superseded` at its first append, nothing of it interleaved;
+//   a write before the resume is 409 `resume_required`; a resume without an epoch (a caller that
+//   wrote nothing) is refused `superseded`; two connections holding the epoch resume at once:
+//   exactly one is granted, the other is 409 `superseded`, at its resume and at its first append,
+//   nothing of it interleaved;
 // - a reader whose offset lies past the rehydrated seq is parked, then served from exactly its
 //   offset once the re-sent text reaches it (no clamped replay, no `absent`);
 // - ui: the resume answers a line end (the unfinished line the old instance held is re-sent);
@@ -57,10 +57,11 @@ test.after(async () => {
   await stack?.stop();
 });
 
-/** A producer call carrying `epoch` (no header when undefined). */
-function write(c, action, body, epoch) {
+/** A producer call carrying `epoch` (no header when undefined) and naming `producer` (none when undefined). */
+function write(c, action, body, epoch, producer) {
   const headers = { authorization: `Bearer ${c.token}`, 'content-type': 'text/plain; charset=utf-8' };
   if (epoch !== undefined) headers['x-rindle-epoch'] = String(epoch);
+  if (producer !== undefined) headers['x-rindle-producer'] = producer;
   return fetch(c.url(action), { method: 'POST', headers, body }).then(async (res) => {
     const raw = await res.text();
     let json;
@@ -71,8 +72,11 @@ function write(c, action, body, epoch) {
   });
 }
 
-/** A resume: with the caller's epoch, or (undefined) none, as a producer that never had one. */
-const resume = (c, epoch) => write(c, 'resume', undefined, epoch);
+/**
+ * A resume: with the caller's epoch, or (undefined) none, as a producer whose open's answer was
+ * lost (granted only a stream held for its `producer` id, or one nothing was written to).
+ */
+const resume = (c, epoch, producer) => write(c, 'resume', undefined, epoch, producer);
 
 test('a reset mid-answer: rehydration, resume, the fence, parked readers, the window, a cancel in the gap', async () => {
   const seed = seedFromEnv();
@@ -141,12 +145,16 @@ test('a reset mid-answer: rehydration, resume, the fence, parked readers, the wi
   const parked = await readSse(text.eventsUrl(liveSeq));
   assert.equal(parked.status, 200);
 
-  // Two producers resume at once: both answer, each fencing the one before.
-  const [one, two] = await Promise.all([resume(text), resume(text)]);
-  const grants = [ok(one, 'resume'), ok(two, 'resume')].sort((a, b) => a.epoch - b.epoch);
-  assert.deepEqual(grants.map((g) => [g.seq, g.durableSeq, g.format]), [[d, d, 'text'], [d, d, 'text']]);
-  assert.deepEqual(grants.map((g) => g.epoch), [2, 3]);
-  isError(await write(text, 'append', 'FENCED', 2), 409, 'superseded', 'the fenced producer');
+  // A producer without the epoch (an invocation whose open's answer it never got) is refused:
+  // the stream has text it did not write.
+  isError(await resume(text, undefined, 'a-stranger'), 409, 'superseded', 'a resume without an epoch, past what its caller wrote');
+  // Two connections holding epoch 1 resume at once: exactly one is granted, the other fenced.
+  const [one, two] = await Promise.all([resume(text, 1, 'conn-a'), resume(text, 1, 'conn-b')]);
+  const granted = [one, two].filter((r) => r.status === 200).map((r) => r.json);
+  assert.equal(granted.length, 1, `exactly one resume is granted: ${one.raw} / ${two.raw}`);
+  isError([one, two].find((r) => r.status !== 200), 409, 'superseded', 'the other connection');
+  assert.deepEqual([granted[0].seq, granted[0].durableSeq, granted[0].format, granted[0].epoch], [d, d, 'text', 2]);
+  isError(await write(text, 'append', 'FENCED', 1), 409, 'superseded', 'the fenced producer');
   isError(await write(text, 'append', 'FENCED'), 409, 'superseded', 'no epoch once a resume happened');
   isError(await write(text, 'append', 'x', 'two'), 400, 'bad_epoch');
   assert.equal(parked.frames.filter((f) => f.data !== undefined).length, 0, 'the parked reader got nothing yet');
@@ -155,9 +163,9 @@ test('a reset mid-answer: rehydration, resume, the fence, parked readers, the wi
   const rest = produced.slice(d);
   const mid = Math.floor(rest.length / 2);
   const safeMid = cutAt(rest, mid);
-  ok(await write(text, 'append', rest.slice(0, safeMid), 3));
-  ok(await write(text, 'append', rest.slice(safeMid), 3));
-  assert.equal(ok(await write(text, 'close', undefined, 3)).status, 'complete');
+  ok(await write(text, 'append', rest.slice(0, safeMid), 2));
+  ok(await write(text, 'append', rest.slice(safeMid), 2));
+  assert.equal(ok(await write(text, 'close', undefined, 2)).status, 'complete');
   const final = durableFromDb(stack.db, text.id);
   assert.equal(final.row.status, 'complete');
   assert.equal(final.text, produced, 'S: exactly the produced text');
@@ -172,7 +180,7 @@ test('a reset mid-answer: rehydration, resume, the fence, parked readers, the wi
   assert.equal(seen, produced.slice(liveSeq), 'no seam: exactly the text after its offset');
 
   // ui: the resume answers the durable line end; the rest is re-sent from there.
-  const uiGrant = ok(await resume(ui));
+  const uiGrant = ok(await resume(ui, 1));
   assert.equal(uiGrant.format, 'ui');
   assert.equal(uiGrant.seq, uiDurable.length, 'a line end');
   ok(await write(ui, 'append', uiText.slice(uiGrant.seq), uiGrant.epoch));
@@ -182,12 +190,12 @@ test('a reset mid-answer: rehydration, resume, the fence, parked readers, the wi
   // A cancel in the gap: cancelled, and the resume learns it.
   ok(await gap.cancel());
   await until(() => durableFromDb(stack.db, gap.id).row.status === 'cancelled', 'the gap stream to be sealed cancelled', 10_000);
-  const closed = isError(await resume(gap), 409, 'closed', 'resume after a cancel in the gap');
+  const closed = isError(await resume(gap, 1), 409, 'closed', 'resume after a cancel in the gap');
   assert.equal(closed.status, 'cancelled');
   assert.equal(durableFromDb(stack.db, gap.id).text, 'saved before the reset');
 
   // Sealed before the reset: 409 naming its status.
-  assert.equal(isError(await resume(sealed), 409, 'closed', 'resume of a sealed stream').status, 'complete');
+  assert.equal(isError(await resume(sealed, 1), 409, 'closed', 'resume of a sealed stream').status, 'complete');
 
   // The producer died with the object (nobody came back for `gone`): the alarm rehydrated it,
   // and the window sealed it `interrupted` (not the lease at once), with its durable prefix.
@@ -209,7 +217,7 @@ test('resume on a live stream answers its own seq and fences the connection it r
   const opened = ok(await c.open());
   assert.equal(opened.epoch, 1);
   ok(await c.append('ab😀'));
-  const grant = ok(await resume(c));
+  const grant = ok(await resume(c, 1));
   assert.deepEqual([grant.seq, grant.epoch], [4, 2]);
   isError(await write(c, 'append', 'x', 1), 409, 'superseded');
   ok(await write(c, 'append', 'c', 2));
@@ -224,7 +232,7 @@ test('resume on a live stream answers its own seq and fences the connection it r
   isError(await resume(api(stack, newStream(stack, 'surv-never'))), 404, 'not_open');
 });
 
-test('two producers resume at once after a reset, then append at once: exactly one continues, the other gets 409 superseded, nothing interleaved', async () => {
+test('two connections resume at once after a reset, then append at once: exactly one is granted and continues, the other gets 409 superseded, nothing interleaved', async () => {
   const c = api(stack, newStream(stack, 'surv-race'));
   ok(await c.open());
   const head = 'durable 😀 ';
@@ -234,10 +242,15 @@ test('two producers resume at once after a reset, then append at once: exactly o
   await stack.kill();
   await stack.restart();
 
-  // Two producers (an invocation retried while the first still runs) resume together.
-  const grants = (await Promise.all([resume(c), resume(c)])).map((g) => ok(g, 'resume'));
-  assert.deepEqual(grants.map((g) => g.seq), [head.length, head.length], 'both resume at the rehydrated seq');
-  assert.deepEqual(grants.map((g) => g.epoch).sort(), [2, 3]);
+  // Two connections holding the open's epoch (a producer and a copy of it that learned the
+  // epoch) resume together: one is granted the stream, the other is fenced at once.
+  const asked = await Promise.all([resume(c, 1, 'conn-a'), resume(c, 1, 'conn-b')]);
+  const won = asked.findIndex((r) => r.status === 200);
+  assert.ok(won >= 0, `one resume is granted: ${asked.map((r) => r.raw).join(' / ')}`);
+  isError(asked[1 - won], 409, 'superseded', 'the other resume');
+  assert.deepEqual([asked[won].json.seq, asked[won].json.epoch], [head.length, 2], 'resumed at the rehydrated seq');
+  // Each goes on as if it held the stream (the loser with the epoch it had), both at once.
+  const grants = asked.map((r) => (r.status === 200 ? r.json : { epoch: 1 }));
 
   // Each sends its own continuation in pieces, both at once; a refused producer stops, as the
   // helpers do.
@@ -255,7 +268,7 @@ test('two producers resume at once after a reset, then append at once: exactly o
   assert.equal(continued.filter(Boolean).length, 1, `exactly one continues: ${JSON.stringify(outcomes.map((o) => o.map((a) => a.status)))}`);
   const winner = continued.indexOf(true);
   const loser = 1 - winner;
-  assert.equal(grants[winner].epoch, 3, 'the later resume owns the stream');
+  assert.equal(winner, won, 'the granted resume owns the stream');
   assert.equal(outcomes[loser].length, 1, 'the other is refused at its first append');
   isError(outcomes[loser][0], 409, 'superseded', 'the other producer');
 
@@ -273,7 +286,7 @@ test('a second reset right after a resume: the fence and the new epoch survive i
   ok(await c.append('lost with the first instance'));
   await stack.kill();
   await stack.restart();
-  const first = ok(await resume(c));
+  const first = ok(await resume(c, 1));
   assert.deepEqual([first.seq, first.epoch], [9, 2]);
   ok(await write(c, 'append', 'second 👍🏽 ', 2));
   await stack.kill(); // right after the resume: nothing of it durable yet but the epoch

@@ -16,13 +16,13 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
  * string, or a function called at the failure, for state only known then) after `ms`. For state
  * that announces itself by no event (a D1 row, a log file, another process).
  */
-export async function until(probe, what, ms = 10_000) {
+export async function until(probe, what, ms = 10_000, every = 25) {
   const end = Date.now() + ms;
   for (;;) {
     const v = await probe();
     if (v) return v;
     if (Date.now() > end) assert.fail(`timed out after ${ms} ms waiting for ${typeof what === 'function' ? what() : what}`);
-    await sleep(25);
+    await sleep(every);
   }
 }
 
@@ -737,4 +737,23 @@ export function percentile(sorted, p) {
   if (sorted.length === 0) return NaN;
   const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
   return sorted[i];
+}
+
+/**
+ * A reader of a chat's feed (`url`: `GET …/chats/{chat}/events?token=…`), as a tab follows it:
+ * resolves once its replay's `ready` came. `events` are its data frames so far (`ready` left out)
+ * as `{ id, type, …json }`; `next(type)` the next data frame of that type after those taken.
+ */
+export async function followFeed(url, { lastEventId } = {}) {
+  const sse = await readSse(url, { headers: lastEventId === undefined ? {} : { 'last-event-id': lastEventId } });
+  assert.equal(sse.status, 200, `feed ${url}: ${sse.status}`);
+  await sse.next((f) => f.json?.type === 'ready');
+  return {
+    sse,
+    get events() {
+      return sse.frames.filter((f) => f.json && f.json.type !== 'ready').map((f) => ({ id: f.id, ...f.json }));
+    },
+    next: (type, ms = 15_000) => sse.next((f) => f.json?.type === type, ms).then((f) => ({ id: f.id, ...f.json })),
+    close: () => sse.close(),
+  };
 }

@@ -9,8 +9,8 @@ use rindle_streams::engine::host::store::{Checkpoint, MarkOutcome, MarkStreaming
 use rindle_streams::engine::host::time::{Millis, Timestamp};
 use rindle_streams::engine::live::lease::{Holding, Release, Renewal};
 use rindle_streams::engine::live::{
-    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Producer, Pull, PushError, PushReceipt, ReaderId, SealOutcome, Settlement,
-    StreamEvent, Ticket,
+    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Producer, Pull, PushError, PushReceipt, ReaderId, Revivals, SealOutcome,
+    Settlement, StreamEvent, Ticket,
 };
 use rindle_streams::engine::text::utf16::Offset;
 use rindle_streams::engine::wire::frame::Frame;
@@ -43,6 +43,12 @@ pub struct Driver {
     pub disarmed: Vec<String>,
     /// How many times the stream renewed its lease.
     pub renewals: u32,
+    /// How many times the stream stored the producer's last write, and deleted it.
+    pub last_write_puts: u32,
+    pub last_write_deletes: u32,
+    /// How many of the next writes of the last write (a put or a delete) fail: not applied,
+    /// answered with an error.
+    pub failing_last_writes: u32,
 }
 
 impl Driver {
@@ -57,7 +63,8 @@ impl Driver {
 
     /// A stream whose open has been requested but not yet answered.
     pub fn opening(db: impl Into<Rc<SqliteDb>>, cfg: StreamConfig, token: &str) -> Self {
-        let (stream, _ticket) = LiveStream::open(STREAM, cfg, Producer { host_token: token.into(), meta: None, chat: None }, Timestamp(0));
+        let (stream, _ticket) =
+            LiveStream::open(STREAM, cfg, Producer { host_token: token.into(), meta: None, chat: None, id: None }, Timestamp(0));
         Self::with_stream(stream, db)
     }
 
@@ -79,12 +86,16 @@ impl Driver {
             storage: StoredStream::default(),
             disarmed: Vec::new(),
             renewals: 0,
+            last_write_puts: 0,
+            last_write_deletes: 0,
+            failing_last_writes: 0,
         };
         d.drain();
         d
     }
 
     pub fn drain(&mut self) {
+        let mut last_writes = Vec::new();
         while let Some(o) = self.stream.poll_output() {
             match o {
                 Output::Store(r) => self.pending.push_back(r),
@@ -108,11 +119,32 @@ impl Driver {
                 Output::RenewLease { last_write } => {
                     self.renewals += 1;
                     if let Some(at) = last_write {
-                        self.storage.apply(&KeyUpdate::last_write(at));
+                        self.last_write_puts += 1;
+                        last_writes.push(self.write_last_write(&KeyUpdate::last_write(at)));
                     }
+                }
+                Output::ForgetLastWrite => {
+                    self.last_write_deletes += 1;
+                    last_writes.push(self.write_last_write(&KeyUpdate::forget_last_write()));
                 }
             }
         }
+        if !last_writes.is_empty() {
+            for result in last_writes {
+                self.stream.handle_last_write_written(result);
+            }
+            self.drain();
+        }
+    }
+
+    /// Applies a write of the last write to the storage, unless it is one of the failing ones.
+    fn write_last_write(&mut self, update: &KeyUpdate) -> Result<(), String> {
+        if self.failing_last_writes > 0 {
+            self.failing_last_writes -= 1;
+            return Err("injected: the object's storage failed".into());
+        }
+        self.storage.apply(update);
+        Ok(())
     }
 
     /// The next store operation the stream asked for, without answering it.
@@ -204,6 +236,7 @@ impl Driver {
     pub fn lease_alarm(&mut self) -> Result<Release, Renewal> {
         let holding = self.stream.holding();
         let run = super::run_alarm(
+            &mut Revivals::default(),
             &self.tables,
             &self.cfg(),
             &mut self.storage,
@@ -227,9 +260,18 @@ impl Driver {
     pub fn alarm_after_reset(&mut self, cfg: &StreamConfig) -> Result<Release, Renewal> {
         self.pending.clear();
         self.settled.clear(); // the lost instance's requests died with it; tickets number anew
-        let run =
-            super::run_alarm(&self.tables, cfg, &mut self.storage, false, Holding::Nothing, "fresh-1", self.now, &mut std::iter::empty())
-                .expect("no step dies");
+        let run = super::run_alarm(
+            &mut Revivals::default(),
+            &self.tables,
+            cfg,
+            &mut self.storage,
+            false,
+            Holding::Nothing,
+            "fresh-1",
+            self.now,
+            &mut std::iter::empty(),
+        )
+        .expect("no step dies");
         if let Some(stream) = run.revived {
             self.stream = stream;
             self.retired = false;

@@ -573,7 +573,7 @@ impl Fleet {
             let at = self.now + self.jittered(full);
             return self.schedule(at, Event::Insert(a));
         }
-        let producer = Producer { host_token: format!("host-{a}"), meta: None, chat: None };
+        let producer = Producer { host_token: format!("host-{a}"), meta: None, chat: None, id: None };
         let (mut stream, _opened) = LiveStream::open(&self.answers[a].id, self.plan.stream.clone(), producer, self.ms());
         stream.seed_jitter(self.rng.next());
         let answer = &mut self.answers[a];
@@ -649,7 +649,9 @@ impl Fleet {
                 self.schedule(self.now + 1000, Event::LeaseArmed { answer: a, generation });
             }
             Output::DisarmLease { .. } => self.answers[a].storage = StoredStream::default(),
+            // The object's storage never fails here: its writes are answered at once.
             Output::RenewLease { last_write: Some(at) } => self.answers[a].storage.apply(&KeyUpdate::last_write(at)),
+            Output::ForgetLastWrite => self.answers[a].storage.apply(&KeyUpdate::forget_last_write()),
             Output::Settled(settlement) => self.settled(a, settlement),
             Output::Event(StreamEvent::CheckpointFailed { .. }) => self.checkpoint_failures += 1,
             Output::Retired => self.answers[a].stream = None,

@@ -14,13 +14,10 @@ use rindle_streams::engine::durable::{
 use rindle_streams::engine::host::config::{CheckpointMode, StreamConfig};
 use rindle_streams::engine::host::object_storage::kept_at_release;
 pub use rindle_streams::engine::host::object_storage::StoredStream;
-use rindle_streams::engine::host::store::{run_on_sink, OpKind, SealGuard, StoreAnswer, StoreError, StoreFuture, StoreRequest};
+use rindle_streams::engine::host::store::{run_on_sink, OpKind, RowGuard, StoreAnswer, StoreError, StoreFuture, StoreRequest};
 use rindle_streams::engine::host::time::Timestamp;
-use rindle_streams::engine::live::lease::{
-    AlarmOutput, Holding, HostColumn, LeaseAlarm, LeaseRow, Release, Renewal, Revived, StorageError,
-};
-use rindle_streams::engine::live::{LiveStream, Revival, RevivalEnd, RevivalOutput};
-use rindle_streams::engine::text::reading::DurableText;
+use rindle_streams::engine::live::lease::{AlarmOutput, Holding, LeaseAlarm, Release, Renewal, Revived, StorageError};
+use rindle_streams::engine::live::{Caller, LiveStream, Revival, RevivalEnd, RevivalOutput, Revivals, Turn};
 use rindle_streams::engine::wire::frame::EndStatus;
 use rindle_streams::engine::wire::ui::Format;
 use rusqlite::{params_from_iter, Connection};
@@ -115,25 +112,9 @@ pub trait Store {
         }
     }
 
-    /// The row as the lease alarm reads it (what `read_durable` and the host read give the
-    /// Worker): `host_mapped` says whether the mapping has a host column.
-    fn lease_row(&self, id: &str, host_mapped: bool) -> LeaseRow {
-        let exists = !self.query(&self.sql().read_row(id)).is_empty();
-        let durable = exists.then(|| {
-            let text = self.durable_text(id);
-            DurableText { seq: rindle_streams::engine::text::utf16::len(&text), text, status: self.status(id), error: None, format: None }
-        });
-        let host = match (host_mapped, self.message_column(id, "host")) {
-            (false, _) => HostColumn::Unmapped,
-            (true, ColumnValue::Text(h)) => HostColumn::Holds(Some(h)),
-            (true, _) => HostColumn::Holds(None),
-        };
-        LeaseRow { durable, host }
-    }
-
-    /// Seals the row as its producer would, the guard matching the row as it stands (marked
-    /// `streaming` first if it is not): for tests that need a sealed or compacted row.
-    fn seal_row(&self, id: &str, body: Option<&str>, status: EndStatus, error: Option<&str>) {
+    /// The fence of a write as the row's holder makes it, the row marked `streaming` first if it
+    /// is not: its length and host token as they stand.
+    fn holders_guard(&self, id: &str) -> RowGuard {
         if self.query(&self.sql().read_summary(id))[0]["status"] != ColumnValue::Text("streaming".into()) {
             self.batch(&[self.sql().mark_streaming(id, "test-host", Format::Text)]).unwrap();
         }
@@ -142,7 +123,22 @@ pub trait Store {
             ColumnValue::Text(h) => Some(h.clone()),
             _ => None,
         });
-        self.batch(&self.sql().seal(id, body, status, error, &SealGuard { durable_seq, host_token })).unwrap();
+        RowGuard { durable_seq, host_token }
+    }
+
+    /// Checkpoints `text` as the row's holder would, after what the row holds (marked
+    /// `streaming` first if it is not): each statement's change count.
+    fn checkpoint_row(&self, id: &str, text: &str) -> Vec<u64> {
+        let guard = self.holders_guard(id);
+        let to = guard.durable_seq + rindle_streams::engine::text::utf16::len(text);
+        self.batch(&self.sql().append(id, guard.durable_seq, to, text, guard.host_token.as_deref())).unwrap()
+    }
+
+    /// Seals the row as its producer would, the guard matching the row as it stands (marked
+    /// `streaming` first if it is not): for tests that need a sealed or compacted row.
+    fn seal_row(&self, id: &str, body: Option<&str>, status: EndStatus, error: Option<&str>) {
+        let guard = self.holders_guard(id);
+        self.batch(&self.sql().seal(id, body, status, error, &guard)).unwrap();
         assert_eq!(self.query(&self.sql().read_summary(id))[0]["status"], ColumnValue::Text(status.as_str().into()), "sealed");
     }
 
@@ -375,9 +371,27 @@ pub fn run_revival(
     now: Timestamp,
     steps: &mut dyn Iterator<Item = Step>,
 ) -> Option<RevivalEnd> {
+    run_revival_between(tables, cfg, storage, fresh_token, now, steps, &mut |_| {})
+}
+
+/// [`run_revival`], with `between(n)` called before the revival's `n`th call (from 0) is
+/// performed: whatever it commits elsewhere lands between two of the revival's steps.
+#[allow(dead_code)]
+pub fn run_revival_between(
+    tables: &Tables,
+    cfg: &StreamConfig,
+    storage: &mut StoredStream,
+    fresh_token: &str,
+    now: Timestamp,
+    steps: &mut dyn Iterator<Item = Step>,
+    between: &mut dyn FnMut(usize),
+) -> Option<RevivalEnd> {
     let stream_id = storage.stream_id.clone().unwrap_or_default();
     let mut revival = Revival::start(cfg.clone(), fresh_token.to_owned());
+    let mut calls = 0;
     while let Some(output) = revival.poll_output() {
+        between(calls);
+        calls += 1;
         let step = steps.next().unwrap_or(Step::Ok);
         match output {
             RevivalOutput::ReadKeys => match step {
@@ -437,11 +451,14 @@ pub struct AlarmRun {
     pub revived: Option<LiveStream>,
 }
 
-/// Runs the core's lease alarm once at `now`, as the shell does (edge/stream/lease.rs): `holding` is
-/// what the object holds; a revival it asks for runs as [`run_revival`] with `steps`. A release
-/// forgets the keys as the shell does. `None`: the instance died during the revival.
+/// Runs the core's lease alarm once at `now`, as the shell does (edge/stream/lease.rs): `holding`
+/// is what the object holds; a revival it asks for is the instance's `revivals` turn (a fresh
+/// instance's: `Revivals::default()`), run as
+/// [`run_revival`] with `steps`. A release forgets the keys as the shell does. `None`: the
+/// instance died during the revival.
 #[allow(dead_code, clippy::too_many_arguments)] // one per input the shell has at hand
 pub fn run_alarm(
+    revivals: &mut Revivals,
     tables: &Tables,
     cfg: &StreamConfig,
     storage: &mut StoredStream,
@@ -459,13 +476,24 @@ pub fn run_alarm(
                 let keys = if keys_fail { Err(StorageError("injected: the storage failed".into())) } else { Ok(storage.clone()) };
                 alarm.handle_keys(keys, holding);
             }
-            AlarmOutput::Revive => {
-                let end = run_revival(tables, cfg, storage, fresh_token, now, steps)?;
-                alarm.handle_revival(Revived::from(&end));
-                if let RevivalEnd::Revived(stream) = end {
-                    revived = Some(*stream);
+            AlarmOutput::Revive => match revivals.begin(Caller::Alarm, holding != Holding::Nothing) {
+                Turn::Held => alarm.handle_revival(Revived::Rebuilt),
+                Turn::Settled(release) => alarm.handle_revival(Revived::Nothing(release)),
+                Turn::Wait => panic!("no other caller runs a revival in a test's instance"),
+                Turn::Run(attempt) => {
+                    let Some(end) = run_revival(tables, cfg, storage, fresh_token, now, steps) else {
+                        revivals.finish(attempt, None);
+                        return None;
+                    };
+                    let outcome = Revived::from(&end);
+                    revivals.finish(attempt, Some(&outcome));
+                    alarm.handle_revival(outcome);
+                    if let RevivalEnd::Revived(stream) = end {
+                        revivals.stream_installed();
+                        revived = Some(*stream);
+                    }
                 }
-            }
+            },
             AlarmOutput::RetrySeal => retry_seal = true,
             AlarmOutput::Renew(why) => return Some(AlarmRun { ended: Err(why), retry_seal, revived }),
             AlarmOutput::Release(why) => {

@@ -13,7 +13,7 @@ import { StrictMode, useEffect, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { Chat, useChat } from '@ai-sdk/react';
 import { DefaultChatTransport } from 'ai';
-import { RindleChatTransport } from '../../../public/chat-transport.js';
+import { RindleChatTransport, tokenExpiresAt } from '../../../public/chat-transport.js';
 import { syncChat } from '../../../public/chat-feed.js';
 
 const params = new URLSearchParams(location.search);
@@ -42,6 +42,24 @@ const loadHistory = async () => {
   const res = await fetch(`/api/chat/${encodeURIComponent(chatId)}/messages`);
   return res.ok ? res.json() : { messages: [] };
 };
+
+/**
+ * The chat feed's token: the one the history came with, until it is within 10 s of its exp; then a
+ * fresh one from the app. syncChat asks before every connection (a connection ends at its token's
+ * exp, and the session reconnects at once, missing nothing).
+ */
+function chatTokens(first) {
+  let current = first;
+  window.chatTokensMinted = 0;
+  return async () => {
+    if ((tokenExpiresAt(current) ?? Infinity) - Date.now() > 10_000) return current;
+    const res = await fetch(`/api/chat/${encodeURIComponent(chatId)}/token`);
+    if (!res.ok) throw new Error(`the chat's token: ${res.status}`);
+    current = (await res.json()).chatToken;
+    window.chatTokensMinted += 1;
+    return current;
+  };
+}
 
 function Part({ part }) {
   if (part.type === 'text') return <p className="part" data-type="text" data-state={part.state}>{part.text}</p>;
@@ -112,7 +130,7 @@ function FeedChat({ history, transport }) {
     window.syncChatCalls = (window.syncChatCalls ?? 0) + 1; // StrictMode (React's development build) calls it twice
     return syncChat(chat, {
       transport,
-      token: history.chatToken,
+      token: chatTokens(history.chatToken),
       active: history.active?.streamId,
       reload: async () => (await loadHistory()).messages,
       onEvent: (event) => window.feedEvents.push(event),

@@ -1,34 +1,38 @@
 //! A chat's feed (SPEC §11), performed: one Durable Object per chat id (`CHAT_FEEDS`), which
-//! keeps the engine's [`ChatFeed`] for its chat and
+//! keeps the engine's [`ChatFeed`] for its chat, and sleeps while its tabs wait.
 //!
-//! - answers `GET {prefix}/chats/{chat}/events` (routed here by the front Worker) with SSE:
-//!   the replay the machine gives for the reader's `Last-Event-ID` (or `?after=`), then every
-//!   event as it is announced, a `: ping` every `KEEPALIVE_MS` in between;
-//! - takes the notices of its chat's stream objects (`POST` [`NOTICE_PATH`], which only they
-//!   send: the front Worker routes nothing else here) and answers once they are stored;
-//! - keeps the history in its own storage (`feed`, `e:<n>`), reads the chat's rows for the
-//!   machine's checks (the mapped tables, D1 or Postgres), and sets its alarm for the
-//!   machine's next check or for forgetting the history when idle.
+//! - Its readers are hibernatable WebSockets: the front Worker answers each tab's
+//!   `GET {prefix}/chats/{chat}/events` with SSE and relays it from a socket to this object
+//!   (`edge::front::relay`). The object accepts the socket (`acceptWebSocket`: the runtime holds
+//!   it while the object sleeps), sends the replay the machine gives for the reader's
+//!   `Last-Event-ID` as the socket's first message, then each event as it is announced. With
+//!   tabs connected and no turn running, nothing keeps the object awake: it is billed for the
+//!   events it sends, not for the time tabs stay open (docs/DESIGN.md, "The chat feed").
+//! - It takes the notices of its chat's stream objects (`POST` [`NOTICE_PATH`], which only they
+//!   send: the front Worker routes nothing else here) and answers once they are stored.
+//! - It keeps the history in its own storage (`feed`, `e:<n>`), reads the chat's rows for the
+//!   machine's checks (the mapped tables, D1 or Postgres), and sets its alarm for the machine's
+//!   next check or for forgetting the history when idle.
 //!
-//! Like the stream's shell it feeds one input, drains the outputs, and only then performs them.
+//! Like the stream's shell it feeds one input, drains the outputs, and only then performs them:
+//! an input's storage write is started before its announcements are sent (the runtime holds
+//! what an object sends until the writes started before it are stored).
 
 use crate::edge::http::{self, unavailable};
-use crate::edge::meter::{Hold, Meter};
+use crate::edge::meter::Meter;
 use crate::edge::runtime::{log, now, with_timeout};
 use crate::edge::setup;
 use crate::engine::access::api::{self, ApiError, ChatAction};
 use crate::engine::feed::{ChatFeed, FeedNotice, FeedOutput, RowsUnread, StorageWrite, StoredFeed, EVENT_PREFIX, HEAD_KEY};
 use crate::engine::host::config::Settings;
-use crate::engine::host::time::{Millis, Timestamp};
-use crate::engine::wire::sse;
+use crate::engine::host::time::Timestamp;
 use serde_json::json;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::time::Duration;
-use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::JsValue;
-use worker::{durable_object, DurableObject, Env, ListOptions, Request, Response, ResponseBody, State};
+use worker::{
+    durable_object, DurableObject, Env, ListOptions, Request, Response, State, WebSocket, WebSocketIncomingMessage, WebSocketPair,
+};
 
 /// The binding of the chat feeds' Durable Object namespace (class `ChatFeedObject`).
 pub const FEEDS_BINDING: &str = "CHAT_FEEDS";
@@ -38,10 +42,6 @@ pub const NOTICE_PATH: &str = "/_rindle/feed/notice";
 /// The dev build's counts of a feed object (`GET /dev/feed-stats?chat=`).
 #[cfg(feature = "dev")]
 pub const STATS_PATH: &str = "/_rindle/feed/stats";
-
-/// A reader whose body holds this many unread writes is dropped: it reconnects with its
-/// `Last-Event-ID` and misses nothing.
-const MAX_UNREAD_WRITES: f64 = 256.0;
 
 #[durable_object]
 pub struct ChatFeedObject {
@@ -69,9 +69,27 @@ impl DurableObject for ChatFeedObject {
         Rc::clone(&self.feed).alarm().await;
         Response::ok("")
     }
+
+    /// The relay sends nothing; a message is ignored (it woke the object, and is billed as one).
+    async fn websocket_message(&self, _ws: WebSocket, _message: WebSocketIncomingMessage) -> worker::Result<()> {
+        Ok(())
+    }
+
+    /// A tab went away (its relay closed the socket): the close is answered.
+    async fn websocket_close(&self, ws: WebSocket, code: usize, reason: String, _was_clean: bool) -> worker::Result<()> {
+        let _awake = self.feed.meter.hold();
+        let code = u16::try_from(code).ok().filter(|c| (1000..5000).contains(c) && *c != 1005 && *c != 1006).unwrap_or(1000);
+        let _ = ws.close(Some(code), Some(reason));
+        Ok(())
+    }
+
+    async fn websocket_error(&self, _ws: WebSocket, _error: worker::Error) -> worker::Result<()> {
+        Ok(())
+    }
 }
 
-/// The feed object's state: the machine (once loaded), its readers and its alarm.
+/// The feed object's state: the machine (once loaded), and its alarm. Its readers are the
+/// runtime's: `getWebSockets()`.
 pub struct FeedShell {
     state: State,
     env: Env,
@@ -79,24 +97,19 @@ pub struct FeedShell {
     /// A load from storage is under way: later callers wait for it.
     loading: Cell<bool>,
     load_waiters: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
-    readers: RefCell<BTreeMap<u64, FeedReader>>,
-    next_reader: Cell<u64>,
     alarm_at: Cell<Option<Timestamp>>,
-    pinging: Cell<bool>,
     meter: Rc<Meter>,
-    counts: RefCell<FeedCounts>,
+    counts: Rc<RefCell<FeedCounts>>,
 }
 
-struct FeedReader {
-    body: web_sys::ReadableStreamDefaultController,
-    /// An open body keeps the object awake (billed) until it ends.
-    _awake: Hold,
-}
-
-/// What the feed object did, for the dev build's stats (bench/cost.mjs).
+/// What the feed object did, for the dev build's stats (bench/feed.mjs, bench/cost.mjs); in the
+/// dev build counted across the object's instances, as its meter is ([`crate::edge::meter::of_object`]).
 #[derive(Default, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct FeedCounts {
+    /// Instances of this object (in the dev build, counted across them: a new one after an idle
+    /// stretch is the runtime's proof the object slept).
+    constructions: u64,
     notices: u64,
     subscribes: u64,
     /// Keys written (each a row written on a SQLite-backed object) and deleted.
@@ -113,18 +126,18 @@ struct FeedCounts {
 
 impl FeedShell {
     fn new(state: State, env: Env) -> Self {
+        let (meter, constructions) = crate::edge::meter::of_object(&state);
+        let counts = counts_of(&state);
+        counts.borrow_mut().constructions = constructions;
         Self {
             state,
             env,
             feed: RefCell::new(None),
             loading: Cell::new(false),
             load_waiters: RefCell::default(),
-            readers: RefCell::default(),
-            next_reader: Cell::new(0),
             alarm_at: Cell::new(None),
-            pinging: Cell::new(false),
-            meter: Rc::default(),
-            counts: RefCell::default(),
+            meter,
+            counts,
         }
     }
 
@@ -143,7 +156,9 @@ impl FeedShell {
         }
         #[cfg(feature = "dev")]
         if target.path == STATS_PATH {
-            return http::json(200, &json!({"counts": *self.counts.borrow(), "meter": self.meter.snapshot()})).map_err(unavailable);
+            let body =
+                json!({"counts": *self.counts.borrow(), "meter": self.meter.snapshot(), "sockets": self.state.get_websockets().len()});
+            return http::json(200, &body).map_err(unavailable);
         }
         match api::chat_route(&settings.path_prefix, method.as_ref(), &target.path)? {
             Some(route) if route.action == ChatAction::Events => self.subscribe(&req, &target, &settings, &route.chat_id).await,
@@ -162,9 +177,8 @@ impl FeedShell {
         let chat_id = notice.chat_id().to_owned();
         crate::engine::access::stream_id::validate(&chat_id).map_err(|e| ApiError::new(400, "bad_chat_id", e.to_string()))?;
         self.load(&chat_id).await?;
-        let write = self.feed_input(|f, now| f.handle_notice(notice, now));
-        if let Some(write) = write {
-            if let Err(e) = self.persist(write).await {
+        if let Some(stored) = self.feed_input(|f, now| f.handle_notice(notice, now)) {
+            if let Err(e) = stored.await {
                 // The history in memory is ahead of storage: forget it, so the notice's retry
                 // is applied again to what storage holds (the same events, the same ids).
                 self.feed.borrow_mut().take();
@@ -174,9 +188,10 @@ impl FeedShell {
         http::json(200, &json!({"ok": true})).map_err(unavailable)
     }
 
-    /// `GET {prefix}/chats/{chat}/events`, which the front Worker authorized for the chat
-    /// (every denial the same 403 there, whether or not the chat has a feed): the replay and
-    /// the live events.
+    /// A reader of `GET {prefix}/chats/{chat}/events`, which the front Worker authorized for the
+    /// chat (every denial the same 403 there, whether or not the chat has a feed) and relays:
+    /// a hibernatable socket whose first message is the replay, then every event as it is
+    /// announced. Past `FEED_MAX_READERS` sockets, 429.
     async fn subscribe(
         self: Rc<Self>,
         req: &Request,
@@ -184,23 +199,30 @@ impl FeedShell {
         settings: &Settings,
         chat_id: &str,
     ) -> Result<Response, ApiError> {
-        let sse_headers = crate::edge::sse::headers(crate::engine::live::Dialect::Events);
-        if req.method() == worker::Method::Head {
-            return Response::empty().map(|r| r.with_headers(sse_headers)).map_err(unavailable);
+        if req.headers().get("upgrade").ok().flatten().is_none_or(|u| !u.eq_ignore_ascii_case("websocket")) {
+            return Err(ApiError::new(
+                426,
+                "upgrade_required",
+                "the feed's object serves its readers over a WebSocket (the front Worker relays it)",
+            ));
+        }
+        let readers = self.state.get_websockets().len();
+        if !settings.feed.admits_reader(readers) {
+            return Err(ApiError::too_many_feed_readers(chat_id, settings.feed.max_readers));
         }
         self.counts.borrow_mut().subscribes += 1;
         self.load(chat_id).await?;
         let last_event_id = req.headers().get("last-event-id").ok().flatten().filter(|id| !id.trim().is_empty());
         let after = last_event_id.or_else(|| target.query("after"));
-        let replay = self.feed.borrow().as_ref().map(|f| f.subscribe(after.as_deref())).unwrap_or_default();
-        let first = format!("{}{replay}", sse::preamble(settings.sse_retry_ms));
-        let id = self.next_reader.get();
-        self.next_reader.set(id + 1);
-        let source = FeedReaderSource { shell: Rc::clone(&self), id, first };
-        let source: js_sys::Object = wasm_bindgen::JsCast::unchecked_into(JsValue::from(source));
-        let body = web_sys::ReadableStream::new_with_underlying_source(&source).map_err(|e| unavailable(worker::Error::from(e)))?;
-        self.keep_alive(settings.stream.keepalive_ms);
-        Ok(Response::from_body(ResponseBody::Stream(body)).map_err(unavailable)?.with_headers(sse_headers))
+        // The replay and the socket's registration in one synchronous step: no event can fall
+        // between them (an announcement goes to every socket the runtime holds).
+        let replay = self.feed.borrow().as_ref().map(|f| f.subscribe(after.as_deref()));
+        let pair = WebSocketPair::new().map_err(unavailable)?;
+        self.state.accept_web_socket(&pair.server);
+        if let Some(replay) = replay {
+            pair.server.send_with_bytes(replay.as_bytes()).map_err(unavailable)?;
+        }
+        Response::from_websocket(pair.client).map_err(unavailable)
     }
 
     /// The machine, loaded from storage once per instance (single flight). The load asks for
@@ -228,9 +250,9 @@ impl FeedShell {
         self.counts.borrow_mut().loads += 1;
         if self.feed.borrow().is_none() {
             *self.feed.borrow_mut() = Some(ChatFeed::load(settings.feed, chat_id, stored, now()));
-            // A history this version cannot read is deleted.
-            if let Some(write) = self.feed_input(|_, _| ()) {
-                self.persist_logged(write).await;
+            // A history this version cannot read is deleted; one past its idle deadline forgotten.
+            if let Some(stored) = self.feed_input(|_, _| ()) {
+                self.logged(stored.await);
             }
         }
         Ok(())
@@ -268,15 +290,18 @@ impl FeedShell {
             }
         }
         self.alarm_at.set(None);
-        if let Some(write) = self.feed_input(|f, now| f.handle_timeout(now)) {
-            self.persist_logged(write).await;
+        if let Some(stored) = self.feed_input(|f, now| f.handle_timeout(now)) {
+            self.logged(stored.await);
         }
     }
 
-    /// Feeds one input, performs its outputs (announcements at once, checks and forgetting in
-    /// tasks), arms the alarm; the storage write it asks for, if any, is returned to be awaited
-    /// (the runtime holds the announcements until it is stored).
-    fn feed_input(self: &Rc<Self>, input: impl FnOnce(&mut ChatFeed, Timestamp)) -> Option<StorageWrite> {
+    /// Feeds one input and performs its outputs: the storage write first (started now, awaited
+    /// by the caller through the future returned), then the announcements to every socket, the
+    /// checks and forgetting in tasks, the alarm.
+    fn feed_input(
+        self: &Rc<Self>,
+        input: impl FnOnce(&mut ChatFeed, Timestamp),
+    ) -> Option<impl std::future::Future<Output = worker::Result<()>>> {
         let now = now();
         let (outputs, timeout) = {
             let mut slot = self.feed.borrow_mut();
@@ -285,17 +310,15 @@ impl FeedShell {
             let outputs: Vec<FeedOutput> = std::iter::from_fn(|| feed.poll_output()).collect();
             (outputs, feed.poll_timeout())
         };
-        let mut write: Option<StorageWrite> = None;
+        let mut write = StorageWrite::default();
+        let mut announcements = Vec::new();
         for output in outputs {
             match output {
-                FeedOutput::Persist(w) => match &mut write {
-                    Some(pending) => {
-                        pending.put.extend(w.put);
-                        pending.delete.extend(w.delete);
-                    }
-                    None => write = Some(w),
-                },
-                FeedOutput::Announce(wire) => self.announce(&wire),
+                FeedOutput::Persist(w) => {
+                    write.put.extend(w.put);
+                    write.delete.extend(w.delete);
+                }
+                FeedOutput::Announce(wire) => announcements.push(wire),
                 FeedOutput::Verify { chat_id, open } => {
                     let shell = Rc::clone(self);
                     let awake = self.meter.hold();
@@ -320,8 +343,28 @@ impl FeedShell {
                 }
             }
         }
+        // Started before anything is sent: the runtime holds the sends until it is stored.
+        let stored = (!write.put.is_empty() || !write.delete.is_empty()).then(|| self.persist(write));
+        // One message per socket for the input's events (a turn's `user` and `start` together):
+        // each message is a delivery into every tab's relay.
+        match announcements.as_slice() {
+            [] => {}
+            [one] => self.announce(one),
+            many => self.announce(&many.concat()),
+        }
         self.arm_alarm(timeout);
-        write
+        let stored = stored?;
+        Some(async move {
+            match stored {
+                Ok(calls) => {
+                    for call in calls {
+                        wasm_bindgen_futures::JsFuture::from(call).await?;
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        })
     }
 
     /// Reads the chat's rows for the machine, bounded by `STORE_TIMEOUT_MS`.
@@ -349,14 +392,17 @@ impl FeedShell {
         if let Err(RowsUnread::Failed(e)) = &rows {
             log("warn", "feed_rows_unread", "", json!({"chat": chat_id, "error": e}));
         }
-        if let Some(write) = self.feed_input(|f, now| f.handle_rows(rows, now)) {
-            self.persist_logged(write).await;
+        if let Some(stored) = self.feed_input(|f, now| f.handle_rows(rows, now)) {
+            self.logged(stored.await);
         }
     }
 
-    /// Writes the machine's storage write: its puts in one call, then its deletes.
-    async fn persist(&self, write: StorageWrite) -> worker::Result<()> {
+    /// Starts the machine's storage write: its puts in one call, then its deletes, each started
+    /// now (the promises are awaited by the caller).
+    fn persist(&self, write: StorageWrite) -> worker::Result<Vec<js_sys::Promise>> {
         let storage = self.state.storage();
+        let storage = storage.as_raw();
+        let mut calls = Vec::new();
         if !write.put.is_empty() {
             let values = js_sys::Object::new();
             for (key, value) in &write.put {
@@ -364,20 +410,20 @@ impl FeedShell {
             }
             self.counts.borrow_mut().keys_written += write.put.len() as u64;
             self.meter.storage(|s| s.puts += write.put.len() as u64);
-            storage.put_multiple_raw(values).await?;
+            calls.push(storage.put_multiple(values.into())?);
         }
         if !write.delete.is_empty() {
             self.counts.borrow_mut().keys_deleted += write.delete.len() as u64;
             self.meter.storage(|s| s.deletes += write.delete.len() as u64);
-            storage.delete_multiple(write.delete).await?;
+            calls.push(storage.delete_multiple(write.delete.iter().map(|k| JsValue::from_str(k)).collect())?);
         }
-        Ok(())
+        Ok(calls)
     }
 
-    /// [`Self::persist`], for a write no request waits on: on failure the history in memory is
-    /// forgotten (loaded again from storage by the next request, and checked against the table).
-    async fn persist_logged(&self, write: StorageWrite) {
-        if let Err(e) = self.persist(write).await {
+    /// A write no request waits on: on failure the history in memory is forgotten (loaded again
+    /// from storage by the next request, and checked against the table).
+    fn logged(&self, stored: worker::Result<()>) {
+        if let Err(e) = stored {
             log("error", "feed_write_failed", "", json!({"error": e.to_string()}));
             self.feed.borrow_mut().take();
         }
@@ -403,60 +449,31 @@ impl FeedShell {
         });
     }
 
-    /// Writes one event to every reader; a reader that stopped reading is dropped.
+    /// Sends one event to every reader's socket. A socket the runtime cannot send on is closing:
+    /// its relay reconnects, and misses nothing.
     fn announce(&self, wire: &str) {
+        // One JavaScript copy of the bytes for every socket (the runtime copies what it sends).
         let bytes = js_sys::Uint8Array::from(wire.as_bytes());
-        self.readers.borrow_mut().retain(|_, reader| {
-            let stuck = reader.body.desired_size().is_some_and(|d| d < -MAX_UNREAD_WRITES);
-            if stuck {
-                let _ = reader.body.close();
-                return false;
-            }
-            reader.body.enqueue_with_chunk(&bytes).is_ok()
-        });
-    }
-
-    /// Pings every reader each `interval` while any is attached.
-    fn keep_alive(self: &Rc<Self>, interval: Millis) {
-        if self.pinging.replace(true) {
-            return;
+        for socket in self.state.get_websockets() {
+            let raw: &web_sys::WebSocket = socket.as_ref();
+            let _ = raw.send_with_array_buffer_view(&bytes);
         }
-        let shell = Rc::clone(self);
-        wasm_bindgen_futures::spawn_local(async move {
-            loop {
-                // A pending timer keeps the object awake: counted as such.
-                let awake = shell.meter.hold();
-                worker::Delay::from(Duration::from_millis(interval.0)).await;
-                drop(awake);
-                if shell.readers.borrow().is_empty() {
-                    break;
-                }
-                shell.announce(sse::PING);
-            }
-            shell.pinging.set(false);
-        });
     }
 }
 
-/// The underlying source of one feed reader's body.
-#[wasm_bindgen]
-pub struct FeedReaderSource {
-    shell: Rc<FeedShell>,
-    id: u64,
-    first: String,
-}
-
-#[wasm_bindgen]
-impl FeedReaderSource {
-    /// The body is set up: the preamble and the replay go out, and the reader joins.
-    pub fn start(&self, body: web_sys::ReadableStreamDefaultController) {
-        let _ = body.enqueue_with_chunk(&js_sys::Uint8Array::from(self.first.as_bytes()));
-        let reader = FeedReader { body, _awake: self.shell.meter.hold() };
-        self.shell.readers.borrow_mut().insert(self.id, reader);
+/// The object's counts: in the dev build kept across its instances (an object that slept still
+/// reports what it did before), otherwise its instance's own.
+fn counts_of(state: &State) -> Rc<RefCell<FeedCounts>> {
+    #[cfg(feature = "dev")]
+    {
+        thread_local! {
+            static COUNTS: RefCell<std::collections::HashMap<String, Rc<RefCell<FeedCounts>>>> = RefCell::default();
+        }
+        COUNTS.with(|c| Rc::clone(c.borrow_mut().entry(state.id().to_string()).or_default()))
     }
-
-    /// The client went away.
-    pub fn cancel(self) {
-        self.shell.readers.borrow_mut().remove(&self.id);
+    #[cfg(not(feature = "dev"))]
+    {
+        let _ = state;
+        Rc::default()
     }
 }

@@ -1,6 +1,6 @@
 //! Chats, through the message table's mapped chat column (`COLUMNS = {"chat": …}`): the resume
 //! GET for a chat (`GET {prefix}/chats/{chat}/stream`, answered by the front Worker), and the
-//! chat's feed (`GET {prefix}/chats/{chat}/events`, forwarded to its object: `super::super::chat`).
+//! chat's feed (`GET {prefix}/chats/{chat}/events`, relayed from its object: `super::relay`).
 
 use crate::edge::http::{self, unavailable};
 use crate::edge::runtime::now;
@@ -51,7 +51,8 @@ pub async fn lookup(req: Request, env: Env, settings: Rc<Settings>, chat: ChatRo
     // The chat's rows are in the database its id names: one that is not configured is refused.
     settings.databases.of_id(&chat.chat_id).map_err(ApiError::unknown_database)?;
     if chat.action == ChatAction::Events {
-        return feed(req, &env, &chat.chat_id).await;
+        let expires_at = authorizer.expires_at(&question).map(|secs| secs.saturating_mul(1000));
+        return feed(&req, &env, &settings, &chat.chat_id, expires_at).await;
     }
     let tables = tables(&env, &settings, &chat.chat_id)?;
     let Some(stream_id) = tables.streaming_in_chat(&chat.chat_id).await.map_err(ApiError::store_unavailable)? else {
@@ -73,13 +74,16 @@ pub async fn lookup(req: Request, env: Env, settings: Rc<Settings>, chat: ChatRo
     stub.fetch_with_request(forwarded).await.map_err(http::unavailable)
 }
 
-/// `GET {prefix}/chats/{chat}/events`, authorized: the chat's feed object answers it.
-async fn feed(req: Request, env: &Env, chat_id: &str) -> Result<Response, ApiError> {
+/// `GET {prefix}/chats/{chat}/events`, authorized: answered here with SSE, relayed from a
+/// socket to the chat's feed object (which sleeps while the tab waits: `super::relay`), until the
+/// token's `exp` (Unix ms).
+async fn feed(req: &Request, env: &Env, settings: &Settings, chat_id: &str, expires_at: Option<u64>) -> Result<Response, ApiError> {
     let stub = env
         .durable_object(crate::edge::chat::FEEDS_BINDING)
         .and_then(|ns| ns.id_from_name(chat_id)?.get_stub())
         .map_err(|e| ApiError::misconfigured(format!("the {} Durable Object binding: {e}", crate::edge::chat::FEEDS_BINDING)))?;
-    stub.fetch_with_request(req).await.map_err(http::unavailable)
+    let cfg = super::relay::RelayConfig { retry: settings.sse_retry_ms, keepalive: settings.stream.keepalive_ms, expires_at };
+    super::relay::relay(req, stub, cfg).await
 }
 
 /// The part of an absolute URL from its path on (`/streams/…?…`).

@@ -3,6 +3,7 @@
 //! all, to that stream's Durable Object (`super::stream`).
 
 pub(crate) mod chats;
+mod relay;
 
 use crate::edge::gate;
 use crate::edge::http;
@@ -163,15 +164,17 @@ fn route(req: &web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
     let authorizer = setup::authorizer(env, &settings).map_err(ApiError::misconfigured)?;
     // An authorizer that reads the stream's meta is asked in the object, where the meta is.
     if authorizer.reads_meta() {
-        return forward(req, env, &url, &route).map(Routed::Forwarded);
+        return forward(req, env, &url, &route, None).map(Routed::Forwarded);
     }
     let asked = gate::Asked::of(&worker::Headers(req.headers()), &http::Target::parse(&url), &route, &*authorizer)?;
+    // A reader's connection ends at its token's `exp` (the stream's object ends it).
+    let expires_at = route.action.joins().then(|| authorizer.expires_at(&asked.question(&route, None))).flatten();
     // The JWT check answers at once: what it allows is forwarded without a future of its own.
     let allowed = match authorizer.authorize(&asked.question(&route, None)).now_or_never() {
         Some(verdict) => {
             gate::verdict(&route, verdict)?;
             if asked.chat().is_none() {
-                return forward(req, env, &url, &route).map(Routed::Forwarded);
+                return forward(req, env, &url, &route, expires_at).map(Routed::Forwarded);
             }
             true
         }
@@ -185,7 +188,7 @@ fn route(req: &web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
             (true, Some(chat)) => gate::check_chat(tables, &route, chat).await,
             _ => gate::ask(&*authorizer, &asked, &route, None, tables).await,
         };
-        match gated.and_then(|()| forward(&req, &env, &url, &route)) {
+        match gated.and_then(|()| forward(&req, &env, &url, &route, expires_at)) {
             Ok(answer) => wasm_bindgen_futures::JsFuture::from(unavailable_on_rejection(answer)).await,
             Err(e) => Ok(web_sys::Response::from(http::error(&e)?).into()),
         }
@@ -194,7 +197,9 @@ fn route(req: &web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
 
 /// Forwards `req` to the stream's object; its answer. A stream whose id names a database that
 /// is not configured is refused here (400 `unknown_database`, SPEC §13): it reaches no object.
-fn forward(req: &web_sys::Request, env: &Env, url: &str, route: &api::Route) -> Result<js_sys::Promise, ApiError> {
+/// `expires_at`: the reader's token's `exp` (Unix seconds), told to the object on the routes that
+/// hold a connection open (`gate::TOKEN_EXPIRES_HEADER`, whatever the client sent in it).
+fn forward(req: &web_sys::Request, env: &Env, url: &str, route: &api::Route, expires_at: Option<u64>) -> Result<js_sys::Promise, ApiError> {
     let settings = setup::settings(env).map_err(ApiError::misconfigured)?;
     settings.databases.of_id(&route.stream_id).map_err(ApiError::unknown_database)?;
     let stub: worker::worker_sys::DurableObject = env
@@ -202,7 +207,8 @@ fn forward(req: &web_sys::Request, env: &Env, url: &str, route: &api::Route) -> 
         .and_then(|ns| ns.id_from_name(&route.stream_id)?.get_stub())
         .map_err(|e| ApiError::misconfigured(format!("the STREAMS Durable Object binding: {e}")))?
         .into_rpc();
-    stub.unchecked_ref::<Stub>().fetch_with_init(url, &forward_init(req)).map_err(|e| http::unavailable(worker::Error::from(e)))
+    let init = forward_init(req, route.action.joins().then_some(expires_at));
+    stub.unchecked_ref::<Stub>().fetch_with_init(url, &init).map_err(|e| http::unavailable(worker::Error::from(e)))
 }
 
 /// The request to forward to the object, as the `init` of a new one on the same URL: its
@@ -214,10 +220,21 @@ fn forward(req: &web_sys::Request, env: &Env, url: &str, route: &api::Route) -> 
 /// streaming append), cancels its read. Relaying it through a pipe of this Worker's, to stop
 /// that pipe once the object answered, cost about 140 KB of memory per open streaming append
 /// and a hop per piece (docs/PERFORMANCE.md, "Changes tried").
-fn forward_init(req: &web_sys::Request) -> web_sys::RequestInit {
+/// The object's request: the client's, with (on a reader's route) the token's expiry set or
+/// cleared.
+fn forward_init(req: &web_sys::Request, expires_at: Option<Option<u64>>) -> web_sys::RequestInit {
     let init = web_sys::RequestInit::new();
     init.set_method(&req.method());
-    init.set_headers(&req.headers());
+    match expires_at.and_then(|_| web_sys::Headers::new_with_headers(&req.headers()).ok()) {
+        Some(headers) => {
+            let _ = headers.delete(gate::TOKEN_EXPIRES_HEADER);
+            if let Some(Some(secs)) = expires_at {
+                let _ = headers.set(gate::TOKEN_EXPIRES_HEADER, &secs.to_string());
+            }
+            init.set_headers(&headers);
+        }
+        None => init.set_headers(&req.headers()),
+    }
     if let Some(body) = req.body() {
         init.set_body(&body);
     }

@@ -50,7 +50,7 @@ impl Object {
         match pushed {
             Some(Ok(receipt)) => Ok(Ok(receipt)),
             Some(Err(PushError::BadChunk { bad, .. })) => Ok(Err(ApiError::bad_chunk(&bad))),
-            Some(Err(PushError::Closed)) => Err(ApiError::closed(&route.stream_id)),
+            Some(Err(PushError::Closed)) => Err(self.not_live(route)),
             Some(Err(PushError::TooLarge { max, receipt })) => {
                 Err(ApiError::stream_too_large(&route.stream_id, max, receipt.seq, receipt.durable_seq))
             }

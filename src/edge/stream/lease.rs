@@ -7,7 +7,7 @@ use super::StreamObject;
 use crate::edge::meter::Meter;
 use crate::edge::runtime::{log, with_timeout};
 use crate::engine::host::config::StreamConfig;
-use crate::engine::host::object_storage::{kept_at_release, KeyUpdate, StoredStream, KEYS};
+use crate::engine::host::object_storage::{kept_at_release, Arming, KeyUpdate, StoredStream, KEYS};
 use crate::engine::host::time::{Millis, Timestamp};
 use crate::engine::live::lease::{AlarmOutput, Holding, LeaseAlarm, Release, Renewal, StorageError};
 use crate::engine::live::LiveStream;
@@ -24,7 +24,7 @@ pub struct LeaseStore {
     timeout: Millis,
     /// The last arming (its host token) and what the keys held before it, so a refused open
     /// can undo it.
-    armed_over: RefCell<Option<(String, StoredStream)>>,
+    armed_over: RefCell<Option<Arming>>,
     meter: Rc<Meter>,
     /// The test build's fault plan: `ops=storage` breaks the reads of the keys.
     #[cfg(feature = "test-faults")]
@@ -50,11 +50,10 @@ impl LeaseStore {
     /// Stores what the alarm and a revival need and sets the alarm one lease from now. The open
     /// waits for this before it marks the row.
     pub async fn arm(&self, lease: &StoredStream) -> Result<(), StorageError> {
-        // Unknown (a failed read) restores nothing on a disarm: the alarm then finds nothing.
-        let previous = self.read_keys().await.unwrap_or_default();
-        let token = lease.host_token.clone().unwrap_or_default();
-        let update = KeyUpdate::arming(lease).over(&previous);
-        *self.armed_over.borrow_mut() = Some((token, previous));
+        // The engine's rule: armed over the keys read just before, or not at all.
+        let before = self.read_keys().await.map_err(|e| e.0);
+        let (arming, update) = Arming::over(lease, before).map_err(StorageError)?;
+        *self.armed_over.borrow_mut() = Some(arming);
         self.write_keys(&update).await?;
         self.renew(None).await
     }
@@ -63,11 +62,10 @@ impl LeaseStore {
     /// restores what the keys held before it. The alarm stays set; when it fires it finds what
     /// was restored, or nothing to guard.
     pub async fn disarm(&self, host_token: &str) -> Result<(), StorageError> {
-        let Some((token, previous)) = self.armed_over.borrow_mut().take() else { return Ok(()) };
-        if token != host_token {
-            return Ok(());
-        }
-        self.write_keys(&KeyUpdate::arming(&previous)).await
+        let undo = self.armed_over.borrow().as_ref().and_then(|arming| arming.undo(host_token));
+        let Some(update) = undo else { return Ok(()) };
+        self.armed_over.borrow_mut().take();
+        self.write_keys(&update).await
     }
 
     /// Sets the alarm one lease from now, storing the producer's last write first when the
@@ -154,6 +152,10 @@ impl StreamObject {
         let lease = self.lease_store()?;
         let mut alarm = LeaseAlarm::fire();
         let mut format = None;
+        let feed = || self.object.borrow().as_ref().map(|o| Rc::clone(&o.shell.feed));
+        if let Some(feed) = feed() {
+            feed.retry_now();
+        }
         loop {
             let Some(output) = alarm.poll_output() else {
                 // Every run ends with a renewal or a release; a machine that stopped short
@@ -164,6 +166,11 @@ impl StreamObject {
             // The stream the keys name, else the one this object knows (nothing armed names none).
             let known = || self.object.borrow().as_ref().map(|o| o.shell.stream_id.clone()).unwrap_or_default();
             let id = || alarm.stream_id().map_or_else(known, str::to_owned);
+            // A release waits for the stream's notices to its chat's feed.
+            let output = match feed() {
+                Some(feed) => feed.before_release(output),
+                None => output,
+            };
             match output {
                 AlarmOutput::ReadKeys => {
                     let keys = lease.read_keys().await;
@@ -172,7 +179,7 @@ impl StreamObject {
                 }
                 AlarmOutput::Revive => {
                     let o = self.object(&id()).map_err(|e| worker::Error::RustError(e.message))?;
-                    let revived = self.revive(&o).await;
+                    let revived = self.revive(&o, crate::engine::live::Caller::Alarm).await;
                     alarm.handle_revival(revived);
                 }
                 AlarmOutput::RetrySeal => {
@@ -194,7 +201,12 @@ impl StreamObject {
                     };
                     log(level, "lease_released", &id(), json!({"reason": reason}));
                     let keep = kept_at_release(format, crate::edge::setup::rows_carry_format(&settings));
-                    return lease.forget(keep).await.map_err(|e| worker::Error::RustError(e.to_string()));
+                    let forgotten = lease.forget(keep).await.map_err(|e| worker::Error::RustError(e.to_string()));
+                    // A stream sealed here, still held, retires: a late reader is served from the row.
+                    if let Some(o) = self.object.borrow().clone() {
+                        o.shell.feed(|s, _| s.lease_released());
+                    }
+                    return forgotten;
                 }
             }
         }

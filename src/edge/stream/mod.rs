@@ -23,13 +23,14 @@ use self::readers::ReaderSource;
 use self::shell::Shell;
 use crate::edge::http::{self, error, unavailable};
 use crate::edge::meter::{Hold, Meter};
-use crate::edge::runtime::{now, with_timeout};
+use crate::edge::runtime::{log, now, with_timeout};
 use crate::edge::setup::Setup;
 use crate::edge::sse;
-use crate::engine::access::api::{self, Action, ApiError, OpenRequest, Route};
+use crate::engine::access::api::{self, Action, ApiError, OpenRequest, Rebuild, Route};
 use crate::engine::host::config::StreamConfig;
 use crate::engine::host::time::Millis;
-use crate::engine::live::{Dialect, FlushError, LiveStream, OpenError, Producer, ResumeRefused, StreamState, WatchAnswer, WATCH_HOLD};
+use crate::engine::live::lease::Revived;
+use crate::engine::live::{Caller, Dialect, FlushError, LiveStream, OpenError, Producer, ResumeRefused, Taker, WatchAnswer, WATCH_HOLD};
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -46,9 +47,6 @@ pub struct StreamObject {
     /// Readers that came before the open (the row was inserted, the stream not opened yet),
     /// woken when it opens here (see `ui::format_or_await_open`).
     pub(crate) awaiting_open: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
-    /// How far this instance got with rebuilding a lost stream (SPEC §10, `revive.rs`).
-    pub(crate) revival: RefCell<self::revive::RevivalState>,
-    pub(crate) revival_waiters: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
 }
 
 /// An object that knows its stream.
@@ -63,16 +61,10 @@ impl DurableObject for StreamObject {
     fn new(state: State, env: Env) -> Self {
         #[cfg(feature = "dev")]
         crate::edge::dev::object_constructed();
-        Self {
-            state,
-            env,
-            setup: RefCell::new(None),
-            object: RefCell::new(None),
-            meter: Rc::default(),
-            awaiting_open: RefCell::default(),
-            revival: RefCell::default(),
-            revival_waiters: RefCell::default(),
-        }
+        // In the dev build the counts outlive the instance: an object that slept after its seal
+        // still reports what it was billed for (bench/cost.mjs).
+        let (meter, _) = crate::edge::meter::of_object(&state);
+        Self { state, env, setup: RefCell::new(None), object: RefCell::new(None), meter, awaiting_open: RefCell::default() }
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
@@ -128,7 +120,13 @@ impl StreamObject {
         let setup = self.setup(stream_id)?;
         let lease = LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter));
         let feeds = self.env.durable_object(crate::edge::chat::FEEDS_BINDING).ok();
-        let feed = self::announce::FeedLink::new(stream_id, &self.state, feeds, Rc::clone(&self.meter));
+        #[allow(unused_mut)] // the test build adds its fault plan
+        let mut feed =
+            self::announce::FeedLink::new(stream_id, &self.state, feeds, setup.settings.stream.store_timeout_ms, Rc::clone(&self.meter));
+        #[cfg(feature = "test-faults")]
+        {
+            feed.faults = setup.faults.clone();
+        }
         let shell = Shell::new(
             stream_id.to_owned(),
             Rc::clone(&setup.store),
@@ -180,14 +178,14 @@ impl StreamObject {
             Action::Append => Vec::new(),
             action => http::read_limited(&req, action, action.max_body_bytes(o.settings().max_append_bytes)).await?,
         };
-        // A fresh instance whose stream was lost while streaming rebuilds it first, whoever
-        // woke it (SPEC §10); `/text` reads D1 anyway, an open starts a stream of its own, and
-        // `/stats` only looks.
-        if !matches!(route.action, Action::Open | Action::Text | Action::Stats) {
+        // A fresh instance whose stream was lost while streaming rebuilds it, whoever woke it
+        // (SPEC §10), when the engine says (`Action::rebuild`): first for most requests, after
+        // its own write for a cancel, never for an open, `/text` or `/stats`.
+        if route.action.rebuild() == Rebuild::First {
             self.revive_for_request(&o).await?;
         }
         let r = match route.action {
-            Action::Open => self.open(&o, &route, &body).await,
+            Action::Open => self.open(&o, &route, &req, &body).await,
             Action::Append => {
                 let epoch = self::revive::epoch_of(&req)?;
                 o.append(&route, &mut req, epoch).await
@@ -203,14 +201,22 @@ impl StreamObject {
                 o.seal(&route, Some(o.settings().backend.storable(message).into_owned()), epoch).await
             }
             Action::Resume => self.resume_producer(&o, &route, &req).await,
-            Action::Events => o.events(&req, &target),
+            Action::Events => o.events(&req, &target).await,
             Action::Ui => self.ui(&o, &req, &target, &route).await,
             Action::Stream => self.resume(&o, &req, &target, &route).await,
             Action::Text => self.text(&o, &route).await,
             Action::Cancel => {
+                // The row's flag first (a Stop is kept even when the stream cannot be rebuilt
+                // now: every rebuild reads it), then the rebuild, which does not fail the cancel.
                 let answer = o.cancel(&route).await;
-                if answer.is_ok() && !o.pumping.get() {
-                    self.cancel_stored_pump(&o);
+                if answer.is_ok() {
+                    if let Revived::Failed(e) = self.revive(&o, Caller::Request).await {
+                        log("warn", "cancel_recorded_not_rebuilt", &route.stream_id, json!({"error": e.to_string()}));
+                    }
+                    o.shell.cancel(); // a stream rebuilt just now (its row's flag may be unmapped)
+                    if !o.pumping.get() {
+                        self.cancel_stored_pump(&o);
+                    }
                 }
                 answer
             }
@@ -221,7 +227,7 @@ impl StreamObject {
         r
     }
 
-    async fn open(&self, o: &Rc<Object>, route: &Route, body: &[u8]) -> Result<Response, ApiError> {
+    async fn open(&self, o: &Rc<Object>, route: &Route, req: &Request, body: &[u8]) -> Result<Response, ApiError> {
         let body = http::small_json(body, "the open body must be {\"format\": \"text\" | \"ui\", \"meta\": …}")?;
         let OpenRequest { format, meta, chat } = OpenRequest::parse(body)?;
         if let Some(link) = &chat {
@@ -231,7 +237,13 @@ impl StreamObject {
         let (stream, ticket) = LiveStream::open(
             &route.stream_id,
             cfg,
-            Producer { host_token: random_token(), meta, chat: chat.as_ref().map(|c| c.chat_id.clone()) },
+            Producer {
+                host_token: random_token(),
+                meta,
+                chat: chat.clone(),
+                // Its own id: after a lost open answer it resumes without an epoch, as its own.
+                id: req.headers().get(self::revive::PRODUCER_HEADER).ok().flatten(),
+            },
             now(),
         );
         let Some(settled) = o.shell.install(stream, ticket) else {
@@ -279,9 +291,10 @@ impl StreamObject {
         let grant = match o.shell.feed(|s, now| s.admit(epoch).map_err(ResumeRefused::Fenced).and_then(|()| s.start_pump(now))) {
             Some(Ok(grant)) => grant,
             Some(Err(ResumeRefused::Fenced(f))) => return Err(self::revive::fenced(&route.stream_id, f)),
-            Some(Err(_)) | None => return Err(ApiError::closed(&route.stream_id)),
+            Some(Err(e)) => return Err(self::revive::refused(&route.stream_id, e)),
+            None => return Err(ApiError::not_open(&route.stream_id)),
         };
-        self.store_resume(&grant, None).await.map_err(ApiError::store_unavailable)?;
+        self.store_takeover(o, &grant, None, Taker::Pump).await?;
         o.pumping.set(true);
         let object = Rc::clone(o);
         let run = self::pump::PumpRun::new(Rc::clone(&o.shell), grant.epoch, &self.state, self.env.clone(), Rc::clone(&self.meter));
@@ -300,13 +313,18 @@ impl Object {
         &self.setup.settings
     }
 
-    /// Refuses producer calls on a stream that is not live here.
+    /// Refuses producer calls on a stream that is not live here: 409 `closed` with the status it
+    /// ends with (a Stop reaches the producer as `cancelled`), or 404 `not_open`.
     pub(crate) fn require_live(&self, route: &Route) -> Result<(), ApiError> {
-        match self.shell.inspect(LiveStream::state) {
-            Some(StreamState::Live) => Ok(()),
-            Some(StreamState::Sealing | StreamState::Ended(_)) => Err(ApiError::closed(&route.stream_id)),
-            _ => Err(ApiError::not_open(&route.stream_id)),
+        match self.shell.inspect(LiveStream::takes_producers) {
+            Some(result) => result.map_err(|e| self::revive::refused(&route.stream_id, e)),
+            None => Err(ApiError::not_open(&route.stream_id)),
         }
+    }
+
+    /// A producer's call that found the stream closed: as [`Self::require_live`] answers it.
+    pub(crate) fn not_live(&self, route: &Route) -> ApiError {
+        self.require_live(route).err().unwrap_or_else(|| ApiError::closed(&route.stream_id))
     }
 
     async fn flush(&self, route: &Route, epoch: Option<u64>) -> Result<Response, ApiError> {
@@ -348,10 +366,19 @@ impl Object {
         }
     }
 
-    fn events(&self, req: &Request, target: &http::Target) -> Result<Response, ApiError> {
-        match self.subscribe(Dialect::Events, req, target) {
-            self::readers::Subscription::Answered(response) => response,
-            self::readers::Subscription::NoLiveStream { .. } => sse::absent(self.settings().sse_retry_ms).map_err(unavailable),
+    /// `GET /events`: a live reader; with no live stream here, an ended answer's tail and end
+    /// from its row (what the stream replayed while it lingered: its object sleeps after the
+    /// seal), else `absent`.
+    async fn events(&self, req: &Request, target: &http::Target) -> Result<Response, ApiError> {
+        let from = match self.subscribe(Dialect::Events, req, target) {
+            self::readers::Subscription::Answered(response) => return response,
+            self::readers::Subscription::NoLiveStream { from } => from,
+        };
+        let retry = self.settings().sse_retry_ms;
+        let row = self.setup.read_durable(&self.shell.stream_id).await.map_err(ApiError::store_unavailable)?;
+        match row.as_ref().and_then(|row| crate::engine::live::replay_of_row(&self.shell.stream_id, row, from)) {
+            Some(frames) => sse::complete(retry, &frames).map_err(unavailable),
+            None => sse::absent(retry).map_err(unavailable),
         }
     }
 
@@ -369,7 +396,17 @@ impl Object {
         if self.shell.inspect(|s| cfg.admits_reader(s.reader_count())) == Some(false) {
             return self::readers::Subscription::Answered(Err(ApiError::too_many_readers(&self.shell.stream_id, cfg.max_readers)));
         }
-        match self.shell.feed(|s, _| s.subscribe_as(dialect, from)) {
+        // The front Worker says when the reader's token expires: its connection ends then.
+        let expires_at =
+            req.headers().get(crate::edge::gate::TOKEN_EXPIRES_HEADER).ok().flatten().and_then(|s| s.trim().parse::<u64>().ok());
+        let subscribed = self.shell.feed(|s, _| {
+            let reader = s.subscribe_as(dialect, from);
+            if let Some(secs) = expires_at {
+                s.expire_reader(reader, crate::engine::host::time::Timestamp(secs.saturating_mul(1000)));
+            }
+            reader
+        });
+        match subscribed {
             Some(reader) => self::readers::Subscription::Answered(
                 ReaderSource::response(Rc::clone(&self.shell), reader, dialect, self.settings().sse_retry_ms).map_err(unavailable),
             ),

@@ -478,11 +478,16 @@ impl StreamObject {
         // then seal the row under a pump still running upstream.
         let grant = match o.shell.feed(|s, now| s.start_pump(now)) {
             Some(Ok(grant)) => grant,
+            // The rebuilt stream is sealing already (a Stop recorded on its row): its response
+            // is cancelled upstream, as a cancel of a pump lost in a reset is.
+            Some(Err(crate::engine::live::ResumeRefused::Closed { .. })) => {
+                self.cancel_stored_pump(o);
+                return Ok(PumpReattach::NoRecord);
+            }
             _ => return Ok(PumpReattach::NoRecord),
         };
-        if let Err(e) = self.store_resume(&grant, None).await {
-            log("error", "resume_not_stored", run.stream_id(), json!({"error": e}));
-        }
+        // A failure to store the epoch is logged there; the re-attached pump goes on.
+        let _ = self.store_takeover(o, &grant, None, crate::engine::live::Taker::Pump).await;
         o.pumping.set(true);
         let run = run.with_epoch(grant.epoch);
         log("info", "pump_reattaching", run.stream_id(), json!({"after": "an object reset", "mark": reattach.record().mark.after}));

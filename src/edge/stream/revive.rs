@@ -10,8 +10,9 @@ use crate::edge::runtime::{log, now};
 use crate::engine::access::api::{ApiError, Route};
 use crate::engine::host::object_storage::KeyUpdate;
 use crate::engine::live::lease::Revived;
-use crate::engine::live::{Fenced, ResumeGrant, ResumeRefused, Revival, RevivalEnd, RevivalFailure, RevivalOutput};
-use crate::engine::wire::frame::STATUS_STREAMING;
+use crate::engine::live::{
+    Attempt, Caller, Fenced, ResumeGrant, ResumeRefused, Revival, RevivalEnd, RevivalFailure, RevivalOutput, Taker, Turn,
+};
 use serde_json::json;
 use std::rc::Rc;
 use worker::{Request, Response};
@@ -41,70 +42,47 @@ pub fn fenced(stream_id: &str, f: Fenced) -> ApiError {
     }
 }
 
-/// How far this instance got with its revival.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) enum RevivalState {
-    /// Not tried yet (a fresh instance), or the last attempt decided nothing.
-    #[default]
-    Untried,
-    /// One attempt is under way: later callers wait for it (single flight).
-    Running,
-    /// Decided: nothing here to rebuild (a rebuilt stream is simply held).
-    Settled(Revived),
+/// The revival this caller runs: however it ends (an answer, an error, or its future dropped
+/// with its request), the engine hears of it and the waiting callers ask again.
+struct Running<'a> {
+    shell: &'a super::shell::Shell,
+    attempt: Option<Attempt>,
 }
 
-/// The one revival under way: however it ends (an answer, an error, or its future dropped with
-/// its request), the next caller is let through and the waiters are woken.
-struct Attempt<'a> {
-    object: &'a StreamObject,
-    outcome: Option<Revived>,
-}
-
-impl Drop for Attempt<'_> {
+impl Drop for Running<'_> {
     fn drop(&mut self) {
-        let state = match self.outcome.take() {
-            Some(settled @ Revived::Nothing(_)) => RevivalState::Settled(settled),
-            _ => RevivalState::Untried,
-        };
-        *self.object.revival.borrow_mut() = state;
-        for waiter in self.object.revival_waiters.take() {
-            let _ = waiter.send(());
+        if let Some(attempt) = self.attempt.take() {
+            self.shell.finish_revival(attempt, None);
         }
     }
 }
 
 impl StreamObject {
     /// Rebuilds the stream if this instance holds none and its keys say one was lost while
-    /// `streaming`, once at a time: concurrent callers wait for the one attempt and see its
-    /// outcome. A stream already held here is [`Revived::Rebuilt`].
-    pub(crate) async fn revive(&self, o: &Rc<Object>) -> Revived {
-        loop {
-            if o.shell.holds_stream() {
-                return Revived::Rebuilt;
+    /// `streaming`: the engine's [`Revivals`](crate::engine::live::Revivals) say whether this
+    /// caller runs a revival, waits for the one under way, or already has the answer. A stream
+    /// held here is [`Revived::Rebuilt`].
+    pub(crate) async fn revive(&self, o: &Rc<Object>, caller: Caller) -> Revived {
+        let attempt = loop {
+            match o.shell.begin_revival(caller) {
+                Turn::Held => return Revived::Rebuilt,
+                Turn::Settled(release) => return Revived::Nothing(release),
+                Turn::Wait => drop(o.shell.revival_finished().await),
+                Turn::Run(attempt) => break attempt,
             }
-            let state = self.revival.borrow().clone();
-            match state {
-                RevivalState::Settled(outcome) => return outcome,
-                RevivalState::Running => {
-                    let (tx, rx) = futures::channel::oneshot::channel();
-                    self.revival_waiters.borrow_mut().push(tx);
-                    let _ = rx.await;
-                }
-                RevivalState::Untried => break,
-            }
-        }
-        *self.revival.borrow_mut() = RevivalState::Running;
-        let mut attempt = Attempt { object: self, outcome: None };
+        };
+        let mut running = Running { shell: &o.shell, attempt: Some(attempt) };
         let outcome = self.run_revival(o).await;
-        attempt.outcome = Some(outcome.clone());
+        if let Some(attempt) = running.attempt.take() {
+            o.shell.finish_revival(attempt, Some(&outcome));
+        }
         outcome
     }
 
     /// A request's revival: a step that failed is a 503 (the next request tries again).
     pub(crate) async fn revive_for_request(&self, o: &Rc<Object>) -> Result<(), ApiError> {
-        match self.revive(o).await {
-            Revived::Failed(RevivalFailure::Store(e)) => Err(ApiError::store_unavailable(e)),
-            Revived::Failed(RevivalFailure::Storage(e)) => Err(ApiError::store_unavailable(e)),
+        match self.revive(o, Caller::Request).await {
+            Revived::Failed(e) => Err(ApiError::store_unavailable(e)),
             _ => Ok(()),
         }
     }
@@ -130,6 +108,8 @@ impl StreamObject {
         let Some(end) = revival.take_end() else {
             return Revived::Failed(RevivalFailure::Storage("the revival stopped before it decided".into()));
         };
+        // What this instance may not have told the chat's feed (the start, an end in the row).
+        o.shell.feed.revived(revival.keys(), revival.row());
         let revived = Revived::from(&end);
         match end {
             RevivalEnd::Revived(stream) => self.install_revived(o, *stream).await,
@@ -161,37 +141,54 @@ impl StreamObject {
     pub(crate) async fn resume_producer(&self, o: &Rc<Object>, route: &Route, req: &Request) -> Result<Response, ApiError> {
         let epoch = epoch_of(req)?;
         let producer = req.headers().get(PRODUCER_HEADER).ok().flatten();
-        let granted = o.shell.feed(|s, now| s.resume(epoch, producer.as_deref(), now));
-        let grant = match granted {
+        let grant = match o.shell.feed(|s, now| s.resume(epoch, producer.as_deref(), now)) {
             Some(Ok(grant)) => grant,
-            Some(Err(ResumeRefused::Closed { status, seq, durable_seq })) => {
-                return Err(ApiError::closed_as(&route.stream_id, status.as_str(), seq, durable_seq))
+            Some(Err(ResumeRefused::NotOpen)) | None => {
+                // No stream here (the revival found nothing to rebuild): the row says why.
+                let row = o.setup.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+                return Err(refused(&route.stream_id, ResumeRefused::of_row(row.as_ref())));
             }
-            Some(Err(ResumeRefused::Fenced(f))) => return Err(fenced(&route.stream_id, f)),
-            Some(Err(ResumeRefused::NotOpen)) | None => return Err(self.not_resumable(o, route).await),
+            Some(Err(e)) => return Err(refused(&route.stream_id, e)),
         };
-        self.store_resume(&grant, producer.as_deref()).await.map_err(ApiError::store_unavailable)?;
+        self.store_takeover(o, &grant, producer.as_deref(), Taker::Producer).await?;
         log("info", "resumed", &route.stream_id, json!({"seq": grant.seq, "durableSeq": grant.durable_seq, "epoch": grant.epoch}));
         http::json(200, &json!({"seq": grant.seq, "durableSeq": grant.durable_seq, "format": grant.format.as_str(), "epoch": grant.epoch}))
             .map_err(unavailable)
     }
 
-    /// Stores what a granted resume (or a pump taking over) changed: the new epoch (the replaced
-    /// connection stays fenced across a reset), whom it went to, and no window.
-    pub(crate) async fn store_resume(&self, grant: &ResumeGrant, producer: Option<&str>) -> Result<(), String> {
-        let lease = self.lease_store().map_err(|e| e.to_string())?;
-        lease.write_keys(&KeyUpdate::resumed(grant.epoch, producer)).await.map_err(|e| e.0)
-    }
-
-    /// Why no stream here can resume: its row is sealed (409 naming the status), or there is
-    /// nothing streaming here (404 `not_open`).
-    async fn not_resumable(&self, o: &Object, route: &Route) -> ApiError {
-        match o.setup.read_durable(&route.stream_id).await {
-            Ok(Some(row)) if row.status != STATUS_STREAMING && crate::engine::wire::frame::EndStatus::parse(&row.status).is_some() => {
-                ApiError::closed_as(&route.stream_id, &row.status, row.seq, row.seq)
+    /// Stores what a granted take-over (a resume, a pump) changed: the new epoch (the replaced
+    /// connection stays fenced across a reset), whom it went to, and no window. When the storage
+    /// fails, the engine says whether the take-over still stands ([`Taker::needs_stored_epoch`]):
+    /// a producer's resume is answered 503, a pump goes on (logged).
+    pub(crate) async fn store_takeover(
+        &self,
+        o: &Object,
+        grant: &ResumeGrant,
+        producer: Option<&str>,
+        taker: Taker,
+    ) -> Result<(), ApiError> {
+        let stored = match self.lease_store() {
+            Ok(lease) => lease.write_keys(&KeyUpdate::resumed(grant.epoch, producer)).await.map_err(|e| e.0),
+            Err(e) => Err(e.to_string()),
+        };
+        match stored {
+            Ok(()) => Ok(()),
+            Err(e) if taker.needs_stored_epoch() => Err(ApiError::store_unavailable(e)),
+            Err(e) => {
+                let fields = json!({"error": e, "epoch": grant.epoch, "taker": format!("{taker:?}")});
+                log("error", "epoch_not_stored", &o.shell.stream_id, fields);
+                Ok(())
             }
-            Ok(_) => ApiError::not_open(&route.stream_id),
-            Err(e) => ApiError::store_unavailable(e),
         }
+    }
+}
+
+/// A refused resume (or a producer's write to a stream that is not live), as the API answers it:
+/// `closed` names the status the stream ends with.
+pub(crate) fn refused(stream_id: &str, refused: ResumeRefused) -> ApiError {
+    match refused {
+        ResumeRefused::Closed { status, seq, durable_seq } => ApiError::closed_as(stream_id, status.as_str(), seq, durable_seq),
+        ResumeRefused::Fenced(f) => fenced(stream_id, f),
+        ResumeRefused::NotOpen => ApiError::not_open(stream_id),
     }
 }

@@ -7,11 +7,13 @@ use crate::edge::meter::{Hold, Meter};
 use crate::edge::runtime::{log, now, with_timeout};
 use crate::edge::store::Store;
 use crate::engine::host::hook::{self, EventHook, StreamNotice};
+use crate::engine::host::object_storage::KeyUpdate;
 use crate::engine::host::store::{StoreError, StoreRequest};
 use crate::engine::host::time::{Millis, Timestamp};
+use crate::engine::live::lease::Revived;
 use crate::engine::live::{
-    Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame, StreamEvent, StreamSlot,
-    Ticket, Wire, ALONE_BYTES,
+    Attempt, Caller, Dialect, FlushOutcome, LiveStream, OpenOutcome, Output, Pull, ReaderId, SealOutcome, Settlement, SharedFrame,
+    StreamEvent, StreamSlot, Ticket, Turn, Wire, ALONE_BYTES,
 };
 use futures::channel::oneshot;
 use serde_json::json;
@@ -123,11 +125,14 @@ pub struct Shell {
     bodies: RefCell<HashMap<ReaderId, Rc<ReaderBody>>>,
     /// Senders woken when a cancel arrives (a streaming append waits on one).
     cancel_watchers: RefCell<Vec<oneshot::Sender<()>>>,
+    /// Callers waiting for the revival under way ([`Self::revival_finished`]).
+    revival_waiters: RefCell<Vec<oneshot::Sender<()>>>,
     /// Producers' watches (`GET /watch`), woken once the stream has something to tell them
     /// ([`LiveStream::watch`]) or is dropped.
     watches: RefCell<Vec<oneshot::Sender<()>>>,
-    timer_at: Cell<Option<Timestamp>>,
-    timer_generation: Cell<u64>,
+    /// The one timer armed for the stream's next deadline, and how to cancel it (a pending timer
+    /// keeps the object from hibernating: one no deadline wants is cleared).
+    timer: RefCell<Option<(Timestamp, futures::future::AbortHandle)>>,
     /// The last frame written whole, as JavaScript bytes: the readers woken for it get this copy.
     last_frame: Cell<Option<FrameCopy>>,
     /// The JavaScript copies of the large frames readers still hold (a replay's text shared by
@@ -160,9 +165,9 @@ impl Shell {
             waiting: Waiting::default(),
             bodies: RefCell::default(),
             cancel_watchers: RefCell::default(),
+            revival_waiters: RefCell::default(),
             watches: RefCell::default(),
-            timer_at: Cell::new(None),
-            timer_generation: Cell::new(0),
+            timer: RefCell::new(None),
             last_frame: Cell::new(None),
             large_frames: RefCell::default(),
             meter,
@@ -179,28 +184,38 @@ impl Shell {
         stream: LiveStream,
         opened: Ticket<OpenOutcome>,
     ) -> Option<impl std::future::Future<Output = Result<OpenOutcome, StreamDropped>>> {
-        let mut slot = self.live.borrow_mut();
-        if slot.is_some() {
-            return None;
-        }
-        *slot = Some(stream);
-        slot.as_mut().expect("just installed").seed_jitter(crate::edge::runtime::random_u64());
-        Some(self.await_ticket(opened))
+        self.live.put(seeded(stream)).then(|| self.await_ticket(opened))
     }
 
     /// Installs a stream rebuilt from the store (SPEC §10); `false` (and nothing changes) when a
     /// stream is already here.
     pub fn install_rehydrated(self: &Rc<Self>, stream: LiveStream) -> bool {
-        {
-            let mut slot = self.live.borrow_mut();
-            if slot.is_some() {
-                return false;
-            }
-            *slot = Some(stream);
-            slot.as_mut().expect("just installed").seed_jitter(crate::edge::runtime::random_u64());
+        if !self.live.put(seeded(stream)) {
+            return false;
         }
-        self.feed(|_, _| ()); // performs the lease renewal queued by `rehydrate`, arms the window
+        self.feed(|_, _| ()); // performs what `rehydrate` queued (the lease renewal, a seal), arms the window
         true
+    }
+
+    /// `caller`'s turn to rebuild the stream this instance does not hold (the engine's
+    /// [`Revivals`](crate::engine::live::Revivals), kept with the stream's slot).
+    pub fn begin_revival(&self, caller: Caller) -> Turn {
+        self.live.begin_revival(caller)
+    }
+
+    /// Resolves when the revival under way finishes (then ask [`Self::begin_revival`] again).
+    pub fn revival_finished(&self) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.revival_waiters.borrow_mut().push(tx);
+        rx
+    }
+
+    /// The revival is over (`outcome` `None`: given up, its future dropped); its waiters ask again.
+    pub fn finish_revival(&self, attempt: Attempt, outcome: Option<&Revived>) {
+        self.live.finish_revival(attempt, outcome);
+        for waiter in self.revival_waiters.take() {
+            let _ = waiter.send(());
+        }
     }
 
     /// Is a stream (opening, live, sealing or lingering) held here?
@@ -222,13 +237,13 @@ impl Shell {
             let result = input(stream, now);
             let outputs: Vec<Output> = std::iter::from_fn(|| stream.poll_output()).collect();
             let tell_watches = !self.watches.borrow().is_empty() && stream.watch().is_some();
-            (result, outputs, stream.poll_timeout(), tell_watches)
+            (result, outputs, stream.poll_timer(), tell_watches)
         }; // the borrow ends here, before anything is performed
         if tell_watches {
             self.wake_watches();
         }
         self.perform(outputs, now);
-        self.arm_timer(deadline, now);
+        self.set_timer(deadline, now);
         Some(result)
     }
 
@@ -401,13 +416,32 @@ impl Shell {
                     });
                 }
                 Output::RenewLease { last_write } => {
+                    // The renewal is also when unconfirmed notices are sent again (the alarm
+                    // never fires while the stream is alive here).
+                    self.feed.retry_now();
                     let shell = Rc::clone(self);
                     let awake = self.meter.hold();
                     wasm_bindgen_futures::spawn_local(async move {
                         let _awake = awake;
-                        if let Err(e) = shell.lease.renew(last_write).await {
-                            log("error", "lease_renewal_failed", &shell.stream_id, json!({"error": e.to_string()}));
+                        let result = shell.lease.renew(last_write).await.map_err(|e| e.to_string());
+                        if let Err(e) = &result {
+                            log("error", "lease_renewal_failed", &shell.stream_id, json!({"error": e}));
                         }
+                        if last_write.is_some() {
+                            shell.feed(|s, _| s.handle_last_write_written(result));
+                        }
+                    });
+                }
+                Output::ForgetLastWrite => {
+                    let shell = Rc::clone(self);
+                    let awake = self.meter.hold();
+                    wasm_bindgen_futures::spawn_local(async move {
+                        let _awake = awake;
+                        let result = shell.lease.write_keys(&KeyUpdate::forget_last_write()).await.map_err(|e| e.to_string());
+                        if let Err(e) = &result {
+                            log("error", "last_write_not_forgotten", &shell.stream_id, json!({"error": e}));
+                        }
+                        shell.feed(|s, _| s.handle_last_write_written(result));
                     });
                 }
                 Output::Event(event) => self.log_event(event),
@@ -461,24 +495,41 @@ impl Shell {
     /// Arms one timeout task for the stream's next deadline, unless one already fires first.
     fn arm_timer(self: &Rc<Self>, deadline: Option<Timestamp>, now: Timestamp) {
         let Some(at) = deadline else { return };
-        if self.timer_at.get().is_some_and(|armed| armed <= at) {
+        if self.timer.borrow().as_ref().is_some_and(|(armed, _)| *armed <= at) {
             return;
         }
-        let generation = self.timer_generation.get() + 1;
-        self.timer_generation.set(generation);
-        self.timer_at.set(Some(at));
+        self.cancel_timer();
+        let (cancel, registration) = futures::future::AbortHandle::new_pair();
+        *self.timer.borrow_mut() = Some((at, cancel));
         let shell = Rc::clone(self);
         // A pending timer keeps the object from hibernating: billed awake until it fires.
         let awake = self.meter.hold();
         wasm_bindgen_futures::spawn_local(async move {
             let _awake = awake;
-            worker::Delay::from(Duration::from_millis(at.0.saturating_sub(now.0))).await;
-            if shell.timer_generation.get() == generation {
-                shell.timer_at.set(None);
+            let delay = worker::Delay::from(Duration::from_millis(at.0.saturating_sub(now.0)));
+            if futures::future::Abortable::new(delay, registration).await.is_err() {
+                return; // cleared: the `Delay` dropped with it clears the runtime's timeout
             }
-            // A superseded timer firing late is harmless: handle_timeout does only what is due.
+            if shell.timer.borrow().as_ref().is_some_and(|(armed, _)| *armed == at) {
+                shell.timer.borrow_mut().take();
+            }
             shell.feed(|s, now| s.handle_timeout(now));
         });
+    }
+
+    /// The timer for the stream's next deadline: armed as [`Self::arm_timer`] does, and cleared
+    /// when the stream wants none (an ended stream: nothing keeps its object awake).
+    fn set_timer(self: &Rc<Self>, deadline: Option<Timestamp>, now: Timestamp) {
+        match deadline {
+            Some(_) => self.arm_timer(deadline, now),
+            None => self.cancel_timer(),
+        }
+    }
+
+    fn cancel_timer(&self) {
+        if let Some((_, cancel)) = self.timer.borrow_mut().take() {
+            cancel.abort();
+        }
     }
 
     /// Tells the installed hook, if any. Runs while performing outputs, never with the state
@@ -537,4 +588,11 @@ impl Shell {
             self.notify(notice);
         }
     }
+}
+
+/// A stream given this instance's own jitter: objects backing off from one busy database spread
+/// their retries instead of returning together.
+fn seeded(mut stream: LiveStream) -> LiveStream {
+    stream.seed_jitter(crate::edge::runtime::random_u64());
+    stream
 }

@@ -117,6 +117,31 @@ impl Action {
             _ => MAX_SMALL_BODY_BYTES,
         }
     }
+
+    /// When this request, reaching an object that holds no stream, rebuilds the one it lost
+    /// (SPEC §10).
+    pub fn rebuild(self) -> Rebuild {
+        match self {
+            Action::Open | Action::Text | Action::Stats => Rebuild::Never,
+            Action::Cancel => Rebuild::AfterItsWrite,
+            _ => Rebuild::First,
+        }
+    }
+}
+
+/// When a request to an object that holds no stream rebuilds the one it lost ([`Action::rebuild`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rebuild {
+    /// Never: an open starts a stream of its own, `/text` reads the store anyway, `/stats` only
+    /// looks.
+    Never,
+    /// Before the request is served; a rebuild that fails answers 503 (the next request, or the
+    /// lease, tries again).
+    First,
+    /// After the request's own write to the row, and a rebuild that fails does not fail it: a
+    /// cancel records the row's flag first, so the Stop is kept even when the object cannot be
+    /// rebuilt now, and every rebuild reads it (the stream seals `cancelled`).
+    AfterItsWrite,
 }
 
 /// The largest body of `fail` and the routes that take none (a 64 KiB error message is far
@@ -352,6 +377,16 @@ impl ApiError {
             429,
             "too_many_readers",
             format!("stream {stream_id} has {max} readers, the most it takes (MAX_READERS); try again later"),
+        )
+        .with("maxReaders", max)
+    }
+
+    /// A chat's feed already has `max` readers (`FEED_MAX_READERS`).
+    pub fn too_many_feed_readers(chat_id: &str, max: usize) -> Self {
+        Self::new(
+            429,
+            "too_many_readers",
+            format!("chat {chat_id} has {max} feed readers, the most it takes (FEED_MAX_READERS); try again later"),
         )
         .with("maxReaders", max)
     }
@@ -619,6 +654,18 @@ mod tests {
             let e = parse(body.clone()).unwrap_err();
             assert_eq!((e.status, e.code), (400, code), "{}", e.message);
         }
+    }
+
+    /// A cancel is recorded on the row before the object tries to rebuild its stream: a rebuild
+    /// that fails must not lose the Stop (it answered 503 before setting the flag).
+    #[test]
+    fn a_cancel_records_its_flag_before_the_rebuild_and_only_reads_and_writes_rebuild_first() {
+        assert_eq!(Action::Cancel.rebuild(), Rebuild::AfterItsWrite);
+        for action in [Action::Open, Action::Text, Action::Stats] {
+            assert_eq!(action.rebuild(), Rebuild::Never, "{action:?}");
+        }
+        let first = Action::ALL.iter().filter(|a| a.rebuild() == Rebuild::First).count();
+        assert_eq!(first, Action::ALL.len() - 4, "every other route");
     }
 
     #[test]

@@ -128,6 +128,15 @@ pub trait Authorizer {
     fn reads_meta(&self) -> bool {
         false
     }
+
+    /// When the credential of an allowed `request` expires (Unix seconds), if it does: a reader's
+    /// connection (a stream's `/events` and `/ui`, a chat's feed) ends then, and its client
+    /// reconnects with a fresh one (SPEC §11: no connection outlives its token). `None` (the
+    /// default): the connection lasts as long as the client keeps it.
+    fn expires_at(&self, request: &AuthRequest<'_>) -> Option<u64> {
+        let _ = request;
+        None
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -361,6 +370,12 @@ impl Authorizer for JwtAuthorizer {
     fn reads_headers(&self) -> bool {
         false
     }
+
+    /// The token's `exp`.
+    fn expires_at(&self, request: &AuthRequest<'_>) -> Option<u64> {
+        let token = request.token.filter(|t| !t.is_empty())?;
+        self.verified_claims(token).ok().map(|claims| claims.exp)
+    }
 }
 
 /// Signs `claims` as an HS256 JWT (the development session's tokens, and tests).
@@ -368,8 +383,12 @@ pub fn mint_hs256(claims: &impl serde::Serialize, secret: &[u8]) -> Result<Strin
     crate::engine::access::jwt::sign(claims, secret)
 }
 
-/// A `stream` claim is an exact id, or a prefix ending in `*`.
+/// A `stream` claim is an exact id, or a prefix ending in `*`. An empty claim names nothing (a
+/// chat's lookup asks with an empty stream id: it would match every chat).
 pub fn stream_claim_matches(claim: &str, stream_id: &str) -> bool {
+    if claim.is_empty() {
+        return false;
+    }
     match claim.strip_suffix('*') {
         Some(prefix) => stream_id.starts_with(prefix),
         None => claim == stream_id,
@@ -448,6 +467,28 @@ mod tests {
             Err(Denied::WrongStream),
             "an exact stream claim is not a chat's"
         );
+    }
+
+    #[test]
+    fn an_empty_stream_or_chat_claim_reads_nothing() {
+        let auth = JwtAuthorizer::new(SECRET).unwrap();
+        for claim in [json!({"stream": ""}), json!({"chat": ""}), json!({"stream": "", "chat": ""})] {
+            let mut claims = json!({"sub": "u1", "scope": "read", "exp": NOW + 60});
+            claims.as_object_mut().unwrap().extend(claim.as_object().unwrap().clone());
+            let t = token(claims.clone(), SECRET);
+            // A chat's lookup and its feed are asked with an empty stream id.
+            let lookup = request(Some(&t), "", Some("c9"), Scope::Read, NOW);
+            assert_eq!(auth.check(&lookup), Err(Denied::WrongStream), "{claims}: not every chat");
+            assert_eq!(auth.check(&request(Some(&t), "m1", None, Scope::Read, NOW)), Err(Denied::WrongStream), "{claims}: no stream");
+        }
+    }
+
+    #[test]
+    fn a_reader_learns_when_its_token_expires() {
+        let auth = JwtAuthorizer::new(SECRET).unwrap();
+        let t = token(claims("m1", "read", NOW + 20), SECRET);
+        assert_eq!(auth.expires_at(&request(Some(&t), "m1", None, Scope::Read, NOW)), Some(NOW + 20));
+        assert_eq!(auth.expires_at(&request(None, "m1", None, Scope::Read, NOW)), None);
     }
 
     #[test]

@@ -4,11 +4,12 @@
 
 use super::rows::{ColumnValue, OpenProbe, RowState};
 use super::sql::{MappedSql, Statement};
-use super::tables::{Row, SqlExecutor};
+use super::tables::{lease_row_of_rows, Row, SqlExecutor};
 use crate::engine::host::store::{
-    Checkpoint, ClaimHost, MarkOutcome, MarkStreaming, OpKind, Operation, ProbeOpen, ReadHost, ReadState, RowSummary, SealResult,
-    SealWrite, StoreError,
+    Checkpoint, ClaimHost, MarkOutcome, MarkStreaming, OpKind, Operation, ProbeOpen, ReadHost, ReadLeaseRow, ReadState, RowSummary,
+    SealResult, SealWrite, StoreError,
 };
+use crate::engine::live::lease::LeaseRow;
 
 /// What an executor must run for one operation.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,7 +97,10 @@ impl TablesOp for Checkpoint {
     const KIND: OpKind = OpKind::Checkpoint;
 
     fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
-        StorePlan::BatchThenQuery(sql.append(stream_id, self.from, self.to, &self.text), sql.read_state(stream_id))
+        StorePlan::BatchThenQuery(
+            sql.append(stream_id, self.from, self.to, &self.text, self.host_token.as_deref()),
+            sql.read_state(stream_id),
+        )
     }
 
     /// The row as the write's own transaction left it; a row that cannot be read after a write
@@ -121,18 +125,30 @@ impl TablesOp for ReadState {
 impl TablesOp for ClaimHost {
     const KIND: OpKind = OpKind::ClaimHost;
 
-    /// The claim, then the host read in the same transaction: the row's holder decides, so a
-    /// replay whose first reply was lost reads its own claim. Nothing to claim without a host
-    /// column (never asked then).
+    /// The claim, then the row read in the same transaction: the row's holder decides (a replay
+    /// whose first reply was lost reads its own claim), and its text is what to rebuild from.
+    /// Without a host column there is nothing to claim (never asked then): the row as it is.
     fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
-        match (sql.claim_host(stream_id, &self.old, &self.new), sql.read_host(stream_id)) {
-            (Some(claim), Some(read)) => StorePlan::BatchThenQuery(vec![claim], read),
-            _ => StorePlan::Batch(vec![]),
+        match sql.claim_host(stream_id, &self.old, &self.new) {
+            Some(claim) => StorePlan::BatchThenQuery(vec![claim], sql.read_durable(stream_id)),
+            None => StorePlan::Query(sql.read_durable(stream_id)),
         }
     }
 
-    fn reply(&self, executed: Executed) -> Result<Option<String>, StoreError> {
-        Ok(executed.rows.first().and_then(|row| text(row.get("host"))))
+    fn reply(&self, executed: Executed) -> Result<LeaseRow, StoreError> {
+        Ok(lease_row_of_rows(&executed.rows))
+    }
+}
+
+impl TablesOp for ReadLeaseRow {
+    const KIND: OpKind = OpKind::ReadDurable;
+
+    fn plan(&self, sql: &MappedSql, stream_id: &str) -> StorePlan {
+        StorePlan::Query(sql.read_durable(stream_id))
+    }
+
+    fn reply(&self, executed: Executed) -> Result<LeaseRow, StoreError> {
+        Ok(lease_row_of_rows(&executed.rows))
     }
 }
 

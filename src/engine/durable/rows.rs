@@ -83,9 +83,6 @@ pub enum OpenRefused {
     BySink { reason: String },
 }
 
-/// The statuses a seal writes.
-const SEALED: [EndStatus; 4] = [EndStatus::Complete, EndStatus::Cancelled, EndStatus::Error, EndStatus::Interrupted];
-
 /// The open probe's verdict: the row must exist, have length 0, and be neither streaming nor
 /// sealed (an empty response sealed, or one whose open never completed and was sealed
 /// `interrupted` by the lease, is not reopened either).
@@ -102,7 +99,7 @@ pub fn judge_probe(probe: Option<&OpenProbe>) -> Result<(), OpenRefused> {
     if row.status.as_deref() == Some(STATUS_STREAMING) {
         return Err(OpenRefused::AlreadyStreaming);
     }
-    if let Some(status) = row.status.as_deref().filter(|s| SEALED.iter().any(|sealed| sealed.as_str() == *s)) {
+    if let Some(status) = row.status.as_deref().filter(|s| EndStatus::parse(s).is_some()) {
         return Err(OpenRefused::AlreadySealed { status: status.to_owned() });
     }
     Ok(())

@@ -6,7 +6,7 @@
 //! [`MappedSql::append`]), and runs on a real server in `tests/sql_postgres.rs`.
 
 use super::mapping::{Ident, TableMapping};
-use crate::engine::host::store::SealGuard;
+use crate::engine::host::store::RowGuard;
 use crate::engine::text::utf16::Offset;
 use crate::engine::wire::frame::{EndStatus, STATUS_STREAMING};
 use crate::engine::wire::ui::Format;
@@ -193,8 +193,11 @@ impl MappedSql {
         }
     }
 
-    /// The open write. With a host column it is the CAS half of the single-flight guard: it
-    /// claims the row only where no producer holds it, and [`Self::read_host`] names the winner.
+    /// The open write. It marks the row only where no producer holds it and no seal ended it
+    /// (`status IS NULL OR status NOT IN ('streaming', <every terminal status>)`): a late retry
+    /// of a mark whose first attempt committed can never make a sealed row `streaming` again,
+    /// whatever the probe read. With a host column it is the CAS half of the single-flight guard,
+    /// and [`Self::read_host`] names the winner.
     pub fn mark_streaming(&self, stream_id: &str, host_token: &str, format: Format) -> Statement {
         let m = &self.map;
         let mut sets = vec![(&m.status, Value::from(STATUS_STREAMING))];
@@ -207,11 +210,25 @@ impl MappedSql {
         let set_sql: Vec<String> = sets.iter().enumerate().map(|(i, (col, _))| format!("{col} = {}", self.p(i + 1))).collect();
         let mut params: Vec<Value> = sets.into_iter().map(|(_, v)| v).collect();
         params.push(stream_id.into());
-        let mut sql = format!("UPDATE {} SET {} WHERE {} = {}", m.message, set_sql.join(", "), m.key, self.p(params.len()));
-        if m.host.is_some() {
-            // The CAS: claim the row only where no producer holds it (`streaming` is param 1).
-            sql.push_str(&format!(" AND ({} IS NULL OR {} <> {})", m.status, m.status, self.p(1)));
-        }
+        let key = self.p(params.len());
+        // `streaming` is param 1; the terminal statuses follow the key.
+        let terminal: Vec<String> = EndStatus::ALL
+            .iter()
+            .map(|status| {
+                params.push(status.as_str().into());
+                self.p(params.len())
+            })
+            .collect();
+        let sql = format!(
+            "UPDATE {} SET {} WHERE {} = {key} AND ({} IS NULL OR {} NOT IN ({}, {}))",
+            m.message,
+            set_sql.join(", "),
+            m.key,
+            m.status,
+            m.status,
+            self.p(1),
+            terminal.join(", ")
+        );
         Statement { sql, params }
     }
 
@@ -247,58 +264,69 @@ impl MappedSql {
         })
     }
 
-    /// One checkpoint, run as ONE transaction: compare-and-swap the row's length from `from` to
-    /// `to`, and insert the slice `[from, to)` as a chunk row only where that swap happened. A
-    /// replay or a stale re-cover after a lost ack changes nothing; which case happened is decided
-    /// by [`Self::read_state`], never assumed.
+    /// One checkpoint, run as ONE transaction, fenced (see [`RowGuard`]): compare-and-swap the
+    /// row's length from `from` to `to` where the row is still `streaming` at `from` and, with
+    /// `host_token`, held by it; and insert the slice `[from, to)` as a chunk row only where that
+    /// swap happens. A replay, a stale re-cover after a lost ack, a lost instance's late write
+    /// (its token replaced by a revival's claim) and a write to a row sealed meanwhile change
+    /// nothing and leave no chunk row; which case happened is decided by [`Self::read_state`],
+    /// never assumed.
     ///
-    /// SQLite (D1) runs one writer at a time, so there the insert is guarded by `seq = from` and
-    /// absorbs a replay with `ON CONFLICT DO NOTHING`, then the swap follows: two statements.
+    /// SQLite (D1) runs one writer at a time, so there the insert is guarded by the same fence
+    /// and absorbs a replay with `ON CONFLICT DO NOTHING`, then the swap follows: two statements.
     /// PostgreSQL runs writers side by side, and in its default isolation (read committed) a
     /// guard read in a subquery sees the row as it was when the statement began, not what a
     /// concurrent writer is about to commit: two hosts racing from the same `from` would both
     /// land a chunk. There the swap comes first, in a data-modifying `WITH` whose `UPDATE` waits
-    /// for the row lock and re-checks `seq = from` against the committed row, and the chunk is
+    /// for the row lock and re-checks the fence against the committed row, and the chunk is
     /// inserted from its result: one statement, one round trip. Each value has its own
     /// placeholder, so the app's key column may be of another type than the chunk's text column
     /// (a `uuid` key).
-    pub fn append(&self, stream_id: &str, from: Offset, to: Offset, text: &str) -> Vec<Statement> {
+    pub fn append(&self, stream_id: &str, from: Offset, to: Offset, text: &str, host_token: Option<&str>) -> Vec<Statement> {
         let m = &self.map;
         let p = |n| self.p(n);
+        let guard = RowGuard { durable_seq: from, host_token: host_token.map(str::to_owned) };
+        let chunk: [Value; 4] = [chunk_id(stream_id, to).into(), stream_id.into(), to.into(), text.into()];
         match self.dialect {
-            Dialect::Sqlite => vec![
-                Statement {
-                    sql: format!(
-                        "INSERT INTO {} ({}, {}, {}, {}) SELECT {}, {}, {}, {} WHERE EXISTS (SELECT 1 FROM {} WHERE {} = {} AND {} = {}) ON CONFLICT DO NOTHING",
-                        m.chunks, m.chunk_key, m.chunk_stream, m.chunk_seq, m.chunk_text,
-                        p(1), p(2), p(3), p(4), m.message, m.key, p(2), m.seq, p(5)
-                    ),
-                    params: vec![chunk_id(stream_id, to).into(), stream_id.into(), to.into(), text.into(), from.into()],
-                },
-                Statement {
-                    sql: format!("UPDATE {} SET {} = {} WHERE {} = {} AND {} = {}", m.message, m.seq, p(1), m.key, p(2), m.seq, p(3)),
-                    params: vec![to.into(), stream_id.into(), from.into()],
-                },
-            ],
+            Dialect::Sqlite => {
+                let (fence, fence_params) = self.guard_clause(&guard, 6);
+                let (swap_fence, swap_params) = self.guard_clause(&guard, 3);
+                let mut insert_params = chunk.to_vec();
+                insert_params.push(stream_id.into());
+                insert_params.extend(fence_params);
+                vec![
+                    Statement {
+                        sql: format!(
+                            "INSERT INTO {} ({}, {}, {}, {}) SELECT {}, {}, {}, {} WHERE EXISTS (SELECT 1 FROM {} WHERE {} = {}{fence}) ON CONFLICT DO NOTHING",
+                            m.chunks, m.chunk_key, m.chunk_stream, m.chunk_seq, m.chunk_text,
+                            p(1), p(2), p(3), p(4), m.message, m.key, p(5)
+                        ),
+                        params: insert_params,
+                    },
+                    Statement {
+                        sql: format!("UPDATE {} SET {} = {} WHERE {} = {}{swap_fence}", m.message, m.seq, p(1), m.key, p(2)),
+                        params: [vec![to.into(), stream_id.into()], swap_params].concat(),
+                    },
+                ]
+            }
             // No `ON CONFLICT` here: when the swap happened no chunk can end at `to` yet, and
             // one that does means the row and its chunks disagree, which fails the checkpoint
             // (rolled back whole) rather than advancing the row past a slice it did not store.
-            Dialect::Postgres => vec![Statement {
-                sql: format!(
-                    "WITH \"swapped\" AS (UPDATE {} SET {} = {} WHERE {} = {} AND {} = {} RETURNING 1) INSERT INTO {} ({}, {}, {}, {}) SELECT {}, {}, {}, {} FROM \"swapped\"",
-                    m.message, m.seq, p(1), m.key, p(2), m.seq, p(3),
-                    m.chunks, m.chunk_key, m.chunk_stream, m.chunk_seq, m.chunk_text, p(4), p(5), p(6), p(7)
-                ),
-                params: vec![
-                    to.into(),
-                    stream_id.into(),
-                    from.into(),
-                    chunk_id(stream_id, to).into(),
-                    stream_id.into(),
-                    to.into(),
-                    text.into(),
-                ],
-            }],
+            Dialect::Postgres => {
+                let (fence, fence_params) = self.guard_clause(&guard, 3);
+                let first = 3 + fence_params.len();
+                let mut params: Vec<Value> = vec![to.into(), stream_id.into()];
+                params.extend(fence_params);
+                params.extend(chunk);
+                vec![Statement {
+                    sql: format!(
+                        "WITH \"swapped\" AS (UPDATE {} SET {} = {} WHERE {} = {}{fence} RETURNING 1) INSERT INTO {} ({}, {}, {}, {}) SELECT {}, {}, {}, {} FROM \"swapped\"",
+                        m.message, m.seq, p(1), m.key, p(2),
+                        m.chunks, m.chunk_key, m.chunk_stream, m.chunk_seq, m.chunk_text, p(first), p(first + 1), p(first + 2), p(first + 3)
+                    ),
+                    params,
+                }]
+            }
         }
     }
 
@@ -313,7 +341,7 @@ impl MappedSql {
         }
     }
 
-    /// The seal, as ONE transaction, guarded (see [`SealGuard`]): it applies only while the
+    /// The seal, as ONE transaction, guarded (see [`RowGuard`]): it applies only while the
     /// row is still `streaming` at `guard.durable_seq` and, where a host column is mapped, held
     /// by `guard.host_token`. With a `body` it compacts: the whole body, its length and the
     /// status go on the row and the stream's chunk rows go away, which also repairs an earlier
@@ -325,7 +353,7 @@ impl MappedSql {
     /// statements in read committed may see different states, the delete hangs off the update's
     /// `RETURNING` in one statement, after the update waited for the row lock and re-checked
     /// the guard. [`Self::read_summary`] then says whether it applied.
-    pub fn seal(&self, stream_id: &str, body: Option<&str>, status: EndStatus, error: Option<&str>, guard: &SealGuard) -> Vec<Statement> {
+    pub fn seal(&self, stream_id: &str, body: Option<&str>, status: EndStatus, error: Option<&str>, guard: &RowGuard) -> Vec<Statement> {
         let m = &self.map;
         let Some(body) = body else {
             return vec![self.seal_update(stream_id, vec![(&m.status, status.as_str().into())], error, guard)];
@@ -376,9 +404,9 @@ impl MappedSql {
         vec![(&m.body, body.into()), (&m.seq, crate::engine::text::utf16::len(body).into()), (&m.status, status.as_str().into())]
     }
 
-    /// ` AND status = 'streaming' AND seq = durable_seq [AND host = token]`, its placeholders
-    /// numbered from `first`.
-    fn guard_clause(&self, guard: &SealGuard, first: usize) -> (String, Vec<Value>) {
+    /// The fence of a durable write: ` AND status = 'streaming' AND seq = durable_seq [AND host =
+    /// token]`, its placeholders numbered from `first`.
+    fn guard_clause(&self, guard: &RowGuard, first: usize) -> (String, Vec<Value>) {
         let m = &self.map;
         let mut sql = format!(" AND {} = {} AND {} = {}", m.status, self.p(first), m.seq, self.p(first + 1));
         let mut params: Vec<Value> = vec![STATUS_STREAMING.into(), guard.durable_seq.into()];
@@ -396,7 +424,7 @@ impl MappedSql {
         stream_id: &str,
         mut columns: Vec<(&'a Ident, Value)>,
         error: Option<&str>,
-        guard: &SealGuard,
+        guard: &RowGuard,
     ) -> Statement {
         let m = &self.map;
         if let Some(col) = &m.error {
@@ -513,19 +541,30 @@ impl MappedSql {
     }
 
     /// The durable text in ONE statement, so ONE snapshot: the row (`part` 0: body, length,
-    /// status, error) and its chunk rows (`part` 1: text and end offset), as `UNION ALL`. Two
-    /// queries could straddle a compaction and return the row before it with the chunks after
-    /// it (a shorter text, which would let a rehydrated `durableSeq` fall). Each branch binds
-    /// the id with its own placeholder: the key and the chunk's stream column may differ in
-    /// type (a `uuid` key), and Postgres infers one type per placeholder.
+    /// status, error, format, and the host and cancel columns where mapped) and its chunk rows (`part`
+    /// 1: text and end offset), as `UNION ALL`. Two queries could straddle a compaction and return
+    /// the row before it with the chunks after it (a shorter text, which would let a rehydrated
+    /// `durableSeq` fall). Each branch binds the id with its own placeholder: the key and the
+    /// chunk's stream column may differ in type (a `uuid` key), and Postgres infers one type per
+    /// placeholder.
     pub fn read_durable(&self, stream_id: &str) -> Statement {
         let m = &self.map;
         let error = m.error.as_ref().map_or_else(|| "NULL".to_owned(), |col| col.to_string());
         let format = m.format.as_ref().map_or_else(|| "NULL".to_owned(), |col| col.to_string());
+        // Each only where mapped: a row read without the host column has no host to compare,
+        // one without the cancel column no Stop recorded on it.
+        let mut optional = String::new();
+        let mut nulls = String::new();
+        for (col, alias) in [(&m.host, "host"), (&m.cancel, "cancel")] {
+            if let Some(col) = col {
+                optional.push_str(&format!(", {col} AS {alias}"));
+                nulls.push_str(", NULL");
+            }
+        }
         Statement {
             sql: format!(
-                "SELECT 0 AS part, {} AS text, {} AS seq, {} AS status, {error} AS error, {format} AS format FROM {} WHERE {} = {} \
-                 UNION ALL SELECT 1, {}, {}, NULL, NULL, NULL FROM {} WHERE {} = {}",
+                "SELECT 0 AS part, {} AS text, {} AS seq, {} AS status, {error} AS error, {format} AS format{optional} FROM {} WHERE {} = {} \
+                 UNION ALL SELECT 1, {}, {}, NULL, NULL, NULL{nulls} FROM {} WHERE {} = {}",
                 m.body,
                 m.seq,
                 m.status,

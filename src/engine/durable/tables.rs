@@ -6,7 +6,7 @@ use super::plan::{text, StorePlan, TablesOp};
 use super::rows::{ColumnValue, RowState};
 use super::sql::{MappedSql, Statement};
 use crate::engine::host::store::{
-    Checkpoint, CheckpointSink, MarkOutcome, MarkStreaming, OpKind, ReadHost, SealResult, SealWrite, StoreAnswer, StoreError, StoreFuture,
+    Checkpoint, CheckpointSink, MarkOutcome, MarkStreaming, OpKind, SealResult, SealWrite, StoreAnswer, StoreError, StoreFuture,
     StoreRequest,
 };
 use crate::engine::live::lease::{HostColumn, LeaseRow};
@@ -115,7 +115,7 @@ impl Tables {
                 r.answer(reply)
             }
             StoreRequest::ReadLeaseRow(r) => {
-                let reply = self.lease_row(stream_id).await;
+                let reply = self.perform(stream_id, r.op()).await;
                 r.answer(reply)
             }
             StoreRequest::ClaimHost(r) => {
@@ -123,17 +123,6 @@ impl Tables {
                 r.answer(reply)
             }
         }
-    }
-
-    /// The row as the lease alarm decides on it: the durable text, and the host column where
-    /// one is mapped (read only when there is a row).
-    pub async fn lease_row(&self, stream_id: &str) -> Result<LeaseRow, StoreError> {
-        let durable = self.read_durable(stream_id).await?;
-        let host = match durable.is_some() && self.sql.has_host_column() {
-            true => HostColumn::Holds(self.perform(stream_id, &ReadHost).await?),
-            false => HostColumn::Unmapped,
-        };
-        Ok(LeaseRow { durable, host })
     }
 
     /// The durable text of a stream (body plus chunk rows), or `None` when it has no row: one
@@ -234,4 +223,18 @@ pub fn durable_of_rows(rows: &[Row]) -> Option<DurableText> {
     let status = text(row.get("status")).unwrap_or_default();
     let format = text(row.get("format")).as_deref().and_then(crate::engine::wire::ui::Format::parse);
     Some(DurableText { error: text(row.get("error")), format, ..DurableText::assemble(&body, chunks, status) })
+}
+
+/// The row as a revival reads it, from the rows of [`MappedSql::read_durable`]: the durable text,
+/// the holder where the statement read a host column (a row read without one has no host to
+/// compare), and the cancel flag where it read one.
+pub fn lease_row_of_rows(rows: &[Row]) -> LeaseRow {
+    let is_row = |r: &&Row| r.get("part").and_then(ColumnValue::as_offset) == Some(crate::engine::text::utf16::Offset::ZERO);
+    let row = rows.iter().find(is_row);
+    let host = match row.and_then(|row| row.get("host")) {
+        Some(holder) => HostColumn::Holds(text(Some(holder))),
+        None => HostColumn::Unmapped,
+    };
+    let cancel = row.and_then(|row| row.get("cancel")).is_some_and(ColumnValue::is_truthy);
+    LeaseRow { durable: durable_of_rows(rows), host, cancel }
 }

@@ -22,7 +22,19 @@
 //! that it never heard of is announced (`start`, without a user message or a format), and one it
 //! believes in flight whose row is sealed is ended from the row (`end` with the row's status and
 //! length). So a notice lost on the way (an object reset between the seal and its notice, a
-//! feed object reset between the notice and its write) costs a delay, never a turn.
+//! feed object reset between the notice and its write) costs a delay, never a turn. An answer
+//! `streaming` that the feed never heard of is announced only at the check after the one that
+//! found it: its notice, which brings the user message, is on its way (the stream's object keeps
+//! it until the feed confirms it), and a `user` is never announced after its `start`.
+//!
+//! **Storage.** The head (`feed`: the generation and the chat) and one key per event (`e:<n>`),
+//! whose value is the event with its generation and the time it was stored
+//! (`{"g", "at", "event", "carry"?}`): a fresh instance resumes the idle clock where the last
+//! event left it (however often the object was evicted), and keys a failed `delete_all` left
+//! behind belong to another generation and are deleted, never read as this one's. `carry` is what
+//! the bounded history no longer shows but the feed must still know: the answers in flight whose
+//! start left it, and the last answers whose end left it (so a notice told again is still told
+//! twice, not announced twice). It rides on the newest event, so knowing it costs no write.
 
 use super::notice::{FeedNotice, UserMessage};
 use crate::engine::durable::{ChatAnswer, MAX_CHECKED_ANSWERS};
@@ -32,6 +44,10 @@ use crate::engine::wire::frame::{EndStatus, STATUS_STREAMING};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::rc::Rc;
+
+/// The version of the storage format this machine writes (in the head; a head without one is
+/// the first format, whose events are plain event JSON of the head's generation).
+const STORAGE_VERSION: u64 = 2;
 
 /// The storage key of the feed's head: its generation and its chat.
 pub const HEAD_KEY: &str = "feed";
@@ -62,11 +78,21 @@ pub struct FeedConfig {
     /// How often the rows of answers the feed believes in flight are read back, in case their
     /// end was never told.
     pub verify_ms: Millis,
+    /// The most readers (connected tabs) a chat's feed takes at once (`FEED_MAX_READERS`); one
+    /// more is answered 429, as a stream's reader past `MAX_READERS` is.
+    pub max_readers: usize,
+}
+
+impl FeedConfig {
+    /// Whether a feed with `readers` connected takes one more.
+    pub fn admits_reader(&self, readers: usize) -> bool {
+        readers < self.max_readers
+    }
 }
 
 impl Default for FeedConfig {
     fn default() -> Self {
-        Self { history_events: 96, history_bytes: 512 * 1024, idle_ms: Millis(600_000), verify_ms: Millis(30_000) }
+        Self { history_events: 96, history_bytes: 512 * 1024, idle_ms: Millis(600_000), verify_ms: Millis(30_000), max_readers: 5_000 }
     }
 }
 
@@ -152,6 +178,72 @@ impl FeedEvent {
     }
 }
 
+/// An event as its key's value holds it.
+struct StoredEvent {
+    /// `None`: the first format (no generation, no time).
+    generation: Option<u64>,
+    at: Option<Timestamp>,
+    event: FeedEvent,
+    carry: Option<Beyond>,
+}
+
+impl StoredEvent {
+    fn parse(json: &str) -> Option<Self> {
+        let v: Value = serde_json::from_str(json).ok()?;
+        let Some(event) = v.get("event") else {
+            return Some(Self { generation: None, at: None, event: FeedEvent::parse(json)?, carry: None });
+        };
+        Some(Self {
+            generation: Some(v.get("g")?.as_u64()?),
+            at: v.get("at").and_then(Value::as_u64).map(Timestamp),
+            event: FeedEvent::parse(&event.to_string())?,
+            carry: v.get("carry").map(Beyond::parse),
+        })
+    }
+
+    fn json(generation: u64, at: Timestamp, event: &FeedEvent, carry: &Beyond) -> String {
+        let mut v = json!({"g": generation, "at": at.0, "event": serde_json::from_str::<Value>(&event.json()).unwrap_or(Value::Null)});
+        if !carry.is_empty() {
+            v["carry"] = carry.to_json();
+        }
+        v.to_string()
+    }
+}
+
+/// How many answers whose end left the history the feed still knows ended: a notice told again
+/// (its first answer lost, then its object reset) comes a lease or two later, and this many
+/// answers do not end in one chat in that time.
+const REMEMBERED_ENDS: usize = 256;
+
+/// What the bounded history no longer shows but the feed must still know (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Beyond {
+    /// Answers in flight whose start left the history, in the order they started.
+    open: Vec<String>,
+    /// The last answers whose end left the history, oldest first (at most [`REMEMBERED_ENDS`]).
+    ended: VecDeque<String>,
+}
+
+impl Beyond {
+    fn is_empty(&self) -> bool {
+        self.open.is_empty() && self.ended.is_empty()
+    }
+
+    fn to_json(&self) -> Value {
+        json!({"open": self.open, "ended": self.ended})
+    }
+
+    fn parse(v: &Value) -> Self {
+        let ids = |key: &str| -> Vec<String> {
+            v.get(key)
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+                .unwrap_or_default()
+        };
+        Self { open: ids("open"), ended: ids("ended").into() }
+    }
+}
+
 /// The last frame of every replay: the reader is caught up. Its `id:` is the feed's head; an
 /// empty one (no event yet in a generation that is not stored: a reset would begin another)
 /// clears the reader's position, so it reconnects as a new reader and gets the whole history.
@@ -232,8 +324,23 @@ pub struct ChatFeed {
     rebuilt: bool,
     /// The rows can never be read here.
     rows_unavailable: bool,
+    /// What the bounded history no longer shows (see the module docs).
+    beyond: Beyond,
+    /// Answers a read of the table found `streaming` that no notice told of yet: announced from
+    /// their row at the next check if their notice has not come by then.
+    suspects: Vec<String>,
     write: StorageWrite,
     out: VecDeque<FeedOutput>,
+    /// The last replay given, shared by the readers that join at its position (see [`ChatFeed::subscribe`]).
+    replay: std::cell::RefCell<Option<(ReplayKey, Rc<str>)>>,
+}
+
+/// What a replay's bytes depend on: where it starts, and the head it ends at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ReplayKey {
+    reload: bool,
+    from: u64,
+    head: EventId,
 }
 
 impl ChatFeed {
@@ -243,25 +350,37 @@ impl ChatFeed {
         let mut feed = Self::empty(cfg, chat_id, now);
         let head = stored.head.as_deref().and_then(|h| serde_json::from_str::<Value>(h).ok());
         let generation = head.as_ref().and_then(|h| h.get("generation")?.as_u64());
+        let first_format = head.as_ref().is_some_and(|h| h.get("v").is_none());
         let mut stale = Vec::new();
         match generation {
             Some(generation) => {
                 feed.generation = generation;
                 feed.head_stored = true;
-                let mut events: Vec<(u64, FeedEvent)> = Vec::new();
+                // The first format stored no time: the generation's start is a time no later than
+                // its last event (the feed forgets no later than it should, perhaps sooner).
+                feed.last_event_at = Timestamp(generation);
+                let mut events: Vec<(u64, StoredEvent)> = Vec::new();
                 for (key, value) in stored.events {
-                    let parsed = key.strip_prefix(EVENT_PREFIX).and_then(|n| n.parse::<u64>().ok()).zip(FeedEvent::parse(&value));
+                    let parsed = key.strip_prefix(EVENT_PREFIX).and_then(|n| n.parse::<u64>().ok()).zip(StoredEvent::parse(&value));
                     match parsed {
-                        Some(event) => events.push(event),
-                        None => stale.push(key),
+                        // Another generation's (a forget whose `delete_all` failed), or the first
+                        // format's under a head of this one: not this history.
+                        Some((n, event)) if event.generation.map_or(first_format, |g| g == generation) => events.push((n, event)),
+                        _ => stale.push(key),
                     }
                 }
                 events.sort_by_key(|(n, _)| *n);
-                for (n, event) in events {
-                    let wire = encode(EventId { generation, n }, &event);
+                for (n, stored) in events {
+                    let wire = encode(EventId { generation, n }, &stored.event);
                     feed.bytes += wire.len();
-                    feed.events.push_back(Entry { n, event, wire });
+                    feed.events.push_back(Entry { n, event: stored.event, wire });
                     feed.next = n + 1;
+                    feed.last_event_at = feed.last_event_at.max(stored.at.unwrap_or_default());
+                    if let Some(carry) = stored.carry {
+                        feed.beyond = carry;
+                    } else {
+                        feed.beyond = Beyond::default();
+                    }
                 }
             }
             // No head (or one this version cannot read): whatever else is there is not a history.
@@ -269,6 +388,12 @@ impl ChatFeed {
         }
         if !stale.is_empty() {
             feed.out.push_back(FeedOutput::Persist(StorageWrite { put: Vec::new(), delete: stale }));
+        }
+        if feed.idle_deadline().is_some_and(|at| at <= now) {
+            // Woken past the idle deadline (its alarm, or a request after a long sleep): nothing
+            // is in flight, every turn is in the app's messages; there is nothing to check.
+            feed.forget(now);
+            return feed;
         }
         feed.verify_at = Some(now);
         feed.handle_timeout(now);
@@ -290,8 +415,11 @@ impl ChatFeed {
             asked: Vec::new(),
             rebuilt: false,
             rows_unavailable: false,
+            beyond: Beyond::default(),
+            suspects: Vec::new(),
             write: StorageWrite::default(),
             out: VecDeque::new(),
+            replay: std::cell::RefCell::new(None),
         }
     }
 
@@ -311,9 +439,10 @@ impl ChatFeed {
         self.events.iter().map(|e| (EventId { generation: self.generation, n: e.n }, &e.event))
     }
 
-    /// Answers the feed believes in flight: started, not ended, in the order they started.
+    /// Answers the feed believes in flight: started, not ended, in the order they started (those
+    /// whose start left the history first).
     pub fn in_flight(&self) -> Vec<String> {
-        let mut open: Vec<String> = Vec::new();
+        let mut open: Vec<String> = self.beyond.open.clone();
         for entry in &self.events {
             match &entry.event {
                 FeedEvent::Start { stream_id, .. } if !open.contains(stream_id) => open.push(stream_id.clone()),
@@ -328,7 +457,11 @@ impl ChatFeed {
     /// (its `Last-Event-ID`, else its `?after=`; none: the whole history), then `ready`. A
     /// position the history cannot continue from (unreadable, another generation, older than
     /// the history, newer than the head) gets `reload` first, then the whole history.
-    pub fn subscribe(&self, after: Option<&str>) -> String {
+    ///
+    /// One replay is encoded once and shared: the readers that join at the same position while
+    /// the history stays as it is (most often every new reader, which gets the whole history)
+    /// get the same bytes.
+    pub fn subscribe(&self, after: Option<&str>) -> Rc<str> {
         let oldest = self.events.front().map_or(self.next, |e| e.n);
         let from = match after.map(str::trim).filter(|a| !a.is_empty()) {
             None => Some(0),
@@ -336,16 +469,23 @@ impl ChatFeed {
                 EventId::parse(raw).filter(|id| id.generation == self.generation && id.n < self.next && id.n + 1 >= oldest).map(|id| id.n)
             }
         };
+        let key = ReplayKey { reload: from.is_none(), from: from.unwrap_or(0).max(oldest.saturating_sub(1)), head: self.head() };
+        if let Some((cached, bytes)) = self.replay.borrow().as_ref() {
+            if *cached == key && self.head_stored {
+                return Rc::clone(bytes);
+            }
+        }
         let mut out = String::new();
-        if from.is_none() {
+        if key.reload {
             out.push_str(RELOAD);
         }
-        let from = from.unwrap_or(0);
-        for entry in self.events.iter().filter(|e| e.n > from) {
+        for entry in self.events.iter().filter(|e| e.n > key.from) {
             out.push_str(&entry.wire);
         }
         out.push_str(&ready(self.head_stored.then(|| self.head())));
-        out
+        let bytes: Rc<str> = Rc::from(out);
+        *self.replay.borrow_mut() = Some((key, Rc::clone(&bytes)));
+        bytes
     }
 
     // ---- inputs
@@ -356,14 +496,10 @@ impl ChatFeed {
         match notice {
             FeedNotice::Started { stream_id, message_id, format, user_message, .. } => {
                 let message = user_message.and_then(UserMessage::stored);
-                if self.knows(&stream_id) {
-                    // Announced already; a start the table's rows announced first had no user
-                    // message: this notice brings it.
-                    let has_user = self.events.iter().any(|e| matches!(&e.event, FeedEvent::User { stream_id: s, .. } if *s == stream_id));
-                    if let (Some(message), false) = (message, has_user) {
-                        self.append(FeedEvent::User { stream_id, message }, now);
-                    }
-                } else {
+                // Announced already (a retry, or the table's rows announced it without its user
+                // message: a `user` after its `start` is never announced).
+                if !self.knows(&stream_id) {
+                    self.suspects.retain(|s| *s != stream_id);
                     if let Some(message) = message {
                         self.append(FeedEvent::User { stream_id: stream_id.clone(), message }, now);
                     }
@@ -377,6 +513,7 @@ impl ChatFeed {
                 // Its start was never told (or the history no longer holds it): announce it first,
                 // so every answer a reader sees has a start.
                 if !self.knows(&stream_id) {
+                    self.suspects.retain(|s| *s != stream_id);
                     self.append(FeedEvent::Start { stream_id: stream_id.clone(), message_id, format }, now);
                 }
                 self.append(FeedEvent::End { stream_id, status, durable_seq }, now);
@@ -393,12 +530,22 @@ impl ChatFeed {
         match rows {
             Ok(rows) => {
                 self.rebuilt = true;
+                let row = |id: &str| rows.iter().find(|r| r.id == id);
                 // Only what was asked, and not ended by a notice while the read was out.
                 for stream_id in std::mem::take(&mut self.asked) {
                     if self.ended(&stream_id) {
                         continue;
                     }
-                    match rows.iter().find(|r| r.id == stream_id) {
+                    let suspected = self.suspects.contains(&stream_id);
+                    if suspected {
+                        // Its notice did not come within a check: announced from its row.
+                        self.suspects.retain(|s| *s != stream_id);
+                        if self.knows(&stream_id) || row(&stream_id).is_none() {
+                            continue; // told meanwhile, or deleted by the app before anyone saw it
+                        }
+                        self.append(FeedEvent::Start { stream_id: stream_id.clone(), message_id: stream_id.clone(), format: None }, now);
+                    }
+                    match row(&stream_id) {
                         Some(row) => {
                             if let Some(status) = EndStatus::parse(&row.status) {
                                 self.append(FeedEvent::End { stream_id, status, durable_seq: row.seq }, now);
@@ -409,8 +556,8 @@ impl ChatFeed {
                     }
                 }
                 for row in rows.iter().filter(|r| r.status == STATUS_STREAMING) {
-                    if !self.knows(&row.id) {
-                        self.append(FeedEvent::Start { stream_id: row.id.clone(), message_id: row.id.clone(), format: None }, now);
+                    if !self.knows(&row.id) && !self.suspects.contains(&row.id) {
+                        self.suspects.push(row.id.clone());
                     }
                 }
             }
@@ -428,6 +575,7 @@ impl ChatFeed {
             self.verify_at = None;
             self.verifying = true;
             let mut open = self.in_flight();
+            open.extend(self.suspects.iter().filter(|s| !open.contains(s)).cloned().collect::<Vec<_>>());
             open.truncate(MAX_CHECKED_ANSWERS);
             self.asked = open.clone();
             self.out.push_back(FeedOutput::Verify { chat_id: self.chat_id.clone(), open });
@@ -458,7 +606,8 @@ impl ChatFeed {
     /// (nothing to forget before the first event).
     fn idle_deadline(&self) -> Option<Timestamp> {
         let holds = self.head_stored || !self.events.is_empty();
-        (holds && !self.verifying && self.in_flight().is_empty()).then(|| self.last_event_at + self.cfg.idle_ms)
+        let quiet = self.in_flight().is_empty() && self.suspects.is_empty();
+        (holds && !self.verifying && quiet).then(|| self.last_event_at + self.cfg.idle_ms)
     }
 
     /// Reads the rows again in `verify_ms` while an answer is in flight, or until one read
@@ -468,43 +617,69 @@ impl ChatFeed {
             self.verify_at = None;
             return;
         }
-        let wanted = !self.rebuilt || !self.in_flight().is_empty();
+        let wanted = !self.rebuilt || !self.in_flight().is_empty() || !self.suspects.is_empty();
         self.verify_at = wanted.then(|| self.verify_at.unwrap_or(now + self.cfg.verify_ms));
     }
 
+    /// Forgets the history: the object deletes everything it stores and its alarm, and nothing is
+    /// read again until a notice or a reader comes (every turn is in the app's messages by now).
     fn forget(&mut self, now: Timestamp) {
         let fresh = Self::empty(self.cfg, &self.chat_id, now);
         // The next generation's number is greater than this one's, even on a clock that moved back.
         let generation = now.0.max(self.generation + 1);
-        *self = Self { generation, rebuilt: self.rebuilt, rows_unavailable: self.rows_unavailable, ..fresh };
+        let out = std::mem::take(&mut self.out);
+        *self = Self { generation, rebuilt: true, rows_unavailable: self.rows_unavailable, out, ..fresh };
         self.out.push_back(FeedOutput::Forget);
     }
 
+    /// The feed announced this answer's start (its start or its end may have left the history).
     fn knows(&self, stream_id: &str) -> bool {
-        self.events.iter().any(|e| matches!(&e.event, FeedEvent::Start { stream_id: s, .. } if s == stream_id))
+        self.events
+            .iter()
+            .any(|e| matches!(&e.event, FeedEvent::Start { stream_id: s, .. } | FeedEvent::End { stream_id: s, .. } if s == stream_id))
+            || self.beyond.open.iter().any(|s| s == stream_id)
+            || self.beyond.ended.iter().any(|s| s == stream_id)
     }
 
+    /// The feed announced this answer's end (it may have left the history).
     fn ended(&self, stream_id: &str) -> bool {
         self.events.iter().any(|e| matches!(&e.event, FeedEvent::End { stream_id: s, .. } if s == stream_id))
+            || self.beyond.ended.iter().any(|s| s == stream_id)
     }
 
-    /// Numbers `event`, keeps it (dropping the oldest past the bounds) and announces it.
+    /// Numbers `event`, keeps it (dropping the oldest past the bounds, and remembering what they
+    /// said that the feed must still know) and announces it.
     fn append(&mut self, event: FeedEvent, now: Timestamp) {
         if !self.head_stored {
             self.head_stored = true;
-            self.write.put.push((HEAD_KEY.to_owned(), json!({"generation": self.generation, "chatId": self.chat_id}).to_string()));
+            let head = json!({"generation": self.generation, "chatId": self.chat_id, "v": STORAGE_VERSION});
+            self.write.put.push((HEAD_KEY.to_owned(), head.to_string()));
         }
         let n = self.next;
         self.next += 1;
         let wire = encode(EventId { generation: self.generation, n }, &event);
-        self.write.put.push((event_key(n), event.json()));
+        if let FeedEvent::End { stream_id, .. } = &event {
+            self.beyond.open.retain(|s| s != stream_id);
+        }
         self.bytes += wire.len();
-        self.events.push_back(Entry { n, event, wire: Rc::clone(&wire) });
+        self.events.push_back(Entry { n, event: event.clone(), wire: Rc::clone(&wire) });
         self.out.push_back(FeedOutput::Announce(wire));
         self.last_event_at = now;
         while self.events.len() > self.cfg.history_events.max(1) || (self.bytes > self.cfg.history_bytes && self.events.len() > 1) {
             let Some(old) = self.events.pop_front() else { break };
             self.bytes -= old.wire.len();
+            match old.event {
+                FeedEvent::Start { stream_id, .. } if !self.ended(&stream_id) && !self.beyond.open.contains(&stream_id) => {
+                    self.beyond.open.push(stream_id)
+                }
+                FeedEvent::End { stream_id, .. } => {
+                    self.beyond.ended.push_back(stream_id);
+                    while self.beyond.ended.len() > REMEMBERED_ENDS {
+                        self.beyond.ended.pop_front();
+                    }
+                }
+                _ => {}
+            }
             let key = event_key(old.n);
             // An event dropped in the input that wrote it is never written.
             match self.write.put.iter().position(|(k, _)| *k == key) {
@@ -512,6 +687,8 @@ impl ChatFeed {
                 None => self.write.delete.push(key),
             }
         }
+        // The newest event is never dropped: it carries what the history no longer shows.
+        self.write.put.push((event_key(n), StoredEvent::json(self.generation, now, &event, &self.beyond)));
     }
 
     /// The input's storage write goes out before its announcements (the runtime holds what an

@@ -421,6 +421,9 @@ impl Settings {
                 // A stream whose object was lost is sealed within a lease (SPEC §7): its row is
                 // read back a few leases after the feed last heard of it.
                 verify_ms: lease_ms * 3,
+                // A tab waiting on a sleeping feed costs its object nothing but a socket (the
+                // runtime takes 32,768 hibernatable sockets per object).
+                max_readers: number("FEED_MAX_READERS", FeedConfig::default().max_readers as u64, 1, 32_768)? as usize,
                 ..FeedConfig::default()
             },
             jwt: JwtPolicy {

@@ -12,7 +12,9 @@
 //! - `ops` targets `before`, `lost` and `hold` at these operations (`probe`, `mark`,
 //!   `readhost`, `append`, `readstate`, `seal`, `claim`: a revival's claim of the row, and
 //!   `storage`: the read of the object's keys, where `before` fails it and `hold` never answers
-//!   it); without it they break checkpoints and seals.
+//!   it; `notice`: a stream's notice to its chat's feed, where `before` never sends it, `lost`
+//!   delivers it and loses the feed's answer, `hold` delivers it and never answers); without it
+//!   they break checkpoints and seals.
 
 use crate::engine::host::store::OpKind;
 use std::cell::Cell;
@@ -39,6 +41,7 @@ enum Op {
     Seal,
     Claim,
     Storage,
+    Notice,
 }
 
 impl Op {
@@ -54,6 +57,7 @@ impl Op {
             OpKind::Seal => Op::Seal,
             OpKind::LeaseKeys => Op::Storage,
             OpKind::ClaimHost => Op::Claim,
+            OpKind::FeedNotice => Op::Notice,
             OpKind::ReadDurable | OpKind::RequestCancel | OpKind::ReadChat => return None,
         })
     }
@@ -68,6 +72,7 @@ impl Op {
             "seal" => Op::Seal,
             "claim" => Op::Claim,
             "storage" => Op::Storage,
+            "notice" => Op::Notice,
             _ => return None,
         })
     }
@@ -132,7 +137,9 @@ impl FaultPlan {
                         .split(',')
                         .map(|op| {
                             Op::parse(op.trim()).ok_or_else(|| {
-                                BadFaultSpec(format!("op {op:?} is not probe, mark, readhost, append, readstate, seal or storage"))
+                                BadFaultSpec(format!(
+                                    "op {op:?} is not probe, mark, readhost, append, readstate, seal, claim, storage or notice"
+                                ))
                             })
                         })
                         .collect::<Result<_, _>>()?;
@@ -200,6 +207,9 @@ mod tests {
         assert_eq!(storage.decide(OpKind::Checkpoint), None);
         let lost = FaultPlan::parse("rate=1;kinds=lost;ops=mark,readhost").unwrap();
         assert_eq!(lost.decide(OpKind::ReadHost), Some(Fault::LoseReply));
+        let notice = FaultPlan::parse("rate=1;kinds=before;ops=notice").unwrap();
+        assert_eq!(notice.decide(OpKind::FeedNotice), Some(Fault::FailBeforeCommit));
+        assert_eq!(notice.decide(OpKind::Seal), None);
     }
 
     #[test]

@@ -56,11 +56,26 @@ pub struct ReadHost;
 /// One checkpoint: `text` covers `[from, to)`. The store answers what it now holds: mapped
 /// tables read the row in the write's own transaction; a sink reports the length it stored
 /// (normally `to`) and whether a cancel was requested.
+///
+/// Like a seal, it carries the fence ([`RowGuard`]): it applies only to a row still
+/// `streaming` at `from` and, where a host column is mapped, held by `host_token`. A lost
+/// instance's checkpoint that commits late can then neither splice its producer's text after
+/// what a rebuilt stream holds (the revival claimed the row with a token of its own) nor grow a
+/// row sealed meanwhile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
     pub from: Offset,
     pub to: Offset,
     pub text: String,
+    /// The token the host column must hold (`None`: no host column, or a sink).
+    pub host_token: Option<String>,
+}
+
+impl Checkpoint {
+    /// The condition the write applies under: `streaming`, at `from`, held by `host_token`.
+    pub fn guard(&self) -> RowGuard {
+        RowGuard { durable_seq: self.from, host_token: self.host_token.clone() }
+    }
 }
 
 /// Read the row's stored length and cancel flag: the read-back after a checkpoint whose answer
@@ -71,9 +86,11 @@ pub struct ReadState;
 /// Claim a `streaming` row for a reviving instance (SPEC §10): where a host column is mapped,
 /// the row passes from `old` (the token the row holds, which the revival proved is this
 /// object's) to `new`, a token no other claimant has (drawn at random by the host), and only if
-/// it still holds `old`. Answers the row's holder after the claim: the claim won when it is
-/// `new`, also for a replay after a lost reply (the row then already holds `new`). Two claimants
-/// from one token cannot both win: each names its own `new`, and only the first finds `old`.
+/// it still holds `old`. Answers the row as the claim's own transaction leaves it (its durable
+/// text and holder): the claim won when the holder is `new`, also for a replay after a lost reply
+/// (the row then already holds `new`), and that text is the one to rebuild from, since no write
+/// fenced by an older token can land after it. Two claimants from one token cannot both win:
+/// each names its own `new`, and only the first finds `old`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimHost {
     pub old: String,
@@ -100,14 +117,15 @@ pub struct SealWrite {
     /// The write applies only to a row still `streaming`, at the durable length this sealer
     /// believes, and held by its host token where a host column is mapped. A sink must honour
     /// it the same way.
-    pub guard: SealGuard,
+    pub guard: RowGuard,
 }
 
-/// The condition of every [`SealWrite`]: the row is as its sealer believes it, so a seal never
-/// shrinks the durable text (a checkpoint that committed late moved the row's length), never
-/// overwrites a row sealed meanwhile, and never lands on a row another host claimed.
+/// The fence every durable write carries (a [`Checkpoint`], a [`SealWrite`]): the row is as its
+/// writer believes it. So a seal never shrinks the durable text (a checkpoint that committed
+/// late moved the row's length), and no write lands on a row sealed meanwhile or on a row
+/// another host claimed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SealGuard {
+pub struct RowGuard {
     /// The row's length must be this (`status = 'streaming' AND seq = durable_seq`).
     pub durable_seq: Offset,
     /// The token the host column must hold (where one is mapped): the open's, or the one a
@@ -135,7 +153,7 @@ pub struct RowSummary {
 }
 
 /// Read the row as a revival decides on it: its durable text and status, and the host column
-/// where one is mapped.
+/// where one is mapped, in one statement (one snapshot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadLeaseRow;
 
@@ -167,8 +185,8 @@ impl Operation for ReadState {
     type Reply = RowState;
 }
 impl Operation for ClaimHost {
-    /// The token the host column holds after the claim.
-    type Reply = Option<String>;
+    /// The row after the claim.
+    type Reply = LeaseRow;
 }
 impl Operation for SealWrite {
     type Reply = SealResult;
@@ -253,6 +271,8 @@ pub enum OpKind {
     ClaimHost,
     /// The lease alarm's read of its keys from the object's own storage (not D1).
     LeaseKeys,
+    /// A stream's notice to its chat's feed object (not D1: an internal request).
+    FeedNotice,
 }
 
 /// One operation the stream asked for, answered only with [`Request::answer`].
@@ -370,7 +390,7 @@ requests! {
     ReadState => ReadState, State;
     SealWrite => Seal, Seal;
     ReadLeaseRow => ReadLeaseRow, LeaseRow;
-    ClaimHost => ClaimHost, Host;
+    ClaimHost => ClaimHost, LeaseRow;
 }
 
 impl StoreRequest {
@@ -435,9 +455,10 @@ pub async fn run_on_sink(sink: &dyn CheckpointSink, stream_id: &str, request: St
             let reply = sink.seal(stream_id, r.op()).await.map(|()| SealResult::Applied);
             r.answer(reply)
         }
-        // A sink has no host column: the row is the durable text.
+        // A sink has no host column (and reports a cancel at its next checkpoint): the row is the
+        // durable text.
         StoreRequest::ReadLeaseRow(r) => {
-            let reply = sink.read_durable(stream_id).await.map(|durable| LeaseRow { durable, host: HostColumn::Unmapped });
+            let reply = sink.read_durable(stream_id).await.map(|durable| LeaseRow { durable, host: HostColumn::Unmapped, cancel: false });
             r.answer(reply)
         }
         // A stream with a sink never asks these (its open is the mark; its checkpoint's answer

@@ -9,8 +9,9 @@
 use super::readers::{Dialect, Pull, ReaderId, Replay};
 use super::stream::{LiveStream, Output, Phase};
 use crate::engine::host::time::Timestamp;
-use crate::engine::text::utf16::Offset;
-use crate::engine::wire::frame::Frame;
+use crate::engine::text::reading::DurableText;
+use crate::engine::text::utf16::{self, Offset};
+use crate::engine::wire::frame::{EndStatus, Frame};
 
 /// A reader that joined past the rebuilt text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +96,13 @@ impl LiveStream {
         self.readers.due_of(reader)
     }
 
+    /// Ends `reader` at `at`, its token's `exp` (SPEC §11: no connection outlives its token): its
+    /// body then ends with nothing more, and its client reconnects from its last `id:` with a
+    /// fresh token, missing nothing.
+    pub fn expire_reader(&mut self, reader: ReaderId, at: Timestamp) {
+        self.readers.expire_at(reader, at);
+    }
+
     /// A reader's client went away.
     pub fn detach(&mut self, reader: ReaderId) {
         self.readers.detach(reader);
@@ -131,4 +139,20 @@ impl LiveStream {
             }
         }
     }
+}
+
+/// What a reader joining an answer that ended is replayed when no live stream holds it any more
+/// (its object slept after the seal, or retired it): the same frames a lingering stream replays,
+/// from its row (`open`, the text from `from`, `durable`, `end`). `None` while the row has not
+/// ended: then there is no answer to give but `absent`.
+pub fn replay_of_row(stream_id: &str, row: &DurableText, from: Offset) -> Option<Vec<Frame>> {
+    let status = EndStatus::parse(&row.status)?;
+    let at = utf16::floor(&row.text, from.min(row.seq));
+    let mut frames = vec![Frame::Open { stream_id: stream_id.to_owned(), from: at, seq: row.seq, durable_seq: row.seq, ended: true }];
+    if row.seq > at {
+        frames.push(Frame::Chunk { from: at, seq: row.seq, text: utf16::slice(&row.text, at, row.seq).to_owned() });
+        frames.push(Frame::Durable { seq: row.seq });
+    }
+    frames.push(Frame::End { seq: row.seq, status, error: row.error.clone() });
+    Some(frames)
 }

@@ -64,6 +64,9 @@ pub struct LeaseRow {
     /// The durable text and status; `None`: there is no row.
     pub durable: Option<DurableText>,
     pub host: HostColumn,
+    /// A Stop is recorded on the row (its cancel column, where mapped): a stream rebuilt from it
+    /// seals `cancelled`.
+    pub cancel: bool,
 }
 
 /// The row's host column.
@@ -73,6 +76,16 @@ pub enum HostColumn {
     Unmapped,
     /// The producer token it holds.
     Holds(Option<String>),
+}
+
+impl LeaseRow {
+    /// The token the host column holds, if one is mapped and set.
+    pub fn host_holder(&self) -> Option<String> {
+        match &self.host {
+            HostColumn::Holds(holder) => holder.clone(),
+            HostColumn::Unmapped => None,
+        }
+    }
 }
 
 /// Why the lease goes on.
@@ -90,6 +103,9 @@ pub enum Renewal {
     StorageFailed(String),
     /// A revival's step failed or timed out: tried again a lease later.
     RevivalFailed(RevivalFailure),
+    /// The stream's notices to its chat's feed are not all confirmed: the keys they are sent
+    /// again from are kept (`engine::feed::Notices`).
+    NoticesUnconfirmed,
 }
 
 /// Why the lease ends.

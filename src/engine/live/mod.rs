@@ -18,6 +18,7 @@
 //! - `seal`: the sealer, every seal's one guarded write and what follows when it does not apply;
 //! - `revival`: rebuilding a stream a reset instance lost (keys, row, claim, window), driven by
 //!   the lease alarm and by requests alike;
+//! - `revivals`: which caller runs a revival, and what a "nothing to rebuild" answers later;
 //! - `resume`: the rebuilt stream, the producer's resume and fence, the resume window;
 //! - `joins`: where a reader starts (the replay, parked readers of a rebuilt stream);
 //! - `readers`: bounded queues, dialects, pacing, merging;
@@ -35,16 +36,19 @@ mod pressure;
 mod readers;
 mod resume;
 mod revival;
+mod revivals;
 mod seal;
 mod slot;
 mod stream;
 mod watch;
 
 pub use backoff::{patiently, Jitter, LOAD_BACKOFF_MAX};
+pub use joins::replay_of_row;
 pub use open::Producer;
 pub use readers::{Dialect, DropReason, Pull, ReaderId, SharedFrame, Wire, ALONE_BYTES};
-pub use resume::{idle_error, window_expired_error, Fenced, Holder, Rehydration, ResumeGrant, ResumeRefused, Window, FIRST_EPOCH};
+pub use resume::{idle_error, window_expired_error, Fenced, Holder, Rehydration, ResumeGrant, ResumeRefused, Taker, Window, FIRST_EPOCH};
 pub use revival::{Revival, RevivalEnd, RevivalFailure, RevivalOutput};
+pub use revivals::{Attempt, Caller, Revivals, Turn};
 pub use slot::StreamSlot;
 pub use stream::*;
 pub use watch::{WatchAnswer, WATCH_HOLD};

@@ -34,9 +34,13 @@ pub struct Producer {
     /// The app's `meta` from the open body, handed to the authorizer and to the store's open
     /// operation.
     pub meta: Option<serde_json::Value>,
-    /// The chat the open named (SPEC §11), stored with the lease: a seal made after a reset
-    /// still tells that chat's feed.
-    pub chat: Option<String>,
+    /// The chat the open named and the user's message it gave (SPEC §11), stored with the
+    /// lease: a fresh instance tells that chat's feed of the start and of the seal.
+    pub chat: Option<crate::engine::feed::ChatLink>,
+    /// The producer's own id (`x-rindle-producer`), stored with the lease as the holder of the
+    /// first epoch: after a lost open answer it resumes without an epoch and gets its stream back
+    /// ([`LiveStream::resume`](super::LiveStream::resume)), where another producer does not.
+    pub id: Option<String>,
 }
 
 #[derive(Debug)]
@@ -260,7 +264,9 @@ impl Opener {
                     armed_at: Some(self.started_at),
                     format: Some(cfg.format),
                     meta: producer.meta.clone(),
-                    chat: producer.chat.clone(),
+                    chat: producer.chat.as_ref().map(|c| c.chat_id.clone()),
+                    user_message: producer.chat.as_ref().and_then(|c| c.user_message.as_ref()).map(|m| m.json().to_owned()),
+                    producer: producer.id.clone(),
                     ..StoredStream::default()
                 };
                 out.push(Output::ArmLease { lease });

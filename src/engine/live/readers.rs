@@ -148,6 +148,8 @@ struct Reader {
     ping: bool,
     /// Waits for text not here yet: offered no frames until released.
     held: bool,
+    /// Its token expires then: the reader is ended (its client reconnects with a fresh token).
+    expires_at: Option<Timestamp>,
 }
 
 impl Reader {
@@ -159,13 +161,15 @@ impl Reader {
     /// When this reader next needs a pull without being offered a frame: when its pace has
     /// passed (deferred), or when it is due a keep-alive ping (parked, waiting for data).
     fn next_pull(&self, slack: Millis, keepalive: Millis) -> Option<Timestamp> {
-        if self.deferred {
+        let pull = if self.deferred {
             Some(self.due(slack))
         } else if self.parked && !self.finished {
             Some(self.idle_since + keepalive)
         } else {
             None
-        }
+        };
+        let expiry = self.expires_at.filter(|_| !self.finished);
+        [pull, expiry].into_iter().flatten().min()
     }
 }
 
@@ -384,8 +388,21 @@ impl Readers {
     pub fn wake_due(&mut self, now: Timestamp) -> Vec<ReaderId> {
         let (slack, keepalive) = (self.slack(), self.keepalive);
         let mut wake = Vec::new();
+        let mut expired = false;
         for (id, r) in self.readers.iter_mut() {
             if r.next_pull(slack, keepalive).is_none_or(|at| at > now) {
+                continue;
+            }
+            if r.expires_at.is_some_and(|at| at <= now) && !r.finished {
+                // Its token expired: nothing more is written, and its body ends (no ending: the
+                // client reconnects from its last `id:`, with a fresh token).
+                r.queue.clear();
+                r.finished = true;
+                r.held = false;
+                r.deferred = false;
+                r.parked = false;
+                expired = true;
+                wake.push(*id);
                 continue;
             }
             r.ping = !r.deferred;
@@ -393,7 +410,17 @@ impl Readers {
             r.parked = false;
             wake.push(*id);
         }
+        if expired {
+            self.readers_changed();
+        }
         wake
+    }
+
+    /// Ends reader `id` at `at` (its token's `exp`), unless it ends first.
+    pub fn expire_at(&mut self, id: ReaderId, at: Timestamp) {
+        if let Some(r) = self.readers.get_mut(&id) {
+            r.expires_at = Some(at);
+        }
     }
 
     /// Readers still receiving live frames.
@@ -440,6 +467,7 @@ impl Readers {
                 idle_since: now,
                 ping: false,
                 held: false,
+                expires_at: None,
             },
         );
         self.readers_changed();
@@ -825,6 +853,22 @@ mod tests {
         assert!(matches!(rs.pull(busy, Timestamp(21_003)), Pull::Data { last: true, .. }));
         assert_eq!(rs.next_due(), None);
         assert_eq!(rs.writes(), 6);
+    }
+
+    #[test]
+    fn a_reader_whose_token_expires_is_ended_then_with_nothing_more() {
+        let mut rs = Readers::new(16, true, NO_PACING, Millis(15_000));
+        let id = rs.attach(Dialect::Events, vec![], Timestamp(0));
+        rs.expire_at(id, Timestamp(6_000));
+        assert_eq!(rs.pull(id, Timestamp(0)), Pull::Pending);
+        assert_eq!(rs.next_due(), Some(Timestamp(6_000)), "before its ping");
+        rs.fan_out(chunk(0, "a"), stale, Timestamp(5_999));
+        assert!(matches!(rs.pull(id, Timestamp(5_999)), Pull::Data { .. }));
+        assert_eq!(rs.pull(id, Timestamp(5_999)), Pull::Pending);
+        assert_eq!(rs.wake_due(Timestamp(6_000)), vec![id]);
+        assert_eq!(rs.live_count(), 0);
+        assert_eq!(rs.pull(id, Timestamp(6_000)), Pull::Gone, "its body ends, with no ending frame");
+        assert_eq!(rs.next_due(), None);
     }
 
     fn stale() -> Frame {

@@ -9,8 +9,10 @@
 //!       a write of an older epoch ────▶ Superseded (whatever the state: the fence survives resets)
 //!       a write of the current one ───▶ ResumeRequired {seq, durableSeq}
 //!       resume ───────────────────────▶ epoch + 1, seq = D (a line end for `ui`); writes flow
+//!       a resume without an epoch ────▶ Superseded, but for the producer id it is held for
 //!       the window passes ────────────▶ sealed `interrupted` (cause: the reset, or an idle producer)
-//!       a cancel ─────────────────────▶ sealed `cancelled`; a late resume learns it (Closed)
+//!       a cancel (or one the row ──────▶ sealed `cancelled`; a late resume learns it (Closed)
+//!         recorded before the reset)
 //!   resume on a live stream ───────▶ epoch + 1, its own seq; the replaced connection's
 //!                                     writes get Superseded, never interleaved
 //!   a pump ────────────────────────▶ holds an epoch of its own: producers' writes and resumes
@@ -20,7 +22,9 @@
 //! **The window measures the producer's absence, not the instance's**: a rebuilt stream waits
 //! the larger of `RESUME_WINDOW_MS` and what remains of `IDLE_TIMEOUT_MS` since the producer's
 //! last write (an object evicted while its producer waits on a long tool call is not a lost
-//! producer). The first rebuild's window is stored, so a second reset does not restart it.
+//! producer), never less: the last write is the one the lease stored when the producer went
+//! quiet (forgotten at its next write), or, with none stored, the rebuild's own time. The first
+//! rebuild's window is stored, so a second reset does not restart it.
 //!
 //! A reader joining a rebuilt stream past its `seq` is parked (`live/joins.rs`).
 
@@ -60,7 +64,10 @@ pub struct Window {
 impl Window {
     /// The window a stream rebuilt at `now` waits (see the module docs): the one an earlier
     /// rebuild stored, else the larger of `RESUME_WINDOW_MS` from now and what remains of
-    /// `IDLE_TIMEOUT_MS` since the producer's last write. No resume window configured: none.
+    /// `IDLE_TIMEOUT_MS` since the producer's last write. `last_write` is the one the lease
+    /// stored; without one the producer may have been writing until the instance was lost, and
+    /// `now` bounds that from above, so the window never ends before the true last write +
+    /// `IDLE_TIMEOUT_MS`. No resume window configured: none.
     pub fn of(cfg: &StreamConfig, stored: Option<Window>, last_write: Option<Timestamp>, now: Timestamp) -> Window {
         if let Some(stored) = stored {
             return stored;
@@ -69,7 +76,8 @@ impl Window {
             return Window { until: now, cause: SealCause::LeaseExpired };
         }
         let reset = now + cfg.resume_window_ms;
-        match last_write.filter(|_| cfg.idle_timeout_ms > Millis::ZERO).map(|at| at + cfg.idle_timeout_ms) {
+        let last_write = last_write.unwrap_or(now).min(now);
+        match Some(last_write).filter(|_| cfg.idle_timeout_ms > Millis::ZERO).map(|at| at + cfg.idle_timeout_ms) {
             Some(idle) if idle > reset => Window { until: idle, cause: SealCause::IdleProducer },
             _ => Window { until: reset, cause: SealCause::ResumeWindowExpired },
         }
@@ -132,6 +140,9 @@ pub struct Rehydration {
     pub host_token: Option<String>,
     /// The producer's last write the object stored (the idle timeout counts from it).
     pub last_write: Option<Timestamp>,
+    /// A Stop was recorded on the row before the reset: the stream seals `cancelled` at once,
+    /// and its producer's resume learns it (409 `closed`, `cancelled`).
+    pub cancelled: bool,
 }
 
 /// A write the fence refuses.
@@ -146,6 +157,28 @@ pub enum Fenced {
     /// The object's pump is the producer (409 `pump_running`).
     #[error("the stream's pump is its producer")]
     PumpRunning,
+}
+
+/// Who takes the stream with a new epoch, for what it means when that epoch cannot be stored
+/// (the object's storage failed): see [`Taker::needs_stored_epoch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taker {
+    /// A producer's `POST /resume`.
+    Producer,
+    /// The object's pump: started by its producer (`POST /pump`), or re-attached after a reset.
+    Pump,
+}
+
+impl Taker {
+    /// Whether the take-over may be acted on only once its epoch is stored. A producer's resume
+    /// is answered 503 instead (it retries with its id and gets the same grant): a grant a reset
+    /// could lose would let the producer it replaced take the stream back and write beside it.
+    /// A pump goes on (the failure is logged): the producer it replaced is the one that started
+    /// it, or none, and after a reset a background pump's next instance re-attaches and takes a
+    /// new epoch again, fencing any producer.
+    pub fn needs_stored_epoch(self) -> bool {
+        self == Taker::Producer
+    }
 }
 
 /// What a resume answers: where the producer continues.
@@ -168,6 +201,20 @@ pub enum ResumeRefused {
     /// The caller's epoch is older than the stream's: another producer resumed since.
     #[error(transparent)]
     Fenced(Fenced),
+}
+
+impl ResumeRefused {
+    /// Why a resume that finds no stream here is refused, from the row (read when the revival
+    /// found nothing to rebuild): a sealed row is [`ResumeRefused::Closed`] with its status (409
+    /// `closed`: a producer learns its Stop, or that its answer ended), anything else
+    /// [`ResumeRefused::NotOpen`] (404 `not_open`: nothing streams here; an open that never took
+    /// opens again).
+    pub fn of_row(row: Option<&DurableText>) -> Self {
+        match row.and_then(|row| EndStatus::parse(&row.status).map(|status| (status, row.seq))) {
+            Some((status, seq)) => ResumeRefused::Closed { status, seq, durable_seq: seq },
+            None => ResumeRefused::NotOpen,
+        }
+    }
 }
 
 impl LiveStream {
@@ -196,6 +243,9 @@ impl LiveStream {
             window: Some(from.window),
         };
         stream.renew_lease(now);
+        if from.cancelled {
+            stream.cancel(); // in the gap: sealed through the one sealer
+        }
         stream
     }
 
@@ -268,20 +318,29 @@ impl LiveStream {
 
     /// The producer (a new connection, or a new instance's first) takes over: a new epoch
     /// fences the connection it replaces, the window closes, and the answer says where to
-    /// continue. `epoch` is the caller's (`None`: it has none): an older one is refused, so a
-    /// replaced producer cannot take the stream back. `producer` is the caller's id: the same
-    /// producer retrying a resume whose answer it lost gets the same grant. A `ui` stream's
-    /// unfinished line is dropped (the producer re-sends it), so `seq` is at a line end.
+    /// continue. `epoch` is the caller's: an older one is refused, so a replaced producer cannot
+    /// take the stream back. `producer` is the caller's id: the same producer retrying a resume
+    /// whose answer it lost gets the same grant. A `ui` stream's unfinished line is dropped (the
+    /// producer re-sends it), so `seq` is at a line end.
+    ///
+    /// **Without an epoch** the caller never learned one: its open's answer was lost, so it wrote
+    /// nothing. It takes the stream only where that loses nothing: the stream is held for its id
+    /// (the opener's `x-rindle-producer`, or the last resume's), or nothing was written yet on a
+    /// stream this instance opened (a rebuilt stream may still meet a lost instance's write).
+    /// Anyone else is [`Fenced::Superseded`]: a retried invocation never takes a stream another
+    /// producer wrote, and never continues at a `seq` past what it wrote.
     pub fn resume(&mut self, epoch: Option<u64>, producer: Option<&str>, now: Timestamp) -> Result<ResumeGrant, ResumeRefused> {
         self.resumable()?;
         if self.survival.holder == Holder::Pump {
             return Err(ResumeRefused::Fenced(Fenced::PumpRunning));
         }
         let current = self.survival.epoch;
-        let replay = producer.is_some() && producer == self.survival.granted_to.as_deref() && epoch == Some(current - 1);
+        let holder = producer.is_some() && producer == self.survival.granted_to.as_deref();
+        let untouched = self.seq() == Offset::ZERO && !self.survival.rehydrated;
         match epoch {
-            _ if replay => {}
+            Some(e) if holder && e + 1 == current => {} // its lost answer, granted again
             Some(e) if e != current => return Err(ResumeRefused::Fenced(Fenced::Superseded { current })),
+            None if !holder && !untouched => return Err(ResumeRefused::Fenced(Fenced::Superseded { current })),
             _ => {
                 self.survival.epoch += 1;
                 self.survival.granted_to = producer.map(str::to_owned);
@@ -301,6 +360,13 @@ impl LiveStream {
         Ok(self.take_over(now))
     }
 
+    /// Whether the stream takes a producer now (a write, a resume, a pump): it is live, or it is
+    /// [`ResumeRefused::Closed`] with the status it ends with (a producer learns a Stop from it),
+    /// or not open here.
+    pub fn takes_producers(&self) -> Result<(), ResumeRefused> {
+        self.resumable()
+    }
+
     fn resumable(&self) -> Result<(), ResumeRefused> {
         match &self.phase {
             Phase::Live => Ok(()),
@@ -315,7 +381,7 @@ impl LiveStream {
             let _ = assembler.take_partial();
         }
         self.survival.window = None;
-        self.last_activity = now;
+        self.producer_active(now);
         self.clock = self.clock.max(now);
         ResumeGrant { seq: self.seq(), durable_seq: self.durable_seq, format: self.format(), epoch: self.survival.epoch }
     }

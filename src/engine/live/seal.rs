@@ -27,7 +27,7 @@ use super::lease::Holding;
 use super::stream::{FlushError, LiveStream, Phase, SealOutcome, SealReport, SealShortfall, Settlement, Shortfall, StreamEvent, Ticket};
 use crate::engine::host::config::CheckpointMode;
 use crate::engine::host::hook::SealCause;
-use crate::engine::host::store::{OpId, ReadLeaseRow, Reply, RowSummary, SealGuard, SealResult, SealWrite, StoreError};
+use crate::engine::host::store::{OpId, ReadLeaseRow, Reply, RowGuard, RowSummary, SealResult, SealWrite, StoreError};
 use crate::engine::host::time::Timestamp;
 use crate::engine::text::reading::DurableText;
 use crate::engine::text::utf16::{self, Offset};
@@ -176,13 +176,16 @@ impl LiveStream {
     /// The lease found this stream's seal short: write it again, from what the stream still
     /// holds. With the whole text (or an in-place seal whose tail is all durable) that is the
     /// producer's own seal; without it, an in-place `interrupted` seal at the durable length
-    /// (the rest of the text is not here to write). Nobody waits: the hook hears how it went.
+    /// (the rest of the text is not here to write), but for a `cancelled` seal, which stays
+    /// `cancelled` in place (a Stop is never lost, and a cancelled answer is cut short anyway).
+    /// Nobody waits: the hook hears how it went.
     pub fn retry_seal(&mut self, now: Timestamp) {
         let Phase::Ended(Ended { seal, repairable: true, .. }) = &self.phase else { return };
         let whole_text = self.buf.floor() == Offset::ZERO || self.cfg.mode == CheckpointMode::Sink;
         let seal = match seal.in_place {
             true if self.durable_seq == self.seq() => seal.clone(),
             false if whole_text => seal.clone(),
+            _ if seal.status == EndStatus::Cancelled => Seal { in_place: true, ..seal.clone() },
             _ => Seal {
                 status: EndStatus::Interrupted,
                 error: Some(super::lease::INTERRUPTED.to_owned()),
@@ -208,11 +211,7 @@ impl LiveStream {
             from: self.durable_seq,
             body: (!seal.in_place).then(|| self.buf.as_str().to_owned()),
             body_from: self.buf.floor(),
-            // The host token is compared where the tables map a host column; a sink has none.
-            guard: SealGuard {
-                durable_seq: self.durable_seq,
-                host_token: self.host_token.clone().filter(|_| self.cfg.mode == CheckpointMode::Tables { host_cas: true }),
-            },
+            guard: RowGuard { durable_seq: self.durable_seq, host_token: self.fence_token() },
         }
     }
 
@@ -333,6 +332,7 @@ impl LiveStream {
         if row.seq <= seq {
             // A checkpoint of ours committed though its answer was lost, or a lost instance's
             // committed late, with text this stream holds: that much is durable.
+            self.stats.seals_caught_up += 1;
             self.advance_durable(row.seq);
             return self.send_seal(0);
         }
@@ -351,6 +351,7 @@ impl LiveStream {
         let Some(durable) = read.durable else { return self.end_not_ours(Frame::Absent, Shortfall::NoRow, now) };
         let DurableText { text, seq, status, error, .. } = durable;
         if seq > self.seq() {
+            self.stats.seals_adopted_text += 1;
             let tail = utf16::slice(&text, self.seq(), seq).to_owned();
             self.append(&tail, now);
             if self.ui_lines.is_some() {
@@ -404,6 +405,7 @@ impl LiveStream {
     /// length). The producer's own seal succeeded only if the row holds exactly what it asked.
     fn end_as_row(&mut self, row: RowSummary, now: Timestamp) {
         let Phase::Sealing(sealing) = &mut self.phase else { return };
+        self.stats.seals_found_sealed += 1;
         let tickets = std::mem::take(&mut sealing.tickets);
         let ours = sealing.seal.clone();
         let status = EndStatus::parse(&row.status).unwrap_or(EndStatus::Interrupted);

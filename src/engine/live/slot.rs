@@ -1,4 +1,5 @@
-//! The one live stream an object holds, shared by every call the shell makes into it.
+//! The one live stream an object holds, shared by every call the shell makes into it, and the
+//! revivals that rebuild it when the instance holds none ([`Revivals`]).
 //!
 //! The runtime calls in when it likes: a reader's client going away cancels its body, and any
 //! call into JavaScript made while the stream is borrowed (a body write, say) lets that cancel
@@ -7,6 +8,8 @@
 //! in `/stats`, pacing the live readers. So a detach that finds the stream borrowed waits here
 //! and is applied at the stream's next borrow.
 
+use super::lease::Revived;
+use super::revivals::{Attempt, Caller, Revivals, Turn};
 use super::{LiveStream, ReaderId};
 use std::cell::{Ref, RefCell, RefMut};
 
@@ -16,6 +19,7 @@ pub struct StreamSlot {
     stream: RefCell<Option<LiveStream>>,
     /// Readers whose client went away while the stream was borrowed, for the stream now held.
     detach_later: RefCell<Vec<ReaderId>>,
+    revivals: RefCell<Revivals>,
 }
 
 impl StreamSlot {
@@ -47,6 +51,30 @@ impl StreamSlot {
             }
             Err(_) => self.detach_later.borrow_mut().push(reader),
         }
+    }
+
+    /// Puts `stream` (opening, or rebuilt) in the slot; `false` (and nothing changes: `stream`
+    /// is dropped) when one is there. The revivals forget what they remembered: it may mark the
+    /// row.
+    pub fn put(&self, stream: LiveStream) -> bool {
+        let mut slot = self.stream.borrow_mut();
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(stream);
+        self.revivals.borrow_mut().stream_installed();
+        true
+    }
+
+    /// `caller`'s turn to rebuild the stream this instance does not hold ([`Revivals::begin`]).
+    pub fn begin_revival(&self, caller: Caller) -> Turn {
+        let holds = self.stream.borrow().is_some();
+        self.revivals.borrow_mut().begin(caller, holds)
+    }
+
+    /// A revival is over ([`Revivals::finish`]); a stream it rebuilt is [`Self::put`] by its caller.
+    pub fn finish_revival(&self, attempt: Attempt, outcome: Option<&Revived>) {
+        self.revivals.borrow_mut().finish(attempt, outcome);
     }
 
     /// Empties the slot (the stream retires). The detaches waiting for it go with it: reader ids

@@ -10,7 +10,7 @@ use super::readers::{Pacing, ReaderId, Readers};
 use super::resume::Survival;
 use super::seal::{Ended, Sealing};
 use crate::engine::durable::{OpenRefused, RowState};
-use crate::engine::host::config::StreamConfig;
+use crate::engine::host::config::{CheckpointMode, StreamConfig};
 use crate::engine::host::hook::SealCause;
 use crate::engine::host::object_storage::StoredStream;
 use crate::engine::host::store::{Checkpoint, OpId, ReadState, Reply, StoreAnswer, StoreError, StoreRequest};
@@ -89,8 +89,15 @@ pub enum Output {
     /// Set the lease alarm one lease from now again (the stream is alive here), and with
     /// `last_write`, store the producer's last write with it: a producer that went quiet for a
     /// renewal interval (a tool call, say) has its last write kept, so a revival's window counts
-    /// from it. A producer writing on is not stored at every renewal (a row write each).
+    /// from it. A producer writing on is not stored at every renewal (a row write each). With a
+    /// `last_write`, answer how its write went with [`LiveStream::handle_last_write_written`].
     RenewLease { last_write: Option<Timestamp> },
+    /// Delete the producer's last write from the object's storage: the producer wrote again
+    /// after it was stored, so it is no longer the last (a revival without one counts the idle
+    /// timeout from its own time, an upper bound of any write the lost instance took). One
+    /// delete per pause, at the first write after it. Answer how it went with
+    /// [`LiveStream::handle_last_write_written`].
+    ForgetLastWrite,
     /// Undo the [`Output::ArmLease`] with `host_token`: that open was refused without marking
     /// the row, so its lease guards nothing, and its alarm must not seal a row another producer
     /// holds. The object restores what its lease held before that arming (an earlier stream's
@@ -282,6 +289,16 @@ pub struct Stats {
     /// Writes to readers (pulls that returned bytes); merging and pacing make it smaller
     /// than frames × readers.
     pub reader_writes: u64,
+    /// Seals whose guard found the row moved on to a length within this stream's text (a
+    /// checkpoint of its own whose answer was lost, or a lost instance's with the same text):
+    /// that much was taken as durable and the seal written again.
+    pub seals_caught_up: u64,
+    /// Seals whose guard found the row longer than this stream's text (a lost instance's late
+    /// checkpoint, where no host column fences it): its tail was taken in before sealing again.
+    pub seals_adopted_text: u64,
+    /// Seals whose guard found the row sealed by someone else (a lost instance's seal, where no
+    /// host column fences it): the stream ended as the row says.
+    pub seals_found_sealed: u64,
 }
 
 /// Where the stream is in its life.
@@ -298,25 +315,52 @@ pub(crate) enum Phase {
     Retired,
 }
 
-/// The producer's last write, as the lease's renewals keep it in the object's storage.
+/// The producer's last write, as the lease keeps it in the object's storage: stored once the
+/// producer was quiet for a renewal interval, forgotten at its first write after. What is stored
+/// is therefore always the true last write, up to the latency of one storage write; while none
+/// is stored the producer may be writing (see [`Output::ForgetLastWrite`]). A write of it that
+/// failed (a put or a delete, which may or may not have landed) leaves the storage in doubt: the
+/// next renewal writes the truth again (the quiet producer's last write, or its deletion), so a
+/// stale last write never shortens a revival's window for longer than a renewal interval.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct LastWrite {
     /// What the previous renewal saw.
     pub seen: Option<Timestamp>,
     /// What is stored.
     pub stored: Option<Timestamp>,
+    /// A write of it failed since the last renewal: what the storage holds is unknown.
+    pub in_doubt: bool,
+}
+
+/// What a renewal writes of the producer's last write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LastWriteUpdate {
+    Keep,
+    Store(Timestamp),
+    Forget,
 }
 
 impl LastWrite {
-    /// At a renewal: the last write to store, if the producer wrote nothing since the previous
-    /// renewal (it went quiet) and it is not stored yet.
-    fn quiet_since(&mut self, last_write: Timestamp) -> Option<Timestamp> {
+    /// At a renewal: store the last write if the producer wrote nothing since the previous
+    /// renewal (it went quiet) and it is not stored yet; write the truth again after a failure.
+    fn at_renewal(&mut self, last_write: Timestamp) -> LastWriteUpdate {
         let quiet = self.seen == Some(last_write);
         self.seen = Some(last_write);
-        (quiet && self.stored != Some(last_write)).then(|| {
+        let redo = std::mem::take(&mut self.in_doubt);
+        if quiet && (redo || self.stored != Some(last_write)) {
             self.stored = Some(last_write);
-            last_write
-        })
+            LastWriteUpdate::Store(last_write)
+        } else if redo && !quiet {
+            self.stored = None;
+            LastWriteUpdate::Forget
+        } else {
+            LastWriteUpdate::Keep
+        }
+    }
+
+    /// The producer wrote: whether a stored last write must be forgotten.
+    fn wrote(&mut self) -> bool {
+        self.stored.take().is_some()
     }
 }
 
@@ -374,6 +418,7 @@ impl LiveStream {
     pub fn open(stream_id: &str, cfg: StreamConfig, producer: Producer, now: Timestamp) -> (Self, Ticket<OpenOutcome>) {
         let mut stream = Self::new_live(stream_id, cfg, producer.meta.clone(), now);
         stream.host_token = Some(producer.host_token.clone());
+        stream.survival.granted_to = producer.id.clone();
         let ticket = stream.out.ticket();
         stream.phase = Phase::Opening(Opener::start(ticket, stream_id, producer, &stream.cfg, now, &mut stream.out));
         (stream, ticket)
@@ -557,9 +602,18 @@ impl LiveStream {
             Phase::Opening(_) | Phase::Retired => return Err(PushError::NotOpen),
             Phase::Sealing(_) | Phase::Ended(_) => return Err(PushError::Closed),
         }
-        self.last_activity = now;
+        self.producer_active(now);
         self.clock = self.clock.max(now);
         Ok(())
+    }
+
+    /// The producer wrote, flushed or resumed at `now`: the idle timeout counts from here, and a
+    /// last write the lease stored is no longer the last.
+    pub(super) fn producer_active(&mut self, now: Timestamp) {
+        self.last_activity = now;
+        if self.lease_writes.wrote() {
+            self.out.push(Output::ForgetLastWrite);
+        }
     }
 
     pub(super) fn append(&mut self, text: &str, now: Timestamp) {
@@ -593,7 +647,7 @@ impl LiveStream {
         let ticket = self.out.ticket();
         let at = self.seq();
         if matches!(self.phase, Phase::Live) {
-            self.last_activity = now;
+            self.producer_active(now);
         }
         let settled = match &self.phase {
             Phase::Opening(_) | Phase::Retired => Some(Err(FlushError::NotOpen)),
@@ -678,6 +732,20 @@ impl LiveStream {
         [phase_deadline, self.lease_renew_at, self.ck.deadline(), self.readers.next_due()].into_iter().flatten().min()
     }
 
+    /// The next deadline that needs the object awake, for the shell's in-memory timer: every
+    /// deadline of [`Self::poll_timeout`] but those of an ended stream (its linger, and the lease
+    /// renewal the seal made moot). A pending timer keeps an object from hibernating, and an
+    /// ended stream has no work to do: its object sleeps, the lease alarm (which does not keep
+    /// it awake) releases its keys, and a late reader is served from memory while the object
+    /// still holds the stream, from the row after that.
+    #[must_use]
+    pub fn poll_timer(&self) -> Option<Timestamp> {
+        match &self.phase {
+            Phase::Ended(_) | Phase::Retired => [self.ck.deadline(), self.readers.next_due()].into_iter().flatten().min(),
+            _ => self.poll_timeout(),
+        }
+    }
+
     /// Does whatever is due at `now`.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.clock = self.clock.max(now);
@@ -705,6 +773,15 @@ impl LiveStream {
             self.send_slice(now);
         }
         self.drive(now);
+    }
+
+    /// The lease alarm released an ended stream's keys: the stream retires (its late readers are
+    /// served from the row). No timer waited for its linger: its object sleeps from the seal on.
+    pub fn lease_released(&mut self) {
+        if matches!(self.phase, Phase::Ended(_)) {
+            self.phase = Phase::Retired;
+            self.out.push(Output::Retired);
+        }
     }
 
     // ---- outputs
@@ -800,7 +877,7 @@ impl LiveStream {
             let seq = self.seq();
             to = self.buf.last_line_end(from, to).or_else(|| self.buf.first_line_end(to, seq)).unwrap_or(to);
         }
-        let op = self.out.request(Checkpoint { from, to, text: self.buf.slice(from, to).to_owned() });
+        let op = self.out.request(self.checkpoint(from, to));
         self.ck.start(to, op, from, now);
     }
 
@@ -812,8 +889,19 @@ impl LiveStream {
         if from >= to {
             return self.round_succeeded(now);
         }
-        let op = self.out.request(Checkpoint { from, to, text: self.buf.slice(from, to).to_owned() });
+        let op = self.out.request(self.checkpoint(from, to));
         self.ck.sent(op, from, now);
+    }
+
+    /// The checkpoint of `[from, to)`, fenced by this stream's host token.
+    fn checkpoint(&self, from: Offset, to: Offset) -> Checkpoint {
+        Checkpoint { from, to, text: self.buf.slice(from, to).to_owned(), host_token: self.fence_token() }
+    }
+
+    /// The token every durable write of this stream is fenced by: its claim on the row, where
+    /// the tables map a host column (a sink has none).
+    pub(super) fn fence_token(&self) -> Option<String> {
+        self.host_token.clone().filter(|_| self.cfg.mode == CheckpointMode::Tables { host_cas: true })
     }
 
     fn on_confirmed(&mut self, from: Offset, state: RowState, write_error: Option<StoreError>, now: Timestamp) {
@@ -902,6 +990,15 @@ impl LiveStream {
 
     // ---- the open handshake and the lease
 
+    /// The shell's answer to a write of the producer's last write ([`Output::RenewLease`] with
+    /// one, [`Output::ForgetLastWrite`]): a failure leaves the storage in doubt, and the next
+    /// renewal writes it again (see `LastWrite`).
+    pub fn handle_last_write_written(&mut self, result: Result<(), String>) {
+        if result.is_err() {
+            self.lease_writes.in_doubt = true;
+        }
+    }
+
     /// The shell's answer to [`Output::ArmLease`]: the lease is armed (or could not be).
     pub fn handle_lease_armed(&mut self, result: Result<(), String>, now: Timestamp) {
         self.clock = self.clock.max(now);
@@ -953,7 +1050,14 @@ impl LiveStream {
     pub(super) fn renew_lease(&mut self, now: Timestamp) {
         match self.holding() {
             Holding::Alive => {
-                let last_write = self.lease_writes.quiet_since(self.last_activity);
+                let last_write = match self.lease_writes.at_renewal(self.last_activity) {
+                    LastWriteUpdate::Store(at) => Some(at),
+                    LastWriteUpdate::Forget => {
+                        self.out.push(Output::ForgetLastWrite);
+                        None
+                    }
+                    LastWriteUpdate::Keep => None,
+                };
                 self.out.push(Output::RenewLease { last_write });
                 self.lease_renew_at = Some(now + self.cfg.lease_ms / 2);
             }

@@ -14,6 +14,9 @@ pub enum EndStatus {
 }
 
 impl EndStatus {
+    /// Every terminal status, the ones a seal writes.
+    pub const ALL: [EndStatus; 4] = [EndStatus::Complete, EndStatus::Cancelled, EndStatus::Error, EndStatus::Interrupted];
+
     pub fn as_str(self) -> &'static str {
         match self {
             EndStatus::Complete => "complete",
@@ -25,7 +28,7 @@ impl EndStatus {
 
     /// A status column's value, if it is terminal (`streaming`, `pending`, … are not).
     pub fn parse(column: &str) -> Option<Self> {
-        [EndStatus::Complete, EndStatus::Cancelled, EndStatus::Error, EndStatus::Interrupted].into_iter().find(|s| s.as_str() == column)
+        Self::ALL.into_iter().find(|s| s.as_str() == column)
     }
 }
 
