@@ -7,6 +7,11 @@
 # CHAT_INSPECTOR_PORT override the ports. State
 # lives in .wrangler/state and .wrangler/chat-state (delete them to reset).
 #
+# DB_MODEL_WRITE_MS=40 (and DB_MODEL_READ_MS, DB_MODEL_LANES, DB_MODEL_ROUND_TRIP_MS,
+# DB_MODEL_MAX_QUEUED, DB_MODEL_MAX_WAIT_MS) puts the model of the database in front of the local
+# one: one queue per database, that many ms a write, D1's own overload error past its queue
+# (docs/LOAD.md, "The model in the dev build").
+#
 # BACKEND=postgres serves the API, the demo and the example chat on PostgreSQL instead of D1: it
 # starts the project's throwaway cluster (scripts/pg.sh, in .wrangler/pg; stopped again on exit),
 # applies migrations/postgres/, and serves copies of wrangler.toml and of the example chat's
@@ -52,8 +57,17 @@ else
   step "mock model server: mock/model-server.mjs not present, skipping"
 fi
 
+# The model of the database: its variables, passed on to both `wrangler dev`s.
+MODEL_VARS=()
+for name in DB_MODEL_WRITE_MS DB_MODEL_READ_MS DB_MODEL_LANES DB_MODEL_ROUND_TRIP_MS DB_MODEL_MAX_QUEUED DB_MODEL_MAX_WAIT_MS; do
+  [[ -n "${!name:-}" ]] && MODEL_VARS+=(--var "$name:${!name}")
+done
+
 # On Postgres: the cluster, before both `wrangler dev`s that reach it.
 DEMO_CONFIG=()
+if [[ -n "${DB_MODEL_WRITE_MS:-}" && "$BACKEND" != postgres ]]; then
+  DEMO_CONFIG=(--config "$(node "$SCRIPTS_DIR/dev-config.mjs" .wrangler/model-rindle)" --persist-to .wrangler/state)
+fi
 CHAT_CONFIG=(-c examples/chat/wrangler.toml)
 if [[ "$BACKEND" == postgres ]]; then
   step "postgres: the local cluster (scripts/pg.sh) and migrations/postgres/"
@@ -78,7 +92,7 @@ mkdir -p test-artifacts
 CHAT_RINDLE_CONFIG="$(BACKEND="$BACKEND" PG_URL="${PG_URL:-}" node "$SCRIPTS_DIR/dev-config.mjs" .wrangler/chat-rindle "$ROOT/.dev.vars")"
 WRANGLER_REGISTRY_PATH="$ROOT/.wrangler/chat-registry" setsid wrangler dev \
   "${CHAT_CONFIG[@]}" -c "$CHAT_RINDLE_CONFIG" --ip 127.0.0.1 --port "$CHAT_PORT" --inspector-port "$CHAT_INSPECTOR_PORT" \
-  --persist-to "$CHAT_STATE" --env-file "$ROOT/.dev.vars" --show-interactive-dev-session=false \
+  --persist-to "$CHAT_STATE" --env-file "$ROOT/.dev.vars" --show-interactive-dev-session=false "${MODEL_VARS[@]}" \
   >test-artifacts/chat-example.log 2>&1 &
 CHAT_PID=$!
 
@@ -124,4 +138,4 @@ EOT
 step "wrangler dev on $URL (Ctrl-C to stop)"
 # The dev build (its positional script: wrangler.toml's `main` is the production build).
 # --assets public: the demo page and the vendorable JavaScript, in development only (wrangler.toml).
-wrangler dev build-dev/worker/shim.mjs "${DEMO_CONFIG[@]}" --ip 127.0.0.1 --port "$PORT" --inspector-port "$INSPECTOR_PORT" --assets public
+wrangler dev build-dev/worker/shim.mjs "${DEMO_CONFIG[@]}" "${MODEL_VARS[@]}" --ip 127.0.0.1 --port "$PORT" --inspector-port "$INSPECTOR_PORT" --assets public

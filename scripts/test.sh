@@ -73,6 +73,14 @@ T="$(now)"
 cargo run --quiet --profile test --example fanout -- --smoke
 step "fan-out smoke: $(elapsed "$T")"
 
+# The curve of one database (bench/dbload.rs, docs/LOAD.md) at smoke size: two waves of a few
+# answers on the model of D1, both cadences; the adaptive one must lose no answer (about 1 s once
+# built). Its full run is `cargo run --release --example dbload` (by hand, about 10 minutes).
+step "one database's curve (smoke)"
+T="$(now)"
+cargo run --quiet --profile test --example dbload -- --smoke
+step "dbload smoke: $(elapsed "$T")"
+
 # The production build (what `wrangler deploy` bundles: its size, and no dev code in it), then
 # the dev build the Node tests serve.
 "$SCRIPTS_DIR/build.sh"
@@ -103,7 +111,9 @@ step "node tests: $(elapsed "$T")"
 # tests/e2e-pg/ (the Postgres faults) stops and restarts the cluster (PG_DIR above): it runs only
 # here, after every other suite, one file at a time.
 PG_SUITES=(tests/e2e/durable.test.mjs tests/e2e/errors.test.mjs tests/e2e/ui.test.mjs tests/e2e/eviction.test.mjs
-  tests/e2e/lease.test.mjs tests/e2e/survival.test.mjs tests/e2e/feed.test.mjs tests/e2e-pg/chat.test.mjs tests/e2e-pg/stuck.test.mjs tests/e2e-pg/faults.test.mjs)
+  tests/e2e/lease.test.mjs tests/e2e/survival.test.mjs tests/e2e/feed.test.mjs tests/e2e/dbload.test.mjs tests/e2e/shards.test.mjs
+  tests/e2e-pg/chat.test.mjs
+  tests/e2e-pg/stuck.test.mjs tests/e2e-pg/faults.test.mjs)
 step "node --test on Postgres: ${PG_SUITES[*]}"
 T="$(now)"
 RINDLE_E2E_BACKEND=postgres EVICTION_KILLS="${PG_EVICTION_KILLS:-3}" \

@@ -35,6 +35,9 @@ pub mod engine;
 #[cfg(target_arch = "wasm32")]
 mod edge;
 
+/// The dev build's model of the database (docs/LOAD.md): one object per database.
+#[cfg(all(target_arch = "wasm32", feature = "dev"))]
+pub use edge::DatabaseModelObject;
 #[cfg(target_arch = "wasm32")]
 pub use edge::{handle_request, install_authorizer, install_checkpoint_sink, install_event_hook, ChatFeedObject, StreamObject, D1};
 pub use engine::durable::Tables;

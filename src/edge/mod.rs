@@ -28,6 +28,8 @@ mod store;
 mod stream;
 
 pub use chat::ChatFeedObject;
+#[cfg(feature = "dev")]
+pub use dev::model::DatabaseModelObject;
 pub use front::handle_request;
 pub use setup::{install_authorizer, install_checkpoint_sink, install_event_hook};
 pub use store::D1;

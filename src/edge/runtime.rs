@@ -1,5 +1,5 @@
-//! What the runtime gives every room: the clock, a timeout around any call, and structured log
-//! lines.
+//! What the runtime gives every room: the clock, a timeout around any call, its randomness,
+//! a store call waited out under load, and structured log lines.
 
 use crate::engine::host::time::{Millis, Timestamp};
 use serde_json::json;
@@ -19,6 +19,29 @@ pub async fn with_timeout<T>(limit: Millis, call: impl std::future::Future<Outpu
         futures::future::Either::Left((output, _)) => Some(output),
         futures::future::Either::Right(_) => None,
     }
+}
+
+/// The runtime's randomness: 64 bits (the clock's, should the random source fail).
+pub fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    match getrandom::fill(&mut bytes) {
+        Ok(()) => u64::from_le_bytes(bytes),
+        Err(_) => js_sys::Date::now().to_bits(),
+    }
+}
+
+/// A store call made for a request (not a stream's own), waited out under load by the engine's
+/// rule ([`crate::engine::live::patiently`]): this runtime's wait and randomness.
+pub async fn patiently<T, F, Fut>(
+    cfg: &crate::engine::host::config::StreamConfig,
+    call: F,
+) -> Result<T, crate::engine::host::store::StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, crate::engine::host::store::StoreError>>,
+{
+    let jitter = crate::engine::live::Jitter::from_seed(random_u64());
+    crate::engine::live::patiently(cfg, jitter, |wait: Millis| worker::Delay::from(Duration::from_millis(wait.0)), call).await
 }
 
 /// One structured JSON log line.

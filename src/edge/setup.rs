@@ -6,8 +6,9 @@ use crate::edge::dev::faults::FaultPlan;
 #[cfg(feature = "postgres")]
 use crate::edge::store::postgres::Postgres;
 use crate::edge::store::{Store, StoreCounters, D1};
+use crate::engine::access::api::ApiError;
 use crate::engine::access::auth::{Authorizer, JwtAuthorizer, JwtSecrets};
-use crate::engine::durable::{MappedSql, SqlExecutor, Tables};
+use crate::engine::durable::{Database, MappedSql, SqlExecutor, Tables, DEFAULT_DATABASE};
 use crate::engine::host::config::{Backend, ConfigError, Settings};
 use crate::engine::host::hook::EventHook;
 use crate::engine::host::store::CheckpointSink;
@@ -134,9 +135,17 @@ pub struct Setup {
 }
 
 impl Setup {
-    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+    /// What the object of answer `stream_id` needs: its store is on the database the id names
+    /// (`DATABASES`, `engine::durable::databases`). A bad configuration is 500 `misconfigured`;
+    /// an id naming a database that is not configured, 400 `unknown_database`.
+    pub fn from_env(env: &Env, stream_id: &str) -> Result<Self, ApiError> {
+        let settings = settings(env).map_err(ApiError::misconfigured)?;
+        let database = settings.databases.of_id(stream_id).map_err(ApiError::unknown_database)?;
+        Self::on_database(env, Rc::clone(&settings), database).map_err(ApiError::misconfigured)
+    }
+
+    fn on_database(env: &Env, settings: Rc<Settings>, database: Database<'_>) -> Result<Self, ConfigError> {
         let custom_sink = SINK.with(|s| s.borrow().clone());
-        let settings = settings(env)?;
         let authorizer = authorizer(env, &settings)?;
         #[cfg(feature = "test-faults")]
         let faults = fault_plan(env)?;
@@ -145,13 +154,14 @@ impl Setup {
         let (store, executor) = match custom_sink {
             Some(factory) => (Store::Sink(factory(env)), None),
             None => {
-                let executor = Executor::from_env(env, settings.backend)?;
+                let executor = Executor::from_env(env, settings.backend, database)?;
                 let exec = executor.sql();
                 #[cfg(feature = "test-faults")]
                 let exec: Rc<dyn SqlExecutor> = match &faults {
                     Some(plan) => Rc::new(crate::edge::dev::faults::Faulty { inner: exec, plan: Rc::clone(plan) }),
                     None => exec,
                 };
+                let exec = modelled(env, &settings, database, exec)?;
                 (Store::Tables(Tables::new(exec, MappedSql::new(settings.mapping.clone(), settings.backend.dialect()))), Some(executor))
             }
         };
@@ -168,6 +178,39 @@ impl Setup {
     }
 }
 
+/// The mapped tables of the database `id` (a stream id, or a chat id) lives in, for a read the
+/// front Worker or a chat's feed makes (no faults, no model); refused when chats are not mapped
+/// (or an embedding Worker keeps its checkpoints in a sink of its own).
+pub fn chat_tables(env: &Env, settings: &Settings, id: &str) -> Result<Tables, ApiError> {
+    if settings.mapping.chat.is_none() || custom_sink_installed() {
+        return Err(ApiError::no_chat_column());
+    }
+    let database = settings.databases.of_id(id).map_err(ApiError::unknown_database)?;
+    Ok(Executor::from_env(env, settings.backend, database).map_err(ApiError::misconfigured)?.tables(settings))
+}
+
+/// Whether the rows carry the stream's format (a `/ui` of a finished stream reads it there): the
+/// mapped tables with a format column.
+pub fn rows_carry_format(settings: &Settings) -> bool {
+    settings.mapping.format.is_some() && !custom_sink_installed()
+}
+
+impl Setup {
+    /// The durable text of a stream, read for a request (`/text`, `/ui` from the row, `/watch`,
+    /// a resume's refusal): an overload is waited out as a stream's own calls are.
+    pub async fn read_durable(
+        &self,
+        stream_id: &str,
+    ) -> Result<Option<crate::engine::text::reading::DurableText>, crate::engine::host::store::StoreError> {
+        super::runtime::patiently(&self.settings.stream, || self.store.sink().read_durable(stream_id)).await
+    }
+
+    /// Sets the row's cancel flag (idempotent); `false` when there is no such row.
+    pub async fn request_cancel(&self, stream_id: &str) -> Result<bool, crate::engine::host::store::StoreError> {
+        super::runtime::patiently(&self.settings.stream, || self.store.sink().request_cancel(stream_id)).await
+    }
+}
+
 /// The executor of the mapped tables on the configured backend, with its traffic counters.
 #[derive(Clone)]
 pub enum Executor {
@@ -177,16 +220,24 @@ pub enum Executor {
 }
 
 impl Executor {
-    /// The backend's executor, from its binding (`DB`, or `HYPERDRIVE`); a missing binding, or
-    /// a backend this build lacks, is a configuration error.
-    pub fn from_env(env: &Env, backend: Backend) -> Result<Self, ConfigError> {
+    /// The executor of `database` on the backend, from its binding (`DB`, or `HYPERDRIVE`,
+    /// without `DATABASES`); a missing binding, or a backend this build lacks, is a
+    /// configuration error.
+    pub fn from_env(env: &Env, backend: Backend, database: Database<'_>) -> Result<Self, ConfigError> {
+        let missing = |what: &str, e: worker::Error| {
+            let name = if database.name == DEFAULT_DATABASE { "DB" } else { "DATABASES" };
+            invalid(name, &format!("the {what} binding {} of database {:?} is missing: {e}", database.binding, database.name))
+        };
         match backend {
             Backend::D1 => {
-                let db = env.d1("DB").map_err(|e| invalid("DB", &format!("the D1 binding is missing: {e}")))?;
+                let db = env.d1(database.binding).map_err(|e| missing("D1", e))?;
                 Ok(Executor::D1(Rc::new(D1::new(db))))
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres => Ok(Executor::Postgres(Rc::new(Postgres::from_env(env).map_err(|e| invalid("DURABLE_BACKEND", &e))?))),
+            Backend::Postgres => {
+                let hyperdrive = env.hyperdrive(database.binding).map_err(|e| missing("Hyperdrive", e))?;
+                Ok(Executor::Postgres(Rc::new(Postgres::new(&hyperdrive))))
+            }
             #[cfg(not(feature = "postgres"))]
             Backend::Postgres => Err(invalid(
                 "DURABLE_BACKEND",
@@ -218,9 +269,37 @@ impl Executor {
     }
 }
 
+/// The dev build's model of the database in front of `exec`, when `DB_MODEL_WRITE_MS` asks for
+/// it (honoured only with `DEV_MODE=1`; docs/LOAD.md, "The model in the dev build").
+#[cfg(feature = "dev")]
+fn modelled(env: &Env, settings: &Settings, database: Database<'_>, exec: Rc<dyn SqlExecutor>) -> Result<Rc<dyn SqlExecutor>, ConfigError> {
+    use crate::engine::durable::model::{Capacity, MODEL_VARS};
+    let postgres = settings.backend == Backend::Postgres;
+    let Some(capacity) = Capacity::from_vars(|name| var(env, name), postgres).map_err(|e| invalid(e.name, &e.to_string()))? else {
+        return Ok(exec);
+    };
+    if !dev_mode(env) {
+        return Err(invalid(MODEL_VARS[0], "is a development switch and is refused unless DEV_MODE=1"));
+    }
+    let models = env
+        .durable_object(crate::edge::dev::model::BINDING)
+        .map_err(|e| invalid(MODEL_VARS[0], &format!("needs the DB_MODEL Durable Object binding (scripts/dev-config.mjs adds it): {e}")))?;
+    Ok(Rc::new(crate::edge::dev::model::Modelled { inner: exec, models, database: database.binding.to_owned(), capacity }))
+}
+
+/// A production build has no model of the database: its variables are refused, never ignored.
+#[cfg(not(feature = "dev"))]
+fn modelled(env: &Env, _: &Settings, _: Database<'_>, exec: Rc<dyn SqlExecutor>) -> Result<Rc<dyn SqlExecutor>, ConfigError> {
+    use crate::engine::durable::model::MODEL_VARS;
+    match MODEL_VARS.iter().find(|name| var(env, name).is_some_and(|v| !v.trim().is_empty())) {
+        None => Ok(exec),
+        Some(name) => Err(invalid(name, "is a development switch, and this build has none (built without the `dev` feature)")),
+    }
+}
+
 /// The `TEST_FAULTS` plan of a test build, honoured only with `DEV_MODE=1`.
 #[cfg(feature = "test-faults")]
-fn fault_plan(env: &Env) -> Result<Option<Rc<FaultPlan>>, ConfigError> {
+pub(crate) fn fault_plan(env: &Env) -> Result<Option<Rc<FaultPlan>>, ConfigError> {
     match var(env, "TEST_FAULTS").filter(|s| !s.trim().is_empty()) {
         None => Ok(None),
         Some(_) if !dev_mode(env) => Err(invalid("TEST_FAULTS", "is a test switch and is refused unless DEV_MODE=1")),

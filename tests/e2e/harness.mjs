@@ -24,7 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { createParser } from 'eventsource-parser';
 import { mintToken as mintTokenImpl, decodeToken, verifyToken } from '../../scripts/jwt.mjs';
-import { devShim, writeChatConfig, writeDevConfig } from '../../scripts/dev-config.mjs';
+import { databaseBinding, devShim, writeChatConfig, writeDevConfig } from '../../scripts/dev-config.mjs';
 import { E2E_BACKEND, createDatabase, dropDatabase, openPgDb } from './pg.mjs';
 import { asBuffer, openSqlite, plainRow } from './sqlite.mjs';
 
@@ -257,9 +257,9 @@ function migrationsKey() {
 }
 
 /** Apply migrations/*.sql to a local D1 state dir with wrangler (what scripts/run.sh does). */
-export async function applyMigrations(persistDir) {
+export async function applyMigrations(persistDir, { binding = 'DB', config } = {}) {
   try {
-    await execFileP(WRANGLER, ['d1', 'migrations', 'apply', 'DB', '--local', '--persist-to', persistDir], {
+    await execFileP(WRANGLER, ['d1', 'migrations', 'apply', binding, '--local', '--persist-to', persistDir, ...(config ? ['--config', config] : [])], {
       cwd: ROOT,
       env: { ...BASE_ENV, CI: 'true' }, // CI=true: never prompt
       maxBuffer: 16 * 1024 * 1024,
@@ -287,12 +287,17 @@ function migratedTemplate() {
   return templatePromise;
 }
 
-/** The sqlite file backing the local D1 database under a persist dir. */
-export function d1File(persistDir) {
+/** The sqlite files backing the local D1 databases under a persist dir. */
+function d1Files(persistDir) {
   const dir = join(persistDir, D1_SUBDIR);
-  const files = existsSync(dir) ? readdirSync(dir).filter((f) => /^[0-9a-f]{64}\.sqlite$/.test(f)) : [];
-  if (files.length !== 1) throw new Error(`expected one D1 sqlite file in ${dir}, found ${JSON.stringify(files)}`);
-  return join(dir, files[0]);
+  return existsSync(dir) ? readdirSync(dir).filter((f) => /^[0-9a-f]{64}\.sqlite$/.test(f)).map((f) => join(dir, f)) : [];
+}
+
+/** The sqlite file backing the local D1 database under a persist dir (which must hold one). */
+export function d1File(persistDir) {
+  const files = d1Files(persistDir);
+  if (files.length !== 1) throw new Error(`expected one D1 sqlite file in ${join(persistDir, D1_SUBDIR)}, found ${JSON.stringify(files)}`);
+  return files[0];
 }
 
 /**
@@ -300,15 +305,16 @@ export function d1File(persistDir) {
  * workerd keeps the same file open; SQLite's WAL locking makes this safe, and writes made here
  * are visible to the Worker's next query and vice versa (checked in harness.test.mjs).
  */
-export function openDb(persistDir) {
+export function openDb(persistDir, file) {
   let conn;
+  const path = () => file ?? d1File(persistDir);
   const c = () => {
-    conn ??= openSqlite(d1File(persistDir));
+    conn ??= openSqlite(path());
     return conn;
   };
   return {
     get file() {
-      return d1File(persistDir);
+      return path();
     },
     /** INSERT/UPDATE/DELETE; returns { changes, lastInsertRowid }. Params: positional or one object. */
     run: (sql, ...params) => c().prepare(sql).run(...params),
@@ -443,6 +449,12 @@ let stackCounter = 0;
  *              the example chat and rindle-streams in two processes, so one can be killed alone)
  *   script     serve this copy of a build's worker/shim.mjs instead (tests/survival/reload: a
  *              build wrangler dev reloads when the test rewrites it); not with `config` or `chat`.
+ *   model      bind the dev build's model of the database (DB_MODEL; its DB_MODEL_* vars in
+ *              `vars` choose it: docs/LOAD.md); the project's dev build alone.
+ *   databases  names of databases beside the default one (['eu']: on D1 binding DB_EU, on
+ *              Postgres HYPERDRIVE_EU to a database of its own; migrated, and DATABASES set;
+ *              ids `eu:…` live there: docs/LOAD.md); `stack.dbs[name]` reads each
+ *              (`stack.dbs.default` is `stack.db`). The project's dev build alone.
  *
  * returns { baseUrl, port, inspectorPort, persistDir, secret, db, token(stream, scope?, claims?),
  *           stop(), kill(), restart(opts?), logs(), waitForLog(re, ms), process }
@@ -466,6 +478,8 @@ export async function startStack({
   registry,
   backend,
   pgVia,
+  model = false,
+  databases = [],
 } = {}) {
   // RINDLE_E2E_BACKEND applies to the stacks that can take it: the project's dev build alone.
   if (chat && front) throw new Error('startStack: `chat` is a front Worker already; pass one of `chat` and `front`');
@@ -495,16 +509,42 @@ export async function startStack({
   if (chat) await buildChatPage();
   // Postgres: a database of the stack's own, and a copy of wrangler.toml with the Hyperdrive
   // binding to it and DURABLE_BACKEND = "postgres" (scripts/dev-config.mjs).
-  let pgConfig = null;
+  let devConfig = null;
   let pgUrl = null;
   let workerPgUrl = null;
+  // More databases (`databases`): on Postgres a database of the stack's own for each, beside
+  // the default one.
+  const databaseUrls = {};
   if (backend === 'postgres') {
     const database = `e2e_${id.replace(/\W/g, '_')}`;
     pgDatabases.add(database);
     pgUrl = createDatabase(database, join(ROOT, 'migrations', 'postgres'));
+    for (const name of databases) {
+      pgDatabases.add(`${database}_${name}`);
+      databaseUrls[name] = createDatabase(`${database}_${name}`, join(ROOT, 'migrations', 'postgres'));
+    }
     // `pgVia(url)`: the URL the Workers reach it by instead (a fault test's proxy).
     workerPgUrl = pgVia ? pgVia(pgUrl) : pgUrl;
-    if (!chat) pgConfig = writeDevConfig({ root: ROOT, dir: join(base, 'pg'), backend: 'postgres', pgUrl: workerPgUrl });
+    if (!chat) devConfig = writeDevConfig({ root: ROOT, dir: join(base, 'pg'), backend: 'postgres', pgUrl: workerPgUrl, model, databases, databaseUrls });
+  }
+  if ((model || databases.length > 0) && (chat || front || bare || config || production)) {
+    throw new Error('startStack: `model` and `databases` serve the project\'s dev build alone');
+  }
+  // The model of the database, more databases on D1: a copy of wrangler.toml with their bindings
+  // (only the dev build has the model's class), each D1 database migrated.
+  const d1Databases = {};
+  if ((model || databases.length > 0) && !devConfig) {
+    devConfig = writeDevConfig({ root: ROOT, dir: join(base, 'dev'), backend: 'd1', model, databases });
+    if (databases.length > 0) d1Databases.default = d1File(persistDir);
+    for (const name of databases) {
+      const before = new Set(d1Files(persistDir));
+      await applyMigrations(persistDir, { binding: databaseBinding('d1', name), config: devConfig });
+      d1Databases[name] = d1Files(persistDir).find((f) => !before.has(f));
+    }
+  }
+  if (databases.length > 0) {
+    const named = { default: backend === 'postgres' ? 'HYPERDRIVE' : 'DB', ...Object.fromEntries(databases.map((n) => [n, databaseBinding(backend, n)])) };
+    vars = { DATABASES: JSON.stringify(named), ...vars };
   }
   const frontConfig = chat ? (backend === 'postgres' ? writeChatConfig({ root: ROOT, dir: join(base, 'chat'), pgUrl: workerPgUrl }) : CHAT_CONFIG) : front;
   const envFile = join(base, 'secrets.env');
@@ -519,7 +559,9 @@ export async function startStack({
     backend,
     vars: { ...vars },
     chatVars: { ...chatVars },
-    db: backend === 'postgres' ? openPgDb(pgUrl) : openDb(persistDir),
+    db: backend === 'postgres' ? openPgDb(pgUrl) : openDb(persistDir, d1Databases.default),
+    /** Each D1 database by name (`databases`); `default` is `db`. */
+    dbs: {},
     process: null,
     logFile: null,
     get baseUrl() {
@@ -604,7 +646,7 @@ export async function startStack({
       '--env-file', envFile, // replaces .dev.vars, so a developer's .dev.vars never leaks in
     ];
     if (config) args.push('--config', config);
-    if (pgConfig) args.push('--config', pgConfig);
+    if (devConfig) args.push('--config', devConfig);
     if (demo) args.push('--assets', join(ROOT, 'public'));
     const asVar = ([k, v]) => ['--var', `${k}:${typeof v === 'string' ? v : JSON.stringify(v)}`];
     let env = registry ? { ...BASE_ENV, WRANGLER_REGISTRY_PATH: registry } : BASE_ENV;
@@ -652,6 +694,8 @@ export async function startStack({
   };
 
   await launch();
+  const openOther = (name) => (backend === 'postgres' ? openPgDb(databaseUrls[name]) : openDb(persistDir, d1Databases[name]));
+  stack.dbs = { default: stack.db, ...Object.fromEntries(databases.map((name) => [name, openOther(name)])) };
   return stack;
 }
 
@@ -759,15 +803,17 @@ export function sseParser(emit, { json = true } = {}) {
 }
 
 /**
- * Open an SSE stream and return { status, headers, frames, next(pred?, ms), attached, close(), done }.
- * `frames` fills with sseParser's records as they arrive; `next`
- * resolves with the first unconsumed record matching pred (default: any data record).
+ * Open an SSE stream and return { status, headers, frames, arrivals, next(pred?, ms), attached, close(), done }.
+ * `frames` fills with sseParser's records as they arrive (`arrivals[i]`: when frame i did, in
+ * `performance.now()` ms); `next` resolves with the first unconsumed record matching pred
+ * (default: any data record).
  */
 export async function readSse(url, { headers = {}, signal } = {}) {
   const ctrl = new AbortController();
   signal?.addEventListener('abort', () => ctrl.abort(signal.reason));
   const res = await fetch(url, { headers: { accept: 'text/event-stream', ...headers }, signal: ctrl.signal });
   const frames = [];
+  const arrivals = [];
   const waiters = new Set();
   let cursor = 0;
   let ended = false;
@@ -781,6 +827,7 @@ export async function readSse(url, { headers = {}, signal } = {}) {
     const decoder = new TextDecoder();
     const parser = sseParser((record) => {
       frames.push(record);
+      arrivals.push(performance.now());
       if (record.data !== undefined) firstData(record);
       notify();
     });
@@ -799,6 +846,7 @@ export async function readSse(url, { headers = {}, signal } = {}) {
     status: res.status,
     headers: res.headers,
     frames,
+    arrivals,
     get ended() {
       return ended;
     },

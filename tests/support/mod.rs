@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod driver;
+pub mod fleet;
 pub mod pg;
 
 use rindle_streams::engine::durable::{

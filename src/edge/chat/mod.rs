@@ -372,10 +372,10 @@ impl FeedShell {
         let rows = match self.settings() {
             Err(e) => Err(RowsUnread::Failed(e.message)),
             Ok(settings) if settings.mapping.chat.is_none() || setup::custom_sink_installed() => Err(RowsUnread::Unavailable),
-            Ok(settings) => match setup::Executor::from_env(&self.env, settings.backend) {
-                Err(e) => Err(RowsUnread::Failed(e.to_string())),
-                Ok(executor) => {
-                    let tables = executor.tables(&settings);
+            // The chat's rows are in the database its id names (SPEC §13).
+            Ok(settings) => match setup::chat_tables(&self.env, &settings, &chat_id) {
+                Err(e) => Err(RowsUnread::Failed(e.message)),
+                Ok(tables) => {
                     self.counts.borrow_mut().row_reads += 1;
                     match with_timeout(settings.stream.store_timeout_ms, tables.chat_answers(&chat_id, &open)).await {
                         Some(Ok(Some(rows))) => {

@@ -46,7 +46,10 @@ async fn session(env: &Env) -> Result<Response, ApiError> {
     let now = (js_sys::Date::now() / 1000.0) as u64;
     let stream_id = format!("demo-{now}-{}", (js_sys::Math::random() * 1e9) as u64);
     let settings = crate::edge::setup::settings(env).map_err(|e| ApiError::misconfigured(e.to_string()))?;
-    let executor = crate::edge::setup::Executor::from_env(env, settings.backend).map_err(|e| ApiError::misconfigured(e.to_string()))?;
+    // The demo's ids carry no database prefix: its row is in the default database.
+    let database = settings.databases.default_database().map_err(ApiError::unknown_database)?;
+    let executor =
+        crate::edge::setup::Executor::from_env(env, settings.backend, database).map_err(|e| ApiError::misconfigured(e.to_string()))?;
     let table = var(env, "MESSAGE_TABLE").unwrap_or_else(|| "messages".into());
     let table = crate::engine::durable::Ident::new(&table).map_err(ApiError::misconfigured)?;
     let dialect = settings.backend.dialect();

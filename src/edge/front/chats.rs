@@ -13,16 +13,13 @@ use serde_json::json;
 use std::rc::Rc;
 use worker::{Env, Request, Response};
 
-/// The mapped tables, for the chat reads of one request in the front Worker (a connection to
-/// Postgres serves one request there: the runtime binds a socket to the request that opened it;
-/// Hyperdrive pools the connections to the database); refused when chats are not mapped (or
-/// an embedding Worker keeps its checkpoints in a sink of its own).
-pub fn tables(env: &Env, settings: &Settings) -> Result<Tables, ApiError> {
-    if settings.mapping.chat.is_none() || setup::custom_sink_installed() {
-        return Err(ApiError::no_chat_column());
-    }
-    let executor = setup::Executor::from_env(env, settings.backend).map_err(ApiError::misconfigured)?;
-    Ok(executor.tables(settings))
+/// The mapped tables of the database `id` lives in (a chat's, or its answer's: the id names it,
+/// SPEC §13), for the chat reads of one request in the front Worker (a connection to Postgres
+/// serves one request there: the runtime binds a socket to the request that opened it; Hyperdrive
+/// pools the connections to the database); refused when chats are not mapped (or an embedding
+/// Worker keeps its checkpoints in a sink of its own).
+pub fn tables(env: &Env, settings: &Settings, id: &str) -> Result<Tables, ApiError> {
+    setup::chat_tables(env, settings, id)
 }
 
 /// `GET {prefix}/chats/{chat}/stream` and `…/events`: authorized for the chat first, here in the
@@ -51,11 +48,13 @@ pub async fn lookup(req: Request, env: Env, settings: Rc<Settings>, chat: ChatRo
         .authorize(&question)
         .await
         .map_err(|denied| crate::edge::gate::denial("", json!({"chat": chat.chat_id, "route": route, "reason": denied.to_string()})))?;
+    // The chat's rows are in the database its id names: one that is not configured is refused.
+    settings.databases.of_id(&chat.chat_id).map_err(ApiError::unknown_database)?;
     if chat.action == ChatAction::Events {
         let expires_at = authorizer.expires_at(&question).map(|secs| secs.saturating_mul(1000));
         return feed(&req, &env, &settings, &chat.chat_id, expires_at).await;
     }
-    let tables = tables(&env, &settings)?;
+    let tables = tables(&env, &settings, &chat.chat_id)?;
     let Some(stream_id) = tables.streaming_in_chat(&chat.chat_id).await.map_err(ApiError::store_unavailable)? else {
         return Response::empty().map(|r| r.with_status(204)).map_err(unavailable);
     };

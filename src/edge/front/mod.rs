@@ -183,7 +183,7 @@ fn route(req: &web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
     // The same JavaScript request (not `Request.clone()`, which would tee the body).
     let (req, env) = (<web_sys::Request as Clone>::clone(req), env.clone());
     Ok(Routed::Gated(wasm_bindgen_futures::future_to_promise(async move {
-        let tables = || chats::tables(&env, &settings);
+        let tables = || chats::tables(&env, &settings, &route.stream_id);
         let gated = match (allowed, asked.chat()) {
             (true, Some(chat)) => gate::check_chat(tables, &route, chat).await,
             _ => gate::ask(&*authorizer, &asked, &route, None, tables).await,
@@ -195,10 +195,13 @@ fn route(req: &web_sys::Request, env: &Env) -> Result<Routed, ApiError> {
     })))
 }
 
-/// Forwards `req` to the stream's object; its answer.
+/// Forwards `req` to the stream's object; its answer. A stream whose id names a database that
+/// is not configured is refused here (400 `unknown_database`, SPEC §13): it reaches no object.
 /// `expires_at`: the reader's token's `exp` (Unix seconds), told to the object on the routes that
 /// hold a connection open (`gate::TOKEN_EXPIRES_HEADER`, whatever the client sent in it).
 fn forward(req: &web_sys::Request, env: &Env, url: &str, route: &api::Route, expires_at: Option<u64>) -> Result<js_sys::Promise, ApiError> {
+    let settings = setup::settings(env).map_err(ApiError::misconfigured)?;
+    settings.databases.of_id(&route.stream_id).map_err(ApiError::unknown_database)?;
     let stub: worker::worker_sys::DurableObject = env
         .durable_object("STREAMS")
         .and_then(|ns| ns.id_from_name(&route.stream_id)?.get_stub())

@@ -114,10 +114,12 @@ impl D1 {
             c.bytes_bound += bytes as u64;
         });
         // The request may have reached D1 and committed before its answer was lost.
-        let results = self.db.batch(prepared).await.map_err(|e| StoreError::MayHaveCommitted(e.to_string()))?;
+        // The request may have reached D1 and committed before its answer was lost; an
+        // overload (D1 turned the batch away unrun) is typed by the engine's rule.
+        let results = self.db.batch(prepared).await.map_err(|e| StoreError::from_database(e.to_string(), true))?;
         // A statement that failed rolled its batch back.
         if let Some(e) = results.iter().find_map(|r| r.error()) {
-            return Err(StoreError::NotCommitted(e));
+            return Err(StoreError::from_database(e, false));
         }
         let mut changes = Vec::with_capacity(writes.len());
         for (i, r) in results.iter().enumerate() {
@@ -151,7 +153,7 @@ impl SqlExecutor for D1 {
             });
             let result = self.prepare(statement)?.all().await.map_err(not_committed)?;
             if let Some(e) = result.error() {
-                return Err(StoreError::NotCommitted(e));
+                return Err(StoreError::from_database(e, false));
             }
             self.count_rows(result.meta().ok().flatten().as_ref());
             Ok(result.results::<Map<String, serde_json::Value>>().map_err(not_committed)?.into_iter().map(row).collect())
@@ -192,6 +194,7 @@ fn column(v: serde_json::Value) -> ColumnValue {
     }
 }
 
+/// A failure before anything committed (or of a read): an overload, or a refusal.
 fn not_committed(e: impl std::fmt::Display) -> StoreError {
-    StoreError::NotCommitted(e.to_string())
+    StoreError::from_database(e.to_string(), false)
 }

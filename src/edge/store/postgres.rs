@@ -26,10 +26,7 @@ use std::future::Future;
 use std::rc::Rc;
 use tokio_postgres::Client;
 use worker::postgres_tls::PassthroughTls;
-use worker::{console_log, Delay, Env, SecureTransport, Socket};
-
-/// The binding the Postgres backend connects through.
-pub const BINDING: &str = "HYPERDRIVE";
+use worker::{console_log, Delay, SecureTransport, Socket};
 
 /// How long one round trip may take before the connection is given up (a server that stopped
 /// answering, a network that dropped it without a reset).
@@ -51,11 +48,11 @@ pub struct Postgres {
 }
 
 impl Postgres {
-    /// The executor of the `HYPERDRIVE` binding; it connects at its first call.
-    pub fn from_env(env: &Env) -> Result<Self, String> {
-        let hd = env.hyperdrive(BINDING).map_err(|e| format!("the Hyperdrive binding {BINDING} is missing: {e}"))?;
+    /// The executor of a Hyperdrive binding (`HYPERDRIVE`, or a database's of `DATABASES`); it
+    /// connects at its first call.
+    pub fn new(hd: &worker::Hyperdrive) -> Self {
         let target = Target { host: hd.host(), port: hd.port(), connection_string: hd.connection_string() };
-        Ok(Self { target, client: Mutex::new(None), counters: Cell::default() })
+        Self { target, client: Mutex::new(None), counters: Cell::default() }
     }
 
     /// What this executor has sent so far (for `/stats`).
@@ -72,7 +69,8 @@ impl Postgres {
     /// A new connection; its I/O runs as a task of its own until the client is dropped or the
     /// server closes it.
     async fn connect(&self) -> Result<Rc<Client>, StoreError> {
-        let cannot = |e: String| StoreError::NotCommitted(format!("postgres: cannot connect: {e}"));
+        // A server out of connections (53300) is load; any other refusal to connect is not.
+        let cannot = |e: String| StoreError::from_database(format!("postgres: cannot connect: {e}"), false);
         let config: tokio_postgres::Config =
             self.target.connection_string.parse().map_err(|e: tokio_postgres::Error| cannot(e.to_string()))?;
         let socket = Socket::builder()
@@ -162,7 +160,7 @@ impl Postgres {
                 .flatten()
                 .find(|e| e.as_db_error().is_some());
             if let Some(e) = first_refusal {
-                return Err((StoreError::NotCommitted(describe(e)), false));
+                return Err((StoreError::from_database(describe(e), false), false));
             }
             let broken = |e: &tokio_postgres::Error| e.as_db_error().is_none();
             commit.map_err(|e| {

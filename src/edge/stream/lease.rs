@@ -148,7 +148,7 @@ impl StreamObject {
     /// renews, for as long as it takes: the runtime's own alarm retries give up after a few, and
     /// no row may stay `streaming`.
     pub(crate) async fn lease_expired(&self) -> worker::Result<()> {
-        let setup = self.setup().map_err(|e| worker::Error::RustError(e.message))?;
+        let settings = self.settings().map_err(|e| worker::Error::RustError(e.message))?;
         let lease = self.lease_store()?;
         let mut alarm = LeaseAlarm::fire();
         let mut format = None;
@@ -189,12 +189,7 @@ impl StreamObject {
                 }
                 AlarmOutput::Renew(why) => {
                     if !matches!(why, Renewal::Alive) {
-                        log(
-                            "warn",
-                            "lease_renewed",
-                            &id(),
-                            json!({"reason": format!("{why:?}"), "retryInMs": setup.settings.stream.lease_ms}),
-                        );
+                        log("warn", "lease_renewed", &id(), json!({"reason": format!("{why:?}"), "retryInMs": settings.stream.lease_ms}));
                     }
                     return lease.renew(None).await.map_err(|e| worker::Error::RustError(e.to_string()));
                 }
@@ -205,7 +200,7 @@ impl StreamObject {
                         _ => ("info", format!("{why:?}")),
                     };
                     log(level, "lease_released", &id(), json!({"reason": reason}));
-                    let keep = kept_at_release(format, setup.store.has_format_column());
+                    let keep = kept_at_release(format, crate::edge::setup::rows_carry_format(&settings));
                     let forgotten = lease.forget(keep).await.map_err(|e| worker::Error::RustError(e.to_string()));
                     // A stream sealed here, still held, retires: a late reader is served from the row.
                     if let Some(o) = self.object.borrow().clone() {

@@ -84,25 +84,31 @@ impl DurableObject for StreamObject {
 }
 
 impl StreamObject {
-    /// The object's configuration, built once. A bad configuration is refused on every
+    /// The service's settings (built once per isolate). A bad configuration is refused on every
     /// request with a message naming the setting.
-    pub(crate) fn setup(&self) -> Result<Rc<Setup>, ApiError> {
+    pub(crate) fn settings(&self) -> Result<Rc<crate::engine::host::config::Settings>, ApiError> {
+        crate::edge::setup::settings(&self.env).map_err(ApiError::misconfigured)
+    }
+
+    /// The object's configuration, built once, for stream `stream_id`: its store is on the
+    /// database the id names (SPEC §13).
+    pub(crate) fn setup(&self, stream_id: &str) -> Result<Rc<Setup>, ApiError> {
         if let Some(s) = self.setup.borrow().as_ref() {
             return Ok(Rc::clone(s));
         }
-        let setup = Rc::new(Setup::from_env(&self.env).map_err(ApiError::misconfigured)?);
+        let setup = Rc::new(Setup::from_env(&self.env, stream_id)?);
         *self.setup.borrow_mut() = Some(Rc::clone(&setup));
         Ok(setup)
     }
 
     /// The lease's storage and alarm.
     pub(crate) fn lease_store(&self) -> worker::Result<LeaseStore> {
-        let setup = self.setup().map_err(|e| worker::Error::RustError(e.message))?;
+        let settings = self.settings().map_err(|e| worker::Error::RustError(e.message))?;
         #[allow(unused_mut)] // the test build adds its fault plan
-        let mut lease = LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter));
+        let mut lease = LeaseStore::new(&self.state, &settings.stream, Rc::clone(&self.meter));
         #[cfg(feature = "test-faults")]
         {
-            lease.faults = setup.faults.clone();
+            lease.faults = crate::edge::setup::fault_plan(&self.env).map_err(|e| worker::Error::RustError(e.to_string()))?;
         }
         Ok(lease)
     }
@@ -111,7 +117,7 @@ impl StreamObject {
         if let Some(o) = self.object.borrow().as_ref() {
             return Ok(Rc::clone(o));
         }
-        let setup = self.setup()?;
+        let setup = self.setup(stream_id)?;
         let lease = LeaseStore::new(&self.state, &setup.settings.stream, Rc::clone(&self.meter));
         let feeds = self.env.durable_object(crate::edge::chat::FEEDS_BINDING).ok();
         #[allow(unused_mut)] // the test build adds its fault plan
@@ -140,8 +146,8 @@ impl StreamObject {
     /// have routed here is not counted.
     async fn handle(&self, req: Request) -> (Result<Response, ApiError>, Option<Hold>) {
         let target = http::Target::of(&req);
-        let routed = self.setup().and_then(|setup| {
-            api::route(&setup.settings.path_prefix, req.method().as_ref(), &target.path)?.ok_or_else(|| ApiError::not_found(&target.path))
+        let routed = self.settings().and_then(|settings| {
+            api::route(&settings.path_prefix, req.method().as_ref(), &target.path)?.ok_or_else(|| ApiError::not_found(&target.path))
         });
         match routed {
             Ok(route) => {
@@ -264,7 +270,7 @@ impl StreamObject {
     /// `GET /text`: the durable text from D1, and the stream's format (`text` when this object
     /// never opened it).
     async fn text(&self, o: &Object, route: &Route) -> Result<Response, ApiError> {
-        let durable = o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+        let durable = o.setup.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
         let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
         let format = self.format(o, Some(&durable)).await?.unwrap_or_default();
         http::json(200, &TextAnswer { durable: &durable, format }).map_err(unavailable)
@@ -369,7 +375,7 @@ impl Object {
             self::readers::Subscription::NoLiveStream { from } => from,
         };
         let retry = self.settings().sse_retry_ms;
-        let row = self.setup.store.sink().read_durable(&self.shell.stream_id).await.map_err(ApiError::store_unavailable)?;
+        let row = self.setup.read_durable(&self.shell.stream_id).await.map_err(ApiError::store_unavailable)?;
         match row.as_ref().and_then(|row| crate::engine::live::replay_of_row(&self.shell.stream_id, row, from)) {
             Some(frames) => sse::complete(retry, &frames).map_err(unavailable),
             None => sse::absent(retry).map_err(unavailable),
@@ -413,7 +419,7 @@ impl Object {
         // one's next read-back).
         let live = self.shell.holds_stream();
         self.shell.cancel();
-        match self.setup.store.sink().request_cancel(&route.stream_id).await {
+        match self.setup.request_cancel(&route.stream_id).await {
             Ok(true) => {}
             Ok(false) if !live => return Err(ApiError::no_row(&route.stream_id)),
             Ok(false) => {}
@@ -433,7 +439,7 @@ impl Object {
                 Some(Some(answer)) => break answer,
                 Some(None) => self.shell.watch_change(),
                 None => {
-                    let row = self.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+                    let row = self.setup.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
                     break row.as_ref().and_then(WatchAnswer::of_row).ok_or_else(|| ApiError::not_open(&route.stream_id))?;
                 }
             };
@@ -469,6 +475,7 @@ impl Object {
                 "checkpoints": st.checkpoints,
                 "failures": st.failures,
                 "retries": st.retries,
+                "checkpointStretch": s.checkpoint_stretch(),
                 "bytesWritten": st.bytes_written,
                 "readerWrites": st.reader_writes,
                 "readerPacingMs": s.reader_pacing_ms(),

@@ -145,7 +145,7 @@ impl StreamObject {
             Some(Ok(grant)) => grant,
             Some(Err(ResumeRefused::NotOpen)) | None => {
                 // No stream here (the revival found nothing to rebuild): the row says why.
-                let row = o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+                let row = o.setup.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
                 return Err(refused(&route.stream_id, ResumeRefused::of_row(row.as_ref())));
             }
             Some(Err(e)) => return Err(refused(&route.stream_id, e)),

@@ -184,13 +184,13 @@ impl Shell {
         stream: LiveStream,
         opened: Ticket<OpenOutcome>,
     ) -> Option<impl std::future::Future<Output = Result<OpenOutcome, StreamDropped>>> {
-        self.live.put(stream).then(|| self.await_ticket(opened))
+        self.live.put(seeded(stream)).then(|| self.await_ticket(opened))
     }
 
     /// Installs a stream rebuilt from the store (SPEC §10); `false` (and nothing changes) when a
     /// stream is already here.
     pub fn install_rehydrated(self: &Rc<Self>, stream: LiveStream) -> bool {
-        if !self.live.put(stream) {
+        if !self.live.put(seeded(stream)) {
             return false;
         }
         self.feed(|_, _| ()); // performs what `rehydrate` queued (the lease renewal, a seal), arms the window
@@ -470,7 +470,7 @@ impl Shell {
     /// the operation is retried like any failure.
     pub async fn run_bounded(&self, request: StoreRequest) -> crate::engine::host::store::StoreAnswer {
         let limit = self.store_timeout;
-        let (kind, timed_out) = (request.kind(), request.failed(StoreError::MayHaveCommitted(format!("no answer in {} ms", limit.0))));
+        let (kind, timed_out) = (request.kind(), request.failed(StoreError::TimedOut(limit)));
         match with_timeout(limit, self.store.run(&self.stream_id, request)).await {
             Some(answer) => answer,
             None => {
@@ -588,4 +588,11 @@ impl Shell {
             self.notify(notice);
         }
     }
+}
+
+/// A stream given this instance's own jitter: objects backing off from one busy database spread
+/// their retries instead of returning together.
+fn seeded(mut stream: LiveStream) -> LiveStream {
+    stream.seed_jitter(crate::edge::runtime::random_u64());
+    stream
 }

@@ -50,7 +50,7 @@ impl StreamObject {
         if let Some(format) = o.shell.inspect(LiveStream::format) {
             return Ok((Some(format), None));
         }
-        let row = o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
+        let row = o.setup.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?;
         if let Some(format) = self.format(o, row.as_ref()).await? {
             return Ok((Some(format), row));
         }
@@ -80,7 +80,7 @@ impl StreamObject {
             UiJoin::NoLiveStream { from, row } => {
                 let durable = match row {
                     Some(row) => Some(row),
-                    None => o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?,
+                    None => o.setup.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?,
                 };
                 let durable = durable.ok_or_else(|| ApiError::no_row(&route.stream_id))?;
                 self.durable_ui(o, &durable, from)
@@ -103,7 +103,7 @@ impl StreamObject {
             UiJoin::NoLiveStream { from, row } => {
                 let row = match row {
                     Some(row) => Some(row),
-                    None => o.setup.store.sink().read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?,
+                    None => o.setup.read_durable(&route.stream_id).await.map_err(ApiError::store_unavailable)?,
                 };
                 match row {
                     Some(durable) if durable.status == STATUS_STREAMING => self.durable_ui(o, &durable, from),

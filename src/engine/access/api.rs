@@ -165,7 +165,9 @@ pub struct Route {
 
 /// Resolves `method path` under `prefix`. `Ok(None)`: the path is not under the prefix.
 /// The path is taken as sent (percent-encoded), so `%00` or `%2F` in an id is refused as the
-/// characters `%`, not decoded into a NUL or a slash.
+/// characters `%`, not decoded into a NUL or a slash. The one exception is `%3A`, read as `:`:
+/// the only id character `encodeURIComponent` encodes (every client of ours builds its paths
+/// with it), and the separator of a database-prefixed id (`eu:answer-1`, docs/LOAD.md).
 pub fn route(prefix: &str, method: &str, path: &str) -> Result<Option<Route>, ApiError> {
     let Some(route) = parse_path(prefix, path)? else { return Ok(None) };
     let allowed = route.action.method();
@@ -185,8 +187,15 @@ fn parse_path(prefix: &str, path: &str) -> Result<Option<Route>, ApiError> {
     let Some(rest) = path.strip_prefix(prefix).and_then(|r| r.strip_prefix('/')) else { return Ok(None) };
     let (id, action) = rest.rsplit_once('/').ok_or_else(|| ApiError::not_found(path))?;
     let action = Action::parse(action).ok_or_else(|| ApiError::not_found(path))?;
-    stream_id::validate(id).map_err(ApiError::bad_stream_id)?;
-    Ok(Some(Route { stream_id: id.to_owned(), action }))
+    let id = with_colons_decoded(id);
+    stream_id::validate(&id).map_err(ApiError::bad_stream_id)?;
+    Ok(Some(Route { stream_id: id, action }))
+}
+
+/// A path segment with `%3A` (either case) read as `:`, and nothing else decoded: the rest of
+/// a percent sign still meets the id check's refusal.
+fn with_colons_decoded(segment: &str) -> String {
+    segment.replace("%3A", ":").replace("%3a", ":")
 }
 
 /// A route of a chat (`GET {prefix}/chats/{chat}/…`).
@@ -221,11 +230,12 @@ pub fn chat_route(prefix: &str, method: &str, path: &str) -> Result<Option<ChatR
         (_, Some(chat_id)) => (chat_id, ChatAction::Events),
         _ => return Ok(None),
     };
-    stream_id::validate(chat_id).map_err(|e| ApiError::new(400, "bad_chat_id", e.to_string().replace("stream id", "chat id")))?;
+    let chat_id = with_colons_decoded(chat_id);
+    stream_id::validate(&chat_id).map_err(|e| ApiError::new(400, "bad_chat_id", e.to_string().replace("stream id", "chat id")))?;
     if method != "GET" && method != "HEAD" {
         return Err(ApiError::method_not_allowed(method, "GET"));
     }
-    Ok(Some(ChatRoute { chat_id: chat_id.to_owned(), action }))
+    Ok(Some(ChatRoute { chat_id, action }))
 }
 
 /// What `POST open` asks for: `{"format"?: "text" | "ui", "meta"?: …, "chat"?: {"id", "userMessage"?}}`
@@ -498,6 +508,11 @@ impl ApiError {
     }
 
     /// A chat lookup on a deployment that maps no chat column.
+    /// An id naming a database `DATABASES` does not configure (SPEC §13).
+    pub fn unknown_database(e: crate::engine::durable::UnknownDatabase) -> Self {
+        Self::new(400, "unknown_database", format!("{e} (DATABASES): an id's prefix before ':' names its database"))
+    }
+
     pub fn no_chat_column() -> Self {
         Self::new(404, "no_chat_column", "chat lookups need the message table's chat column mapped: COLUMNS = {\"chat\": \"<column>\"}")
     }
@@ -589,6 +604,17 @@ mod tests {
             assert_eq!((e.status, e.code), (400, "bad_stream_id"), "{id:?}");
         }
         assert_eq!(r("POST", "/streams/a/b/open").unwrap_err().code, "bad_stream_id");
+    }
+
+    #[test]
+    fn an_encoded_colon_is_a_colon_and_no_other_escape_is_decoded() {
+        for path in ["/streams/eu:a-1/open", "/streams/eu%3Aa-1/open", "/streams/eu%3aa-1/open"] {
+            assert_eq!(r("POST", path).unwrap().unwrap().stream_id, "eu:a-1", "{path}");
+        }
+        assert_eq!(chat_route("/streams", "GET", "/streams/chats/eu%3Ac-1/stream").unwrap().unwrap().chat_id, "eu:c-1");
+        for id in ["eu%253Aa", "a%3A%2Fb", "a%2F%3Ab"] {
+            assert_eq!(r("POST", &format!("/streams/{id}/open")).unwrap_err().code, "bad_stream_id", "{id}");
+        }
     }
 
     #[test]

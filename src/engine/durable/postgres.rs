@@ -90,16 +90,17 @@ pub fn row(r: &tokio_postgres::Row) -> Result<Row, StoreError> {
     columns.collect::<Result<_, _>>().map(Row::new)
 }
 
-/// A failed statement: its transaction rolled back (or it was a read), nothing committed.
+/// A failed statement: its transaction rolled back (or it was a read), nothing committed. The
+/// server turning it away for load (SQLSTATE 53300, 53400) is an overload.
 pub fn failed(e: tokio_postgres::Error) -> StoreError {
-    StoreError::NotCommitted(describe(&e))
+    StoreError::from_database(describe(&e), false)
 }
 
 /// A failed `COMMIT`: the server's refusal rolled the transaction back, but a connection that
 /// broke while the commit was sent leaves its outcome unknown.
 pub fn failed_commit(e: tokio_postgres::Error) -> StoreError {
     match e.as_db_error() {
-        Some(_) => StoreError::NotCommitted(describe(&e)),
+        Some(_) => failed(e),
         None => StoreError::MayHaveCommitted(describe(&e)),
     }
 }

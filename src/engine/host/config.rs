@@ -3,7 +3,7 @@
 
 use crate::engine::access::auth::JwtPolicy;
 use crate::engine::access::cors::AllowedOrigins;
-use crate::engine::durable::{ColumnNames, Dialect, MappingError, TableMapping};
+use crate::engine::durable::{ColumnNames, Databases, Dialect, MappingError, TableMapping};
 use crate::engine::feed::FeedConfig;
 use crate::engine::host::time::Millis;
 use crate::engine::pump::{Build, PumpSecrets, PumpUpstreams, SecretsError, UpstreamsError};
@@ -39,6 +39,14 @@ impl Backend {
             "" | "d1" => Some(Backend::D1),
             "postgres" => Some(Backend::Postgres),
             _ => None,
+        }
+    }
+
+    /// The binding of the backend's one database, without `DATABASES`.
+    pub fn binding(self) -> &'static str {
+        match self {
+            Backend::D1 => "DB",
+            Backend::Postgres => "HYPERDRIVE",
         }
     }
 
@@ -100,6 +108,18 @@ pub struct StreamConfig {
     pub ui_checkpoint_chars: Offset,
     /// ... or this long after the oldest un-checkpointed change.
     pub checkpoint_interval_ms: Millis,
+    /// A checkpoint round trip longer than this is the database's pressure, not the network's
+    /// (`CHECKPOINT_SLOW_MS`): past it, both thresholds stretch (`live/pressure.rs`). A quiet
+    /// database answers well within it, so the cadence stays as configured.
+    pub checkpoint_slow_ms: Millis,
+    /// How far the thresholds may stretch under pressure (`CHECKPOINT_MAX_STRETCH`): up to this
+    /// many times the interval and the characters. 1 keeps the cadence fixed.
+    pub checkpoint_max_stretch: u32,
+    /// How long a store operation failing for load (the database overloaded, a call timed out)
+    /// is retried, from its first failure, before its caller is told (`STORE_PATIENCE_MS`): a
+    /// flush, a close or an open under load waits up to this much longer. 0: load is retried
+    /// like any failure (`CHECKPOINT_RETRIES`, unjittered).
+    pub store_patience_ms: Millis,
     /// Retries of one store operation after its first failure.
     pub retries: u32,
     /// The first retry's delay; each later one doubles.
@@ -164,6 +184,9 @@ impl Default for StreamConfig {
             checkpoint_chars: Offset(512),
             ui_checkpoint_chars: Offset(4096),
             checkpoint_interval_ms: Millis(750),
+            checkpoint_slow_ms: Millis(250),
+            checkpoint_max_stretch: 16,
+            store_patience_ms: Millis(30_000),
             retries: 3,
             retry_backoff_ms: Millis(50),
             linger_ms: Millis(30_000),
@@ -275,6 +298,9 @@ pub struct Settings {
     pub mapping: TableMapping,
     /// Where the mapped tables live (`DURABLE_BACKEND`: `d1` or `postgres`).
     pub backend: Backend,
+    /// The databases, and which one an answer lives in (`DATABASES`; SPEC §13,
+    /// `durable/databases.rs`).
+    pub databases: Databases,
     /// The upstreams a pump may fetch (`PUMP_UPSTREAMS`).
     pub pump_upstreams: PumpUpstreams,
     /// The secrets a pump request may name as its credential (`PUMP_SECRETS`), each set and
@@ -327,6 +353,9 @@ impl Settings {
             checkpoint_chars: chars("CHECKPOINT_CHARS", defaults.checkpoint_chars, 1, 1 << 20)?,
             ui_checkpoint_chars: chars("UI_CHECKPOINT_CHARS", defaults.ui_checkpoint_chars, 1, 1 << 20)?,
             checkpoint_interval_ms: ms("CHECKPOINT_INTERVAL_MS", defaults.checkpoint_interval_ms, 1, 600_000)?,
+            checkpoint_slow_ms: ms("CHECKPOINT_SLOW_MS", defaults.checkpoint_slow_ms, 1, 60_000)?,
+            checkpoint_max_stretch: number("CHECKPOINT_MAX_STRETCH", u64::from(defaults.checkpoint_max_stretch), 1, 64)? as u32,
+            store_patience_ms: ms("STORE_PATIENCE_MS", defaults.store_patience_ms, 0, 600_000)?,
             retries: number("CHECKPOINT_RETRIES", u64::from(defaults.retries), 0, 10)? as u32,
             linger_ms: ms("LINGER_MS", defaults.linger_ms, 0, 3_600_000)?,
             idle_timeout_ms: ms("IDLE_TIMEOUT_MS", defaults.idle_timeout_ms, 0, 86_400_000)?,
@@ -370,6 +399,10 @@ impl Settings {
                 .ok_or_else(|| ConfigError::invalid("DURABLE_BACKEND", format!("{raw:?} must be \"d1\" or \"postgres\"")))?,
         };
         mapping.check_for(backend.dialect())?;
+        let databases = match var("DATABASES").filter(|raw| !raw.trim().is_empty()) {
+            None => Databases::single(backend.binding()),
+            Some(raw) => Databases::parse(&raw).map_err(|e| ConfigError::invalid("DATABASES", e.to_string()))?,
+        };
         Ok(Settings {
             stream,
             path_prefix,
@@ -377,6 +410,7 @@ impl Settings {
             max_append_bytes: number("MAX_APPEND_BYTES", 1 << 20, 1, 64 << 20)? as usize,
             mapping,
             backend,
+            databases,
             pump_upstreams,
             pump_secrets,
             allowed_origins: AllowedOrigins::parse(var("ALLOWED_ORIGINS").as_deref().unwrap_or(""))
@@ -430,6 +464,11 @@ mod tests {
         assert_eq!(s.sse_retry_ms, Millis(1000));
         assert_eq!(s.path_prefix, "/streams");
         assert_eq!(s.stream.resume_window_ms, Millis(30_000), "SPEC §10");
+        assert_eq!(
+            (s.stream.checkpoint_slow_ms, s.stream.checkpoint_max_stretch, s.stream.store_patience_ms),
+            (Millis(250), 16, Millis(30_000)),
+            "SPEC §13"
+        );
         assert_eq!(settings(&[("RESUME_WINDOW_MS", "0")]).unwrap().stream.resume_window_ms, Millis::ZERO, "0 turns rehydration off");
     }
 
@@ -475,6 +514,30 @@ mod tests {
         assert!(settings(&[("PATH_PREFIX", "streams")]).is_err());
         assert!(settings(&[("COLUMNS", r#"{"body":"a\"b"}"#)]).is_err());
         assert!(settings(&[("COLUMNS", "not json")]).is_err());
+    }
+
+    #[test]
+    fn one_database_unless_databases_names_several_and_a_bad_one_is_refused_by_name() {
+        let one = settings(&[]).unwrap().databases;
+        assert_eq!(one.of_id("eu:m1").map(|d| d.binding), Ok("DB"));
+        let pg = settings(&[("DURABLE_BACKEND", "postgres")]).unwrap().databases;
+        assert_eq!(pg.of_id("m1").map(|d| d.binding), Ok("HYPERDRIVE"));
+        let many = settings(&[("DATABASES", r#"{"default": "DB", "eu": "DB_EU"}"#)]).unwrap().databases;
+        assert_eq!(many.of_id("eu:m1").map(|d| d.binding), Ok("DB_EU"));
+        let err = settings(&[("DATABASES", "nope")]).unwrap_err().to_string();
+        assert!(err.starts_with("configuration DATABASES: is not a JSON object"), "{err}");
+    }
+
+    #[test]
+    fn the_cadence_under_load_is_tunable_and_refused_out_of_range() {
+        let s = settings(&[("CHECKPOINT_SLOW_MS", "400"), ("CHECKPOINT_MAX_STRETCH", "1"), ("STORE_PATIENCE_MS", "0")]).unwrap();
+        assert_eq!((s.stream.checkpoint_slow_ms, s.stream.checkpoint_max_stretch, s.stream.store_patience_ms), (Millis(400), 1, Millis(0)));
+        for (name, bad) in
+            [("CHECKPOINT_SLOW_MS", "0"), ("CHECKPOINT_MAX_STRETCH", "0"), ("CHECKPOINT_MAX_STRETCH", "65"), ("STORE_PATIENCE_MS", "x")]
+        {
+            let err = settings(&[(name, bad)]).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("configuration {name}: ")), "{err}");
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! but logs, hooks and timeouts do.
 
 use crate::engine::durable::{OpenProbe, RowState};
-use crate::engine::host::time::Timestamp;
+use crate::engine::host::time::{Millis, Timestamp};
 use crate::engine::live::lease::{HostColumn, LeaseRow};
 use crate::engine::text::reading::DurableText;
 use crate::engine::text::utf16::Offset;
@@ -202,15 +202,52 @@ pub enum StoreError {
     /// and rolled back (or it was a read).
     #[error("{0}")]
     NotCommitted(String),
-    /// The outcome is unknown: the write may have committed, but its reply was lost or did not
-    /// come in time.
+    /// The outcome is unknown: the write may have committed, but its reply was lost.
     #[error("{0} (the write may have committed)")]
     MayHaveCommitted(String),
+    /// The database turned the call away for load before running it (D1's `D1 DB is
+    /// overloaded…`, a pool with no free connection): nothing was applied. Load, not a refusal:
+    /// the stream retries it with jittered back-off for as long as `STORE_PATIENCE_MS` allows.
+    #[error("the database is overloaded: {0}")]
+    Overloaded(String),
+    /// No answer within `STORE_TIMEOUT_MS` (the shell gave the call up): the write may have
+    /// committed. Retried as load is.
+    #[error("no answer in {} ms (the write may have committed)", .0.0)]
+    TimedOut(Millis),
 }
+
+/// The messages a database answers when it turns a call away for load, as they appear in the
+/// error the driver raises. D1's two (https://developers.cloudflare.com/d1/observability/debug-d1/#error-list,
+/// the same words a Durable Object uses for its own queue); PostgreSQL's SQLSTATE 53300
+/// `too_many_connections` and 53400 `configuration_limit_exceeded`, as the Postgres executor
+/// describes a server error (`<SQLSTATE>: <message>`).
+const OVERLOAD_MARKS: [&str; 4] = ["D1 DB is overloaded", "Too many requests queued", "53300: ", "53400: "];
 
 impl StoreError {
     pub fn may_have_committed(&self) -> bool {
-        matches!(self, StoreError::MayHaveCommitted(_))
+        matches!(self, StoreError::MayHaveCommitted(_) | StoreError::TimedOut(_))
+    }
+
+    /// The database is busy, not refusing: an overload or a call that did not answer in time.
+    /// Such a failure is retried patiently and widens the checkpoint cadence
+    /// (`live/pressure.rs`); every other failure keeps its fixed retries.
+    pub fn is_load(&self) -> bool {
+        matches!(self, StoreError::Overloaded(_) | StoreError::TimedOut(_))
+    }
+
+    /// Types a database driver's failure from its message: an overload (see `OVERLOAD_MARKS`)
+    /// is [`StoreError::Overloaded`] whatever was sent (the database ran none of it); anything
+    /// else is [`StoreError::MayHaveCommitted`] when `may_have_committed`, else
+    /// [`StoreError::NotCommitted`]. The executors call it, so which failure is load is the
+    /// engine's rule, not the shell's.
+    pub fn from_database(message: String, may_have_committed: bool) -> Self {
+        if OVERLOAD_MARKS.iter().any(|mark| message.contains(mark)) {
+            StoreError::Overloaded(message)
+        } else if may_have_committed {
+            StoreError::MayHaveCommitted(message)
+        } else {
+            StoreError::NotCommitted(message)
+        }
     }
 }
 
@@ -295,6 +332,18 @@ pub(crate) enum Reply {
     State(Result<RowState, StoreError>),
     Seal(Result<SealResult, StoreError>),
     LeaseRow(Result<LeaseRow, StoreError>),
+}
+
+impl Reply {
+    /// The store failed for load (`StoreError::is_load`).
+    pub(crate) fn failed_for_load(&self) -> bool {
+        let error = match self {
+            Reply::Probe(Err(e)) | Reply::Mark(Err(e)) | Reply::Host(Err(e)) | Reply::Checkpoint(Err(e)) | Reply::State(Err(e)) => e,
+            Reply::Seal(Err(e)) | Reply::LeaseRow(Err(e)) => e,
+            _ => return false,
+        };
+        error.is_load()
+    }
 }
 
 /// Each operation's `answer`, its variant of [`StoreRequest`] and its reply.
@@ -418,5 +467,33 @@ pub async fn run_on_sink(sink: &dyn CheckpointSink, stream_id: &str, request: St
             let kind = other.kind();
             other.failed(StoreError::NotCommitted(format!("a checkpoint sink is never asked for {kind:?}")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_overload_is_load_whatever_was_sent_and_everything_else_keeps_its_kind() {
+        for message in [
+            "D1_ERROR: D1 DB is overloaded. Requests queued for too long.",
+            "D1_ERROR: D1 DB is overloaded. Too many requests queued.",
+            "Error: Durable Object is overloaded. Too many requests queued.",
+            "53300: sorry, too many clients already",
+        ] {
+            for may_have_committed in [false, true] {
+                let e = StoreError::from_database(message.to_owned(), may_have_committed);
+                assert!(matches!(e, StoreError::Overloaded(_)) && e.is_load() && !e.may_have_committed(), "{message}: {e:?}");
+            }
+        }
+        let lost = StoreError::from_database("Network connection lost.".into(), true);
+        assert_eq!(lost, StoreError::MayHaveCommitted("Network connection lost.".into()));
+        assert!(!lost.is_load(), "a lost reply keeps its fixed retries");
+        let refused = StoreError::from_database("D1_ERROR: UNIQUE constraint failed".into(), false);
+        assert!(matches!(refused, StoreError::NotCommitted(_)) && !refused.is_load());
+        let late = StoreError::TimedOut(Millis(15_000));
+        assert!(late.is_load() && late.may_have_committed());
+        assert_eq!(late.to_string(), "no answer in 15000 ms (the write may have committed)");
     }
 }

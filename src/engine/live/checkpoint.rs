@@ -10,12 +10,17 @@
 //! - `durableSeq` advances only to what the store confirms (tables mode: the read of the row in
 //!   the write's own transaction, or, when that answer fails, a read-back, which also absorbs a
 //!   write that committed while its reply was lost) ([`Checkpointer::on_reply`]);
-//! - an attempt that fails is retried on the backoff schedule; a round that still fails stalls
-//!   to the interval cadence ([`Checkpointer::attempt_failed`], [`Checkpointer::round_failed`]).
+//! - an attempt that fails is retried on the backoff schedule (`live/backoff.rs`: a refusal's
+//!   fixed retries, load's jittered patience); a round that still fails stalls to the interval
+//!   cadence ([`Checkpointer::attempt_failed`], [`Checkpointer::round_failed`]);
+//! - both thresholds stretch under the database's pressure, read from each write's round trip
+//!   (`live/pressure.rs`); a quiet database keeps them exactly as configured.
 //!
 //! The seal is not a round: it is a phase of the stream (`Phase::Sealing`), which waits for an
 //! in-flight round to settle and may cut a round's retries short.
 
+use super::backoff::{Jitter, Retries};
+use super::pressure::Cadence;
 use super::stream::CheckpointError;
 use crate::engine::durable::RowState;
 use crate::engine::host::config::{CheckpointMode, StreamConfig};
@@ -31,6 +36,8 @@ pub(crate) struct Checkpointer {
     stalled: bool,
     tick_at: Option<Timestamp>,
     round: Option<Round>,
+    /// The thresholds' stretch under the database's pressure.
+    cadence: Cadence,
 }
 
 /// One round: committing the text up to `to`.
@@ -40,13 +47,14 @@ struct Round {
     /// Counts from 0.
     attempt: u32,
     step: Step,
+    retries: Retries,
 }
 
 #[derive(Debug)]
 enum Step {
     /// The guarded insert plus CAS of `[from, to)` is in flight (in tables mode with the read of
-    /// the row, in the same transaction).
-    Writing { op: OpId, from: Offset },
+    /// the row, in the same transaction), sent at `sent_at`.
+    Writing { op: OpId, from: Offset, sent_at: Timestamp },
     /// The read-back is in flight; `write_error` is the write's failure, if it failed (its
     /// commit may still have happened: the read-back decides).
     Confirming { op: OpId, from: Offset, write_error: Option<StoreError> },
@@ -95,6 +103,17 @@ impl Checkpointer {
         self.round.as_ref().map(|r| r.to)
     }
 
+    /// How far the thresholds are stretched under the database's pressure (1: as configured).
+    pub fn stretch(&self) -> f64 {
+        self.cadence.stretch()
+    }
+
+    /// A store call other than a checkpoint write answered after `round_trip` (the open's):
+    /// the cadence hears how busy the database is.
+    pub fn observe(&mut self, round_trip: Millis, load: bool, cfg: &StreamConfig, now: Timestamp) {
+        self.cadence.observe(round_trip, load, cfg, now);
+    }
+
     /// Someone is waiting (a flush): the next round starts regardless of the threshold.
     pub fn force(&mut self) {
         self.forced = true;
@@ -105,28 +124,29 @@ impl Checkpointer {
     /// armed (from the oldest un-checkpointed change).
     pub fn due(&mut self, behind: Offset, awaited: bool, cfg: &StreamConfig, now: Timestamp) -> bool {
         if behind == Offset::ZERO {
-            *self = Self { round: self.round.take(), ..Self::default() };
+            *self = Self { round: self.round.take(), cadence: self.cadence, ..Self::default() };
             return false;
         }
-        if self.forced || (!self.stalled && (behind >= cfg.checkpoint_due_chars() || awaited)) {
+        if self.forced || (!self.stalled && (behind >= self.cadence.due_chars(cfg) || awaited)) {
             return true;
         }
-        self.tick_at.get_or_insert(now + cfg.checkpoint_interval_ms);
+        self.tick_at.get_or_insert(now + self.cadence.interval(cfg));
         false
     }
 
-    /// Starts a round up to `to`; the stream then sends its first slice ([`Self::sent`]).
-    pub fn start(&mut self, to: Offset, first_send: OpId, from: Offset) {
+    /// Starts a round up to `to` with its first slice, sent at `now`.
+    pub fn start(&mut self, to: Offset, first_send: OpId, from: Offset, now: Timestamp) {
         self.forced = false;
         self.stalled = false;
         self.tick_at = None;
-        self.round = Some(Round { to, attempt: 0, step: Step::Writing { op: first_send, from } });
+        self.round =
+            Some(Round { to, attempt: 0, step: Step::Writing { op: first_send, from, sent_at: now }, retries: Retries::default() });
     }
 
-    /// The slice of the current attempt was sent as `op`, from `from`.
-    pub fn sent(&mut self, op: OpId, from: Offset) {
+    /// The slice of the current attempt was sent as `op`, from `from`, at `now`.
+    pub fn sent(&mut self, op: OpId, from: Offset, now: Timestamp) {
         if let Some(round) = &mut self.round {
-            round.step = Step::Writing { op, from };
+            round.step = Step::Writing { op, from, sent_at: now };
         }
     }
 
@@ -137,17 +157,31 @@ impl Checkpointer {
         }
     }
 
-    /// Interprets the store's answer to `op`; `None` when the round does not await it.
-    pub fn on_reply(&self, op: OpId, reply: Reply, mode: &CheckpointMode) -> Option<RoundReply> {
+    /// Interprets the store's answer to `op` at `now`; `None` when the round does not await it.
+    /// A write's answer also tells the cadence how long the database took.
+    pub fn on_reply(&mut self, op: OpId, reply: Reply, cfg: &StreamConfig, now: Timestamp) -> Option<RoundReply> {
         let round = self.round.as_ref()?;
+        if let (Step::Writing { op: id, sent_at, .. }, Reply::Checkpoint(result)) = (&round.step, &reply) {
+            if *id == op {
+                let load = result.as_ref().is_err_and(StoreError::is_load);
+                self.cadence.observe(now - *sent_at, load, cfg, now);
+            }
+        }
+        let (round, mode) = (self.round.as_ref()?, &cfg.mode);
         Some(match (&round.step, reply) {
-            (Step::Writing { op: id, from }, Reply::Checkpoint(result)) if *id == op => match (mode, result) {
+            (Step::Writing { op: id, from, .. }, Reply::Checkpoint(result)) if *id == op => match (mode, result) {
                 (_, Ok(state)) => RoundReply::Confirmed { from: *from, state, write_error: None },
                 (CheckpointMode::Sink, Err(e)) => RoundReply::Failed { from: *from, error: CheckpointError::Store(e) },
+                // Turned away for load: the database ran none of it, and a read-back would
+                // only queue one more call behind the load.
+                (_, Err(e @ StoreError::Overloaded(_))) => RoundReply::Failed { from: *from, error: CheckpointError::Store(e) },
                 (CheckpointMode::Tables { .. }, Err(e)) => RoundReply::ReadBack { from: *from, write_error: Some(e) },
             },
             (Step::Confirming { op: id, from, write_error }, Reply::State(result)) if *id == op => match result {
                 Ok(state) => RoundReply::Confirmed { from: *from, state, write_error: write_error.clone() },
+                // A read-back that failed for load says why nothing could be decided: the
+                // database is busy, and the round is retried as load is.
+                Err(e) if e.is_load() => RoundReply::Failed { from: *from, error: CheckpointError::ReadBack(e) },
                 Err(e) => RoundReply::Failed {
                     from: *from,
                     error: write_error.clone().map_or(CheckpointError::ReadBack(e), CheckpointError::Store),
@@ -157,12 +191,21 @@ impl Checkpointer {
         })
     }
 
-    /// The current attempt failed. `superseded`: a pending seal writes the whole body anyway,
-    /// so no retry is worth it.
-    pub fn attempt_failed(&mut self, superseded: bool, cfg: &StreamConfig, now: Timestamp) -> (u32, Retry) {
+    /// The current attempt failed with `error` (the store's, where the store failed).
+    /// `superseded`: a pending seal writes the whole body anyway, so no retry is worth it.
+    pub fn attempt_failed(
+        &mut self,
+        error: &CheckpointError,
+        superseded: bool,
+        cfg: &StreamConfig,
+        now: Timestamp,
+        jitter: Jitter,
+    ) -> (u32, Retry) {
         let Some(round) = &mut self.round else { return (0, Retry::GivenUp) };
         let attempt = round.attempt;
-        match cfg.retry_delay(attempt + 1).filter(|_| !superseded) {
+        // A short confirmation or an overclaim is no store failure: it spends a fixed retry.
+        let load = error.store_error().is_some_and(StoreError::is_load);
+        match round.retries.after_failure(load, cfg, now, jitter).filter(|_| !superseded) {
             Some(delay) => {
                 round.step = Step::Backoff { until: now + delay };
                 (attempt, Retry::After { delay })

@@ -137,7 +137,14 @@ pub fn mark_window(cfg: &StreamConfig) -> Millis {
     let attempts = u64::from(cfg.retries) + 1;
     let backoffs = (1..=cfg.retries).filter_map(|r| cfg.retry_delay(r)).fold(Millis::ZERO, |a, b| a + b);
     // Arming and the probe retry too before the mark is first sent.
-    Millis(cfg.store_timeout_ms.0.saturating_mul(attempts)) + backoffs + backoffs
+    let refused = Millis(cfg.store_timeout_ms.0.saturating_mul(attempts)) + backoffs + backoffs;
+    // Under load the probe and the mark each retry for up to `STORE_PATIENCE_MS` from their
+    // first failure, the last attempt bounded by the store timeout (`live/backoff.rs`).
+    let loaded = match cfg.store_patience_ms {
+        Millis::ZERO => Millis::ZERO,
+        patience => (patience + cfg.store_timeout_ms + super::LOAD_BACKOFF_MAX) * 2,
+    };
+    refused + loaded
 }
 
 /// The object's own storage failed, or did not answer within the store timeout.

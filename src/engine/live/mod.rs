@@ -12,6 +12,8 @@
 //! - `stream`: the phases (opening, live, sealing, ended), checkpoints' effects, time;
 //! - `open`: the open handshake (probe, arm the lease, mark, read the host);
 //! - `checkpoint`: when a checkpoint round is due and one round's protocol;
+//! - `pressure`: the cadence's stretch under the database's pressure;
+//! - `backoff`: how a failed store call is retried (fixed, or jittered under load);
 //! - `lease`: the lease alarm's decision;
 //! - `seal`: the sealer, every seal's one guarded write and what follows when it does not apply;
 //! - `revival`: rebuilding a stream a reset instance lost (keys, row, claim, window), driven by
@@ -24,11 +26,13 @@
 //! - `slot`: the stream an object holds, and the detaches that wait while it is borrowed;
 //! - `watch`: what the producer's watch answers (a cancel, the end) and when.
 
+mod backoff;
 mod checkpoint;
 mod joins;
 pub mod lease;
 mod open;
 mod outbox;
+mod pressure;
 mod readers;
 mod resume;
 mod revival;
@@ -38,6 +42,7 @@ mod slot;
 mod stream;
 mod watch;
 
+pub use backoff::{patiently, Jitter, LOAD_BACKOFF_MAX};
 pub use joins::replay_of_row;
 pub use open::Producer;
 pub use readers::{Dialect, DropReason, Pull, ReaderId, SharedFrame, Wire, ALONE_BYTES};

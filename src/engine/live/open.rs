@@ -17,13 +17,14 @@
 //!   producer holds. A refusal after a failed attempt proves nothing (that attempt may have
 //!   committed), so the lease stays.
 
+use super::backoff::{Jitter, Retries};
 use super::outbox::Outbox;
 use super::stream::{OpenError, OpenOutcome, Output, Ticket};
 use crate::engine::durable::{judge_host, judge_probe, OpenRefused};
 use crate::engine::host::config::{CheckpointMode, StreamConfig};
 use crate::engine::host::object_storage::StoredStream;
 use crate::engine::host::store::{MarkOutcome, MarkStreaming, OpId, ProbeOpen, ReadHost, Reply};
-use crate::engine::host::time::Timestamp;
+use crate::engine::host::time::{Millis, Timestamp};
 
 /// The producer that opens a stream, as the stream knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,11 +51,14 @@ pub(crate) struct Opener {
     started_at: Timestamp,
     step: Step,
     /// Failed attempts of the current step.
-    retries: u32,
+    retries: Retries,
     /// An attempt of the mark (or of its host read) failed: it may have committed.
     mark_failed: bool,
     /// Failed attempts of every step (for `/stats`).
     pub retried: u32,
+    /// When the request in flight was sent (its round trip tells the cadence how busy the
+    /// database is before the first checkpoint: `live/pressure.rs`).
+    sent_at: Timestamp,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,11 +122,12 @@ impl Opener {
             producer,
             started_at: now,
             step: Step::Arming,
-            retries: 0,
+            retries: Retries::default(),
             mark_failed: false,
             retried: 0,
+            sent_at: now,
         };
-        opener.step = opener.send(first, cfg, out);
+        opener.step = opener.send(first, cfg, now, out);
         opener
     }
 
@@ -140,6 +145,14 @@ impl Opener {
         matches!(self.step, Step::Marking(_) | Step::ReadingHost(_) | Step::Backoff { step: Retry::Mark, .. })
     }
 
+    /// How long the database took to answer `op`, if it is the request this handshake awaits.
+    pub fn round_trip(&self, op: OpId, now: Timestamp) -> Option<Millis> {
+        match self.step {
+            Step::Probing(id) | Step::Marking(id) | Step::ReadingHost(id) if id == op => Some(now - self.sent_at),
+            _ => None,
+        }
+    }
+
     pub fn deadline(&self) -> Option<Timestamp> {
         match self.step {
             Step::Backoff { until, .. } => Some(until),
@@ -148,12 +161,20 @@ impl Opener {
     }
 
     /// A store reply; `Pending` also when the handshake does not await `op`.
-    pub fn on_store_reply(&mut self, op: OpId, reply: Reply, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) -> Progress {
+    pub fn on_store_reply(
+        &mut self,
+        op: OpId,
+        reply: Reply,
+        cfg: &StreamConfig,
+        jitter: Jitter,
+        now: Timestamp,
+        out: &mut Outbox,
+    ) -> Progress {
         let (step, error) = match (self.step, reply) {
             (Step::Probing(id), Reply::Probe(result)) if id == op => match result {
                 Ok(row) => {
                     return match judge_probe(row.as_ref()) {
-                        Ok(()) => self.next(Retry::Arm, cfg, out),
+                        Ok(()) => self.next(Retry::Arm, cfg, now, out),
                         Err(refused) => Progress::refused(refused, true),
                     }
                 }
@@ -166,6 +187,7 @@ impl Opener {
                 Ok(MarkOutcome::Marked) => match cfg.mode {
                     CheckpointMode::Tables { host_cas: true } => {
                         self.step = Step::ReadingHost(out.request(ReadHost));
+                        self.sent_at = now;
                         return Progress::Pending;
                     }
                     _ => return Progress::Opened,
@@ -190,17 +212,24 @@ impl Opener {
             },
             _ => return Progress::Pending, // a reply this handshake no longer awaits
         };
-        self.failed(step, OpenError::Store(error), cfg, now)
+        self.failed(step, OpenError::Store(error), cfg, jitter, now)
     }
 
     /// The shell's answer to [`Output::ArmLease`].
-    pub fn on_lease_armed(&mut self, result: Result<(), String>, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) -> Progress {
+    pub fn on_lease_armed(
+        &mut self,
+        result: Result<(), String>,
+        cfg: &StreamConfig,
+        jitter: Jitter,
+        now: Timestamp,
+        out: &mut Outbox,
+    ) -> Progress {
         if self.step != Step::Arming {
             return Progress::Pending;
         }
         match result {
-            Ok(()) => self.next(Retry::Mark, cfg, out),
-            Err(reason) => self.failed(Retry::Arm, OpenError::Lease(reason), cfg, now),
+            Ok(()) => self.next(Retry::Mark, cfg, now, out),
+            Err(reason) => self.failed(Retry::Arm, OpenError::Lease(reason), cfg, jitter, now),
         }
     }
 
@@ -208,20 +237,21 @@ impl Opener {
     pub fn handle_timeout(&mut self, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) {
         if let Step::Backoff { until, step } = self.step {
             if until <= now {
-                self.step = self.send(step, cfg, out);
+                self.step = self.send(step, cfg, now, out);
             }
         }
     }
 
     /// Moves on to the next step, with retries of its own.
-    fn next(&mut self, step: Retry, cfg: &StreamConfig, out: &mut Outbox) -> Progress {
-        self.retries = 0;
-        self.step = self.send(step, cfg, out);
+    fn next(&mut self, step: Retry, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) -> Progress {
+        self.retries = Retries::default();
+        self.step = self.send(step, cfg, now, out);
         Progress::Pending
     }
 
-    /// Sends `step`'s request.
-    fn send(&self, step: Retry, cfg: &StreamConfig, out: &mut Outbox) -> Step {
+    /// Sends `step`'s request at `now`.
+    fn send(&mut self, step: Retry, cfg: &StreamConfig, now: Timestamp, out: &mut Outbox) -> Step {
+        self.sent_at = now;
         let producer = &self.producer;
         match step {
             Retry::Probe => Step::Probing(out.request(ProbeOpen)),
@@ -251,10 +281,11 @@ impl Opener {
         }
     }
 
-    fn failed(&mut self, step: Retry, error: OpenError, cfg: &StreamConfig, now: Timestamp) -> Progress {
-        match cfg.retry_delay(self.retries + 1) {
+    /// A step failed: retried (patiently when the database is only busy), or the open fails.
+    fn failed(&mut self, step: Retry, error: OpenError, cfg: &StreamConfig, jitter: Jitter, now: Timestamp) -> Progress {
+        let load = matches!(&error, OpenError::Store(e) if e.is_load());
+        match self.retries.after_failure(load, cfg, now, jitter) {
             Some(delay) => {
-                self.retries += 1;
                 self.retried += 1;
                 self.step = Step::Backoff { until: now + delay, step };
                 Progress::Pending

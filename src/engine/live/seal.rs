@@ -21,6 +21,7 @@
 //!
 //! Readers' `end` frames always report what the row holds, never a status it lacks.
 
+use super::backoff::Retries;
 use super::checkpoint::Checkpointer;
 use super::lease::Holding;
 use super::stream::{FlushError, LiveStream, Phase, SealOutcome, SealReport, SealShortfall, Settlement, Shortfall, StreamEvent, Ticket};
@@ -61,6 +62,8 @@ pub(crate) struct Sealing {
     repair: bool,
     /// Times the row was found moved on (see [`MAX_ROW_MOVES`]).
     moves: u32,
+    /// The current write's failures (counted afresh each time the seal starts over).
+    retries: Retries,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +99,7 @@ pub(crate) struct Ended {
 
 impl Sealing {
     fn new(seal: Seal, tickets: Vec<Ticket<SealOutcome>>, repair: bool) -> Self {
-        Self { seal, tail_abandoned: false, step: SealStep::AwaitingRound, tickets, repair, moves: 0 }
+        Self { seal, tail_abandoned: false, step: SealStep::AwaitingRound, tickets, repair, moves: 0, retries: Retries::default() }
     }
 
     /// When a backoff ends.
@@ -222,13 +225,13 @@ impl LiveStream {
     }
 
     /// The seal's next step once no checkpoint round is in flight.
-    pub(super) fn drive_seal(&mut self) {
+    pub(super) fn drive_seal(&mut self, now: Timestamp) {
         let Phase::Sealing(sealing) = &self.phase else { return };
         if sealing.step != SealStep::AwaitingRound {
             return;
         }
         if sealing.seal.in_place && !sealing.tail_abandoned && self.durable_seq < self.seq() {
-            self.start_round();
+            self.start_round(now);
         } else {
             self.send_seal(0);
         }
@@ -281,18 +284,27 @@ impl LiveStream {
         let write = self.seal_write(&sealing.seal);
         let compacts = write.body.is_some();
         let op = self.out.request(write);
+        self.seal_step(SealStep::Writing { op, attempt, compacts }, attempt);
+    }
+
+    /// Moves the seal to `step`, attempt `attempt`: a first attempt counts failures afresh.
+    fn seal_step(&mut self, step: SealStep, attempt: u32) {
         if let Phase::Sealing(sealing) = &mut self.phase {
-            sealing.step = SealStep::Writing { op, attempt, compacts };
+            sealing.step = step;
+            if attempt == 0 {
+                sealing.retries = Retries::default();
+            }
         }
     }
 
+    /// A write (or a read to adopt the row) failed: back off and write again, patiently when
+    /// the database is only busy (`live/backoff.rs`), or fall short.
     fn seal_attempt_failed(&mut self, error: StoreError, attempt: u32, now: Timestamp) {
-        match self.cfg.retry_delay(attempt + 1) {
+        let Phase::Sealing(sealing) = &mut self.phase else { return };
+        match sealing.retries.after_failure(error.is_load(), &self.cfg, now, self.jitter) {
             Some(delay) => {
                 self.stats.retries += 1;
-                if let Phase::Sealing(sealing) = &mut self.phase {
-                    sealing.step = SealStep::Backoff { until: now + delay, attempt };
-                }
+                sealing.step = SealStep::Backoff { until: now + delay, attempt };
             }
             None => self.finish_seal(Some(Shortfall::Store(error)), false, now),
         }
@@ -329,9 +341,7 @@ impl LiveStream {
 
     fn read_row_to_adopt(&mut self, attempt: u32) {
         let op = self.out.request(ReadLeaseRow);
-        if let Phase::Sealing(sealing) = &mut self.phase {
-            sealing.step = SealStep::Adopting { op, attempt };
-        }
+        self.seal_step(SealStep::Adopting { op, attempt }, attempt);
     }
 
     /// The row's durable text is longer than this stream's text (a lost instance's checkpoint

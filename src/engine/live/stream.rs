@@ -1,5 +1,6 @@
 //! The live stream: phases, inputs, outputs and the reader side.
 
+use super::backoff::Jitter;
 use super::checkpoint::{Checkpointer, Retry, RoundReply};
 use super::joins::Parked;
 use super::lease::Holding;
@@ -406,6 +407,8 @@ pub struct LiveStream {
     pub(super) survival: Survival,
     /// Readers waiting for the text to reach their offset (`live/joins.rs`).
     pub(super) parked: Vec<Parked>,
+    /// The host's randomness for this stream's retry back-off (`live/backoff.rs`).
+    pub(super) jitter: Jitter,
 }
 
 impl LiveStream {
@@ -452,6 +455,7 @@ impl LiveStream {
             host_token: None,
             survival: Survival::opened(),
             parked: Vec::new(),
+            jitter: Jitter::of_stream(stream_id),
         }
     }
 
@@ -528,6 +532,12 @@ impl LiveStream {
     /// The least time between two wakes of one reader now (pacing grows with the number of readers).
     pub fn reader_pacing_ms(&self) -> Millis {
         self.readers.pacing()
+    }
+
+    /// How far the checkpoint cadence is stretched under the database's pressure (1: exactly
+    /// as configured; `live/pressure.rs`).
+    pub fn checkpoint_stretch(&self) -> f64 {
+        self.ck.stretch()
     }
 
     pub fn stats(&self) -> Stats {
@@ -657,6 +667,12 @@ impl LiveStream {
         ticket
     }
 
+    /// Seeds this stream's retry jitter from the host's randomness (the engine draws none).
+    /// Without it the stream id seeds it.
+    pub fn seed_jitter(&mut self, seed: u64) {
+        self.jitter = Jitter::from_seed(seed);
+    }
+
     /// Records a cancel request; the producer learns it from its next receipt.
     pub fn cancel(&mut self) {
         self.cancelled = true;
@@ -671,7 +687,14 @@ impl LiveStream {
         self.clock = self.clock.max(now);
         let StoreAnswer { id: op, reply } = answer;
         match (&self.phase, reply) {
-            (Phase::Opening(_), reply) => self.open_progress(|opener, cfg, out| opener.on_store_reply(op, reply, cfg, now, out), now),
+            (Phase::Opening(opener), reply) => {
+                // The open's round trips are the first word on how busy the database is.
+                if let Some(round_trip) = opener.round_trip(op, now) {
+                    self.ck.observe(round_trip, reply.failed_for_load(), &self.cfg, now);
+                }
+                let jitter = self.jitter;
+                self.open_progress(|opener, cfg, out| opener.on_store_reply(op, reply, cfg, jitter, now, out), now)
+            }
             (Phase::Sealing(_), reply) => {
                 if let Some(reply) = self.handle_seal_reply(op, reply, now) {
                     self.handle_round_reply(op, reply, now);
@@ -683,7 +706,7 @@ impl LiveStream {
 
     /// A store answer for the checkpoint round.
     fn handle_round_reply(&mut self, op: OpId, reply: Reply, now: Timestamp) {
-        match self.ck.on_reply(op, reply, &self.cfg.mode) {
+        match self.ck.on_reply(op, reply, &self.cfg, now) {
             None => {} // the reply of an operation no longer awaited
             Some(RoundReply::ReadBack { from, write_error }) => {
                 let op = self.out.request(ReadState);
@@ -832,19 +855,19 @@ impl LiveStream {
             return;
         }
         match &self.phase {
-            Phase::Sealing(_) => self.drive_seal(),
+            Phase::Sealing(_) => self.drive_seal(now),
             Phase::Live => {
                 let behind = self.seq() - self.durable_seq;
                 let awaited = self.flush_waiters.iter().any(|&(_, at)| at > self.durable_seq);
                 if self.ck.due(behind, awaited, &self.cfg, now) {
-                    self.start_round();
+                    self.start_round(now);
                 }
             }
             _ => {}
         }
     }
 
-    pub(super) fn start_round(&mut self) {
+    pub(super) fn start_round(&mut self, now: Timestamp) {
         let from = self.durable_seq;
         let mut to = self.buf.capped_end(from, self.seq(), self.cfg.max_slice_bytes);
         if self.ui_lines.is_some() && to < self.seq() {
@@ -855,7 +878,7 @@ impl LiveStream {
             to = self.buf.last_line_end(from, to).or_else(|| self.buf.first_line_end(to, seq)).unwrap_or(to);
         }
         let op = self.out.request(self.checkpoint(from, to));
-        self.ck.start(to, op, from);
+        self.ck.start(to, op, from, now);
     }
 
     /// Sends the round's next attempt, from the current `durableSeq`: a retry after a read-back
@@ -867,7 +890,7 @@ impl LiveStream {
             return self.round_succeeded(now);
         }
         let op = self.out.request(self.checkpoint(from, to));
-        self.ck.sent(op, from);
+        self.ck.sent(op, from, now);
     }
 
     /// The checkpoint of `[from, to)`, fenced by this stream's host token.
@@ -907,7 +930,7 @@ impl LiveStream {
         // A pending seal (other than an in-place one, which needs these chunks) writes the whole
         // body anyway, so it supersedes and repairs this slice: no retry.
         let superseded = matches!(&self.phase, Phase::Sealing(sealing) if !sealing.seal.in_place);
-        let (attempt, retry) = self.ck.attempt_failed(superseded, &self.cfg, now);
+        let (attempt, retry) = self.ck.attempt_failed(&error, superseded, &self.cfg, now, self.jitter);
         let will_retry = matches!(retry, Retry::After { .. });
         self.event(StreamEvent::CheckpointAttemptFailed { from, to, attempt, will_retry, error: error.clone() });
         match retry {
@@ -980,7 +1003,8 @@ impl LiveStream {
     pub fn handle_lease_armed(&mut self, result: Result<(), String>, now: Timestamp) {
         self.clock = self.clock.max(now);
         if matches!(self.phase, Phase::Opening(_)) {
-            self.open_progress(|opener, cfg, out| opener.on_lease_armed(result, cfg, now, out), now);
+            let jitter = self.jitter;
+            self.open_progress(|opener, cfg, out| opener.on_lease_armed(result, cfg, jitter, now, out), now);
         }
     }
 
