@@ -55,6 +55,10 @@ pub(crate) struct Object {
     pub(crate) shell: Rc<Shell>,
     /// An upstream pump is running (one at a time: two would interleave their text).
     pub(crate) pumping: std::cell::Cell<bool>,
+    /// A stored pump's response was cancelled upstream by this instance: a Stop that rebuilds
+    /// the stream (its flag read at the rebuild) and the same Stop's own request both reach
+    /// [`StreamObject::cancel_stored_pump`], and the provider is asked once.
+    pub(crate) stored_pump_cancelled: std::cell::Cell<bool>,
 }
 
 impl DurableObject for StreamObject {
@@ -136,7 +140,8 @@ impl StreamObject {
             Rc::clone(&self.meter),
             feed,
         );
-        let object = Rc::new(Object { setup, shell, pumping: std::cell::Cell::new(false) });
+        let object =
+            Rc::new(Object { setup, shell, pumping: std::cell::Cell::new(false), stored_pump_cancelled: std::cell::Cell::new(false) });
         *self.object.borrow_mut() = Some(Rc::clone(&object));
         Ok(object)
     }

@@ -505,6 +505,9 @@ impl StreamObject {
     /// After a cancel that found no pump running here (the object was reset under it): cancels
     /// upstream the background response a pump left a record of, and forgets the record.
     pub(crate) fn cancel_stored_pump(&self, o: &Rc<Object>) {
+        if o.stored_pump_cancelled.replace(true) {
+            return;
+        }
         let run = PumpRun::new(Rc::clone(&o.shell), 0, &self.state, self.env.clone(), Rc::clone(&self.meter));
         let awake = self.meter.hold();
         self.state.wait_until(async move {
