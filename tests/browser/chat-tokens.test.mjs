@@ -1,6 +1,7 @@
 // No connection outlives its token (SPEC §11), in headless Chromium against the real runtime: the
 // example chat with read tokens that live 20 s (READ_TOKEN_SECS=20). Page B follows the chat for
-// two minutes while page A sends a turn at the start, after a minute and at the end: B shows each
+// 50 s (two tokens' lives and more; CHAT_TOKENS_FOLLOW_MS=120000 by hand: two minutes, recorded in
+// docs/TESTING.md) while page A sends a turn at the start, halfway and at the end: B shows each
 // turn, once, in order, with nothing missed; B's feed connections each end at their token's exp
 // (the server ends them: every connection B opened, but the last, lasted about a token's life and
 // no longer), and every reconnect carried a fresh token and its position.
@@ -14,7 +15,7 @@ import { startProxy, withTimeout } from '../e2e/util.mjs';
 import { submitQuestion } from './chat-page.mjs';
 
 const TOKEN_SECS = 20;
-const FOLLOW_MS = 120_000;
+const FOLLOW_MS = Number(process.env.CHAT_TOKENS_FOLLOW_MS ?? 50_000);
 
 let stack;
 let session;
@@ -64,7 +65,7 @@ const feedRequests = () => proxy.requests.filter((r) => r.url.startsWith(`/strea
 const tokenOf = (url) => new URL(url, 'http://x').searchParams.get('token');
 const expOf = (token) => JSON.parse(Buffer.from(token.split('.')[1], 'base64url').toString()).exp * 1000;
 
-test('a page with 20 s tokens follows its chat for two minutes: every turn once, each connection ended at its token\'s exp', { timeout: FOLLOW_MS + 90_000 }, async () => {
+test(`a page with ${TOKEN_SECS} s tokens follows its chat for ${FOLLOW_MS / 1000} s: every turn once, each connection ended at its token's exp`, { timeout: FOLLOW_MS + 90_000 }, async () => {
   const A = await open(stack.baseUrl);
   const B = await open(proxy.url);
   const began = Date.now();
@@ -72,7 +73,7 @@ test('a page with 20 s tokens follows its chat for two minutes: every turn once,
   for (const at of [0, FOLLOW_MS / 2, FOLLOW_MS]) {
     const wait = began + at - Date.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait)); // the schedule of the scenario, not a synchronization
-    const id = await send(A, `Weather at minute ${at / 60_000}?`);
+    const id = await send(A, `Weather at second ${at / 1000}?`);
     ids.push(id);
     await shows(B, id);
     assert.deepEqual(await messageIds(B), await messageIds(A), `B shows what A shows after the turn at ${at / 1000} s`);
