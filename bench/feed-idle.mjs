@@ -19,11 +19,13 @@
 //   node bench/feed-idle.mjs --tabs 1000 --idle 30 --turns 20 [--json] [--no-save]
 //   node bench/feed-idle.mjs --tabs 1000 --idle 5 --profile F   # a CPU profile of the isolate over
 //     the largest size's turns (bench/profile.mjs --analyze F), with each turn's open marked in it
-// The report goes to bench/results/<date>-<commit>-feed-idle.json (not with --no-save).
+// The report goes to bench/results/<date>-<commit>-feed-idle.json (not with --no-save). A build set
+// aside with `bench/compare.mjs --snapshot NAME` runs with RINDLE_ROOT=$TMPDIR/rindle-variants/NAME
+// (A/B in one sitting; its report goes under that root).
 import { execFileSync } from 'node:child_process';
 import http from 'node:http';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ROOT, mintToken, startStack } from '../tests/e2e/harness.mjs';
 import { percentile, sleep, until } from '../tests/e2e/util.mjs';
@@ -190,7 +192,8 @@ for (const n of SIZES) {
 await stack.stop();
 
 const report = {
-  commit: execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT }).toString().trim(),
+  // A snapshot's root (bench/compare.mjs --snapshot NAME, run with RINDLE_ROOT) is no git checkout: its name.
+  commit: process.env.RINDLE_ROOT ? basename(ROOT) : execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT }).toString().trim(),
   date: new Date().toISOString().slice(0, 10),
   runtime: 'wrangler 4.164.0 / workerd 2026-11-17, served bare',
   before: { gbSecondsPerHour: +(OBJECT_GB * 3600).toFixed(1), why: 'the object answered SSE itself: awake while any tab was connected' },
