@@ -17,16 +17,21 @@
 //
 //   node bench/feed-idle.mjs                        # 1, 100, 1000 tabs, 60 s idle, 10 turns (≈6 min)
 //   node bench/feed-idle.mjs --tabs 1000 --idle 30 --turns 20 [--json] [--no-save]
-// The report goes to bench/results/<date>-<commit>-feed-idle.json (not with --no-save).
+//   node bench/feed-idle.mjs --tabs 1000 --idle 5 --profile F   # a CPU profile of the isolate over
+//     the largest size's turns (bench/profile.mjs --analyze F), with each turn's open marked in it
+// The report goes to bench/results/<date>-<commit>-feed-idle.json (not with --no-save). A build set
+// aside with `bench/compare.mjs --snapshot NAME` runs with RINDLE_ROOT=$TMPDIR/rindle-variants/NAME
+// (A/B in one sitting; its report goes under that root).
 import { execFileSync } from 'node:child_process';
 import http from 'node:http';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ROOT, mintToken, startStack } from '../tests/e2e/harness.mjs';
 import { percentile, sleep, until } from '../tests/e2e/util.mjs';
 import { openStream } from '../public/producer.js';
 import { OBJECT_GB } from './cost.mjs';
+import { connectInspector } from './inspector.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -35,6 +40,7 @@ const { values: args } = parseArgs({
     turns: { type: 'string', default: '10' },
     json: { type: 'boolean' },
     'no-save': { type: 'boolean' },
+    profile: { type: 'string' },
   },
 });
 const SIZES = args.tabs.split(',').map(Number);
@@ -89,6 +95,26 @@ async function turn(chat, i) {
 const sorted = (xs) => [...xs].sort((a, b) => a - b);
 const dist = (xs) => ({ p50: +percentile(sorted(xs), 50).toFixed(1), p99: +percentile(sorted(xs), 99).toFixed(1), max: +Math.max(...xs).toFixed(1), n: xs.length });
 
+/** The isolate's CPU profile over the turns; saved with each turn's times (this process's clock). */
+async function startProfiler() {
+  const session = await connectInspector(stack.inspectorPort);
+  await session.send('Profiler.enable');
+  await session.send('Profiler.setSamplingInterval', { interval: 500 });
+  await session.send('Profiler.start');
+  const startedAt = performance.now();
+  const turns = [];
+  return {
+    turns,
+    save: async (file) => {
+      const { profile } = await session.send('Profiler.stop');
+      await session.close();
+      writeFileSync(file, JSON.stringify(profile));
+      writeFileSync(`${file}.turns.json`, JSON.stringify({ startedAt, turns }));
+      log(`profile: ${file} (turns: ${file}.turns.json)`);
+    },
+  };
+}
+
 async function measure(n) {
   const chat = `idle-${n}-${process.pid}`;
   const token = mintToken({ sub: 'bench', scope: 'read', claims: { chat } }, stack.secret);
@@ -118,10 +144,12 @@ async function measure(n) {
     await (await fetch(`${stack.baseUrl}/dev/objects`)).text();
     samples.trivial.push(performance.now() - t);
   }
+  const profiler = args.profile && n === Math.max(...SIZES) ? await startProfiler() : null;
   const turnsStart = await feedStats(chat);
   for (let i = 1; i <= TURNS; i++) {
     const t = await turn(chat, i);
     await until(() => starts.get(t.streamId)?.length === n, `turn ${i} at ${n} tabs`, 60_000);
+    profiler?.turns.push({ i, t0: t.t0, t1: t.t1, starts: starts.get(t.streamId) });
     samples.open.push(t.t1 - t.t0);
     if (process.env.PER_TURN) log(`  turn ${i}: open ${(t.t1 - t.t0).toFixed(0)} ms, start at tabs ${dist(starts.get(t.streamId).map((at) => at - t.t0)).p50}/${dist(starts.get(t.streamId).map((at) => at - t.t0)).max} ms`);
     for (const at of starts.get(t.streamId)) {
@@ -131,6 +159,7 @@ async function measure(n) {
     await sleep(2000); // the turns' pace
   }
   const turnsEnd = await feedStats(chat);
+  if (profiler) await profiler.save(args.profile);
   for (const t of tabs) t.close();
   const idleAwakeMs = idleEnd.meter.awakeMs - idleStart.meter.awakeMs;
   return {
@@ -163,7 +192,8 @@ for (const n of SIZES) {
 await stack.stop();
 
 const report = {
-  commit: execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT }).toString().trim(),
+  // A snapshot's root (bench/compare.mjs --snapshot NAME, run with RINDLE_ROOT) is no git checkout: its name.
+  commit: process.env.RINDLE_ROOT ? basename(ROOT) : execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT }).toString().trim(),
   date: new Date().toISOString().slice(0, 10),
   runtime: 'wrangler 4.164.0 / workerd 2026-11-17, served bare',
   before: { gbSecondsPerHour: +(OBJECT_GB * 3600).toFixed(1), why: 'the object answered SSE itself: awake while any tab was connected' },
