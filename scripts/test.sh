@@ -57,38 +57,43 @@ RINDLE_PG_URL="$("$SCRIPTS_DIR/pg.sh" start)" || die "could not start PostgreSQL
 export RINDLE_PG_URL RINDLE_PG_REQUIRED=1
 step "postgres: $RINDLE_PG_URL ($(elapsed "$T"))"
 
-step "cargo test (native)"
+# The native tests run beside the wasm builds: a release build spends most of its time in
+# single-threaded work (LTO with one codegen unit, wasm-opt), which leaves the other core to the
+# native tests (about 40 s less on 2 cores; the two never wait on each other's cargo lock: they
+# build different profiles). The native part's output is shown once it is done.
+mkdir -p test-artifacts
+NATIVE_LOG="test-artifacts/native.log"
+step "cargo test (native), beside the wasm builds; its output: $NATIVE_LOG, shown when done"
 T="$(now)"
-# The simulator's short seeded run (2,000 schedules on SQLite, 300 on Postgres, with resets,
-# rehydrations and resumes; the 10,000 / 1,000 proof runs are by hand: docs/TESTING.md) runs here
-# with the rest, in the optimized test profile (no release build of its own).
-cargo test -- --show-output
-step "cargo test: $(elapsed "$T")"
-
-# The native fan-out micro-benchmark (bench/fanout.rs), at smoke size: it must keep building
-# and running, here on `cargo test`'s build. Its full run is `cargo run --release --example
-# fanout` (BENCHMARKS.md).
-step "fan-out micro-benchmark (smoke)"
-T="$(now)"
-cargo run --quiet --profile test --example fanout -- --smoke
-step "fan-out smoke: $(elapsed "$T")"
-
-# The curve of one database (bench/dbload.rs, docs/LOAD.md) at smoke size: two waves of a few
-# answers on the model of D1, both cadences; the adaptive one must lose no answer (about 1 s once
-# built). Its full run is `cargo run --release --example dbload` (by hand, about 10 minutes).
-step "one database's curve (smoke)"
-T="$(now)"
-cargo run --quiet --profile test --example dbload -- --smoke
-step "dbload smoke: $(elapsed "$T")"
+(
+  set -e
+  # The simulator's short seeded run (2,000 schedules on SQLite, 300 on Postgres, with resets,
+  # rehydrations and resumes; the 10,000 / 1,000 proof runs are by hand: docs/TESTING.md) runs
+  # here with the rest, in the optimized test profile (no release build of its own).
+  cargo test -- --show-output
+  # The native fan-out micro-benchmark (bench/fanout.rs), at smoke size: it must keep building
+  # and running, here on `cargo test`'s build. Its full run is `cargo run --release --example
+  # fanout` (BENCHMARKS.md).
+  cargo run --quiet --profile test --example fanout -- --smoke
+  # The curve of one database (bench/dbload.rs, docs/LOAD.md) at smoke size: two waves of a few
+  # answers on the model of D1, both cadences; the adaptive one must lose no answer. Its full run
+  # is `cargo run --release --example dbload` (by hand, about 10 minutes).
+  cargo run --quiet --profile test --example dbload -- --smoke
+) > "$NATIVE_LOG" 2>&1 &
+NATIVE_PID=$!
 
 # The production build (what `wrangler deploy` bundles: its size, and no dev code in it), then
-# the dev build the Node tests serve.
-"$SCRIPTS_DIR/build.sh"
-"$SCRIPTS_DIR/build.sh" --dev
-"$SCRIPTS_DIR/bundle-size.sh"
-# The embedding example (examples/embed/, the crate without default features: the embedding
-# build), which tests/e2e/embed.test.mjs runs.
-BUILD_CRATE=examples/embed "$SCRIPTS_DIR/build.sh"
+# the dev build the Node tests serve, and the embedding example (examples/embed/, the crate
+# without default features: the embedding build), which tests/e2e/embed.test.mjs runs.
+BUILDS_OK=1
+{ "$SCRIPTS_DIR/build.sh" && "$SCRIPTS_DIR/build.sh" --dev && "$SCRIPTS_DIR/bundle-size.sh" \
+  && BUILD_CRATE=examples/embed "$SCRIPTS_DIR/build.sh"; } || BUILDS_OK=0
+NATIVE_OK=1
+wait "$NATIVE_PID" || NATIVE_OK=0
+cat "$NATIVE_LOG"
+[[ $NATIVE_OK == 1 ]] || die "the native tests failed (above; $NATIVE_LOG)"
+[[ $BUILDS_OK == 1 ]] || die "a wasm build failed (above)"
+step "cargo test and the wasm builds: $(elapsed "$T")"
 
 # Node 22's `node --test` takes files and glob patterns, not directories (Node 20 searched a
 # directory for test files): one quoted pattern per directory, expanded by node, not by bash.
