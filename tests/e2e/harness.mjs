@@ -482,8 +482,10 @@ export async function startStack({
   databases = [],
 } = {}) {
   // RINDLE_E2E_BACKEND applies to the stacks that can take it: the project's dev build alone.
+  // RINDLE_E2E_CHAT_BACKEND=postgres serves the example chat's stacks (the browser tests) on
+  // Postgres, both Workers: a run by hand (docs/TESTING.md), the test command keeps them on D1.
   if (chat && front) throw new Error('startStack: `chat` is a front Worker already; pass one of `chat` and `front`');
-  backend ??= bare || chat || front || config || production ? 'd1' : E2E_BACKEND;
+  backend ??= chat ? (process.env.RINDLE_E2E_CHAT_BACKEND ?? 'd1') : bare || front || config || production ? 'd1' : E2E_BACKEND;
   if (bare && (chat || demo)) throw new Error('startStack: `bare` serves one Worker, without `chat` or `demo`');
   if (production && (config || chat)) throw new Error('startStack: `production` serves the project\'s own Worker, without `config` or `chat`');
   if (backend === 'postgres' && (bare || config || production)) {
