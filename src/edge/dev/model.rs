@@ -11,7 +11,7 @@
 //! local database, and answers when the model says the database would have.
 
 use crate::edge::runtime::now;
-use crate::engine::durable::model::{Admission, Capacity, DatabaseModel, ModelledBackend, Work};
+use crate::engine::durable::model::{Admission, Capacity, DatabaseModel, Work};
 use crate::engine::durable::{Row, SqlExecutor, Statement};
 use crate::engine::host::store::{OpKind, StoreError, StoreFuture};
 use serde::{Deserialize, Serialize};
@@ -27,49 +27,8 @@ pub const BINDING: &str = "DB_MODEL";
 #[derive(Serialize, Deserialize)]
 struct Turn {
     write: bool,
-    capacity: CapacityWire,
-}
-
-/// The caller's model (every object of a Worker has the same vars, so every caller sends the same).
-#[derive(Serialize, Deserialize, Clone, Copy)]
-struct CapacityWire {
-    postgres: bool,
-    lanes: u32,
-    write_us: u64,
-    read_us: u64,
-    round_trip_us: u64,
-    max_queued: usize,
-    max_wait_us: u64,
-}
-
-impl From<Capacity> for CapacityWire {
-    fn from(c: Capacity) -> Self {
-        let postgres = c.backend == ModelledBackend::Postgres;
-        Self {
-            postgres,
-            lanes: c.lanes,
-            write_us: c.write_us,
-            read_us: c.read_us,
-            round_trip_us: c.round_trip_us,
-            max_queued: c.max_queued,
-            max_wait_us: c.max_wait_us,
-        }
-    }
-}
-
-impl From<CapacityWire> for Capacity {
-    fn from(c: CapacityWire) -> Self {
-        let backend = if c.postgres { ModelledBackend::Postgres } else { ModelledBackend::D1 };
-        Self {
-            backend,
-            lanes: c.lanes,
-            write_us: c.write_us,
-            read_us: c.read_us,
-            round_trip_us: c.round_trip_us,
-            max_queued: c.max_queued,
-            max_wait_us: c.max_wait_us,
-        }
-    }
+    /// The caller's model (every object of a Worker has the same vars, so every caller sends the same).
+    capacity: Capacity,
 }
 
 /// The model's answer, once the turn came.
@@ -95,7 +54,7 @@ impl DurableObject for DatabaseModelObject {
 
     async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
         let turn: Turn = req.json().await?;
-        let capacity = Capacity::from(turn.capacity);
+        let capacity = turn.capacity;
         let sent_us = now().0 * 1000;
         let work = if turn.write { Work::Write } else { Work::Read };
         // Admitted at once, in arrival order (the borrow ends before the wait).
@@ -126,7 +85,7 @@ impl Modelled {
     /// The model's word on a call (`write`: a write transaction), once its turn came.
     async fn turn(&self, write: bool) -> Result<u64, StoreError> {
         let asked = || -> worker::Result<Request> {
-            let body = serde_json::to_string(&Turn { write, capacity: self.capacity.into() })?;
+            let body = serde_json::to_string(&Turn { write, capacity: self.capacity })?;
             let init = worker::RequestInit { method: worker::Method::Post, body: Some(body.into()), ..Default::default() };
             Request::new_with_init("https://database-model/turn", &init)
         };

@@ -41,7 +41,7 @@ pub enum Work {
 }
 
 /// Which database's words an overload is told in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ModelledBackend {
     D1,
     /// PostgreSQL behind a Hyperdrive pool.
@@ -72,8 +72,9 @@ impl Overload {
 }
 
 /// What the modelled database can do. Times are in microseconds (a read takes well under the
-/// engine's millisecond).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// engine's millisecond). Serializable: the dev build sends it with each call to the model's
+/// object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Capacity {
     pub backend: ModelledBackend,
     /// Calls that run at once: 1 on D1; the pool's connections on Postgres.
