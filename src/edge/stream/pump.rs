@@ -509,7 +509,7 @@ impl StreamObject {
             return;
         }
         let run = PumpRun::new(Rc::clone(&o.shell), 0, &self.state, self.env.clone(), Rc::clone(&self.meter));
-        let awake = self.meter.hold();
+        let (awake, object) = (self.meter.hold(), Rc::clone(o));
         self.state.wait_until(async move {
             let _awake = awake;
             match run.record().await {
@@ -518,7 +518,10 @@ impl StreamObject {
                     run.forget().await;
                 }
                 Ok(None) => {}
-                Err(e) => log("error", "pump_record_unreadable", run.stream_id(), json!({"error": e.to_string()})),
+                Err(e) => {
+                    log("error", "pump_record_unreadable", run.stream_id(), json!({"error": e.to_string()}));
+                    object.stored_pump_cancelled.set(false); // nothing was asked: the next Stop tries again
+                }
             }
         });
     }
